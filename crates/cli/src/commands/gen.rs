@@ -1,0 +1,76 @@
+//! `ropelab gen`: a task dataset, or its prompt version, as JSON Lines.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ropelab_tasks::{prompt, write_jsonl, Dataset, Layout, Split, Task, TaskKind};
+
+use super::progress;
+use crate::output::Output;
+
+/// Arguments of `ropelab gen`.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Task: `number` (positional offsets) or `letter` (symbolic first-letter lookup).
+    pub task: TaskKind,
+    /// Number of samples.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: u64,
+    /// Dataset seed: the same seed gives byte-identical output.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Split; the splits never share an instance, whatever the seeds.
+    #[arg(long, default_value = "train")]
+    pub split: Split,
+    /// Extra target-type tokens inserted before the target window (length extension).
+    #[arg(long, default_value_t = 0)]
+    pub extra: usize,
+    /// Target-window size (for `--prompt`: the question's window size).
+    #[arg(long, default_value_t = 8)]
+    pub target_window: usize,
+    /// Pre-target window size.
+    #[arg(long, default_value_t = 8)]
+    pub pre_window: usize,
+    /// Hop counts, comma-separated, balanced in equal shares.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4")]
+    pub hops: Vec<usize>,
+    /// Write the natural-language 1-hop prompt version (fields `prompt`, `answer`).
+    #[arg(long, conflicts_with_all = ["extra", "pre_window", "hops", "split"])]
+    pub prompt: bool,
+    /// Output file (`-` for standard output); written whole or not at all.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Runs `ropelab gen`.
+pub fn run(args: GenArgs) -> Result<()> {
+    let n = args.n as usize;
+    if args.prompt {
+        // Build every prompt before touching the output, so a bad size leaves nothing behind.
+        let prompts = (0..n)
+            .map(|i| prompt::prompt(args.task, args.target_window, args.seed, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = Output::create(&args.out)?;
+        for p in &prompts {
+            serde_json::to_writer(&mut out, p)?;
+            out.write_all(b"\n")
+                .with_context(|| format!("cannot write {}", args.out.display()))?;
+        }
+        return out.commit();
+    }
+    let layout = Layout {
+        target_window: args.target_window,
+        pre_window: args.pre_window,
+        hops: args.hops,
+    };
+    let task = Task::new(args.task, layout)?;
+    let data = Dataset::new(task, args.seed, args.split, n, args.extra)?;
+    let mut out = Output::create(&args.out)?;
+    let bar = progress(n as u64, &format!("{} {}", args.task, args.split));
+    write_jsonl(&data, &mut out, || bar.inc(1))
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    bar.finish_and_clear();
+    out.commit()
+}

@@ -1,0 +1,46 @@
+//! One file per subcommand; each parses its arguments and calls the library crates.
+
+mod bench;
+mod gen;
+mod reproduce;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+/// The subcommands of `ropelab`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the study end to end from an embedded config (now: generate and validate both task
+    /// datasets and print a summary); `--paper` for the full-scale study.
+    Reproduce(reproduce::ReproduceArgs),
+    /// Generate a task dataset (or its natural-language prompt version) as JSON Lines.
+    Gen(gen::GenArgs),
+    /// Measure the speed of ropelab's hot paths on this machine.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+impl Command {
+    /// Runs the subcommand.
+    pub fn run(self) -> Result<()> {
+        match self {
+            Command::Reproduce(args) => reproduce::run(args),
+            Command::Gen(args) => gen::run(args),
+            Command::Bench(cmd) => bench::run(cmd),
+        }
+    }
+}
+
+/// A progress bar on standard error (drawn only when it is a terminal).
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>16} [{bar:30}] {human_pos}/{human_len} {per_sec} eta {eta}",
+        )
+        .expect("the template is valid")
+        .progress_chars("=> "),
+    );
+    bar.set_message(what.to_owned());
+    bar
+}

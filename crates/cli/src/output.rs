@@ -1,0 +1,82 @@
+//! Output files that appear whole or not at all: written to a temporary file in the target's
+//! directory and renamed into place on success; `-` means standard output.
+
+use std::fs;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use tempfile::NamedTempFile;
+
+/// A buffered output: standard output, or a temporary file renamed to its path by `commit`.
+pub enum Output {
+    /// Standard output.
+    Stdout(BufWriter<io::Stdout>),
+    /// A temporary file and the path it becomes.
+    File(BufWriter<NamedTempFile>, PathBuf),
+}
+
+impl Output {
+    /// Opens `path` for writing (`-` is standard output); creates missing parent directories.
+    pub fn create(path: &Path) -> Result<Self> {
+        if path.as_os_str() == "-" {
+            return Ok(Output::Stdout(BufWriter::new(io::stdout())));
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        if path.is_dir() {
+            anyhow::bail!("cannot write {}: it is a directory", path.display());
+        }
+        fs::create_dir_all(dir).with_context(|| {
+            format!(
+                "cannot write {}: cannot create its directory",
+                path.display()
+            )
+        })?;
+        let tmp = NamedTempFile::with_prefix_in(".ropelab-", dir)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Output::File(BufWriter::new(tmp), path.to_owned()))
+    }
+
+    /// Flushes and moves the file into place (standard output is only flushed).
+    pub fn commit(self) -> Result<()> {
+        match self {
+            Output::Stdout(mut w) => Ok(w.flush()?),
+            Output::File(w, path) => {
+                let tmp = w
+                    .into_inner()
+                    .map_err(|e| e.into_error())
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                tmp.persist(&path)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Output::Stdout(w) => w.write(buf),
+            Output::File(w, _) => w.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Output::Stdout(w) => w.flush(),
+            Output::File(w, _) => w.flush(),
+        }
+    }
+}
+
+/// Writes `contents` to `path` atomically.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
+    let mut out = Output::create(path)?;
+    out.write_all(contents)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    out.commit()
+}

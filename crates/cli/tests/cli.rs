@@ -1,0 +1,259 @@
+//! The `ropelab` binary end to end: outputs, determinism, and one-line errors on bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ropelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a failure with exactly one line on stderr that mentions `needle`.
+fn assert_one_line_error(out: &Output, needle: &str) {
+    let err = stderr(out);
+    assert!(!out.status.success(), "expected failure, stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err:?}");
+    assert!(err.contains(needle), "{needle:?} not in {err:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn gen_writes_the_documented_fields_and_is_byte_identical_per_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    for (name, seed) in [("a.jsonl", "5"), ("b.jsonl", "5"), ("c.jsonl", "6")] {
+        let out = ropelab(&[
+            "gen",
+            "letter",
+            "--n",
+            "300",
+            "--seed",
+            seed,
+            "--out",
+            &path(name),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let read = |name: &str| std::fs::read(path(name)).unwrap();
+    assert_eq!(read("a.jsonl"), read("b.jsonl"));
+    assert_ne!(read("a.jsonl"), read("c.jsonl"));
+
+    let text = String::from_utf8(read("a.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 300);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let tokens = v["tokens"].as_array().unwrap();
+        let ids = v["ids"].as_array().unwrap();
+        assert_eq!((tokens.len(), ids.len()), (17, 17));
+        let pos = v["target_pos"].as_u64().unwrap() as usize;
+        assert_eq!(tokens[pos], v["answer"]);
+        assert_eq!(ids[pos], v["answer_id"]);
+        assert!((1..=4).contains(&v["hops"].as_u64().unwrap()));
+    }
+}
+
+#[test]
+fn gen_to_stdout_with_extension_and_prompts() {
+    let out = ropelab(&[
+        "gen", "number", "--n", "3", "--extra", "5", "--split", "test", "--out", "-",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["tokens"].as_array().unwrap().len(), 22);
+        assert!(v["target_pos"].as_u64().unwrap() >= 5);
+    }
+
+    let out = ropelab(&[
+        "gen",
+        "letter",
+        "--prompt",
+        "--target-window",
+        "32",
+        "--n",
+        "4",
+        "--out",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 4);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let prompt = v["prompt"].as_str().unwrap();
+        let answer = v["answer"].as_str().unwrap();
+        assert!(prompt.ends_with(" ->"));
+        let question = prompt.lines().last().unwrap();
+        assert!(question.split(' ').any(|t| t == answer));
+    }
+}
+
+#[test]
+fn bad_input_gives_one_line_errors_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("out.jsonl");
+    let t = target.to_str().unwrap();
+
+    assert_one_line_error(
+        &ropelab(&["gen", "words", "--n", "5", "--out", t]),
+        "unknown task",
+    );
+    assert_one_line_error(&ropelab(&["gen", "number", "--n", "0", "--out", t]), "--n");
+    assert_one_line_error(
+        &ropelab(&["gen", "number", "--n", "5", "--hops", "1,12", "--out", t]),
+        "12 hops need 11 pre-target positions",
+    );
+    assert_one_line_error(
+        &ropelab(&[
+            "gen",
+            "letter",
+            "--n",
+            "5",
+            "--hops",
+            "8",
+            "--pre-window",
+            "9",
+            "--out",
+            t,
+        ]),
+        "at most 7 hops",
+    );
+    assert_one_line_error(
+        &ropelab(&[
+            "gen",
+            "number",
+            "--prompt",
+            "--target-window",
+            "0",
+            "--n",
+            "5",
+            "--out",
+            t,
+        ]),
+        "window size",
+    );
+    assert_one_line_error(&ropelab(&["gen", "number", "--n", "5"]), "--out");
+    assert!(!target.exists(), "a failed run left {t}");
+
+    // An output path below a regular file cannot be created.
+    let file = dir.path().join("plain");
+    std::fs::write(&file, "x").unwrap();
+    let below = file.join("out.jsonl");
+    assert_one_line_error(
+        &ropelab(&[
+            "gen",
+            "number",
+            "--n",
+            "5",
+            "--out",
+            below.to_str().unwrap(),
+        ]),
+        "cannot write",
+    );
+    assert_one_line_error(
+        &ropelab(&[
+            "gen",
+            "number",
+            "--n",
+            "5",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ]),
+        "is a directory",
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(
+        leftovers.len(),
+        1,
+        "only the plain file remains: {leftovers:?}"
+    );
+}
+
+#[test]
+fn a_failed_write_keeps_the_previous_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("keep.jsonl");
+    std::fs::write(&target, "previous\n").unwrap();
+    let out = ropelab(&[
+        "gen",
+        "number",
+        "--n",
+        "5",
+        "--hops",
+        "10",
+        "--out",
+        target.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "previous\n");
+}
+
+#[test]
+fn reproduce_runs_a_small_config_and_reports_bad_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("small.toml");
+    std::fs::write(
+        &config,
+        "name = \"small\"\nseed = 3\n[tasks]\ntrain = 500\nval = 20\ntest = 40\n\
+         target_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n",
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let out = ropelab(&[
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("letter  test"), "{stdout}");
+    for file in [
+        "config.toml",
+        "tasks.json",
+        "data/number-test.jsonl",
+        "data/letter-test.jsonl",
+    ] {
+        assert!(Path::new(&run.join(file)).exists(), "{file} missing");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("tasks.json")).unwrap()).unwrap();
+    assert_eq!(summary.as_array().unwrap().len(), 6);
+    assert!(summary
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["valid"] == r["samples"]));
+
+    std::fs::write(&config, "name = \"small\"\nseed = -1\n").unwrap();
+    let out = ropelab(&[
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, "small.toml");
+    let missing = dir.path().join("missing.toml");
+    let out = ropelab(&["reproduce", "--config", missing.to_str().unwrap()]);
+    assert_one_line_error(&out, "missing.toml");
+}
+
+#[test]
+fn help_explains_every_subcommand() {
+    let out = ropelab(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["reproduce", "gen", "bench"] {
+        assert!(help.contains(cmd), "{cmd} missing from --help");
+        assert!(ropelab(&[cmd, "--help"]).status.success());
+    }
+}

@@ -1,0 +1,33 @@
+//! # ropelab-tasks
+//!
+//! The two structurally equal multi-hop tasks of the main paper (spec/tasks.md):
+//! - the **number** task (positional): integers are backward offsets;
+//! - the **letter** task (symbolic): a token is found by its first letter.
+//!
+//! Generators are deterministic per (seed, split, index), balanced over every combination of
+//! answer slot, answer token and hop count, and each sample re-validates from its tokens alone.
+//! [`prompt`] builds the natural-language 1-hop versions for pretrained models.
+//! This crate has no tensor dependency.
+
+mod dataset;
+mod error;
+mod jsonl;
+mod layout;
+pub mod letter;
+pub mod number;
+pub mod prompt;
+mod rng;
+mod sample;
+mod task;
+mod vocab;
+
+pub use dataset::{summarize, Dataset, Split, Summary};
+pub use error::{Invalid, TaskError};
+pub use jsonl::{write_jsonl, WriteError};
+pub use layout::Layout;
+pub use letter::LetterTask;
+pub use number::NumberTask;
+pub use rng::Permutation;
+pub use sample::{Sample, SampleRecord, Solution};
+pub use task::{Task, TaskKind};
+pub use vocab::{letter_names, Vocab, PAD};
