@@ -1,0 +1,95 @@
+//! Saving and loading weights as safetensors with Hugging Face GPT-J names, and the
+//! `config.json` that `transformers.GPTJForCausalLM` loads. Files are written to a temporary
+//! name in the target directory and renamed, so a crash never leaves a half-written file.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+use serde_json::json;
+
+use crate::{GptJ, ModelConfig, ModelError, PositionEncoding, Result};
+
+/// Positions the Hugging Face config allows (GPT-J precomputes a sin/cos table this long).
+pub const HF_N_POSITIONS: usize = 16_384;
+
+/// Writes named tensors to `path` atomically.
+pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".ropelab-")
+        .suffix(".safetensors")
+        .tempfile_in(dir)
+        .map_err(|e| ModelError::checkpoint(path, format!("cannot create a file here: {e}")))?;
+    candle_core::safetensors::save(tensors, tmp.path())
+        .map_err(|e| ModelError::checkpoint(path, e))?;
+    tmp.persist(path)
+        .map_err(|e| ModelError::checkpoint(path, e.error))?;
+    Ok(())
+}
+
+/// Reads every tensor of a safetensors file.
+pub fn load_tensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+    if !path.is_file() {
+        return Err(ModelError::checkpoint(path, "no such file"));
+    }
+    candle_core::safetensors::load(path, device)
+        .map_err(|e| ModelError::checkpoint(path, format!("not a readable safetensors file: {e}")))
+}
+
+/// Saves the model's weights (Hugging Face GPT-J names) to `path`. A tied model also writes
+/// `lm_head.weight` (a copy of the embedding) so that Hugging Face loads it unchanged.
+pub fn save_weights(model: &GptJ, path: &Path) -> Result<()> {
+    let mut tensors: HashMap<String, Tensor> = model
+        .named_vars()
+        .into_iter()
+        .map(|(name, var)| (name, var.as_tensor().clone()))
+        .collect();
+    if model.config().tied_embeddings {
+        let wte = tensors["transformer.wte.weight"].clone();
+        tensors.insert("lm_head.weight".into(), wte);
+    }
+    save_tensors(&tensors, path)
+}
+
+/// Loads weights saved by [`save_weights`] (or by Hugging Face) for `config`.
+pub fn load_weights(config: ModelConfig, path: &Path, device: &Device) -> Result<GptJ> {
+    let tensors = load_tensors(path, device)?;
+    GptJ::from_named(config, tensors, path, device)
+}
+
+/// The Hugging Face `config.json` for this model. `ropelab_exact_in_transformers` says whether
+/// transformers computes exactly this model (it knows only uniform base-10,000 interleaved RoPE).
+pub fn hf_config(config: &ModelConfig) -> serde_json::Value {
+    let rotary_dim = match config.layer_position(0) {
+        PositionEncoding::Rope { rotary_dim, .. } => *rotary_dim,
+        PositionEncoding::None => config.d_head(),
+    };
+    json!({
+        "architectures": ["GPTJForCausalLM"],
+        "model_type": "gptj",
+        "vocab_size": config.vocab_size,
+        "n_positions": HF_N_POSITIONS,
+        "n_embd": config.d_model,
+        "n_layer": config.n_layers,
+        "n_head": config.n_heads,
+        "rotary_dim": rotary_dim,
+        "n_inner": config.d_mlp,
+        "activation_function": "gelu",
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "layer_norm_epsilon": config.ln_eps,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": false,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "pad_token_id": 0,
+        "use_cache": false,
+        "torch_dtype": "float32",
+        "ropelab_exact_in_transformers": config.hf_exact(),
+    })
+}

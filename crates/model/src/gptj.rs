@@ -1,0 +1,441 @@
+//! The GPT-J decoder: token embedding, blocks with parallel attention and MLP off one
+//! LayerNorm, final LayerNorm, and an unembedding with bias. Every tensor passes through the
+//! named hook points of [`crate::hooks`].
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+
+use crate::hooks::{HookKind, HookPoint, Hooks};
+use crate::ops::{layer_norm, softmax_last_dim, Dropout};
+use crate::{rope, ModelConfig, PositionEncoding, Result};
+
+/// Parameters of one block (Hugging Face GPT-J names in comments).
+#[derive(Debug, Clone)]
+struct Block {
+    ln_w: Var,     // ln_1.weight [d_model]
+    ln_b: Var,     // ln_1.bias [d_model]
+    q: Var,        // attn.q_proj.weight [heads * d_head, d_model]
+    k: Var,        // attn.k_proj.weight
+    v: Var,        // attn.v_proj.weight
+    o: Var,        // attn.out_proj.weight [d_model, heads * d_head]
+    fc_in_w: Var,  // mlp.fc_in.weight [d_mlp, d_model]
+    fc_in_b: Var,  // mlp.fc_in.bias [d_mlp]
+    fc_out_w: Var, // mlp.fc_out.weight [d_model, d_mlp]
+    fc_out_b: Var, // mlp.fc_out.bias [d_model]
+}
+
+/// A GPT-J-style decoder whose parameters are candle `Var`s (trainable in place).
+#[derive(Debug, Clone)]
+pub struct GptJ {
+    config: ModelConfig,
+    wte: Var, // transformer.wte.weight [vocab, d_model]
+    blocks: Vec<Block>,
+    ln_f_w: Var,            // transformer.ln_f.weight
+    ln_f_b: Var,            // transformer.ln_f.bias
+    lm_head_w: Option<Var>, // lm_head.weight [vocab, d_model] (None when tied)
+    lm_head_b: Var,         // lm_head.bias [vocab]
+    device: Device,
+}
+
+/// x [..., in] times the transpose of a Linear weight [out, in].
+fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let (rows, inner) = (x.elem_count() / dims[dims.len() - 1], dims[dims.len() - 1]);
+    let y = x.reshape((rows, inner))?.matmul(&w.t()?)?;
+    let mut out = dims;
+    *out.last_mut().expect("linear input has a last dim") = w.dim(0)?;
+    Ok(y.reshape(out)?)
+}
+
+impl GptJ {
+    /// A freshly initialised model: Linear and embedding weights N(0, 0.02), biases 0,
+    /// LayerNorm weights 1, the padding row of the embedding 0. `seed` fixes every value.
+    pub fn new(config: ModelConfig, seed: u64, device: &Device) -> Result<Self> {
+        config.check()?;
+        let names = Self::names(&config);
+        let shapes = Self::shapes(&config);
+        let tensors = names
+            .iter()
+            .zip(&shapes)
+            .enumerate()
+            .map(|(i, (name, shape))| init(name, shape, seed, i as u64, device))
+            .collect::<Result<Vec<_>>>()?;
+        Self::from_tensors(config, tensors, device)
+    }
+
+    /// Builds the model from tensors in [`GptJ::names`] order (shapes already checked).
+    fn from_tensors(config: ModelConfig, tensors: Vec<Tensor>, device: &Device) -> Result<Self> {
+        let mut it = tensors.into_iter().map(|t| Var::from_tensor(&t));
+        let mut next = || it.next().expect("one tensor per name");
+        let wte = next()?;
+        let blocks = (0..config.n_layers)
+            .map(|_| {
+                Ok(Block {
+                    ln_w: next()?,
+                    ln_b: next()?,
+                    q: next()?,
+                    k: next()?,
+                    v: next()?,
+                    o: next()?,
+                    fc_in_w: next()?,
+                    fc_in_b: next()?,
+                    fc_out_w: next()?,
+                    fc_out_b: next()?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ln_f_w = next()?;
+        let ln_f_b = next()?;
+        let lm_head_w = if config.tied_embeddings {
+            None
+        } else {
+            Some(next()?)
+        };
+        let lm_head_b = next()?;
+        Ok(Self {
+            config,
+            wte,
+            blocks,
+            ln_f_w,
+            ln_f_b,
+            lm_head_w,
+            lm_head_b,
+            device: device.clone(),
+        })
+    }
+
+    /// Hugging Face GPT-J names of every parameter, in a fixed order.
+    pub fn names(config: &ModelConfig) -> Vec<String> {
+        let mut names = vec!["transformer.wte.weight".to_owned()];
+        for i in 0..config.n_layers {
+            for suffix in [
+                "ln_1.weight",
+                "ln_1.bias",
+                "attn.q_proj.weight",
+                "attn.k_proj.weight",
+                "attn.v_proj.weight",
+                "attn.out_proj.weight",
+                "mlp.fc_in.weight",
+                "mlp.fc_in.bias",
+                "mlp.fc_out.weight",
+                "mlp.fc_out.bias",
+            ] {
+                names.push(format!("transformer.h.{i}.{suffix}"));
+            }
+        }
+        names.push("transformer.ln_f.weight".into());
+        names.push("transformer.ln_f.bias".into());
+        if !config.tied_embeddings {
+            names.push("lm_head.weight".into());
+        }
+        names.push("lm_head.bias".into());
+        names
+    }
+
+    /// Shapes matching [`GptJ::names`].
+    pub fn shapes(config: &ModelConfig) -> Vec<Vec<usize>> {
+        let (v, d, m) = (config.vocab_size, config.d_model, config.d_mlp);
+        let mut shapes = vec![vec![v, d]];
+        for _ in 0..config.n_layers {
+            shapes.extend([
+                vec![d],
+                vec![d],
+                vec![d, d],
+                vec![d, d],
+                vec![d, d],
+                vec![d, d],
+                vec![m, d],
+                vec![m],
+                vec![d, m],
+                vec![d],
+            ]);
+        }
+        shapes.extend([vec![d], vec![d]]);
+        if !config.tied_embeddings {
+            shapes.push(vec![v, d]);
+        }
+        shapes.push(vec![v]);
+        shapes
+    }
+
+    /// Builds a model from named tensors (e.g. a safetensors file); `origin` names the source
+    /// in errors. Every expected name must be present with its shape; no others are allowed.
+    pub fn from_named(
+        config: ModelConfig,
+        mut named: std::collections::HashMap<String, Tensor>,
+        origin: &std::path::Path,
+        device: &Device,
+    ) -> Result<Self> {
+        config.check()?;
+        let mut tensors = Vec::new();
+        for (name, shape) in Self::names(&config).into_iter().zip(Self::shapes(&config)) {
+            let t = named.remove(&name).ok_or_else(|| {
+                crate::ModelError::checkpoint(origin, format!("tensor {name} is missing"))
+            })?;
+            if t.dims() != shape.as_slice() {
+                return Err(crate::ModelError::checkpoint(
+                    origin,
+                    format!(
+                        "tensor {name} has shape {:?}, the config needs {shape:?}",
+                        t.dims()
+                    ),
+                ));
+            }
+            tensors.push(t.to_dtype(DType::F32)?.to_device(device)?);
+        }
+        // A tied model's file may carry the shared matrix again as lm_head.weight.
+        if config.tied_embeddings {
+            named.remove("lm_head.weight");
+        }
+        if let Some(extra) = named.keys().min() {
+            return Err(crate::ModelError::checkpoint(
+                origin,
+                format!("unexpected tensor {extra} (does the config match the weights?)"),
+            ));
+        }
+        Self::from_tensors(config, tensors, device)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The device the parameters live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Every parameter with its Hugging Face name, in [`GptJ::names`] order.
+    pub fn named_vars(&self) -> Vec<(String, &Var)> {
+        let mut vars = vec![&self.wte];
+        for b in &self.blocks {
+            vars.extend([
+                &b.ln_w,
+                &b.ln_b,
+                &b.q,
+                &b.k,
+                &b.v,
+                &b.o,
+                &b.fc_in_w,
+                &b.fc_in_b,
+                &b.fc_out_w,
+                &b.fc_out_b,
+            ]);
+        }
+        vars.extend([&self.ln_f_w, &self.ln_f_b]);
+        if let Some(w) = &self.lm_head_w {
+            vars.push(w);
+        }
+        vars.push(&self.lm_head_b);
+        Self::names(&self.config).into_iter().zip(vars).collect()
+    }
+
+    /// Logits at every position: ids [batch, pos] (u32) -> [batch, pos, vocab].
+    pub fn forward(
+        &self,
+        ids: &Tensor,
+        hooks: &mut Hooks,
+        dropout: Option<&mut Dropout>,
+    ) -> Result<Tensor> {
+        let x = self.trunk(ids, hooks, dropout)?;
+        self.unembed(&x)
+    }
+
+    /// Logits at the last position only: ids [batch, pos] -> [batch, vocab].
+    pub fn forward_last(
+        &self,
+        ids: &Tensor,
+        hooks: &mut Hooks,
+        dropout: Option<&mut Dropout>,
+    ) -> Result<Tensor> {
+        let x = self.trunk(ids, hooks, dropout)?; // [batch, pos, d_model]
+        let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?; // [batch, d_model]
+        self.unembed(&last)
+    }
+
+    /// Residual stream after the last block: ids [batch, pos] -> [batch, pos, d_model].
+    pub fn trunk(
+        &self,
+        ids: &Tensor,
+        hooks: &mut Hooks,
+        mut dropout: Option<&mut Dropout>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        hooks.check(c.n_layers, c.n_heads, c.d_head() / 2)?;
+        let (b, t) = ids.dims2()?;
+        let emb = self.wte.as_tensor().index_select(&ids.flatten_all()?, 0)?;
+        let mut x = emb.reshape((b, t, c.d_model))?;
+        if let Some(d) = dropout.as_deref_mut() {
+            x = d.apply(&x)?;
+        }
+        for layer in 0..c.n_layers {
+            x = self.block(layer, &x, hooks, dropout.as_deref_mut())?;
+        }
+        Ok(x)
+    }
+
+    /// Final LayerNorm and unembedding: [..., d_model] -> [..., vocab].
+    pub fn unembed(&self, x: &Tensor) -> Result<Tensor> {
+        let h = layer_norm(
+            x,
+            self.ln_f_w.as_tensor(),
+            self.ln_f_b.as_tensor(),
+            self.config.ln_eps,
+        )?;
+        let w = self.lm_head_w.as_ref().unwrap_or(&self.wte);
+        Ok(linear(&h, w.as_tensor())?.broadcast_add(self.lm_head_b.as_tensor())?)
+    }
+
+    /// One block: x [batch, pos, d_model] -> x + Attn(LN(x)) + MLP(LN(x)), positions 0..pos.
+    pub fn block(
+        &self,
+        layer: usize,
+        x: &Tensor,
+        hooks: &mut Hooks,
+        mut dropout: Option<&mut Dropout>,
+    ) -> Result<Tensor> {
+        let blk = &self.blocks[layer];
+        let x = hooks.point(HookPoint::new(layer, HookKind::ResidPre), x.clone())?;
+        let h = layer_norm(
+            &x,
+            blk.ln_w.as_tensor(),
+            blk.ln_b.as_tensor(),
+            self.config.ln_eps,
+        )?;
+        let mut attn = self.attention(layer, &h, hooks, dropout.as_deref_mut())?;
+        let hidden = linear(&h, blk.fc_in_w.as_tensor())?
+            .broadcast_add(blk.fc_in_b.as_tensor())?
+            .gelu_erf()?;
+        let mlp =
+            linear(&hidden, blk.fc_out_w.as_tensor())?.broadcast_add(blk.fc_out_b.as_tensor())?;
+        let mut mlp = hooks.point(HookPoint::new(layer, HookKind::MlpOut), mlp)?;
+        if let Some(d) = dropout {
+            attn = d.apply(&attn)?;
+            mlp = d.apply(&mlp)?;
+        }
+        Ok(((x + attn)? + mlp)?)
+    }
+
+    /// Causal self-attention of one block on h = LN(x): [batch, pos, d_model].
+    fn attention(
+        &self,
+        layer: usize,
+        h: &Tensor,
+        hooks: &mut Hooks,
+        dropout: Option<&mut Dropout>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let blk = &self.blocks[layer];
+        let (b, t, _) = h.dims3()?;
+        let (n_heads, d_head) = (c.n_heads, c.d_head());
+        let point = |kind| HookPoint::new(layer, kind);
+        let heads = |w: &Var| -> Result<Tensor> {
+            Ok(linear(h, w.as_tensor())?
+                .reshape((b, t, n_heads, d_head))?
+                .transpose(1, 2)?
+                .contiguous()?) // [batch, heads, pos, d_head]
+        };
+        let position = c.layer_position(layer).clone();
+        let planes = |p| match &position {
+            PositionEncoding::Rope {
+                rotary_dim, layout, ..
+            } => rope::plane_dims(*layout, *rotary_dim, p),
+            PositionEncoding::None => (2 * p, 2 * p + 1),
+        };
+        let q = hooks.restrict(layer, heads(&blk.q)?, planes)?;
+        let q = hooks.point(point(HookKind::Q), q)?;
+        let k = hooks.restrict(layer, heads(&blk.k)?, planes)?;
+        let k = hooks.point(point(HookKind::K), k)?;
+        let v = hooks.point(point(HookKind::V), heads(&blk.v)?)?;
+
+        let (rq, rk) = match &position {
+            PositionEncoding::None => (q, k),
+            PositionEncoding::Rope {
+                base,
+                rotary_dim,
+                layout,
+            } => {
+                let positions: Vec<usize> = (0..t).collect();
+                let (cos, sin) = rope::angles(&positions, *base, *rotary_dim, &self.device)?;
+                let (cos, sin) = (cos.to_dtype(q.dtype())?, sin.to_dtype(q.dtype())?);
+                (
+                    rope::rotate(&q, &cos, &sin, *rotary_dim, *layout)?,
+                    rope::rotate(&k, &cos, &sin, *rotary_dim, *layout)?,
+                )
+            }
+        };
+        let rq = hooks.point(point(HookKind::RotQ), rq)?;
+        let rk = hooks.point(point(HookKind::RotK), rk)?;
+
+        let scale = 1.0 / (d_head as f64).sqrt();
+        let scores = (rq.matmul(&rk.t()?)? * scale)?; // [batch, heads, q_pos, k_pos]
+        let scores =
+            scores.broadcast_add(&causal_mask(t, &self.device)?.to_dtype(scores.dtype())?)?;
+        let scores = hooks.point(point(HookKind::AttnScores), scores)?;
+        let pattern = hooks.point(point(HookKind::Pattern), softmax_last_dim(&scores)?)?;
+        let pattern = match dropout {
+            Some(d) => d.apply(&pattern)?,
+            None => pattern,
+        };
+        let z = hooks.ablate(layer, pattern.matmul(&v)?)?; // [batch, heads, pos, d_head]
+        let z = hooks.point(point(HookKind::Z), z)?;
+        let merged = z.transpose(1, 2)?.reshape((b, t, n_heads * d_head))?;
+        hooks.point(
+            point(HookKind::AttnOut),
+            linear(&merged, blk.o.as_tensor())?,
+        )
+    }
+}
+
+/// [pos, pos] with 0 on and below the diagonal and -inf above.
+fn causal_mask(t: usize, device: &Device) -> Result<Tensor> {
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
+    Ok(Tensor::from_vec(mask, (t, t), device)?)
+}
+
+impl GptJ {
+    /// A copy of the model with every parameter in `dtype` (e.g. f64 for gradient checks).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Self> {
+        let tensors = self
+            .named_vars()
+            .into_iter()
+            .map(|(_, v)| Ok(v.as_tensor().to_dtype(dtype)?))
+            .collect::<Result<Vec<_>>>()?;
+        Self::from_tensors(self.config.clone(), tensors, &self.device)
+    }
+
+    /// The dtype of the parameters.
+    pub fn dtype(&self) -> DType {
+        self.wte.dtype()
+    }
+}
+
+/// The initial value of parameter `name` (index `index` in the fixed order).
+fn init(name: &str, shape: &[usize], seed: u64, index: u64, device: &Device) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let is_ln_weight = name.ends_with("ln_1.weight") || name.ends_with("ln_f.weight");
+    let values = if name.ends_with(".bias") {
+        vec![0f32; n]
+    } else if is_ln_weight {
+        vec![1f32; n]
+    } else {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (index << 32) ^ 0x1A17);
+        let normal = Normal::new(0f32, 0.02).expect("valid normal");
+        let mut v: Vec<f32> = (0..n).map(|_| normal.sample(&mut rng)).collect();
+        if name == "transformer.wte.weight" {
+            v[..shape[1]].fill(0.0); // the padding row
+        }
+        v
+    };
+    Ok(Tensor::from_vec(values, shape, device)?)
+}
+
+/// Greedy answer ids: argmax of logits [batch, vocab] -> [batch] (u32).
+pub fn argmax_last(logits: &Tensor) -> Result<Vec<u32>> {
+    Ok(logits.argmax(D::Minus1)?.to_vec1()?)
+}

@@ -1,0 +1,21 @@
+//! # ropelab-model
+//!
+//! A hookable GPT-J-style decoder in candle (spec/model.md): parallel attention and MLP off
+//! one LayerNorm, exact GELU, untied unembedding with bias, and one position encoding per layer
+//! (RoPE in the GPT-J interleaved or NeoX/Llama half-split layout, or none). Every tensor of
+//! the forward pass passes through a named hook point that can be captured or intervened on;
+//! checkpoints use Hugging Face GPT-J tensor names and a `config.json` that
+//! `transformers.GPTJForCausalLM` loads.
+
+pub mod checkpoint;
+mod config;
+mod error;
+mod gptj;
+pub mod hooks;
+pub mod ops;
+pub mod rope;
+
+pub use config::{ModelConfig, PositionEncoding, RopeLayout};
+pub use error::{ModelError, Result};
+pub use gptj::{argmax_last, GptJ};
+pub use hooks::{Ablation, HookKind, HookPoint, Hooks, Intervention};
