@@ -1,8 +1,10 @@
 //! One file per subcommand; each parses its arguments and calls the library crates.
 
 mod bench;
+mod eval;
 mod gen;
 mod reproduce;
+mod train;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -15,6 +17,10 @@ pub enum Command {
     Reproduce(reproduce::ReproduceArgs),
     /// Generate a task dataset (or its natural-language prompt version) as JSON Lines.
     Gen(gen::GenArgs),
+    /// Train a GPT-J on a task from a preset or config; checkpoints and metrics go to --out.
+    Train(train::TrainArgs),
+    /// Test accuracy of a run's checkpoint, overall and per hop, optionally on longer inputs.
+    Eval(eval::EvalArgs),
     /// Measure the speed of ropelab's hot paths on this machine.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -26,6 +32,8 @@ impl Command {
         match self {
             Command::Reproduce(args) => reproduce::run(args),
             Command::Gen(args) => gen::run(args),
+            Command::Train(args) => train::run(args),
+            Command::Eval(args) => eval::run(args),
             Command::Bench(cmd) => bench::run(cmd),
         }
     }

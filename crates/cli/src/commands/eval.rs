@@ -1,0 +1,65 @@
+//! `ropelab eval`: test accuracy of a checkpoint, overall and per hop count.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use candle_core::Device;
+use clap::Args;
+use ropelab_train::eval::eval_checkpoint;
+
+use crate::output::write_atomic;
+
+/// Arguments of `ropelab eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Run directory written by `ropelab train`.
+    #[arg(long)]
+    pub run: PathBuf,
+    /// Checkpoint step (default: the latest).
+    #[arg(long)]
+    pub step: Option<usize>,
+    /// Extra target-type tokens before the target window (length generalisation).
+    #[arg(long, default_value_t = 0)]
+    pub extra: usize,
+    /// Number of test samples (default: the run's test size).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: Option<u64>,
+}
+
+/// Runs `ropelab eval`.
+pub fn run(args: EvalArgs) -> Result<()> {
+    let report = eval_checkpoint(
+        &args.run,
+        args.step,
+        args.extra,
+        args.n.map(|n| n as usize),
+        &Device::Cpu,
+    )?;
+    println!(
+        "{:<6} {:>6} {:>5} {:>7} {:>9} {:>8}  per hop",
+        "step", "extra", "len", "n", "accuracy", "loss"
+    );
+    let hops: Vec<String> = report
+        .accuracy
+        .per_hop
+        .iter()
+        .map(|(h, a)| format!("{h}:{a:.4}"))
+        .collect();
+    println!(
+        "{:<6} {:>6} {:>5} {:>7} {:>9.4} {:>8.4}  {}",
+        report.step,
+        report.extra,
+        report.seq_len,
+        report.accuracy.n,
+        report.accuracy.accuracy,
+        report.accuracy.loss,
+        hops.join(" ")
+    );
+    let path = args.run.join("eval").join(format!(
+        "step-{:06}-extra-{}.json",
+        report.step, report.extra
+    ));
+    write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+    println!("wrote {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! `ropelab train`: train a model on a task; `--resume` continues a run from its latest
+//! checkpoint.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use candle_core::Device;
+use clap::Args;
+use ropelab_tasks::TaskKind;
+use ropelab_train::{Preset, RunConfig, Trainer};
+
+use super::progress;
+
+/// Arguments of `ropelab train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Task: `number` or `letter` (not needed with --resume or --config).
+    #[arg(long, required_unless_present_any = ["resume", "config"])]
+    pub task: Option<TaskKind>,
+    /// Preset: `paper` (the paper's 12-layer model), `quick` (minutes on 2 cores) or `tiny`.
+    #[arg(long, default_value = "quick", value_parser = parse_preset)]
+    pub preset: Preset,
+    /// A full run config in TOML (as written to RUN_DIR/config.toml); replaces the preset.
+    #[arg(long, conflicts_with_all = ["task", "preset"])]
+    pub config: Option<PathBuf>,
+    /// Number of optimizer steps (overrides the preset; with --resume, extends the run).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: Option<u64>,
+    /// Seed for data order, initialisation and dropout.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Save a checkpoint every K steps.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub save_every: Option<u64>,
+    /// Run directory (config.toml, metrics.jsonl, checkpoints/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Continue the run in --out from its latest checkpoint.
+    #[arg(long, conflicts_with_all = ["task", "config", "seed", "save_every"])]
+    pub resume: bool,
+}
+
+fn parse_preset(s: &str) -> Result<Preset, String> {
+    s.parse()
+        .map_err(|e: ropelab_train::TrainError| e.to_string())
+}
+
+/// Runs `ropelab train`.
+pub fn run(args: TrainArgs) -> Result<()> {
+    let device = Device::Cpu;
+    let steps = args.steps.map(|s| s as usize);
+    let mut trainer = if args.resume {
+        let t = Trainer::resume(&args.out, steps, &device)?;
+        println!(
+            "resuming {} at step {} of {}",
+            args.out.display(),
+            t.step(),
+            t.config().optim.steps
+        );
+        t
+    } else {
+        let mut config = match &args.config {
+            Some(path) => RunConfig::load(path)?,
+            None => args
+                .preset
+                .config(args.task.expect("clap requires --task here")),
+        };
+        if let Some(s) = steps {
+            config.optim.steps = s;
+        }
+        if let Some(seed) = args.seed {
+            config.seed = seed;
+        }
+        if let Some(k) = args.save_every {
+            config.optim.save_every = k as usize;
+        }
+        println!(
+            "training {} on the {} task ({} preset): {} layers x {} heads, d_model {}, {} parameters, {} steps of {}",
+            args.out.display(),
+            config.task,
+            config.preset,
+            config.model.n_layers,
+            config.model.n_heads,
+            config.model.d_model,
+            config.model.n_params(),
+            config.optim.steps,
+            config.optim.batch_size
+        );
+        Trainer::start(&args.out, config, &device)?
+    };
+    let start = Instant::now();
+    let first = trainer.step();
+    let total = trainer.config().optim.steps;
+    let bar = progress(total as u64, "train");
+    bar.set_position(first as u64);
+    let result = trainer.run(|p| {
+        bar.set_position(p.step as u64);
+        if p.step % 10 == 0 {
+            let val = p.val_accuracy.map_or("-".into(), |a| format!("{a:.3}"));
+            bar.set_message(format!("loss {:.3} val {val}", p.loss));
+        }
+    });
+    bar.finish_and_clear();
+    let last = result?;
+    let seconds = start.elapsed().as_secs_f64();
+    let done = trainer.step() - first;
+    println!(
+        "{done} steps in {seconds:.1} s ({:.2} steps/s, {} threads)",
+        done as f64 / seconds.max(1e-9),
+        candle_core::utils::get_num_threads()
+    );
+    if let Some(acc) = last {
+        let hops: Vec<String> = acc
+            .per_hop
+            .iter()
+            .map(|(h, a)| format!("{h}:{a:.3}"))
+            .collect();
+        println!(
+            "validation accuracy {:.4} (per hop {}), loss {:.4}",
+            acc.accuracy,
+            hops.join(" "),
+            acc.loss
+        );
+    }
+    Ok(())
+}

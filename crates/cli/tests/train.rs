@@ -1,0 +1,246 @@
+//! `ropelab train` / `eval` end to end on the tiny preset: determinism, kill -9 and resume,
+//! divergence, and bad input.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ropelab_tasks::TaskKind;
+use ropelab_train::Preset;
+
+fn ropelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args(args)
+        .env("RAYON_NUM_THREADS", "2")
+        .output()
+        .expect("the binary runs")
+}
+
+fn ok(out: Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn one_line_error(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected a failure");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn same_seed_gives_identical_metrics_and_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, seed: &str| {
+        let out = dir.path().join(name);
+        ok(ropelab(&[
+            "train",
+            "--task",
+            "letter",
+            "--preset",
+            "tiny",
+            "--seed",
+            seed,
+            "--out",
+            out.to_str().unwrap(),
+        ]));
+        out
+    };
+    let (a, b, c) = (run("a", "1"), run("b", "1"), run("c", "2"));
+    let weights = "checkpoints/step-000040/model.safetensors";
+    assert_eq!(
+        read(&a.join("metrics.jsonl")),
+        read(&b.join("metrics.jsonl"))
+    );
+    assert_eq!(read(&a.join(weights)), read(&b.join(weights)));
+    assert_ne!(read(&a.join(weights)), read(&c.join(weights)));
+    for file in [
+        "config.json",
+        "ropelab.json",
+        "state.json",
+        "optimizer.safetensors",
+    ] {
+        assert!(
+            a.join("checkpoints/step-000040").join(file).is_file(),
+            "{file}"
+        );
+    }
+    let hf: serde_json::Value =
+        serde_json::from_slice(&read(&a.join("checkpoints/step-000040/config.json"))).unwrap();
+    assert_eq!(hf["model_type"], "gptj");
+    assert_eq!(hf["vocab_size"], 129);
+
+    let text = ok(ropelab(&[
+        "eval",
+        "--run",
+        a.to_str().unwrap(),
+        "--extra",
+        "3",
+        "--n",
+        "50",
+    ]));
+    assert!(text.contains("accuracy"), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&read(&a.join("eval/step-000040-extra-3.json"))).unwrap();
+    assert_eq!(report["seq_len"], 20);
+    assert_eq!(report["n"], 50);
+}
+
+#[test]
+fn a_killed_run_resumes_to_the_same_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = "3000";
+    let killed = dir.path().join("killed");
+    let whole = dir.path().join("whole");
+    let args = |out: &Path| {
+        vec![
+            "train".to_owned(),
+            "--task".into(),
+            "number".into(),
+            "--preset".into(),
+            "tiny".into(),
+            "--steps".into(),
+            steps.into(),
+            "--save-every".into(),
+            "25".into(),
+            "--out".into(),
+            out.to_str().unwrap().to_owned(),
+        ]
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args(args(&killed))
+        .env("RAYON_NUM_THREADS", "2")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = killed.join("checkpoints/step-000050/state.json");
+    let start = Instant::now();
+    while !marker.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no checkpoint appeared"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        !killed.join("checkpoints/step-003000").exists(),
+        "the run finished before it was killed"
+    );
+
+    let out = ropelab(&["train", "--resume", "--out", killed.to_str().unwrap()]);
+    let text = ok(out);
+    assert!(text.contains("resuming"), "{text}");
+    let args_whole = args(&whole);
+    ok(ropelab(
+        &args_whole.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+
+    let weights = "checkpoints/step-003000/model.safetensors";
+    assert_eq!(read(&killed.join(weights)), read(&whole.join(weights)));
+    assert_eq!(
+        read(&killed.join("metrics.jsonl")),
+        read(&whole.join("metrics.jsonl"))
+    );
+}
+
+#[test]
+fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Preset::Tiny.config(TaskKind::Number);
+    config.optim.lr = 1e30;
+    let path = dir.path().join("diverge.toml");
+    std::fs::write(&path, config.to_toml()).unwrap();
+    let run = dir.path().join("run");
+    let out = ropelab(&[
+        "train",
+        "--config",
+        path.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    one_line_error(&out, "the training loss became");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("step-000000"), "{err}");
+    assert!(run
+        .join("checkpoints/step-000000/model.safetensors")
+        .is_file());
+}
+
+#[test]
+fn bad_training_input_gives_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let o = out_dir.to_str().unwrap();
+    one_line_error(
+        &ropelab(&["train", "--task", "number", "--preset", "huge", "--out", o]),
+        "unknown preset",
+    );
+    one_line_error(
+        &ropelab(&["train", "--resume", "--out", o]),
+        "no such directory",
+    );
+    one_line_error(&ropelab(&["eval", "--run", o]), "no such directory");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    one_line_error(&ropelab(&["train", "--resume", "--out", o]), "config.toml");
+
+    let mut config = Preset::Tiny.config(TaskKind::Letter);
+    for (field, value, needle) in [
+        ("n_layers = 2", "n_layers = 0", "n_layers"),
+        ("d_model = 16", "d_model = 17", "multiple of n_heads"),
+        ("rotary_dim = 8", "rotary_dim = 9", "even"),
+        ("rotary_dim = 8", "rotary_dim = 12", "larger than d_head"),
+    ] {
+        let path = dir.path().join("bad.toml");
+        let text = config.to_toml().replace(field, value);
+        assert_ne!(text, config.to_toml(), "{field} not found");
+        std::fs::write(&path, text).unwrap();
+        let run = dir.path().join("never");
+        let out = ropelab(&[
+            "train",
+            "--config",
+            path.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+        ]);
+        one_line_error(&out, needle);
+        one_line_error(&out, "bad.toml");
+        assert!(!run.exists(), "a rejected config created {}", run.display());
+    }
+    config.optim.steps = 3;
+    let path = dir.path().join("ok.toml");
+    std::fs::write(&path, config.to_toml()).unwrap();
+    let run = dir.path().join("twice");
+    ok(ropelab(&[
+        "train",
+        "--config",
+        path.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]));
+    let again = ropelab(&[
+        "train",
+        "--config",
+        path.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    one_line_error(&again, "already holds a run");
+    one_line_error(
+        &ropelab(&["eval", "--run", run.to_str().unwrap(), "--step", "7"]),
+        "no checkpoint at step 7",
+    );
+}

@@ -1,0 +1,368 @@
+//! A training run's full configuration (task, data, model, optimisation) and the presets.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use ropelab_model::{ModelConfig, PositionEncoding};
+use ropelab_tasks::{Layout, Task, TaskKind};
+use serde::{Deserialize, Serialize};
+
+use crate::{Result, TrainError};
+
+/// Dataset sizes per split (samples of the task, see ropelab-tasks).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// Training samples (the order repeats after one epoch).
+    pub train: usize,
+    /// Validation samples evaluated every `eval_every` steps.
+    pub val: usize,
+    /// Test samples used by `eval`.
+    pub test: usize,
+}
+
+/// Optimisation and bookkeeping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimConfig {
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Sequences per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// AdamW beta1.
+    pub beta1: f64,
+    /// AdamW beta2.
+    pub beta2: f64,
+    /// AdamW epsilon.
+    #[serde(default = "default_eps")]
+    pub eps: f64,
+    /// Decoupled weight decay (not applied to biases and LayerNorm weights).
+    pub weight_decay: f64,
+    /// Linear warm-up steps, then linear decay to 0 at `steps`.
+    pub warmup: usize,
+    /// Evaluate on the validation split every this many steps (and at the end).
+    pub eval_every: usize,
+    /// Save a checkpoint every this many steps (and at step 0 and the end).
+    pub save_every: usize,
+    /// Log the training loss every this many steps.
+    pub log_every: usize,
+}
+
+fn default_eps() -> f64 {
+    1e-8
+}
+
+/// Everything that determines a run; saved as `config.toml` in the run directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Name of the preset this config came from (informational).
+    pub preset: String,
+    /// Which task.
+    pub task: TaskKind,
+    /// Seed: fixes data order, initialisation and dropout.
+    pub seed: u64,
+    /// Task layout.
+    pub layout: Layout,
+    /// Dataset sizes.
+    pub data: DataConfig,
+    /// Model architecture.
+    pub model: ModelConfig,
+    /// Optimisation.
+    pub optim: OptimConfig,
+}
+
+/// A named starting configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// The paper's model and schedule (spec/model.md).
+    Paper,
+    /// The smallest setting that learns both tasks in minutes on 2 cores.
+    Quick,
+    /// A few steps of a minute model, for tests.
+    Tiny,
+}
+
+impl FromStr for Preset {
+    type Err = TrainError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "paper" => Ok(Preset::Paper),
+            "quick" => Ok(Preset::Quick),
+            "tiny" => Ok(Preset::Tiny),
+            other => Err(TrainError::Config(format!(
+                "unknown preset {other:?} (expected paper, quick or tiny)"
+            ))),
+        }
+    }
+}
+
+impl Preset {
+    /// The preset's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Paper => "paper",
+            Preset::Quick => "quick",
+            Preset::Tiny => "tiny",
+        }
+    }
+
+    /// The full run configuration of this preset for `task`.
+    pub fn config(self, task: TaskKind) -> RunConfig {
+        let layout = Layout::default();
+        let vocab_size = Task::new(task, layout.clone())
+            .expect("the default layout is valid")
+            .vocab()
+            .len();
+        let (model, optim, data) = match self {
+            Preset::Paper => (
+                ModelConfig {
+                    vocab_size,
+                    n_layers: 12,
+                    n_heads: 1,
+                    d_model: 128,
+                    d_mlp: 512,
+                    ln_eps: 1e-5,
+                    dropout: 0.1,
+                    tied_embeddings: false,
+                    position: PositionEncoding::gptj(128),
+                    layer_positions: vec![],
+                },
+                OptimConfig {
+                    steps: 6000,
+                    batch_size: 64,
+                    lr: 1e-4,
+                    beta1: 0.95,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay: 1e-4,
+                    warmup: 750,
+                    eval_every: 500,
+                    save_every: 500,
+                    log_every: 50,
+                },
+                DataConfig {
+                    train: 432_000,
+                    val: 2_400,
+                    test: 45_600,
+                },
+            ),
+            Preset::Quick => (
+                ModelConfig {
+                    vocab_size,
+                    n_layers: 6,
+                    n_heads: 1,
+                    d_model: 64,
+                    d_mlp: 256,
+                    ln_eps: 1e-5,
+                    dropout: 0.0,
+                    tied_embeddings: false,
+                    position: PositionEncoding::gptj(64),
+                    layer_positions: vec![],
+                },
+                OptimConfig {
+                    steps: 3000,
+                    batch_size: 64,
+                    lr: 1e-3,
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay: 1e-4,
+                    warmup: 200,
+                    eval_every: 250,
+                    save_every: 250,
+                    log_every: 50,
+                },
+                DataConfig {
+                    train: 432_000,
+                    val: 1_024,
+                    test: 4_096,
+                },
+            ),
+            Preset::Tiny => (
+                ModelConfig {
+                    vocab_size,
+                    n_layers: 2,
+                    n_heads: 2,
+                    d_model: 16,
+                    d_mlp: 32,
+                    ln_eps: 1e-5,
+                    dropout: 0.1,
+                    tied_embeddings: false,
+                    position: PositionEncoding::gptj(8),
+                    layer_positions: vec![],
+                },
+                OptimConfig {
+                    steps: 40,
+                    batch_size: 8,
+                    lr: 3e-3,
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay: 1e-4,
+                    warmup: 5,
+                    eval_every: 10,
+                    save_every: 10,
+                    log_every: 5,
+                },
+                DataConfig {
+                    train: 4_096,
+                    val: 64,
+                    test: 128,
+                },
+            ),
+        };
+        RunConfig {
+            preset: self.name().to_owned(),
+            task,
+            seed: 0,
+            layout,
+            data,
+            model,
+            optim,
+        }
+    }
+}
+
+impl RunConfig {
+    /// Checks every value; the error names the first bad one.
+    pub fn check(&self) -> Result<()> {
+        let task = Task::new(self.task, self.layout.clone())?;
+        self.model.check()?;
+        if self.model.vocab_size < task.vocab().len() {
+            return Err(TrainError::Config(format!(
+                "model.vocab_size {} is smaller than the {} task's vocabulary of {}",
+                self.model.vocab_size,
+                self.task,
+                task.vocab().len()
+            )));
+        }
+        let o = &self.optim;
+        let positive = [
+            ("optim.steps", o.steps),
+            ("optim.batch_size", o.batch_size),
+            ("optim.eval_every", o.eval_every),
+            ("optim.save_every", o.save_every),
+            ("optim.log_every", o.log_every),
+            ("data.train", self.data.train),
+            ("data.val", self.data.val),
+            ("data.test", self.data.test),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(TrainError::Config(format!("{name} must be at least 1")));
+        }
+        if !(o.lr.is_finite() && o.lr > 0.0) {
+            return Err(TrainError::Config(format!(
+                "optim.lr must be positive, got {}",
+                o.lr
+            )));
+        }
+        for (name, b) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return Err(TrainError::Config(format!(
+                    "{name} must be in [0, 1), got {b}"
+                )));
+            }
+        }
+        if !(o.eps.is_finite() && o.eps > 0.0) {
+            return Err(TrainError::Config(format!(
+                "optim.eps must be positive, got {}",
+                o.eps
+            )));
+        }
+        if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
+            return Err(TrainError::Config(format!(
+                "optim.weight_decay must be non-negative, got {}",
+                o.weight_decay
+            )));
+        }
+        Ok(())
+    }
+
+    /// Parses a TOML run config; `path` names the file in errors.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self> {
+        let config: Self = toml::from_str(text).map_err(|e| TrainError::ConfigFile {
+            path: path.to_owned(),
+            message: e.message().to_owned(),
+        })?;
+        config.check().map_err(|e| TrainError::ConfigFile {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(config)
+    }
+
+    /// Reads a TOML run config.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+        Self::from_toml(&text, path)
+    }
+
+    /// The config as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a run config always serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_valid_and_round_trip() {
+        for preset in [Preset::Paper, Preset::Quick, Preset::Tiny] {
+            for task in TaskKind::ALL {
+                let c = preset.config(task);
+                c.check().unwrap();
+                assert_eq!(
+                    RunConfig::from_toml(&c.to_toml(), Path::new("x")).unwrap(),
+                    c
+                );
+            }
+        }
+        assert!("huge"
+            .parse::<Preset>()
+            .unwrap_err()
+            .to_string()
+            .contains("unknown preset"));
+    }
+
+    #[test]
+    fn bad_values_are_named_with_the_file() {
+        let base = Preset::Tiny.config(TaskKind::Number).to_toml();
+        let bad = base.replace("n_layers = 2", "n_layers = 0");
+        let err = RunConfig::from_toml(&bad, Path::new("run.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("run.toml") && err.contains("n_layers"),
+            "{err}"
+        );
+        let bad = base.replace("d_model = 16", "d_model = 15");
+        let err = RunConfig::from_toml(&bad, Path::new("run.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("multiple of n_heads"), "{err}");
+        let bad = base.replace("rotary_dim = 8", "rotary_dim = 7");
+        let err = RunConfig::from_toml(&bad, Path::new("run.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("even"), "{err}");
+        let bad = base.replace("rotary_dim = 8", "rotary_dim = 10");
+        let err = RunConfig::from_toml(&bad, Path::new("run.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("larger than d_head"), "{err}");
+        let bad = base.replace("batch_size = 8", "batch_size = 0");
+        let err = RunConfig::from_toml(&bad, Path::new("run.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("batch_size"), "{err}");
+        let err = RunConfig::from_toml("task = 3", Path::new("run.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("run.toml"), "{err}");
+    }
+}

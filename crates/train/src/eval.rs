@@ -1,0 +1,58 @@
+//! Test-split evaluation of a checkpoint, optionally on length-extended inputs.
+
+use std::path::Path;
+
+use candle_core::Device;
+use ropelab_tasks::{Dataset, Split, Task};
+use serde::Serialize;
+
+use crate::data::{evaluate, Accuracy};
+use crate::{Result, RunDir, TrainError, EVAL_BATCH};
+
+/// The result of `ropelab eval`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    /// Checkpoint step.
+    pub step: usize,
+    /// Extension tokens inserted before the target window.
+    pub extra: usize,
+    /// Input length.
+    pub seq_len: usize,
+    /// Test accuracy.
+    #[serde(flatten)]
+    pub accuracy: Accuracy,
+}
+
+/// Evaluates checkpoint `step` (default: the latest) of the run in `root` on `n` test samples
+/// (default: the config's test size) with `extra` extension tokens.
+pub fn eval_checkpoint(
+    root: &Path,
+    step: Option<usize>,
+    extra: usize,
+    n: Option<usize>,
+    device: &Device,
+) -> Result<EvalReport> {
+    let (dir, config) = RunDir::open(root)?;
+    let steps = dir.checkpoints()?;
+    let step = match step {
+        Some(s) if steps.contains(&s) => s,
+        Some(s) => {
+            return Err(TrainError::run_dir(
+                root,
+                format!("has no checkpoint at step {s} (it has {steps:?})"),
+            ))
+        }
+        None => dir.latest_checkpoint()?,
+    };
+    let model = dir.load_model(step, &config, device)?;
+    let task = Task::new(config.task, config.layout.clone())?;
+    let n = n.unwrap_or(config.data.test);
+    let data = Dataset::new(task, config.seed, Split::Test, n, extra)?;
+    let accuracy = evaluate(&model, &data, EVAL_BATCH)?;
+    Ok(EvalReport {
+        step,
+        extra,
+        seq_len: config.layout.core_len() + extra,
+        accuracy,
+    })
+}

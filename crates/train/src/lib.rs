@@ -1,0 +1,20 @@
+//! # ropelab-train
+//!
+//! Trains ropelab's GPT-J on a task (spec/model.md, spec/tasks.md section 3): last-token
+//! cross-entropy, AdamW with linear warm-up and decay, validation every k steps, `metrics.jsonl`,
+//! checkpoints with Hugging Face names, exact resume, and evaluation (overall and per hop,
+//! optionally on length-extended inputs).
+
+mod config;
+pub mod data;
+mod error;
+pub mod eval;
+pub mod optim;
+mod run_dir;
+mod trainer;
+
+pub use config::{DataConfig, OptimConfig, Preset, RunConfig};
+pub use data::{evaluate, Accuracy};
+pub use error::{Result, TrainError};
+pub use run_dir::{CheckpointState, RunDir};
+pub use trainer::{MetricsLine, Progress, Trainer, EVAL_BATCH};

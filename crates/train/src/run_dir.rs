@@ -1,0 +1,247 @@
+//! The run directory: `config.toml`, `metrics.jsonl`, and `checkpoints/step-NNNNNN/` holding
+//! `model.safetensors` (Hugging Face GPT-J names), `config.json` (transformers), `ropelab.json`
+//! (the run config), `optimizer.safetensors` and `state.json` (to resume). A checkpoint is
+//! written to a temporary directory and renamed into place, so it is complete or absent.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use candle_core::Device;
+use ropelab_model::checkpoint::{
+    hf_config, load_tensors, load_weights, save_tensors, save_weights,
+};
+use ropelab_model::GptJ;
+use serde::{Deserialize, Serialize};
+
+use crate::optim::AdamW;
+use crate::{Result, RunConfig, TrainError};
+
+/// What `state.json` records besides the tensors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    /// Optimizer steps done.
+    pub step: usize,
+    /// AdamW updates done (equals `step`).
+    pub adam_updates: usize,
+    /// Sum of the training losses since the last metrics line (so a resumed run logs the same
+    /// averages as an uninterrupted one).
+    pub pending_loss_sum: f64,
+    /// Number of losses in `pending_loss_sum`.
+    pub pending_loss_count: usize,
+}
+
+/// A run directory on disk.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    root: PathBuf,
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".ropelab-")
+        .tempfile_in(dir)
+        .map_err(|e| TrainError::io(path, e))?;
+    tmp.write_all(bytes).map_err(|e| TrainError::io(path, e))?;
+    tmp.persist(path)
+        .map_err(|e| TrainError::io(path, e.error))?;
+    Ok(())
+}
+
+impl RunDir {
+    /// The run directory at `root` (nothing is touched).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `config.toml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+
+    /// `metrics.jsonl`.
+    pub fn metrics_path(&self) -> PathBuf {
+        self.root.join("metrics.jsonl")
+    }
+
+    /// `checkpoints/`.
+    pub fn checkpoints_dir(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+
+    /// `checkpoints/step-NNNNNN/`.
+    pub fn checkpoint_dir(&self, step: usize) -> PathBuf {
+        self.checkpoints_dir().join(format!("step-{step:06}"))
+    }
+
+    /// Creates a fresh run directory holding `config`; refuses one that already holds a run.
+    pub fn create(root: impl Into<PathBuf>, config: &RunConfig) -> Result<Self> {
+        let dir = Self::new(root);
+        if dir.config_path().exists() || dir.checkpoints_dir().exists() {
+            return Err(TrainError::run_dir(
+                &dir.root,
+                "already holds a run; resume it with --resume or choose another --out",
+            ));
+        }
+        fs::create_dir_all(dir.checkpoints_dir()).map_err(|e| TrainError::io(&dir.root, e))?;
+        write_atomic(&dir.config_path(), config.to_toml().as_bytes())?;
+        Ok(dir)
+    }
+
+    /// Opens an existing run directory and reads its config.
+    pub fn open(root: impl Into<PathBuf>) -> Result<(Self, RunConfig)> {
+        let dir = Self::new(root);
+        if !dir.root.is_dir() {
+            return Err(TrainError::run_dir(&dir.root, "no such directory"));
+        }
+        if !dir.config_path().is_file() {
+            return Err(TrainError::run_dir(
+                &dir.root,
+                "has no config.toml: not a ropelab run",
+            ));
+        }
+        let config = RunConfig::load(&dir.config_path())?;
+        Ok((dir, config))
+    }
+
+    /// Steps of the complete checkpoints, ascending.
+    pub fn checkpoints(&self) -> Result<Vec<usize>> {
+        let dir = self.checkpoints_dir();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(TrainError::io(dir, e)),
+        };
+        let mut steps: Vec<usize> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let step = name.strip_prefix("step-")?.parse().ok()?;
+                e.path().join("state.json").is_file().then_some(step)
+            })
+            .collect();
+        steps.sort_unstable();
+        Ok(steps)
+    }
+
+    /// The latest complete checkpoint, or an error saying there is none.
+    pub fn latest_checkpoint(&self) -> Result<usize> {
+        self.checkpoints()?
+            .last()
+            .copied()
+            .ok_or_else(|| TrainError::run_dir(&self.root, "has no checkpoints"))
+    }
+
+    /// Writes checkpoint `step` atomically (a previous one of the same step is replaced).
+    pub fn save_checkpoint(
+        &self,
+        state: &CheckpointState,
+        model: &GptJ,
+        optimizer: &AdamW,
+        config: &RunConfig,
+    ) -> Result<PathBuf> {
+        let step = state.step;
+        let parent = self.checkpoints_dir();
+        fs::create_dir_all(&parent).map_err(|e| TrainError::io(&parent, e))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp-step-")
+            .tempdir_in(&parent)
+            .map_err(|e| TrainError::io(&parent, e))?;
+        save_weights(model, &tmp.path().join("model.safetensors"))?;
+        save_tensors(
+            &optimizer.state(),
+            &tmp.path().join("optimizer.safetensors"),
+        )?;
+        write_atomic(
+            &tmp.path().join("config.json"),
+            pretty(&hf_config(&config.model)).as_bytes(),
+        )?;
+        write_atomic(&tmp.path().join("ropelab.json"), pretty(config).as_bytes())?;
+        write_atomic(&tmp.path().join("state.json"), pretty(state).as_bytes())?;
+        let target = self.checkpoint_dir(step);
+        if target.exists() {
+            let old = tempfile::Builder::new()
+                .prefix(".old-step-")
+                .tempdir_in(&parent)
+                .map_err(|e| TrainError::io(&parent, e))?;
+            fs::rename(&target, old.path().join("x")).map_err(|e| TrainError::io(&target, e))?;
+        }
+        let kept = tmp.keep();
+        fs::rename(&kept, &target).map_err(|e| TrainError::io(&target, e))?;
+        Ok(target)
+    }
+
+    /// Loads the model of checkpoint `step` with `config`'s architecture.
+    pub fn load_model(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
+        let path = self.checkpoint_dir(step).join("model.safetensors");
+        Ok(load_weights(config.model.clone(), &path, device)?)
+    }
+
+    /// Loads model and optimizer of checkpoint `step`.
+    pub fn load_training_state(
+        &self,
+        step: usize,
+        config: &RunConfig,
+        device: &Device,
+    ) -> Result<(GptJ, AdamW, CheckpointState)> {
+        let dir = self.checkpoint_dir(step);
+        let model = self.load_model(step, config, device)?;
+        let state_path = dir.join("state.json");
+        let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
+        let state: CheckpointState = serde_json::from_str(&text)
+            .map_err(|e| TrainError::run_dir(&state_path, format!("unreadable: {e}")))?;
+        let mut optimizer = AdamW::new(&model.named_vars(), &config.optim)?;
+        let tensors = load_tensors(&dir.join("optimizer.safetensors"), device)?;
+        optimizer
+            .restore(tensors, state.adam_updates)
+            .map_err(|e| TrainError::run_dir(&dir, e))?;
+        Ok((model, optimizer, state))
+    }
+
+    /// Keeps only the metrics lines of steps up to `step` (and drops a torn last line), so a
+    /// resumed run appends exactly what an uninterrupted one would have written.
+    pub fn truncate_metrics(&self, step: usize) -> Result<()> {
+        let path = self.metrics_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(TrainError::io(path, e)),
+        };
+        let kept: String = text
+            .split_inclusive('\n')
+            .filter(|line| line.ends_with('\n'))
+            .filter(|line| {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .ok()
+                    .and_then(|v| v["step"].as_u64())
+                    .is_some_and(|s| s as usize <= step)
+            })
+            .collect();
+        write_atomic(&path, kept.as_bytes())
+    }
+
+    /// Appends one JSON line to `metrics.jsonl` and flushes it.
+    pub fn append_metrics(&self, line: &impl Serialize) -> Result<()> {
+        let path = self.metrics_path();
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| TrainError::io(&path, e))?;
+        let mut text = serde_json::to_string(line).expect("metrics serialise");
+        text.push('\n');
+        file.write_all(text.as_bytes())
+            .map_err(|e| TrainError::io(&path, e))
+    }
+}
+
+/// Pretty JSON of checkpoint metadata.
+fn pretty(value: &impl Serialize) -> String {
+    serde_json::to_string_pretty(value).expect("checkpoint metadata serialises")
+}

@@ -1,0 +1,236 @@
+//! The training loop: last-token cross-entropy, AdamW with warm-up and decay, periodic
+//! validation, metrics lines, checkpoints, exact resume, and a stop on a non-finite loss.
+
+use std::path::Path;
+
+use candle_core::Device;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use ropelab_model::ops::{cross_entropy, Dropout};
+use ropelab_model::{GptJ, Hooks};
+use ropelab_tasks::{Dataset, Split, Task};
+use serde::Serialize;
+
+use crate::data::{batch, evaluate, Accuracy};
+use crate::optim::{lr_at, AdamW};
+use crate::run_dir::{CheckpointState, RunDir};
+use crate::{Result, RunConfig, TrainError};
+
+/// Sequences per evaluation batch.
+pub const EVAL_BATCH: usize = 512;
+
+/// One line of `metrics.jsonl`.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsLine {
+    /// Optimizer steps done.
+    pub step: usize,
+    /// Learning rate of the last update.
+    pub lr: f64,
+    /// Mean training loss since the previous line (absent at step 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    /// Validation accuracy and loss, on evaluation steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val: Option<Accuracy>,
+}
+
+/// What the loop reports after each step.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Steps done.
+    pub step: usize,
+    /// Steps in the run.
+    pub total: usize,
+    /// This step's training loss.
+    pub loss: f32,
+    /// The latest validation accuracy.
+    pub val_accuracy: Option<f64>,
+}
+
+/// A training run bound to its directory.
+pub struct Trainer {
+    dir: RunDir,
+    config: RunConfig,
+    model: GptJ,
+    optimizer: AdamW,
+    train: Dataset,
+    val: Dataset,
+    state: CheckpointState,
+    last_val: Option<f64>,
+}
+
+fn datasets(config: &RunConfig) -> Result<(Dataset, Dataset)> {
+    let task = Task::new(config.task, config.layout.clone())?;
+    Ok((
+        Dataset::new(
+            task.clone(),
+            config.seed,
+            Split::Train,
+            config.data.train,
+            0,
+        )?,
+        Dataset::new(task, config.seed, Split::Val, config.data.val, 0)?,
+    ))
+}
+
+impl Trainer {
+    /// Starts a new run in `root`: writes `config.toml`, initialises the model from the seed,
+    /// evaluates it and saves checkpoint 0.
+    pub fn start(root: &Path, config: RunConfig, device: &Device) -> Result<Self> {
+        config.check()?;
+        let dir = RunDir::create(root, &config)?;
+        let model = GptJ::new(config.model.clone(), config.seed, device)?;
+        let optimizer = AdamW::new(&model.named_vars(), &config.optim)?;
+        let (train, val) = datasets(&config)?;
+        let mut trainer = Self {
+            dir,
+            config,
+            model,
+            optimizer,
+            train,
+            val,
+            state: CheckpointState {
+                step: 0,
+                adam_updates: 0,
+                pending_loss_sum: 0.0,
+                pending_loss_count: 0,
+            },
+            last_val: None,
+        };
+        let val = evaluate(&trainer.model, &trainer.val, EVAL_BATCH)?;
+        trainer.last_val = Some(val.accuracy);
+        trainer.dir.append_metrics(&MetricsLine {
+            step: 0,
+            lr: 0.0,
+            loss: None,
+            val: Some(val),
+        })?;
+        trainer.save()?;
+        Ok(trainer)
+    }
+
+    /// Resumes the run in `root` from its latest checkpoint; `steps` may extend the run.
+    pub fn resume(root: &Path, steps: Option<usize>, device: &Device) -> Result<Self> {
+        let (dir, mut config) = RunDir::open(root)?;
+        if let Some(steps) = steps {
+            config.optim.steps = steps;
+            config.check()?;
+        }
+        let step = dir.latest_checkpoint()?;
+        let (model, optimizer, state) = dir.load_training_state(step, &config, device)?;
+        dir.truncate_metrics(step)?;
+        let (train, val) = datasets(&config)?;
+        Ok(Self {
+            dir,
+            config,
+            model,
+            optimizer,
+            train,
+            val,
+            state,
+            last_val: None,
+        })
+    }
+
+    /// The model in its current state.
+    pub fn model(&self) -> &GptJ {
+        &self.model
+    }
+
+    /// The run's configuration.
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    /// Steps done.
+    pub fn step(&self) -> usize {
+        self.state.step
+    }
+
+    fn save(&self) -> Result<()> {
+        self.dir
+            .save_checkpoint(&self.state, &self.model, &self.optimizer, &self.config)?;
+        Ok(())
+    }
+
+    /// Trains until `optim.steps`, calling `observe` after every step. Returns the final
+    /// validation accuracy.
+    pub fn run(&mut self, mut observe: impl FnMut(&Progress)) -> Result<Option<Accuracy>> {
+        let o = self.config.optim.clone();
+        let vars_owned = self.model.clone();
+        let vars = vars_owned.named_vars();
+        let mut last = None;
+        while self.state.step < o.steps {
+            let step = self.state.step + 1;
+            let n = self.train.len();
+            let indices: Vec<usize> = (0..o.batch_size)
+                .map(|j| ((step - 1) * o.batch_size + j) % n)
+                .collect();
+            let b = batch(&self.train, &indices, self.model.device())?;
+            let mut dropout = (self.config.model.dropout > 0.0).then(|| {
+                let mut key = [0u8; 32];
+                key[..8].copy_from_slice(&self.config.seed.to_le_bytes());
+                key[8..16].copy_from_slice(&(step as u64).to_le_bytes());
+                key[16] = 0xD7;
+                Dropout::new(self.config.model.dropout, ChaCha8Rng::from_seed(key))
+            });
+            let logits = self
+                .model
+                .forward_last(&b.ids, &mut Hooks::new(), dropout.as_mut())?;
+            let loss = cross_entropy(&logits, &b.targets)?;
+            let loss_value: f32 = loss.to_scalar()?;
+            if !loss_value.is_finite() {
+                let last_good = self
+                    .dir
+                    .checkpoints()?
+                    .last()
+                    .map(|s| self.dir.checkpoint_dir(*s).display().to_string())
+                    .unwrap_or_else(|| "none".into());
+                return Err(TrainError::Diverged {
+                    step,
+                    loss: loss_value,
+                    last_good,
+                });
+            }
+            let grads = loss.backward()?;
+            let lr = lr_at(step, &o);
+            self.optimizer.step(&vars, &grads, lr)?;
+            self.state.step = step;
+            self.state.adam_updates = self.optimizer.updates();
+            self.state.pending_loss_sum += f64::from(loss_value);
+            self.state.pending_loss_count += 1;
+
+            let is_last = step == o.steps;
+            let eval_now = step % o.eval_every == 0 || is_last;
+            if eval_now || step % o.log_every == 0 {
+                let val = if eval_now {
+                    let acc = evaluate(&self.model, &self.val, EVAL_BATCH)?;
+                    self.last_val = Some(acc.accuracy);
+                    last = Some(acc.clone());
+                    Some(acc)
+                } else {
+                    None
+                };
+                let mean = self.state.pending_loss_sum / self.state.pending_loss_count as f64;
+                self.dir.append_metrics(&MetricsLine {
+                    step,
+                    lr,
+                    loss: Some(mean),
+                    val,
+                })?;
+                self.state.pending_loss_sum = 0.0;
+                self.state.pending_loss_count = 0;
+            }
+            if step % o.save_every == 0 || is_last {
+                self.save()?;
+            }
+            observe(&Progress {
+                step,
+                total: o.steps,
+                loss: loss_value,
+                val_accuracy: self.last_val,
+            });
+        }
+        Ok(last)
+    }
+}
