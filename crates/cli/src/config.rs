@@ -22,6 +22,20 @@ pub struct StudyConfig {
     pub seed: u64,
     /// Dataset sizes and task layout.
     pub tasks: TasksConfig,
+    /// Training of one model per task.
+    pub train: StudyTrain,
+}
+
+/// How `reproduce` trains its models.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyTrain {
+    /// Training preset (`paper`, `quick` or `tiny`); data sizes, layout and seed come from
+    /// the study.
+    pub preset: String,
+    /// Optimizer steps (default: the preset's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<usize>,
 }
 
 /// Dataset sizes per split and the task layout.
@@ -43,6 +57,15 @@ pub struct TasksConfig {
 }
 
 impl TasksConfig {
+    /// The split sizes as a training data config.
+    pub fn data(&self) -> ropelab_train::DataConfig {
+        ropelab_train::DataConfig {
+            train: self.train,
+            val: self.val,
+            test: self.test,
+        }
+    }
+
     /// The task layout these settings describe.
     pub fn layout(&self) -> Layout {
         Layout {
@@ -63,6 +86,15 @@ impl StudyConfig {
             .layout()
             .check()
             .with_context(|| format!("{origin}: [tasks]"))?;
+        config
+            .train
+            .preset
+            .parse::<ropelab_train::Preset>()
+            .with_context(|| format!("{origin}: [train] preset"))?;
+        anyhow::ensure!(
+            config.train.steps != Some(0),
+            "{origin}: [train] steps must be at least 1"
+        );
         for (split, n) in [
             ("train", config.tasks.train),
             ("val", config.tasks.val),
@@ -122,6 +154,9 @@ mod tests {
         let text = QUICK.replace("hops = [1, 2, 3, 4]", "hops = [1, 12]");
         let err = format!("{:#}", StudyConfig::parse(&text, "my.toml").unwrap_err());
         assert!(err.contains("my.toml") && err.contains("12 hops"), "{err}");
+        let text = QUICK.replace("preset = \"quick\"", "preset = \"huge\"");
+        let err = format!("{:#}", StudyConfig::parse(&text, "my.toml").unwrap_err());
+        assert!(err.contains("unknown preset"), "{err}");
         let text = QUICK.replace("seed = 0", "seed = 0\ncolour = \"red\"");
         let err = StudyConfig::parse(&text, "my.toml")
             .unwrap_err()

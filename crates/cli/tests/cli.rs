@@ -202,7 +202,8 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     std::fs::write(
         &config,
         "name = \"small\"\nseed = 3\n[tasks]\ntrain = 500\nval = 20\ntest = 40\n\
-         target_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n",
+         target_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n\
+         [train]\npreset = \"tiny\"\nsteps = 5\n",
     )
     .unwrap();
     let run = dir.path().join("run");

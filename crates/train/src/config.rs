@@ -163,17 +163,17 @@ impl Preset {
                     layer_positions: vec![],
                 },
                 OptimConfig {
-                    steps: 3000,
+                    steps: 1500,
                     batch_size: 64,
                     lr: 1e-3,
                     beta1: 0.9,
                     beta2: 0.999,
                     eps: 1e-8,
                     weight_decay: 1e-4,
-                    warmup: 200,
-                    eval_every: 250,
-                    save_every: 250,
-                    log_every: 50,
+                    warmup: 150,
+                    eval_every: 100,
+                    save_every: 100,
+                    log_every: 25,
                 },
                 DataConfig {
                     train: 432_000,
@@ -227,6 +227,16 @@ impl Preset {
 }
 
 impl RunConfig {
+    /// This config with another seed, layout and data sizes (the vocabulary follows the layout).
+    pub fn with_data(mut self, seed: u64, layout: Layout, data: DataConfig) -> Result<Self> {
+        self.model.vocab_size = Task::new(self.task, layout.clone())?.vocab().len();
+        self.seed = seed;
+        self.layout = layout;
+        self.data = data;
+        self.check()?;
+        Ok(self)
+    }
+
     /// Checks every value; the error names the first bad one.
     pub fn check(&self) -> Result<()> {
         let task = Task::new(self.task, self.layout.clone())?;

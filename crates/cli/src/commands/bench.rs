@@ -13,6 +13,8 @@ use ropelab_tasks::{write_jsonl, Dataset, Layout, Split, Task, TaskKind};
 pub enum BenchCommand {
     /// Task generation: samples/s for generating, validating and writing JSON Lines.
     Gen(BenchGenArgs),
+    /// Training steps/s of a preset, split into forward, backward and optimizer.
+    Train(super::bench_train::BenchTrainArgs),
 }
 
 /// Arguments of `ropelab bench gen`.
@@ -30,6 +32,7 @@ pub struct BenchGenArgs {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Gen(args) => bench_gen(args),
+        BenchCommand::Train(args) => super::bench_train::run(args),
     }
 }
 

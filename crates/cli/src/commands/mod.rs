@@ -1,6 +1,7 @@
 //! One file per subcommand; each parses its arguments and calls the library crates.
 
 mod bench;
+mod bench_train;
 mod eval;
 mod gen;
 mod reproduce;

@@ -1,13 +1,18 @@
 //! `ropelab reproduce`: the study end to end from one config. So far: generate and validate
-//! both tasks' train/val/test datasets, write the test splits and a summary.
+//! both tasks' datasets, then train one model per task and report its test accuracy.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
+use candle_core::Device;
 use clap::Args;
 use ropelab_tasks::{summarize, write_jsonl, Dataset, Split, Summary, Task, TaskKind};
+use ropelab_train::eval::{eval_checkpoint, EvalReport};
+use ropelab_train::{Preset, RunDir, Trainer};
 use serde::Serialize;
 
 use super::progress;
@@ -97,7 +102,94 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
         invalid == 0,
         "{invalid} generated samples failed validation"
     );
+
+    let mut trained = Vec::new();
+    for kind in TaskKind::ALL {
+        trained.push(train_task(&config, kind, &args.out)?);
+    }
+    println!("{}", training_table(&trained));
+    let json = serde_json::to_string_pretty(&trained)?;
+    write_atomic(&args.out.join("training.json"), json.as_bytes())?;
     Ok(())
+}
+
+/// One trained model of the study.
+#[derive(Debug, Serialize)]
+struct Trained {
+    task: TaskKind,
+    run: String,
+    steps: usize,
+    train_seconds: f64,
+    test: EvalReport,
+}
+
+/// Trains (or resumes, or reuses) the study's model for `kind` in `out/<task>` and evaluates
+/// its last checkpoint on the test split.
+fn train_task(config: &StudyConfig, kind: TaskKind, out: &Path) -> Result<Trained> {
+    let device = Device::Cpu;
+    let preset: Preset = config.train.preset.parse()?;
+    let mut run =
+        preset
+            .config(kind)
+            .with_data(config.seed, config.tasks.layout(), config.tasks.data())?;
+    if let Some(steps) = config.train.steps {
+        run.optim.steps = steps;
+    }
+    let dir = out.join(kind.as_str());
+    let mut trainer = if dir.join("config.toml").exists() {
+        let (_, existing) = RunDir::open(&dir)?;
+        anyhow::ensure!(
+            existing == run,
+            "{} holds a run with another config; delete it or choose another --out",
+            dir.display()
+        );
+        Trainer::resume(&dir, None, &device)?
+    } else {
+        Trainer::start(&dir, run, &device)?
+    };
+    let start = Instant::now();
+    let total = trainer.config().optim.steps;
+    let bar = progress(total as u64, &format!("train {kind}"));
+    bar.set_position(trainer.step() as u64);
+    trainer.run(|p| {
+        bar.set_position(p.step as u64);
+        if p.step % 10 == 0 {
+            bar.set_message(format!("train {kind} loss {:.3}", p.loss));
+        }
+    })?;
+    bar.finish_and_clear();
+    let train_seconds = start.elapsed().as_secs_f64();
+    let test = eval_checkpoint(&dir, None, 0, None, &device)?;
+    Ok(Trained {
+        task: kind,
+        run: dir.display().to_string(),
+        steps: total,
+        train_seconds,
+        test,
+    })
+}
+
+fn training_table(rows: &[Trained]) -> String {
+    let mut s = format!(
+        "{:<7} {:>6} {:>9} {:>9}  {}\n",
+        "task", "steps", "seconds", "test acc", "test accuracy per hop count"
+    );
+    for r in rows {
+        let hops = r
+            .test
+            .accuracy
+            .per_hop
+            .iter()
+            .map(|(h, a)| format!("{h}:{a:.4}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = writeln!(
+            s,
+            "{:<7} {:>6} {:>9.1} {:>9.4}  {hops}",
+            r.task, r.steps, r.train_seconds, r.test.accuracy.accuracy
+        );
+    }
+    s.trim_end().to_owned()
 }
 
 fn table(rows: &[Row]) -> String {
