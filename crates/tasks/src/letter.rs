@@ -200,29 +200,35 @@ fn symbols(token: &str) -> Option<(char, char)> {
 /// Follows the chain from the last token: a two-symbol token whose second symbol is a digit is
 /// a target and ends the chain; otherwise its second symbol must start exactly one earlier token.
 pub fn solve(tokens: &[&str]) -> Result<Solution, Invalid> {
+    let path = chain(tokens)?;
+    Ok(Solution {
+        answer_pos: *path.last().expect("a chain has at least two positions"),
+        hops: path.len() - 1,
+    })
+}
+
+/// The positions the chain visits, from the query (last token) to the answer.
+pub fn chain(tokens: &[&str]) -> Result<Vec<usize>, Invalid> {
     let last = tokens.len().checked_sub(1).ok_or(Invalid::Empty)?;
     let wrong_type = |pos: usize| Invalid::WrongType {
         pos,
         token: tokens[pos].to_owned(),
     };
     let mut pos = last;
-    let mut hops = 0;
+    let mut path = vec![pos];
     loop {
         let (_, link) = symbols(tokens[pos]).ok_or_else(|| wrong_type(pos))?;
         if link.is_ascii_digit() {
-            if hops == 0 {
+            if path.len() == 1 {
                 return Err(wrong_type(pos));
             }
-            return Ok(Solution {
-                answer_pos: pos,
-                hops,
-            });
+            return Ok(path);
         }
         let mut matches = tokens[..pos]
             .iter()
             .enumerate()
             .filter(|(_, t)| t.starts_with(link));
-        let next = match (matches.next(), matches.clone().count()) {
+        pos = match (matches.next(), matches.clone().count()) {
             (Some((j, _)), 0) => j,
             (None, _) => return Err(Invalid::DeadEnd { pos, letter: link }),
             (Some(_), more) => {
@@ -233,8 +239,7 @@ pub fn solve(tokens: &[&str]) -> Result<Solution, Invalid> {
                 })
             }
         };
-        pos = next;
-        hops += 1;
+        path.push(pos);
     }
 }
 
@@ -247,6 +252,7 @@ mod tests {
         let tokens = "C2 B1 A3 FA EC DE HF GD IG".split(' ').collect::<Vec<_>>();
         let s = solve(&tokens).unwrap();
         assert_eq!((tokens[s.answer_pos], s.hops), ("C2", 4));
+        assert_eq!(chain(&tokens).unwrap(), vec![8, 7, 5, 4, 0]);
     }
 
     #[test]

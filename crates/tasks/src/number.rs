@@ -142,26 +142,32 @@ impl NumberTask {
 /// Follows the chain from the last token: a token that parses as an integer is a backward
 /// offset, anything else is a letter and ends the chain.
 pub fn solve(tokens: &[&str]) -> Result<Solution, Invalid> {
+    let path = chain(tokens)?;
+    Ok(Solution {
+        answer_pos: *path.last().expect("a chain has at least two positions"),
+        hops: path.len() - 1,
+    })
+}
+
+/// The positions the chain visits, from the query (last token) to the answer.
+pub fn chain(tokens: &[&str]) -> Result<Vec<usize>, Invalid> {
     let last = tokens.len().checked_sub(1).ok_or(Invalid::Empty)?;
     let mut pos = last;
-    let mut hops = 0;
+    let mut path = vec![pos];
     while let Ok(offset) = tokens[pos].parse::<usize>() {
         if offset == 0 || offset > pos {
             return Err(Invalid::OffsetOutOfRange { pos, offset });
         }
         pos -= offset;
-        hops += 1;
+        path.push(pos);
     }
-    if hops == 0 {
+    if path.len() == 1 {
         return Err(Invalid::WrongType {
             pos: last,
             token: tokens[last].to_owned(),
         });
     }
-    Ok(Solution {
-        answer_pos: pos,
-        hops,
-    })
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -173,6 +179,7 @@ mod tests {
         let tokens = "C B A 1 4 1 3 2 1".split(' ').collect::<Vec<_>>();
         let s = solve(&tokens).unwrap();
         assert_eq!((tokens[s.answer_pos], s.hops), ("C", 4));
+        assert_eq!(chain(&tokens).unwrap(), vec![8, 7, 5, 4, 0]);
     }
 
     #[test]

@@ -122,6 +122,14 @@ impl Task {
         }
     }
 
+    /// The positions the chain of a token sequence visits, query first, answer last.
+    pub fn chain(&self, tokens: &[&str]) -> Result<Vec<usize>, Invalid> {
+        match self {
+            Task::Number(_) => number::chain(tokens),
+            Task::Letter(_) => letter::chain(tokens),
+        }
+    }
+
     /// Re-follows the chain from the tokens alone and checks the sample's layout, token types,
     /// answer, answer position and hop count. The extension length is read off the length.
     pub fn validate(&self, sample: &Sample) -> Result<(), Invalid> {

@@ -5,6 +5,7 @@ mod bench_train;
 mod eval;
 mod gen;
 mod reproduce;
+mod score;
 mod train;
 
 use anyhow::Result;
@@ -22,6 +23,8 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Test accuracy of a run's checkpoint, overall and per hop, optionally on longer inputs.
     Eval(eval::EvalArgs),
+    /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
+    Score(score::ScoreArgs),
     /// Measure the speed of ropelab's hot paths on this machine.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -35,6 +38,7 @@ impl Command {
             Command::Gen(args) => gen::run(args),
             Command::Train(args) => train::run(args),
             Command::Eval(args) => eval::run(args),
+            Command::Score(args) => score::run(args),
             Command::Bench(cmd) => bench::run(cmd),
         }
     }

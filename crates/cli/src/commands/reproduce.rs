@@ -1,5 +1,6 @@
 //! `ropelab reproduce`: the study end to end from one config. So far: generate and validate
-//! both tasks' datasets, then train one model per task and report its test accuracy.
+//! both tasks' datasets, train one model per task and report its test accuracy, then score
+//! every head at every checkpoint and print the per-head table.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -16,8 +17,10 @@ use ropelab_train::{Preset, RunDir, Trainer};
 use serde::Serialize;
 
 use super::progress;
+use super::score::{head_table, score_with_progress};
 use crate::config::StudyConfig;
 use crate::output::{write_atomic, Output};
+use ropelab_analysis::dynamics::ScoreOptions;
 
 /// Arguments of `ropelab reproduce`.
 #[derive(Debug, Args)]
@@ -110,6 +113,17 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     println!("{}", training_table(&trained));
     let json = serde_json::to_string_pretty(&trained)?;
     write_atomic(&args.out.join("training.json"), json.as_bytes())?;
+
+    for t in &trained {
+        let scored = score_with_progress(Path::new(&t.run), &ScoreOptions::default())?;
+        println!(
+            "{} task: heads at the last checkpoint ({} lines in {})",
+            t.task,
+            scored.lines.len(),
+            scored.path.display()
+        );
+        println!("{}", head_table(&scored, 0.1)?);
+    }
     Ok(())
 }
 

@@ -1,0 +1,106 @@
+//! Running a model once over a batch and keeping what the scores need: per layer the
+//! pre-rotation q and k, the attention pattern, and (for the reference path) the block input.
+
+use candle_core::{Tensor, D};
+use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
+
+use crate::head::HeadView;
+use crate::{AnalysisError, Result};
+
+/// Captured tensors of one forward pass, per layer.
+pub struct Captured {
+    /// Pre-rotation queries per layer, [batch, heads, pos, d_head] as f64 rows.
+    q: Vec<Vec<f32>>,
+    /// Pre-rotation keys per layer, same layout.
+    k: Vec<Vec<f32>>,
+    /// Attention patterns per layer, [batch, heads, q_pos, k_pos].
+    pub patterns: Vec<Tensor>,
+    /// Block inputs per layer, [batch, pos, d_model] (only when asked for).
+    pub resid_pre: Vec<Tensor>,
+    dims: (usize, usize, usize, usize),
+}
+
+impl Captured {
+    /// One forward of `ids` [batch, pos]; `with_resid` also keeps the block inputs.
+    pub fn run(model: &GptJ, ids: &Tensor, with_resid: bool) -> Result<Self> {
+        let n_layers = model.config().n_layers;
+        let mut kinds = vec![HookKind::Q, HookKind::K, HookKind::Pattern];
+        if with_resid {
+            kinds.push(HookKind::ResidPre);
+        }
+        let points = (0..n_layers).flat_map(|l| kinds.iter().map(move |&k| HookPoint::new(l, k)));
+        let mut hooks = Hooks::new().capture(points);
+        model.trunk(ids, &mut hooks, None)?;
+        let take = |l, kind| -> Result<Tensor> {
+            Ok(hooks
+                .get(HookPoint::new(l, kind))
+                .expect("requested hooks are captured")
+                .clone())
+        };
+        let flat = |t: Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1()?) };
+        let mut out = Captured {
+            q: vec![],
+            k: vec![],
+            patterns: vec![],
+            resid_pre: vec![],
+            dims: (0, 0, 0, 0),
+        };
+        for l in 0..n_layers {
+            let q = take(l, HookKind::Q)?;
+            out.dims = q.dims4()?;
+            out.q.push(flat(q)?);
+            out.k.push(flat(take(l, HookKind::K)?)?);
+            out.patterns.push(take(l, HookKind::Pattern)?);
+            if with_resid {
+                out.resid_pre.push(take(l, HookKind::ResidPre)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// (batch, heads, pos, d_head).
+    pub fn dims(&self) -> (usize, usize, usize, usize) {
+        self.dims
+    }
+
+    /// The head `head` of layer `layer` on input `b` seen from query position `n`.
+    pub fn head_view(
+        &self,
+        model: &GptJ,
+        layer: usize,
+        b: usize,
+        head: usize,
+        n: usize,
+    ) -> Result<HeadView> {
+        let (batch, heads, pos, d) = self.dims;
+        if b >= batch || head >= heads || n >= pos {
+            return Err(AnalysisError::Invalid(format!(
+                "input {b}, head {head}, query {n} outside [{batch} inputs, {heads} heads, {pos} positions]"
+            )));
+        }
+        let row = |data: &[f32], p: usize| -> Vec<f64> {
+            let start = ((b * heads + head) * pos + p) * d;
+            data[start..start + d]
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect()
+        };
+        Ok(HeadView {
+            q: row(&self.q[layer], n),
+            keys: (0..=n).map(|p| row(&self.k[layer], p)).collect(),
+            encoding: model.config().layer_position(layer).clone(),
+            scale: 1.0 / (d as f64).sqrt(),
+            dims: None,
+        })
+    }
+
+    /// The attention row of a head at query `n` as the model computed it (keys 0..=n).
+    pub fn pattern_row(&self, layer: usize, b: usize, head: usize, n: usize) -> Result<Vec<f64>> {
+        let row = self.patterns[layer]
+            .get(b)?
+            .get(head)?
+            .get(n)?
+            .narrow(D::Minus1, 0, n + 1)?;
+        Ok(row.to_vec1::<f32>()?.into_iter().map(f64::from).collect())
+    }
+}

@@ -1,0 +1,116 @@
+//! One attention head seen from one query: its pre-rotation query and keys and its position
+//! encoding, enough to compute the logit of ANY key content at ANY position exactly.
+//!
+//! The logit of the content that sits at position `b` when it is moved to position `a` is
+//! `scale * (R(n) q) . (R(a) k_b) = scale * (R(n - a) q) . k_b` for a rotary head (R is the
+//! plane-wise rotation), and `scale * q . k_b` without position encoding. Swapping block inputs
+//! moves only key contents; the query stays, so every swap is a re-pairing of these numbers.
+
+use ropelab_model::rope::{frequencies, plane_dims};
+use ropelab_model::{PositionEncoding, RopeLayout};
+
+/// A head at one query position, in f64.
+#[derive(Debug, Clone)]
+pub struct HeadView {
+    /// Pre-rotation query at the query position `n` [d_head].
+    pub q: Vec<f64>,
+    /// Pre-rotation keys at positions 0..=n [n + 1][d_head].
+    pub keys: Vec<Vec<f64>>,
+    /// The layer's position encoding.
+    pub encoding: PositionEncoding,
+    /// Logit scale (1 / sqrt(d_head) in GPT-J).
+    pub scale: f64,
+    /// Dims that take part (all of them, or one plane for projection heads).
+    pub dims: Option<Vec<usize>>,
+}
+
+impl HeadView {
+    /// The query position n (the last key position).
+    pub fn n(&self) -> usize {
+        self.keys.len() - 1
+    }
+
+    /// Dimension of the head.
+    pub fn d_head(&self) -> usize {
+        self.q.len()
+    }
+
+    /// The query rotated back by `shift` positions: R(shift) q (identity without RoPE).
+    fn rotated_query(&self, shift: usize) -> Vec<f64> {
+        let mut out = self.q.clone();
+        if let PositionEncoding::Rope {
+            base,
+            rotary_dim,
+            layout,
+        } = &self.encoding
+        {
+            for (k, g) in frequencies(*base, *rotary_dim).into_iter().enumerate() {
+                let (i, j) = plane_dims(*layout, *rotary_dim, k);
+                let (s, c) = (shift as f64 * g).sin_cos();
+                let (a, b) = (self.q[i], self.q[j]);
+                out[i] = a * c - b * s;
+                out[j] = b * c + a * s;
+            }
+        }
+        out
+    }
+
+    fn dot(&self, x: &[f64], y: &[f64]) -> f64 {
+        match &self.dims {
+            None => x.iter().zip(y).map(|(a, b)| a * b).sum(),
+            Some(dims) => dims.iter().map(|&d| x[d] * y[d]).sum(),
+        }
+    }
+
+    /// cross[a][b] = logit of the content at position b moved to position a, for a, b in 0..n;
+    /// the diagonal holds the unpermuted logits. O(n^2 d).
+    pub fn cross_logits(&self) -> Vec<Vec<f64>> {
+        let n = self.n();
+        (0..n)
+            .map(|a| {
+                let rq = self.rotated_query(n - a);
+                (0..n)
+                    .map(|b| self.scale * self.dot(&rq, &self.keys[b]))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The logit of the query attending to itself (position n, never moved).
+    pub fn self_logit(&self) -> f64 {
+        self.scale * self.dot(&self.q, &self.keys[self.n()])
+    }
+
+    /// Contribution of each plane to the logit of the key content at `b` placed at `a`
+    /// (planes follow the head's layout; unrotated dims pair up after rotary_dim).
+    pub fn plane_contributions(&self, a: usize, b: usize) -> Vec<f64> {
+        let rq = self.rotated_query(self.n() - a);
+        let (layout, rotary_dim) = match &self.encoding {
+            PositionEncoding::Rope {
+                rotary_dim, layout, ..
+            } => (*layout, *rotary_dim),
+            PositionEncoding::None => (RopeLayout::Interleaved, 0),
+        };
+        (0..self.d_head() / 2)
+            .map(|p| {
+                let (i, j) = plane_dims(layout, rotary_dim, p);
+                self.scale * (rq[i] * self.keys[b][i] + rq[j] * self.keys[b][j])
+            })
+            .collect()
+    }
+
+    /// A projection head: only plane `p`'s two dims take part in the logits.
+    pub fn plane(&self, p: usize) -> HeadView {
+        let (layout, rotary_dim) = match &self.encoding {
+            PositionEncoding::Rope {
+                rotary_dim, layout, ..
+            } => (*layout, *rotary_dim),
+            PositionEncoding::None => (RopeLayout::Interleaved, 0),
+        };
+        let (i, j) = plane_dims(layout, rotary_dim, p);
+        HeadView {
+            dims: Some(vec![i, j]),
+            ..self.clone()
+        }
+    }
+}

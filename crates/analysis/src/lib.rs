@@ -1,0 +1,47 @@
+//! # ropelab-analysis
+//!
+//! The lens of ropelab (spec/metric.md): positional / symbolic swap scores of every attention
+//! head, computed exactly from a head's cached q and k (the fast path) and checked against a
+//! brute-force re-run of the block (the reference path); block swaps, per-plane projection
+//! heads, frequency use, purity, attention entropy, and the learning dynamics of a run.
+
+pub mod capture;
+pub mod dynamics;
+pub mod head;
+pub mod reference;
+pub mod swap;
+
+pub use capture::Captured;
+pub use head::HeadView;
+pub use swap::{block_swap_scores, swap_scores, SwapScores};
+
+/// What can go wrong scoring heads.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    /// A bad argument (query position, tau, gamma, block count).
+    #[error("{0}")]
+    Invalid(String),
+    /// A model error.
+    #[error(transparent)]
+    Model(#[from] ropelab_model::ModelError),
+    /// A training-side error (run directory, checkpoints).
+    #[error(transparent)]
+    Train(#[from] ropelab_train::TrainError),
+    /// A task error.
+    #[error(transparent)]
+    Task(#[from] ropelab_tasks::TaskError),
+    /// A tensor op failed.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    /// A file could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias of the analysis crate.
+pub type Result<T> = std::result::Result<T, AnalysisError>;

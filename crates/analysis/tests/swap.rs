@@ -1,0 +1,208 @@
+//! Swap scores: hand-built heads with known answers, and the fast path against the brute-force
+//! re-run of the block on random models, lengths and query positions.
+
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use ropelab_analysis::reference::reference_effects;
+use ropelab_analysis::swap::{block_swap_effects, blocks, scores};
+use ropelab_analysis::{block_swap_scores, swap_scores, Captured, HeadView};
+use ropelab_model::{GptJ, ModelConfig, PositionEncoding, RopeLayout};
+
+const TAU: f64 = 1e-4;
+
+/// A 2-dim head with one RoPE plane of angle 1 rad per position and all keys equal: logits
+/// depend on position only. A large query norm makes attention sharp.
+fn positional_head(n: usize, sharpness: f64) -> HeadView {
+    HeadView {
+        q: vec![sharpness, 0.0],
+        keys: vec![vec![1.0, 0.0]; n + 1],
+        encoding: PositionEncoding::Rope {
+            base: 1.0,
+            rotary_dim: 2,
+            layout: RopeLayout::Interleaved,
+        },
+        scale: 1.0,
+        dims: None,
+    }
+}
+
+#[test]
+fn a_rope_head_with_equal_keys_is_positional() {
+    let s = swap_scores(&positional_head(16, 30.0), TAU);
+    assert!(s.s_pos > 0.999, "{s:?}");
+    assert!(s.s_sym < 0.01, "{s:?}");
+}
+
+#[test]
+fn a_nope_head_matching_content_is_symbolic() {
+    // One-hot keys; the query matches the content at position 5 strongly.
+    let n = 16;
+    let keys: Vec<Vec<f64>> = (0..=n)
+        .map(|p| (0..=n).map(|d| if d == p { 1.0 } else { 0.0 }).collect())
+        .collect();
+    let mut q = vec![0.0; n + 1];
+    q[5] = 40.0;
+    let head = HeadView {
+        q,
+        keys,
+        encoding: PositionEncoding::None,
+        scale: 1.0,
+        dims: None,
+    };
+    let s = swap_scores(&head, TAU);
+    assert!(s.s_pos < 0.01, "{s:?}");
+    assert!(s.s_sym > 0.999, "{s:?}");
+}
+
+#[test]
+fn uniform_attention_scores_one_one() {
+    // Zero query: every logit is 0, attention is uniform.
+    let mut head = positional_head(16, 0.0);
+    head.keys = (0..=16).map(|p| vec![p as f64, 1.0]).collect();
+    let s = swap_scores(&head, TAU);
+    assert!(
+        (s.s_pos - 1.0).abs() < 1e-12 && (s.s_sym - 1.0).abs() < 1e-12,
+        "{s:?}"
+    );
+}
+
+#[test]
+fn scores_by_hand_for_two_swappable_keys() {
+    // n = 2: one swap (0 1). d = softmax(l0, l1, l2); after the swap the logits at 0 and 1 are
+    // the cross logits. NoPE with keys (1, 0) and (0, 1), query (a, b).
+    let (a, b) = (2.0f64, 0.5f64);
+    let head = HeadView {
+        q: vec![a, b],
+        keys: vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.0, 0.0]],
+        encoding: PositionEncoding::None,
+        scale: 1.0,
+        dims: None,
+    };
+    let z = a.exp() + b.exp() + 1.0;
+    let (d0, d1) = (a.exp() / z, b.exp() / z);
+    // Without positions, swapping the two keys swaps their weights exactly.
+    let effects = block_swap_effects(&head, &blocks(2, 2).unwrap());
+    assert_eq!(effects.len(), 1);
+    assert!((effects[0].before.0 - d0).abs() < 1e-15);
+    assert!((effects[0].after.0 - d1).abs() < 1e-15);
+    assert!((effects[0].after.1 - d0).abs() < 1e-15);
+    let s = scores(&effects, TAU);
+    let cos_pos = (d1 * d0 + d0 * d1) / (d0.hypot(d1) * d1.hypot(d0));
+    assert!(
+        (s.s_pos - cos_pos).abs() < 1e-12 && (s.s_sym - 1.0).abs() < 1e-12,
+        "{s:?}"
+    );
+}
+
+fn random_model(position: PositionEncoding, n_heads: usize, seed: u64) -> GptJ {
+    let config = ModelConfig {
+        vocab_size: 23,
+        n_layers: 2,
+        n_heads,
+        d_model: 16,
+        d_mlp: 24,
+        ln_eps: 1e-5,
+        dropout: 0.0,
+        tied_embeddings: false,
+        position,
+        layer_positions: vec![],
+    };
+    let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
+    // Larger weights than the N(0, 0.02) init so attention is far from uniform.
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for (_, var) in model.named_vars() {
+        let t = var.as_tensor();
+        let noise: Vec<f32> = (0..t.elem_count())
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let noise = Tensor::from_vec(noise, t.shape(), t.device()).unwrap();
+        var.set(&(t + noise).unwrap()).unwrap();
+    }
+    model
+}
+
+#[test]
+fn fast_path_agrees_with_rerunning_the_block() {
+    let encodings = [
+        PositionEncoding::gptj(8),
+        PositionEncoding::Rope {
+            base: 37.0,
+            rotary_dim: 4,
+            layout: RopeLayout::HalfSplit,
+        },
+        PositionEncoding::None,
+    ];
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut compared = 0;
+    for (e, encoding) in encodings.into_iter().enumerate() {
+        for n_heads in [1, 2] {
+            let model = random_model(encoding.clone(), n_heads, e as u64 * 10 + n_heads as u64);
+            for len in [3, 9, 17] {
+                let ids: Vec<u32> = (0..2 * len).map(|_| rng.random_range(1..23)).collect();
+                let ids = Tensor::from_vec(ids, (2, len), &Device::Cpu).unwrap();
+                let cap = Captured::run(&model, &ids, true).unwrap();
+                for layer in 0..2 {
+                    for b in 0..2 {
+                        for head in 0..n_heads {
+                            for n in [len - 1, len / 2, 2] {
+                                let view = cap.head_view(&model, layer, b, head, n).unwrap();
+                                // The fast row equals the model's own pattern row.
+                                let row = cap.pattern_row(layer, b, head, n).unwrap();
+                                let fast_row = ropelab_analysis::swap::row(
+                                    &view.cross_logits(),
+                                    view.self_logit(),
+                                );
+                                for (x, y) in row.iter().zip(&fast_row) {
+                                    assert!((x - y).abs() < 1e-5, "row {x} vs {y}");
+                                }
+                                let resid = cap.resid_pre[layer].get(b).unwrap();
+                                let mut block_counts = vec![n];
+                                if n % 2 == 0 && n > 2 {
+                                    block_counts.push(2);
+                                }
+                                for m in block_counts {
+                                    let bl = blocks(n, m).unwrap();
+                                    let fast = block_swap_effects(&view, &bl);
+                                    let slow =
+                                        reference_effects(&model, layer, head, &resid, n, &bl)
+                                            .unwrap();
+                                    assert_eq!(fast.len(), slow.len());
+                                    for (f, s) in fast.iter().zip(&slow) {
+                                        for (x, y) in [
+                                            (f.before.0, s.before.0),
+                                            (f.before.1, s.before.1),
+                                            (f.after.0, s.after.0),
+                                            (f.after.1, s.after.1),
+                                        ] {
+                                            assert!(
+                                                (x - y).abs() < 1e-5,
+                                                "{encoding:?} len {len} n {n} m {m}: {x} vs {y}"
+                                            );
+                                        }
+                                    }
+                                    let (sf, ss) = (scores(&fast, 1e-2), scores(&slow, 1e-2));
+                                    assert!(
+                                        (sf.s_pos - ss.s_pos).abs() < 1e-4
+                                            && (sf.s_sym - ss.s_sym).abs() < 1e-4,
+                                        "{sf:?} vs {ss:?}"
+                                    );
+                                    compared += fast.len();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 5000, "{compared}");
+}
+
+#[test]
+fn block_scores_need_equal_blocks() {
+    let head = positional_head(16, 10.0);
+    assert!(block_swap_scores(&head, 4, TAU).is_ok());
+    assert!(block_swap_scores(&head, 5, TAU).is_err());
+    assert!(block_swap_scores(&head, 0, TAU).is_err());
+}

@@ -1,0 +1,95 @@
+//! `ropelab score`: the learning dynamics of a run, one line per (step, layer, head).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use candle_core::Device;
+use clap::Args;
+use ropelab_analysis::dynamics::{score_run, summarize_heads, QueryMode, RunScores, ScoreOptions};
+
+use super::progress;
+
+/// Arguments of `ropelab score`.
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// Run directory written by `ropelab train`.
+    #[arg(long)]
+    pub run: PathBuf,
+    /// Test samples every checkpoint is scored on.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub samples: u64,
+    /// Query positions: `last` (the task's query), `hops` (every jumping chain position) or a
+    /// position (at least 2).
+    #[arg(long, default_value = "last", value_parser = |s: &str| s.parse::<QueryMode>().map_err(|e| e.to_string()))]
+    pub query: QueryMode,
+    /// Temperature of the swap weights alpha (positive).
+    #[arg(long, default_value_t = 1e-4)]
+    pub tau: f64,
+    /// Purity tolerance of the summary table, in (0, 0.5) (scores.jsonl has 0.1 and 0.05).
+    #[arg(long, default_value_t = 0.1)]
+    pub gamma: f64,
+}
+
+/// Runs `ropelab score`.
+pub fn run(args: ScoreArgs) -> Result<()> {
+    let options = ScoreOptions {
+        samples: args.samples as usize,
+        query: args.query,
+        tau: args.tau,
+        ..ScoreOptions::default()
+    };
+    ropelab_analysis::dynamics::check_gamma(args.gamma)?;
+    let start = Instant::now();
+    let scored = score_with_progress(&args.run, &options)?;
+    println!("{}", head_table(&scored, args.gamma)?);
+    println!(
+        "scored {} lines in {:.1} s; wrote {}",
+        scored.lines.len(),
+        start.elapsed().as_secs_f64(),
+        scored.path.display()
+    );
+    Ok(())
+}
+
+/// Scores a run with a progress bar.
+pub fn score_with_progress(run: &Path, options: &ScoreOptions) -> Result<RunScores> {
+    let bar = progress(0, "score");
+    let scored = score_run(run, options, &Device::Cpu, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    Ok(scored)
+}
+
+/// The per-head table: final scores and type, and the step from which each head stays pure.
+pub fn head_table(scored: &RunScores, gamma: f64) -> Result<String> {
+    let mut heads = summarize_heads(&scored.lines, gamma)?;
+    let mut s = format!(
+        "{:<6} {:<5} {:>7} {:>7}  {:<11} {:>10}\n",
+        "layer", "head", "s_pos", "s_sym", "type", "pure from"
+    );
+    for h in &heads {
+        s.push_str(&format!(
+            "{:<6} {:<5} {:>7.3} {:>7.3}  {:<11} {:>10}\n",
+            h.layer,
+            h.head,
+            h.s_pos,
+            h.s_sym,
+            format!("{:?}", h.kind).to_lowercase(),
+            h.pure_from.map_or("-".into(), |p| p.to_string())
+        ));
+    }
+    heads.retain(|h| h.pure_from.is_some());
+    heads.sort_by_key(|h| (h.pure_from, h.layer, h.head));
+    let order: Vec<String> = heads
+        .iter()
+        .map(|h| format!("L{}H{}@{}", h.layer, h.head, h.pure_from.unwrap_or(0)))
+        .collect();
+    s.push_str(&format!(
+        "order in which heads became pure (gamma {gamma}): {}",
+        order.join(" ")
+    ));
+    Ok(s)
+}
