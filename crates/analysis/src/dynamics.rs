@@ -13,7 +13,7 @@ use ropelab_train::{evaluate, RunDir, EVAL_BATCH};
 use serde::Serialize;
 
 use crate::capture::Captured;
-use crate::swap::{block_swap_effects, check_tau, entropy, row, scores, SwapScores};
+use crate::swap::{blocks, check_tau, effects, entropy, row, scores, SwapScores};
 use crate::{AnalysisError, Result};
 
 /// Which query positions a head is scored at.
@@ -57,6 +57,10 @@ pub struct ScoreOptions {
     pub tau: f64,
     /// Test samples for the accuracy at each step.
     pub eval_samples: usize,
+    /// Also score block swaps with the keys before the query split into this many blocks.
+    pub blocks: Option<usize>,
+    /// Also score every plane of every head alone (projection heads).
+    pub planes: bool,
 }
 
 impl Default for ScoreOptions {
@@ -66,6 +70,8 @@ impl Default for ScoreOptions {
             query: QueryMode::Last,
             tau: 1e-4,
             eval_samples: 512,
+            blocks: None,
+            planes: false,
         }
     }
 }
@@ -133,6 +139,12 @@ pub struct HeadStep {
     pub accuracy: f64,
     /// Test accuracy per hop count at this step.
     pub accuracy_per_hop: BTreeMap<usize, f64>,
+    /// Block-swap scores (with `--blocks`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block: Option<SwapScores>,
+    /// Scores of each plane alone (with `--planes`), plane order as `freq_use`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub planes: Vec<SwapScores>,
 }
 
 /// One head's scores averaged over a sample set.
@@ -148,14 +160,28 @@ pub struct HeadScores {
     pub entropy: f64,
     /// Mean |logit contribution| per plane at the attended key.
     pub freq_use: Vec<f64>,
+    /// Mean block-swap scores (when blocks were asked for).
+    pub block: Option<SwapScores>,
+    /// Mean scores of each plane alone (when asked for).
+    pub planes: Vec<SwapScores>,
 }
 
-/// Scores every head of `model` on `ids` [samples, pos] at the query positions of each row.
+fn mean_scores(sum: (f64, f64), count: f64) -> SwapScores {
+    SwapScores {
+        s_pos: sum.0 / count,
+        s_sym: sum.1 / count,
+    }
+}
+
+/// Scores every head of `model` on `ids` [samples, pos] at the query positions of each row
+/// (optionally also `n_blocks` block swaps and every plane alone).
 pub fn score_heads(
     model: &GptJ,
     ids: &Tensor,
     queries: &[Vec<usize>],
     tau: f64,
+    n_blocks: Option<usize>,
+    planes: bool,
 ) -> Result<Vec<HeadScores>> {
     check_tau(tau)?;
     let cap = Captured::run(model, ids, false)?;
@@ -166,12 +192,30 @@ pub fn score_heads(
         for head in 0..heads {
             let (mut sp, mut ss, mut ent, mut count) = (0.0, 0.0, 0.0, 0usize);
             let mut freq = vec![0.0; n_planes];
+            let mut block_sum = (0.0, 0.0);
+            let mut plane_sums = vec![(0.0, 0.0); if planes { n_planes } else { 0 }];
             for (b, row_queries) in queries.iter().enumerate() {
                 for &n in row_queries {
                     let view = cap.head_view(model, layer, b, head, n)?;
+                    let cross = view.cross_logits();
+                    let self_logit = view.self_logit();
                     let singles: Vec<_> = (0..n).map(|p| p..p + 1).collect();
-                    let s = scores(&block_swap_effects(&view, &singles), tau);
-                    let r = row(&view.cross_logits(), view.self_logit());
+                    let s = scores(&effects(&cross, self_logit, &singles), tau);
+                    if let Some(m) = n_blocks {
+                        let b = scores(&effects(&cross, self_logit, &blocks(n, m)?), tau);
+                        block_sum.0 += b.s_pos;
+                        block_sum.1 += b.s_sym;
+                    }
+                    for (p, sum) in plane_sums.iter_mut().enumerate() {
+                        let plane = view.plane(p);
+                        let ps = scores(
+                            &effects(&plane.cross_logits(), plane.self_logit(), &singles),
+                            tau,
+                        );
+                        sum.0 += ps.s_pos;
+                        sum.1 += ps.s_sym;
+                    }
+                    let r = row(&cross, self_logit);
                     let attended = r
                         .iter()
                         .enumerate()
@@ -200,6 +244,8 @@ pub fn score_heads(
                 },
                 entropy: ent / c,
                 freq_use: freq,
+                block: n_blocks.map(|_| mean_scores(block_sum, c)),
+                planes: plane_sums.into_iter().map(|p| mean_scores(p, c)).collect(),
             });
         }
     }
@@ -281,7 +327,15 @@ pub fn score_run(
         progress(k, steps.len());
         let model = dir.load_model(step, &config, device)?;
         let acc = evaluate(&model, &eval, EVAL_BATCH)?;
-        for h in score_heads(&model, &ids, &queries, options.tau)? {
+        let heads = score_heads(
+            &model,
+            &ids,
+            &queries,
+            options.tau,
+            options.blocks,
+            options.planes,
+        )?;
+        for h in heads {
             let (s, freq) = (h.scores, h.freq_use);
             let total: f64 = freq.iter().sum();
             let mean_plane = if total > 0.0 {
@@ -307,6 +361,8 @@ pub fn score_run(
                 freq_mean_plane: mean_plane,
                 accuracy: acc.accuracy,
                 accuracy_per_hop: acc.per_hop.clone(),
+                block: h.block,
+                planes: h.planes,
             });
         }
     }

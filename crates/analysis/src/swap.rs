@@ -103,8 +103,15 @@ pub fn blocks(n: usize, m: usize) -> Result<Vec<std::ops::Range<usize>>, Analysi
 /// block holds one), computed from the cross logits alone. Block A's contents move to B's
 /// positions in order and vice versa; only their logits change. O(1) per single swap.
 pub fn block_swap_effects(head: &HeadView, blocks: &[std::ops::Range<usize>]) -> Vec<SwapEffect> {
-    let cross = head.cross_logits();
-    let self_logit = head.self_logit();
+    effects(&head.cross_logits(), head.self_logit(), blocks)
+}
+
+/// [`block_swap_effects`] from precomputed cross logits and self logit.
+pub fn effects(
+    cross: &[Vec<f64>],
+    self_logit: f64,
+    blocks: &[std::ops::Range<usize>],
+) -> Vec<SwapEffect> {
     let n = cross.len();
     let original: Vec<f64> = (0..n).map(|a| cross[a][a]).chain([self_logit]).collect();
     let max = original.iter().cloned().fold(f64::NEG_INFINITY, f64::max);

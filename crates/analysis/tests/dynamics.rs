@@ -17,10 +17,13 @@ fn every_checkpoint_head_is_scored() {
     let mut trainer = Trainer::start(&root, config, &Device::Cpu).unwrap();
     trainer.run(|_| {}).unwrap();
     for query in [QueryMode::Last, QueryMode::Hops, QueryMode::At(9)] {
+        let blocks = (query == QueryMode::Last).then_some(4);
         let options = ScoreOptions {
             samples: 12,
             query,
             eval_samples: 30,
+            blocks,
+            planes: true,
             ..ScoreOptions::default()
         };
         let scored = score_run(&root, &options, &Device::Cpu, |_, _| {}).unwrap();
@@ -33,6 +36,8 @@ fn every_checkpoint_head_is_scored() {
             assert!(l.entropy > 0.0 && l.entropy <= (17f64).ln() + 1e-9);
             assert_eq!(l.freq_use.len(), 4);
             assert_eq!(l.accuracy_per_hop.len(), 4);
+            assert_eq!(l.planes.len(), 4);
+            assert_eq!(l.block.is_some(), blocks.is_some());
         }
         let text = std::fs::read_to_string(root.join("scores.jsonl")).unwrap();
         assert_eq!(text.lines().count(), 12);

@@ -206,3 +206,37 @@ fn block_scores_need_equal_blocks() {
     assert!(block_swap_scores(&head, 5, TAU).is_err());
     assert!(block_swap_scores(&head, 0, TAU).is_err());
 }
+
+#[test]
+fn projection_heads_see_one_plane() {
+    // Plane 0 carries position (rotating, equal keys), plane 1 carries content (keys differ,
+    // unrotated when the rotary dims stop at 2): the head as a whole is mixed, each plane pure.
+    let n = 16;
+    let mut keys = vec![];
+    for p in 0..=n {
+        keys.push(vec![1.0, 0.0, if p == 3 { 1.0 } else { 0.0 }, 0.0]);
+    }
+    let head = HeadView {
+        q: vec![30.0, 0.0, 30.0, 0.0],
+        keys,
+        encoding: PositionEncoding::Rope {
+            base: 1.0,
+            rotary_dim: 2,
+            layout: RopeLayout::Interleaved,
+        },
+        scale: 1.0,
+        dims: None,
+    };
+    let positional = swap_scores(&head.plane(0), TAU);
+    let symbolic = swap_scores(&head.plane(1), TAU);
+    assert!(
+        positional.s_pos > 0.999 && positional.s_sym < 0.01,
+        "{positional:?}"
+    );
+    assert!(
+        symbolic.s_sym > 0.999 && symbolic.s_pos < 0.01,
+        "{symbolic:?}"
+    );
+    let contributions = head.plane_contributions(3, 3);
+    assert!((contributions[1] - 30.0).abs() < 1e-12, "{contributions:?}");
+}

@@ -26,6 +26,12 @@ pub struct ScoreArgs {
     /// Temperature of the swap weights alpha (positive).
     #[arg(long, default_value_t = 1e-4)]
     pub tau: f64,
+    /// Also score block swaps: the keys before the query in this many equal blocks.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub blocks: Option<u64>,
+    /// Also score every RoPE plane of every head alone (projection heads).
+    #[arg(long)]
+    pub planes: bool,
     /// Purity tolerance of the summary table, in (0, 0.5) (scores.jsonl has 0.1 and 0.05).
     #[arg(long, default_value_t = 0.1)]
     pub gamma: f64,
@@ -37,6 +43,8 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         samples: args.samples as usize,
         query: args.query,
         tau: args.tau,
+        blocks: args.blocks.map(|m| m as usize),
+        planes: args.planes,
         ..ScoreOptions::default()
     };
     ropelab_analysis::dynamics::check_gamma(args.gamma)?;
