@@ -24,6 +24,26 @@ pub struct StudyConfig {
     pub tasks: TasksConfig,
     /// Training of one model per task.
     pub train: StudyTrain,
+    /// The theory lab's experiments.
+    pub theory: StudyTheory,
+}
+
+/// The theory part of the study: discrepancy curves and the RoPE failure table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyTheory {
+    /// Largest query position of the discrepancy curves.
+    pub max_n: usize,
+    /// Head dimension of the RoPE statistics.
+    pub d: usize,
+    /// Frequency bases.
+    pub bases: Vec<f64>,
+    /// Context lengths.
+    pub lengths: Vec<usize>,
+    /// (q, k1, k2) draws per (base, length).
+    pub draws: usize,
+    /// Correlation of keys with the query.
+    pub rho: f64,
 }
 
 /// How `reproduce` trains its models.

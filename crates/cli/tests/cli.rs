@@ -203,7 +203,8 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         &config,
         "name = \"small\"\nseed = 3\n[tasks]\ntrain = 500\nval = 20\ntest = 40\n\
          target_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n\
-         [train]\npreset = \"tiny\"\nsteps = 5\n",
+         [train]\npreset = \"tiny\"\nsteps = 5\n\
+         [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n",
     )
     .unwrap();
     let run = dir.path().join("run");
@@ -222,6 +223,13 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         "tasks.json",
         "data/number-test.jsonl",
         "data/letter-test.jsonl",
+        "training.json",
+        "number/checkpoints/step-000005/model.safetensors",
+        "letter/metrics.jsonl",
+        "number/scores.jsonl",
+        "theory/discrepancy-index.csv",
+        "theory/discrepancy-retrieval.csv",
+        "theory/rope-failures.csv",
     ] {
         assert!(Path::new(&run.join(file)).exists(), "{file} missing");
     }
@@ -233,6 +241,24 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .unwrap()
         .iter()
         .all(|r| r["valid"] == r["samples"]));
+    let training: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("training.json")).unwrap()).unwrap();
+    assert_eq!(training[0]["steps"], 5);
+    assert_eq!(training[1]["test"]["n"], 40);
+    assert!(stdout.contains("pure from"), "{stdout}");
+    let csv = std::fs::read_to_string(run.join("theory/discrepancy-index.csv")).unwrap();
+    assert!(csv.starts_with("n,delta,bound,delta_max\n"));
+    assert_eq!(csv.lines().count(), 51);
+
+    // A second reproduce reuses the finished runs.
+    let again = ropelab(&[
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
 
     std::fs::write(&config, "name = \"small\"\nseed = -1\n").unwrap();
     let out = ropelab(&[
@@ -257,4 +283,77 @@ fn help_explains_every_subcommand() {
         assert!(help.contains(cmd), "{cmd} missing from --help");
         assert!(ropelab(&[cmd, "--help"]).status.success());
     }
+}
+
+#[test]
+fn theory_commands_write_csv_and_reject_bad_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("d.csv");
+    let c = csv.to_str().unwrap();
+    let out = ropelab(&[
+        "theory",
+        "discrepancy",
+        "--mechanism",
+        "index",
+        "--theta",
+        "0.866",
+        "--max-n",
+        "1000",
+        "--out",
+        c,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 1001);
+    for line in text.lines().skip(1) {
+        let v: Vec<f64> = line.split(',').map(|x| x.parse().unwrap()).collect();
+        assert!(v[1] <= v[2] + 1e-12, "delta above the bound: {line}");
+    }
+    let stats = dir.path().join("s.csv");
+    let out = ropelab(&[
+        "theory",
+        "rope-stats",
+        "--d",
+        "16",
+        "--bases",
+        "100,10000",
+        "--lengths",
+        "64,512",
+        "--draws",
+        "3",
+        "--out",
+        stats.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&stats).unwrap().lines().count(), 5);
+
+    let bad = |args: &[&str], needle: &str| {
+        let mut all = vec!["theory"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--out", c]);
+        assert_one_line_error(&ropelab(&all), needle);
+    };
+    bad(
+        &["discrepancy", "--mechanism", "index", "--theta", "0"],
+        "theta must be positive",
+    );
+    bad(
+        &["discrepancy", "--mechanism", "index", "--theta=-1"],
+        "theta",
+    );
+    bad(
+        &[
+            "discrepancy",
+            "--mechanism",
+            "retrieval",
+            "--theta",
+            "0.1",
+            "--max-n",
+            "0",
+        ],
+        "n0",
+    );
+    bad(&["rope-stats", "--bases", "0"], "base must be positive");
+    bad(&["rope-stats", "--lengths", "1"], "at least 2");
+    bad(&["rope-stats", "--format", "fp8"], "unknown number format");
 }

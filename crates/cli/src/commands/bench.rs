@@ -15,6 +15,25 @@ pub enum BenchCommand {
     Gen(BenchGenArgs),
     /// Training steps/s of a preset, split into forward, backward and optimizer.
     Train(super::bench_train::BenchTrainArgs),
+    /// RoPE score curves S(0..M) for many (q, k) draws.
+    Rope(BenchRopeArgs),
+}
+
+/// Arguments of `ropelab bench rope`.
+#[derive(Debug, Args)]
+pub struct BenchRopeArgs {
+    /// Context length M.
+    #[arg(long, default_value_t = 131_072)]
+    pub m: usize,
+    /// Planes per head (d = 2h).
+    #[arg(long, default_value_t = 64)]
+    pub h: usize,
+    /// (q, k) draws.
+    #[arg(long, default_value_t = 1000)]
+    pub draws: usize,
+    /// Frequency base.
+    #[arg(long, default_value_t = 10_000.0)]
+    pub base: f64,
 }
 
 /// Arguments of `ropelab bench gen`.
@@ -33,6 +52,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Gen(args) => bench_gen(args),
         BenchCommand::Train(args) => super::bench_train::run(args),
+        BenchCommand::Rope(args) => bench_rope(args),
     }
 }
 
@@ -107,5 +127,52 @@ fn bench_gen(args: BenchGenArgs) -> Result<()> {
             start.elapsed().as_secs_f64(),
         );
     }
+    Ok(())
+}
+
+fn bench_rope(args: BenchRopeArgs) -> Result<()> {
+    use rand::SeedableRng;
+    use ropelab_theory::product::{coefficients, normal_vector, score_curve};
+    use ropelab_theory::schedule::Schedule;
+    anyhow::ensure!(
+        args.m >= 2,
+        "context length m must be at least 2, got {}",
+        args.m
+    );
+    anyhow::ensure!(args.draws >= 1, "draws must be at least 1");
+    let freqs = Schedule::Plain { base: args.base }.frequencies(args.h)?;
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let start = Instant::now();
+    let checksum: f64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let freqs = &freqs;
+                scope.spawn(move || {
+                    let mut sum = 0.0;
+                    for draw in (t..args.draws).step_by(threads) {
+                        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(draw as u64);
+                        let q = normal_vector(&mut rng, 2 * args.h);
+                        let k = normal_vector(&mut rng, 2 * args.h);
+                        let curve = score_curve(&coefficients(&q, &k), freqs, args.m);
+                        sum += curve[args.m - 1];
+                    }
+                    sum
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("bench worker"))
+            .sum()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    black_box(checksum);
+    println!(
+        "ropelab bench rope: S(m) for M = {}, h = {}, {} draws on {threads} threads: {seconds:.2} s ({:.2} G plane-steps/s)",
+        args.m,
+        args.h,
+        args.draws,
+        (args.m * args.h * args.draws) as f64 / seconds / 1e9
+    );
     Ok(())
 }

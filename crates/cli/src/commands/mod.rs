@@ -6,6 +6,7 @@ mod eval;
 mod gen;
 mod reproduce;
 mod score;
+mod theory;
 mod train;
 
 use anyhow::Result;
@@ -25,6 +26,9 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
     Score(score::ScoreArgs),
+    /// The theory lab: exact discrepancy curves and RoPE failure statistics (CSV).
+    #[command(subcommand)]
+    Theory(theory::TheoryCommand),
     /// Measure the speed of ropelab's hot paths on this machine.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -39,6 +43,7 @@ impl Command {
             Command::Train(args) => train::run(args),
             Command::Eval(args) => eval::run(args),
             Command::Score(args) => score::run(args),
+            Command::Theory(cmd) => theory::run(cmd),
             Command::Bench(cmd) => bench::run(cmd),
         }
     }

@@ -114,6 +114,8 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     let json = serde_json::to_string_pretty(&trained)?;
     write_atomic(&args.out.join("training.json"), json.as_bytes())?;
 
+    theory(&config, &args.out)?;
+
     for t in &trained {
         let scored = score_with_progress(Path::new(&t.run), &ScoreOptions::default())?;
         println!(
@@ -233,4 +235,33 @@ fn table(rows: &[Row]) -> String {
         );
     }
     s.trim_end().to_owned()
+}
+
+/// The theory lab's part of the study: discrepancy curves and the RoPE failure table.
+fn theory(config: &StudyConfig, out: &Path) -> Result<()> {
+    use super::theory::{
+        discrepancy_csv, discrepancy_rows, discrepancy_table, rope_stats, Mechanism,
+    };
+    let t = &config.theory;
+    for (name, mechanism, theta) in [
+        ("index", Mechanism::Index, 0.866),
+        ("retrieval", Mechanism::Retrieval, 0.0027),
+    ] {
+        let rows = discrepancy_rows(mechanism, theta, 8, t.max_n)?;
+        println!("discrepancy of the hand-built {name} head (theta {theta}):");
+        println!("{}", discrepancy_table(&rows));
+        let path = out.join(format!("theory/discrepancy-{name}.csv"));
+        write_atomic(&path, discrepancy_csv(&rows).as_bytes())?;
+    }
+    let failures = ropelab_theory::failures::FailureConfig {
+        d: t.d,
+        bases: t.bases.clone(),
+        llama3: false,
+        lengths: t.lengths.clone(),
+        draws: t.draws,
+        seed: config.seed,
+        rho: t.rho,
+        format: ropelab_theory::format::NumberFormat::Bf16,
+    };
+    rope_stats(&failures, &out.join("theory/rope-failures.csv"))
 }

@@ -1,0 +1,240 @@
+//! `ropelab theory ...`: theorems turned into computations, each printing a short table and
+//! writing CSV.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Args, Subcommand, ValueEnum};
+use ropelab_theory::discrepancy::{self, DiscrepancyRow};
+use ropelab_theory::failures::{failure_table, trade_off, FailureConfig, FailureRow};
+use ropelab_theory::format::NumberFormat;
+
+use super::progress;
+use crate::output::write_atomic;
+
+/// Theory subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TheoryCommand {
+    /// Exact logit margins of the hand-built Index / Retrieval heads for n = 1..max-n, with the
+    /// theorem's bound (CSV columns n, delta, bound, delta_max).
+    Discrepancy(DiscrepancyArgs),
+    /// RoPE score statistics: normal approximation and the four failure events versus context
+    /// length M and base B (CSV), plus the base trade-off directions.
+    RopeStats(RopeStatsArgs),
+}
+
+/// Which hand-built head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mechanism {
+    /// Positional selection (copy the token n - i).
+    Index,
+    /// Symbolic selection (copy the token whose first symbol matches).
+    Retrieval,
+}
+
+/// Arguments of `ropelab theory discrepancy`.
+#[derive(Debug, Args)]
+pub struct DiscrepancyArgs {
+    /// The head.
+    #[arg(long, value_enum)]
+    pub mechanism: Mechanism,
+    /// RoPE angle theta per position (Index: > 0; Retrieval: >= 0).
+    #[arg(long)]
+    pub theta: f64,
+    /// Alphabet size |ALPH| of the Retrieval head.
+    #[arg(long, default_value_t = 8)]
+    pub alphabet: usize,
+    /// Largest query position n0.
+    #[arg(long, default_value_t = 1000)]
+    pub max_n: usize,
+    /// CSV output file.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Arguments of `ropelab theory rope-stats`.
+#[derive(Debug, Args)]
+pub struct RopeStatsArgs {
+    /// Head dimension d (h = d / 2 planes).
+    #[arg(long, default_value_t = 128)]
+    pub d: usize,
+    /// Frequency bases B, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,10000,500000")]
+    pub bases: Vec<f64>,
+    /// Context lengths M, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "256,2048,16384")]
+    pub lengths: Vec<usize>,
+    /// (q, k1, k2) draws per (B, M).
+    #[arg(long, default_value_t = 100)]
+    pub draws: usize,
+    /// Seed of the draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Correlation of the keys with the query (0: i.i.d.).
+    #[arg(long, default_value_t = 0.0)]
+    pub rho: f64,
+    /// Number format for the aliasing events: f64, f32, bf16 or f16.
+    #[arg(long, default_value = "bf16", value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
+    pub format: NumberFormat,
+    /// Scale the frequencies as Llama 3 does.
+    #[arg(long)]
+    pub llama3: bool,
+    /// CSV output file.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Runs a theory subcommand.
+pub fn run(cmd: TheoryCommand) -> Result<()> {
+    match cmd {
+        TheoryCommand::Discrepancy(a) => {
+            let rows = discrepancy_rows(a.mechanism, a.theta, a.alphabet, a.max_n)?;
+            println!("{}", discrepancy_table(&rows));
+            write_atomic(&a.out, discrepancy_csv(&rows).as_bytes())?;
+            println!("wrote {}", a.out.display());
+            Ok(())
+        }
+        TheoryCommand::RopeStats(a) => {
+            let config = FailureConfig {
+                d: a.d,
+                bases: a.bases,
+                llama3: a.llama3,
+                lengths: a.lengths,
+                draws: a.draws,
+                seed: a.seed,
+                rho: a.rho,
+                format: a.format,
+            };
+            rope_stats(&config, &a.out)
+        }
+    }
+}
+
+/// Margins of a mechanism.
+pub fn discrepancy_rows(
+    mechanism: Mechanism,
+    theta: f64,
+    alphabet: usize,
+    max_n: usize,
+) -> Result<Vec<DiscrepancyRow>> {
+    Ok(match mechanism {
+        Mechanism::Index => discrepancy::index(theta, max_n)?,
+        Mechanism::Retrieval => discrepancy::retrieval(theta, alphabet, max_n)?,
+    })
+}
+
+/// A few rows of a discrepancy curve.
+pub fn discrepancy_table(rows: &[DiscrepancyRow]) -> String {
+    let mut s = format!(
+        "{:>6} {:>12} {:>12} {:>12}\n",
+        "n", "delta", "bound", "delta_max"
+    );
+    for r in rows
+        .iter()
+        .filter(|r| [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000].contains(&r.n) || r.n == rows.len())
+    {
+        let _ = writeln!(
+            s,
+            "{:>6} {:>12.4e} {:>12.4e} {:>12.4e}",
+            r.n, r.delta, r.bound, r.delta_max
+        );
+    }
+    s.trim_end().to_owned()
+}
+
+/// The CSV of a discrepancy curve.
+pub fn discrepancy_csv(rows: &[DiscrepancyRow]) -> String {
+    let mut s = String::from("n,delta,bound,delta_max\n");
+    for r in rows {
+        let _ = writeln!(s, "{},{:e},{:e},{:e}", r.n, r.delta, r.bound, r.delta_max);
+    }
+    s
+}
+
+/// Runs the failure experiment, prints the tables and writes the CSV.
+pub fn rope_stats(config: &FailureConfig, out: &Path) -> Result<()> {
+    let start = Instant::now();
+    let bar = progress(config.bases.len() as u64, "rope-stats");
+    let rows = failure_table(config, |done, _| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    println!(
+        "RoPE failure rates, d {}, {} draws (rho {}), aliasing in {}{}: {:.1} s",
+        config.d,
+        config.draws,
+        config.rho,
+        config.format,
+        if config.llama3 {
+            ", llama3 scaling"
+        } else {
+            ""
+        },
+        start.elapsed().as_secs_f64()
+    );
+    println!("{}", failure_text(&rows));
+    println!("{:<20} {:>10} {:>10}", "event", "M grows", "B grows");
+    for (event, by_m, by_b) in trade_off(&rows) {
+        println!("{event:<20} {by_m:>10} {by_b:>10}");
+    }
+    write_atomic(out, failure_csv(&rows).as_bytes())?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn failure_text(rows: &[FailureRow]) -> String {
+    let mut s = format!(
+        "{:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n",
+        "base",
+        "M",
+        "pos.inv",
+        "pos.alias",
+        "tok.inv",
+        "tok.alias",
+        "mu",
+        "mu_emp",
+        "sigma",
+        "sig_emp"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:>9.0e} {:>7} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
+            r.base,
+            r.length,
+            r.position_inversion,
+            r.position_aliasing,
+            r.token_inversion,
+            r.token_aliasing,
+            r.mu_approx,
+            r.mu_empirical,
+            r.sigma_approx,
+            r.sigma_empirical
+        );
+    }
+    s.trim_end().to_owned()
+}
+
+fn failure_csv(rows: &[FailureRow]) -> String {
+    let mut s = String::from(
+        "base,length,position_inversion,position_aliasing,position_alias_pairs,token_inversion,token_aliasing,mu_approx,mu_empirical,sigma_approx,sigma_empirical\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            r.base,
+            r.length,
+            r.position_inversion,
+            r.position_aliasing,
+            r.position_alias_pairs,
+            r.token_inversion,
+            r.token_aliasing,
+            r.mu_approx,
+            r.mu_empirical,
+            r.sigma_approx,
+            r.sigma_empirical
+        );
+    }
+    s
+}

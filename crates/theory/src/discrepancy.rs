@@ -1,0 +1,237 @@
+//! Discrepancy (main paper, definition 3.1 and theorem 3.2): the logit margin of the hand-built
+//! heads of theorem 3.1 with a single RoPE angle theta, computed EXACTLY over every input.
+//!
+//! Setting: the query sits at position n and attends to keys at positions 0..=n (distance
+//! d = n - j from 0 to n). The margin of an input is the target key's logit minus the best other
+//! logit (for the Index head the target always has the top logit 1, so this is "largest minus
+//! second largest"). For each n two numbers are reported:
+//! - `delta`: the worst input's margin (min over inputs), the margin the head can count on;
+//! - `delta_max`: the best input's margin (max over inputs).
+//!
+//! Index: logits cos((d - s) theta) for a query holding integer s (s = 0 for a letter query,
+//! which attends to itself). With u = d - s ranging over [-s, n - s], the margin is
+//! 1 - max_{1 <= u <= max(s, n - s)} cos(u theta): worst for s in {0, n} (u up to n), best for a
+//! centred s (u up to ceil(n / 2)). Pigeonhole on u = 0..U gives margin <= 2 pi^2 / (U + 1)^2, so
+//! `delta` <= min(1 - cos theta, 2 pi^2 / n^2) (the theorem) while `delta_max` only obeys the same
+//! bound with U = ceil(n / 2), about four times larger: the theorem's O(1/n^2) holds for the
+//! worst input, not for every input.
+//!
+//! Retrieval: omega = 2 pi / |ALPH|; the key with first symbol L at distance d scores
+//! cos((phi(L) - phi(R)) omega + d theta) against a query `LR`. The matching key (difference 0)
+//! sits at some d in 1..=n, every other key (the query itself at d = 0 included) has a
+//! difference in 1..|ALPH| - 1. Worst input: match far, competitors as close as they can be;
+//! best input: competitors as far as they can be.
+
+use serde::Serialize;
+
+use crate::{invalid, Result};
+
+/// The margins at one query position n and the theorem's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DiscrepancyRow {
+    /// Query position (keys 0..=n).
+    pub n: usize,
+    /// Worst input's margin (min over inputs).
+    pub delta: f64,
+    /// The theorem's bound for `delta`.
+    pub bound: f64,
+    /// Best input's margin (max over inputs).
+    pub delta_max: f64,
+}
+
+fn check_n(max_n: usize) -> Result<()> {
+    if max_n < 1 {
+        return invalid(format!(
+            "the largest query position n0 must be at least 1, got {max_n}"
+        ));
+    }
+    Ok(())
+}
+
+/// Index-head margins for n = 1..=max_n with angle `theta` (> 0).
+pub fn index(theta: f64, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
+    if !(theta.is_finite() && theta > 0.0) {
+        return invalid(format!("theta must be positive, got {theta}"));
+    }
+    check_n(max_n)?;
+    // best[u] = max_{1 <= t <= u} cos(t theta).
+    let mut best = vec![f64::NEG_INFINITY; max_n + 1];
+    for u in 1..=max_n {
+        best[u] = best[u - 1].max((u as f64 * theta).cos());
+    }
+    let pi2 = std::f64::consts::PI.powi(2);
+    Ok((1..=max_n)
+        .map(|n| DiscrepancyRow {
+            n,
+            delta: 1.0 - best[n],
+            bound: (1.0 - theta.cos()).min(2.0 * pi2 / (n * n) as f64),
+            delta_max: 1.0 - best[n.div_ceil(2)],
+        })
+        .collect())
+}
+
+/// The bound the best input's Index margin obeys: min(1 - cos theta, 2 pi^2 / (ceil(n/2) + 1)^2).
+pub fn index_bound_best_input(theta: f64, n: usize) -> f64 {
+    let u = (n.div_ceil(2) + 1) as f64;
+    (1.0 - theta.cos()).min(2.0 * std::f64::consts::PI.powi(2) / (u * u))
+}
+
+/// Retrieval-head margins for n = 1..=max_n with angle `theta` (>= 0; 0 is no position
+/// encoding) and an alphabet of `alphabet` symbols (>= 2). The bound column is
+/// 1 - cos(omega - n theta).
+pub fn retrieval(theta: f64, alphabet: usize, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
+    if !(theta.is_finite() && theta >= 0.0) {
+        return invalid(format!(
+            "theta must be non-negative for the Retrieval head, got {theta}"
+        ));
+    }
+    if alphabet < 2 {
+        return invalid(format!(
+            "the alphabet needs at least 2 symbols, got {alphabet}"
+        ));
+    }
+    check_n(max_n)?;
+    let omega = 2.0 * std::f64::consts::PI / alphabet as f64;
+    // Best and worst logit a non-matching key can have at distance d.
+    let (closest, farthest): (Vec<f64>, Vec<f64>) = (0..=max_n)
+        .map(|d| {
+            let values = (1..alphabet).map(|k| (k as f64 * omega + d as f64 * theta).cos());
+            values.fold((f64::NEG_INFINITY, f64::INFINITY), |(hi, lo), v| {
+                (hi.max(v), lo.min(v))
+            })
+        })
+        .unzip();
+    let mut rows = Vec::with_capacity(max_n);
+    for n in 1..=max_n {
+        // Prefix and suffix maxima over d in 0..=n of `closest` and of `farthest`.
+        let prefix = |v: &[f64]| {
+            let mut p = vec![f64::NEG_INFINITY; n + 2];
+            for d in 0..=n {
+                p[d + 1] = p[d].max(v[d]);
+            }
+            p
+        };
+        let suffix = |v: &[f64]| {
+            let mut s = vec![f64::NEG_INFINITY; n + 2];
+            for d in (0..=n).rev() {
+                s[d] = s[d + 1].max(v[d]);
+            }
+            s
+        };
+        let (pc, sc, pf, sf) = (
+            prefix(&closest),
+            suffix(&closest),
+            prefix(&farthest),
+            suffix(&farthest),
+        );
+        let (mut worst, mut best) = (f64::INFINITY, f64::NEG_INFINITY);
+        for dm in 1..=n {
+            let target = (dm as f64 * theta).cos();
+            let rival_close = pc[dm].max(sc[dm + 1]);
+            let rival_far = pf[dm].max(sf[dm + 1]);
+            worst = worst.min(target - rival_close);
+            best = best.max(target - rival_far);
+        }
+        rows.push(DiscrepancyRow {
+            n,
+            delta: worst,
+            bound: 1.0 - (omega - n as f64 * theta).cos(),
+            delta_max: best,
+        });
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Brute force for the Index head: every query value s in 0..=n, every key.
+    fn index_slow(theta: f64, n: usize) -> (f64, f64) {
+        let (mut worst, mut best) = (f64::INFINITY, f64::NEG_INFINITY);
+        for s in 0..=n {
+            let logits: Vec<f64> = (0..=n)
+                .map(|d| ((d as f64 - s as f64) * theta).cos())
+                .collect();
+            let top = logits[s];
+            let rival = (0..=n)
+                .filter(|&d| d != s)
+                .map(|d| logits[d])
+                .fold(f64::NEG_INFINITY, f64::max);
+            worst = worst.min(top - rival);
+            best = best.max(top - rival);
+        }
+        (worst, best)
+    }
+
+    /// Brute force for the Retrieval head: every match distance, every symbol of every other key
+    /// (exhaustive over all inputs for tiny n and alphabets).
+    fn retrieval_slow(theta: f64, alphabet: usize, n: usize) -> (f64, f64) {
+        let omega = 2.0 * std::f64::consts::PI / alphabet as f64;
+        let (mut worst, mut best) = (f64::INFINITY, f64::NEG_INFINITY);
+        for dm in 1..=n {
+            let others: Vec<usize> = (0..=n).filter(|&d| d != dm).collect();
+            let combos = (alphabet - 1).pow(others.len() as u32);
+            for code in 0..combos {
+                let mut c = code;
+                let mut rival = f64::NEG_INFINITY;
+                for &d in &others {
+                    let k = 1 + c % (alphabet - 1);
+                    c /= alphabet - 1;
+                    rival = rival.max((k as f64 * omega + d as f64 * theta).cos());
+                }
+                let margin = (dm as f64 * theta).cos() - rival;
+                worst = worst.min(margin);
+                best = best.max(margin);
+            }
+        }
+        (worst, best)
+    }
+
+    #[test]
+    fn exact_margins_match_brute_force() {
+        for theta in [0.3, 0.866, 1.7, 3.0] {
+            let rows = index(theta, 30).unwrap();
+            for r in &rows {
+                let (w, b) = index_slow(theta, r.n);
+                assert!(
+                    (r.delta - w).abs() < 1e-12 && (r.delta_max - b).abs() < 1e-12,
+                    "{theta} {r:?}"
+                );
+            }
+        }
+        for (theta, alphabet) in [(0.05, 3), (0.2, 4), (0.0, 3), (0.7, 5)] {
+            for r in retrieval(theta, alphabet, 5).unwrap() {
+                let (w, b) = retrieval_slow(theta, alphabet, r.n);
+                assert!(
+                    (r.delta - w).abs() < 1e-12 && (r.delta_max - b).abs() < 1e-12,
+                    "{theta} {alphabet} {r:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn small_inputs_by_hand() {
+        // n = 1: keys at distance 0 and 1, the only rival is cos(theta) away from 1.
+        let r = index(0.5, 1).unwrap()[0];
+        assert!((r.delta - (1.0 - 0.5f64.cos())).abs() < 1e-15);
+        // Retrieval without position encoding: margin 1 - cos(omega) for every n.
+        for r in retrieval(0.0, 8, 50).unwrap() {
+            let m = 1.0 - (std::f64::consts::PI / 4.0).cos();
+            assert!(
+                (r.delta - m).abs() < 1e-12 && (r.delta_max - 2.0).abs() < 1e-12,
+                "{r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        assert!(index(0.0, 10).is_err());
+        assert!(index(-1.0, 10).is_err());
+        assert!(index(0.5, 0).unwrap_err().to_string().contains("n0"));
+        assert!(retrieval(-0.1, 8, 10).is_err());
+        assert!(retrieval(0.1, 1, 10).is_err());
+    }
+}

@@ -1,0 +1,377 @@
+//! RoPE's four failure events (the "RoPE distinguishes neither positions nor tokens" paper),
+//! measured exactly on whole score curves:
+//! - position inversion: S(m1) < S(m2) for m1 uniform in [0, M/2), m2 in [M/2, M) (a nearer key
+//!   scores lower than a farther one), counted over all pairs by sorting;
+//! - position aliasing: distances whose score rounds (in a number format) to the same value as
+//!   another distance's, counted by sorting;
+//! - token inversion: two keys whose order at distance m differs from their order at distance 0;
+//! - token aliasing: two different keys whose scores round to the same value at a distance.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::format::NumberFormat;
+use crate::product::{coefficients, correlated, normal_vector, score_curve};
+use crate::schedule::Schedule;
+use crate::stats::moments;
+use crate::{invalid, Result};
+
+/// P[S(m1) < S(m2)] over m1 in the first half of `curve`, m2 in the second (ties count half).
+pub fn position_inversion(curve: &[f64]) -> f64 {
+    let half = curve.len() / 2;
+    let mut near = curve[..half].to_vec();
+    let mut far = curve[half..].to_vec();
+    near.sort_by(f64::total_cmp);
+    far.sort_by(f64::total_cmp);
+    // For each near value (ascending), count far values above it and equal to it.
+    let (mut below_or_equal, mut below) = (0usize, 0usize);
+    let mut count = 0.0;
+    for &a in &near {
+        while below < far.len() && far[below] < a {
+            below += 1;
+        }
+        while below_or_equal < far.len() && far[below_or_equal] <= a {
+            below_or_equal += 1;
+        }
+        let greater = far.len() - below_or_equal;
+        let equal = below_or_equal - below;
+        count += greater as f64 + 0.5 * equal as f64;
+    }
+    count / (near.len() as f64 * far.len() as f64)
+}
+
+/// Aliasing among values after rounding to `format`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Aliasing {
+    /// Pairs of distinct entries with equal rounded values.
+    pub pairs: u64,
+    /// Fraction of entries that share their rounded value with another entry.
+    pub with_partner: f64,
+}
+
+/// Counts equal rounded values by sorting.
+pub fn aliasing(values: &[f64], format: NumberFormat) -> Aliasing {
+    let mut rounded: Vec<f64> = values.iter().map(|&v| format.round(v)).collect();
+    rounded.sort_by(f64::total_cmp);
+    let (mut pairs, mut shared) = (0u64, 0usize);
+    let mut start = 0;
+    while start < rounded.len() {
+        let mut end = start + 1;
+        while end < rounded.len() && rounded[end] == rounded[start] {
+            end += 1;
+        }
+        let g = (end - start) as u64;
+        if g > 1 {
+            pairs += g * (g - 1) / 2;
+            shared += end - start;
+        }
+        start = end;
+    }
+    Aliasing {
+        pairs,
+        with_partner: shared as f64 / values.len().max(1) as f64,
+    }
+}
+
+/// Fraction of distances m in 1..M where two keys' order differs from their order at m = 0.
+pub fn token_inversion(s1: &[f64], s2: &[f64]) -> f64 {
+    let sign0 = (s1[0] - s2[0]).signum();
+    let flipped = (1..s1.len())
+        .filter(|&m| (s1[m] - s2[m]).signum() != sign0)
+        .count();
+    flipped as f64 / (s1.len() - 1).max(1) as f64
+}
+
+/// Fraction of distances where two keys' scores round to the same value.
+pub fn token_aliasing(s1: &[f64], s2: &[f64], format: NumberFormat) -> f64 {
+    let same = s1
+        .iter()
+        .zip(s2)
+        .filter(|(a, b)| format.round(**a) == format.round(**b))
+        .count();
+    same as f64 / s1.len().max(1) as f64
+}
+
+/// A failure experiment: seeded draws of (q, k1, k2) for every base and context length.
+#[derive(Debug, Clone)]
+pub struct FailureConfig {
+    /// Head dimension d = 2h.
+    pub d: usize,
+    /// Frequency bases B.
+    pub bases: Vec<f64>,
+    /// Use llama3-style scaling of each base.
+    pub llama3: bool,
+    /// Context lengths M (each at least 2).
+    pub lengths: Vec<usize>,
+    /// (q, k1, k2) draws per (B, M).
+    pub draws: usize,
+    /// Seed of the draws.
+    pub seed: u64,
+    /// Correlation of each key with the query (0: i.i.d. standard normal).
+    pub rho: f64,
+    /// Format for the aliasing events.
+    pub format: NumberFormat,
+}
+
+/// Mean failure rates over the draws for one (B, M).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FailureRow {
+    /// Frequency base.
+    pub base: f64,
+    /// Context length.
+    pub length: usize,
+    /// P[S(m1) < S(m2)], m1 < M/2 <= m2.
+    pub position_inversion: f64,
+    /// Fraction of distances with an aliasing partner.
+    pub position_aliasing: f64,
+    /// Aliasing pairs per draw.
+    pub position_alias_pairs: f64,
+    /// Fraction of distances where two keys' order flips.
+    pub token_inversion: f64,
+    /// Fraction of distances where two keys' scores alias.
+    pub token_aliasing: f64,
+    /// Mean predicted mu_M.
+    pub mu_approx: f64,
+    /// Mean measured mean of S.
+    pub mu_empirical: f64,
+    /// Mean predicted sigma_M.
+    pub sigma_approx: f64,
+    /// Mean measured standard deviation of S.
+    pub sigma_empirical: f64,
+}
+
+impl FailureConfig {
+    /// Checks every parameter.
+    pub fn check(&self) -> Result<()> {
+        if self.d < 2 || self.d % 2 != 0 {
+            return invalid(format!(
+                "the head dimension d must be even and at least 2, got {}",
+                self.d
+            ));
+        }
+        if let Some(b) = self.bases.iter().find(|b| !(b.is_finite() && **b > 0.0)) {
+            return invalid(format!("base must be positive, got {b}"));
+        }
+        if let Some(m) = self.lengths.iter().find(|&&m| m < 2) {
+            return invalid(format!("context length M must be at least 2, got {m}"));
+        }
+        if self.bases.is_empty() || self.lengths.is_empty() {
+            return invalid("give at least one base and one context length");
+        }
+        if self.draws == 0 {
+            return invalid("draws must be at least 1");
+        }
+        if !(-1.0..=1.0).contains(&self.rho) {
+            return invalid(format!(
+                "the correlation rho must be in [-1, 1], got {}",
+                self.rho
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Runs the experiment; `progress(done, total)` after each base.
+pub fn failure_table(
+    config: &FailureConfig,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<FailureRow>> {
+    config.check()?;
+    let h = config.d / 2;
+    let longest = *config.lengths.iter().max().expect("checked non-empty");
+    let mut rows = vec![];
+    for (bi, &base) in config.bases.iter().enumerate() {
+        progress(bi, config.bases.len());
+        let schedule = if config.llama3 {
+            Schedule::llama3(base)
+        } else {
+            Schedule::Plain { base }
+        };
+        let freqs = schedule.frequencies(h)?;
+        let mut sums = vec![[0.0f64; 9]; config.lengths.len()];
+        // The same draws for every base: differences between bases are not sampling noise.
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        for _ in 0..config.draws {
+            let q = normal_vector(&mut rng, config.d);
+            let k1 = correlated(&mut rng, &q, config.rho);
+            let k2 = correlated(&mut rng, &q, config.rho);
+            let c1 = coefficients(&q, &k1);
+            let s1 = score_curve(&c1, &freqs, longest);
+            let s2 = score_curve(&coefficients(&q, &k2), &freqs, longest);
+            for (li, &m) in config.lengths.iter().enumerate() {
+                let (a, b) = (&s1[..m], &s2[..m]);
+                let alias = aliasing(a, config.format);
+                let mo = moments(&c1, &freqs, a);
+                let values = [
+                    position_inversion(a),
+                    alias.with_partner,
+                    alias.pairs as f64,
+                    token_inversion(a, b),
+                    token_aliasing(a, b, config.format),
+                    mo.mu_approx,
+                    mo.mu_empirical,
+                    mo.sigma_approx,
+                    mo.sigma_empirical,
+                ];
+                for (s, v) in sums[li].iter_mut().zip(values) {
+                    *s += v;
+                }
+            }
+        }
+        let n = config.draws as f64;
+        for (li, &length) in config.lengths.iter().enumerate() {
+            let v = sums[li].map(|s| s / n);
+            rows.push(FailureRow {
+                base,
+                length,
+                position_inversion: v[0],
+                position_aliasing: v[1],
+                position_alias_pairs: v[2],
+                token_inversion: v[3],
+                token_aliasing: v[4],
+                mu_approx: v[5],
+                mu_empirical: v[6],
+                sigma_approx: v[7],
+                sigma_empirical: v[8],
+            });
+        }
+    }
+    progress(config.bases.len(), config.bases.len());
+    Ok(rows)
+}
+
+/// A failure rate read off a row.
+type Rate = fn(&FailureRow) -> f64;
+
+/// The four failure events by name.
+pub const EVENTS: [(&str, Rate); 4] = [
+    ("position inversion", |r| r.position_inversion),
+    ("position aliasing", |r| r.position_aliasing),
+    ("token inversion", |r| r.token_inversion),
+    ("token aliasing", |r| r.token_aliasing),
+];
+
+fn direction(delta: f64) -> &'static str {
+    if delta > 1e-9 {
+        "up"
+    } else if delta < -1e-9 {
+        "down"
+    } else {
+        "flat"
+    }
+}
+
+/// Summed change of `rate` from the smallest to the largest value of `vary`, over every
+/// group of rows that share the other parameter.
+fn change(rows: &[FailureRow], rate: Rate, vary: Rate, fixed: Rate) -> f64 {
+    let mut groups: Vec<f64> = rows.iter().map(fixed).collect();
+    groups.sort_by(f64::total_cmp);
+    groups.dedup();
+    groups
+        .into_iter()
+        .map(|g| {
+            let mut members: Vec<&FailureRow> = rows.iter().filter(|r| fixed(r) == g).collect();
+            members.sort_by(|a, b| vary(a).total_cmp(&vary(b)));
+            match (members.first(), members.last()) {
+                (Some(lo), Some(hi)) => rate(hi) - rate(lo),
+                _ => 0.0,
+            }
+        })
+        .sum()
+}
+
+/// Direction of each failure rate as M grows (at each base) and as B grows (at each M):
+/// `"up"`, `"down"` or `"flat"`, comparing the smallest and largest value of the parameter.
+pub fn trade_off(rows: &[FailureRow]) -> Vec<(&'static str, &'static str, &'static str)> {
+    let length: Rate = |r| r.length as f64;
+    let base: Rate = |r| r.base;
+    EVENTS
+        .iter()
+        .map(|&(name, rate)| {
+            (
+                name,
+                direction(change(rows, rate, length, base)),
+                direction(change(rows, rate, base, length)),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Brute force over all pairs.
+    fn inversion_slow(curve: &[f64]) -> f64 {
+        let half = curve.len() / 2;
+        let mut count = 0.0;
+        for a in &curve[..half] {
+            for b in &curve[half..] {
+                count += if a < b {
+                    1.0
+                } else if a == b {
+                    0.5
+                } else {
+                    0.0
+                };
+            }
+        }
+        count / (half * (curve.len() - half)) as f64
+    }
+
+    #[test]
+    fn inversion_by_sorting_matches_all_pairs() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for len in [2, 3, 10, 101, 400] {
+            let mut v = normal_vector(&mut rng, len);
+            // Some ties.
+            for x in v.iter_mut().step_by(3) {
+                *x = (*x * 2.0).round() / 2.0;
+            }
+            assert!(
+                (position_inversion(&v) - inversion_slow(&v)).abs() < 1e-12,
+                "{len}"
+            );
+        }
+    }
+
+    #[test]
+    fn aliasing_counts_by_hand() {
+        let a = aliasing(&[1.0, 1.0 + 1e-9, 2.0, 3.0, 3.0, 3.0], NumberFormat::Bf16);
+        assert_eq!(a.pairs, 1 + 3);
+        assert!((a.with_partner - 5.0 / 6.0).abs() < 1e-12);
+        let exact = aliasing(&[1.0, 1.0 + 1e-9], NumberFormat::F64);
+        assert_eq!(exact.pairs, 0);
+        assert_eq!(token_inversion(&[1.0, 0.0, 2.0], &[0.0, 1.0, 1.0]), 0.5);
+        assert_eq!(
+            token_aliasing(&[1.0, 5.0], &[1.0 + 1e-6, 4.0], NumberFormat::Bf16),
+            0.5
+        );
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        let ok = FailureConfig {
+            d: 8,
+            bases: vec![100.0],
+            llama3: false,
+            lengths: vec![16],
+            draws: 2,
+            seed: 0,
+            rho: 0.0,
+            format: NumberFormat::Bf16,
+        };
+        assert!(failure_table(&ok, |_, _| {}).is_ok());
+        let err = |f: &dyn Fn(&mut FailureConfig)| {
+            let mut c = ok.clone();
+            f(&mut c);
+            c.check().unwrap_err().to_string()
+        };
+        assert!(err(&|c| c.bases = vec![0.0]).contains("base"));
+        assert!(err(&|c| c.lengths = vec![1]).contains("at least 2"));
+        assert!(err(&|c| c.d = 7).contains("even"));
+        assert!(err(&|c| c.rho = 2.0).contains("rho"));
+        assert!(err(&|c| c.draws = 0).contains("draws"));
+    }
+}
