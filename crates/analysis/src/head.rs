@@ -76,6 +76,15 @@ impl HeadView {
             .collect()
     }
 
+    /// The unpermuted logits of keys 0..=n (the diagonal of the cross logits plus the self
+    /// logit), O(n d).
+    pub fn logits(&self) -> Vec<f64> {
+        let n = self.n();
+        (0..=n)
+            .map(|a| self.scale * self.dot(&self.rotated_query(n - a), &self.keys[a]))
+            .collect()
+    }
+
     /// The logit of the query attending to itself (position n, never moved).
     pub fn self_logit(&self) -> f64 {
         self.scale * self.dot(&self.q, &self.keys[self.n()])

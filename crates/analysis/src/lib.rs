@@ -8,6 +8,7 @@
 pub mod capture;
 pub mod dynamics;
 pub mod head;
+pub mod margin;
 pub mod reference;
 pub mod swap;
 

@@ -156,6 +156,10 @@ fn fast_path_agrees_with_rerunning_the_block() {
                                 for (x, y) in row.iter().zip(&fast_row) {
                                     assert!((x - y).abs() < 1e-5, "row {x} vs {y}");
                                 }
+                                let cross = view.cross_logits();
+                                for (a, l) in view.logits().iter().enumerate().take(n) {
+                                    assert!((l - cross[a][a]).abs() < 1e-9);
+                                }
                                 let resid = cap.resid_pre[layer].get(b).unwrap();
                                 let mut block_counts = vec![n];
                                 if n % 2 == 0 && n > 2 {

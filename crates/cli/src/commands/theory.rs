@@ -23,6 +23,29 @@ pub enum TheoryCommand {
     /// RoPE score statistics: normal approximation and the four failure events versus context
     /// length M and base B (CSV), plus the base trade-off directions.
     RopeStats(RopeStatsArgs),
+    /// Discrepancy of a trained model's heads (largest minus second-largest logit at the query)
+    /// per layer versus input length, via the tasks' length extension (CSV).
+    Margins(MarginsArgs),
+}
+
+/// Arguments of `ropelab theory margins`.
+#[derive(Debug, Args)]
+pub struct MarginsArgs {
+    /// Run directory written by `ropelab train`.
+    #[arg(long)]
+    pub run: PathBuf,
+    /// Checkpoint step (default: the latest).
+    #[arg(long)]
+    pub step: Option<usize>,
+    /// Extension lengths (extra tokens before the target window), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,8,32,128,512")]
+    pub extras: Vec<usize>,
+    /// Test inputs per length.
+    #[arg(long, default_value_t = 50)]
+    pub samples: usize,
+    /// CSV output file.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// Which hand-built head.
@@ -108,6 +131,34 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
                 format: a.format,
             };
             rope_stats(&config, &a.out)
+        }
+        TheoryCommand::Margins(a) => {
+            let rows = ropelab_analysis::margin::margins(
+                &a.run,
+                a.step,
+                &a.extras,
+                a.samples,
+                &candle_core::Device::Cpu,
+            )?;
+            let mut csv = String::from("extra,length,layer,head,margin,top_weight\n");
+            println!(
+                "{:>6} {:>6} {:>5} {:>4} {:>10} {:>10}",
+                "extra", "length", "layer", "head", "margin", "top weight"
+            );
+            for r in &rows {
+                let _ = writeln!(
+                    csv,
+                    "{},{},{},{},{},{}",
+                    r.extra, r.length, r.layer, r.head, r.margin, r.top_weight
+                );
+                println!(
+                    "{:>6} {:>6} {:>5} {:>4} {:>10.4} {:>10.4}",
+                    r.extra, r.length, r.layer, r.head, r.margin, r.top_weight
+                );
+            }
+            write_atomic(&a.out, csv.as_bytes())?;
+            println!("wrote {}", a.out.display());
+            Ok(())
         }
     }
 }
