@@ -356,4 +356,16 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     bad(&["rope-stats", "--bases", "0"], "base must be positive");
     bad(&["rope-stats", "--lengths", "1"], "at least 2");
     bad(&["rope-stats", "--format", "fp8"], "unknown number format");
+    bad(&["periodic", "--m", "1"], "at least 2");
+    bad(&["offset-range", "--g", "0"], "g must be positive");
+    let out = ropelab(&[
+        "theory", "periodic", "--m", "3", "--len", "1000", "--out", c,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 1 + 3 * 2, "{text}");
+    assert!(
+        text.lines().skip(1).all(|l| l.ends_with(',')),
+        "a MOD head was not exact: {text}"
+    );
 }

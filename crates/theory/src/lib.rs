@@ -11,6 +11,7 @@
 pub mod discrepancy;
 pub mod failures;
 pub mod format;
+pub mod periodic;
 pub mod product;
 pub mod schedule;
 pub mod stats;

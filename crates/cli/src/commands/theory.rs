@@ -26,6 +26,52 @@ pub enum TheoryCommand {
     /// Discrepancy of a trained model's heads (largest minus second-largest logit at the query)
     /// per layer versus input length, via the tasks' length extension (CSV).
     Margins(MarginsArgs),
+    /// Periodic RoPE: checks that the MOD_m^r head outputs exactly [i = r mod m] at every
+    /// position up to --len in a number format (CSV).
+    Periodic(PeriodicArgs),
+    /// Certified look-back range of a fixed-offset head on a conventional rotation g, by brute
+    /// force over realised scores (CSV).
+    OffsetRange(OffsetRangeArgs),
+}
+
+/// Arguments of `ropelab theory periodic`.
+#[derive(Debug, Args)]
+pub struct PeriodicArgs {
+    /// Periods m (each at least 2), comma-separated; every residue r in 0..m is checked.
+    #[arg(long, value_delimiter = ',', default_value = "2,3,5")]
+    pub m: Vec<usize>,
+    /// Number formats, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "f32,bf16", value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
+    pub formats: Vec<NumberFormat>,
+    /// Positions checked, 1..=len.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub len: usize,
+    /// CSV output file.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Arguments of `ropelab theory offset-range`.
+#[derive(Debug, Args)]
+pub struct OffsetRangeArgs {
+    /// Rotations g per position (radians), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,0.5,0.1")]
+    pub g: Vec<f64>,
+    /// The offset k the head looks back.
+    #[arg(long, default_value_t = 4)]
+    pub k: usize,
+    /// Multiples of the minimal scale 2 f_large / (1 - cos g), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    pub scales: Vec<f64>,
+    /// Number format.
+    #[arg(long, default_value = "f32", value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
+    pub format: NumberFormat,
+    /// Longest range searched.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub cap: usize,
+    /// CSV output file.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// Arguments of `ropelab theory margins`.
@@ -131,6 +177,68 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
                 format: a.format,
             };
             rope_stats(&config, &a.out)
+        }
+        TheoryCommand::Periodic(a) => {
+            use ropelab_theory::periodic::check_mod;
+            let mut csv = String::from("m,r,format,c,len,first_failure\n");
+            println!(
+                "{:>4} {:>4} {:>6} {:>10} {:>9}  exact",
+                "m", "r", "format", "C", "positions"
+            );
+            for &format in &a.formats {
+                for &m in &a.m {
+                    for r in 0..m.max(1) {
+                        let c = check_mod(m, r, format, a.len)?;
+                        let fail = c.first_failure.map_or(String::new(), |f| f.to_string());
+                        let _ = writeln!(csv, "{},{},{},{},{},{}", m, r, format, c.c, c.len, fail);
+                        println!(
+                            "{:>4} {:>4} {:>6} {:>10.2} {:>9}  {}",
+                            m,
+                            r,
+                            format,
+                            c.c,
+                            c.len,
+                            c.first_failure
+                                .map_or("yes, at every position".to_owned(), |f| format!(
+                                    "NO: fails at {f}"
+                                ))
+                        );
+                    }
+                }
+            }
+            write_atomic(&a.out, csv.as_bytes())?;
+            println!("wrote {}", a.out.display());
+            Ok(())
+        }
+        TheoryCommand::OffsetRange(a) => {
+            use ropelab_theory::periodic::{f_large, offset_range};
+            let fl = f_large(a.format);
+            let mut csv = String::from("g,k,c,format,certified_range\n");
+            println!("f_large({}) = {fl:.3}", a.format);
+            println!(
+                "{:>8} {:>4} {:>12} {:>16}",
+                "g", "k", "C", "certified range"
+            );
+            for &g in &a.g {
+                for &scale in &a.scales {
+                    let c = scale * 2.0 * fl / (1.0 - g.cos());
+                    let range = offset_range(g, c, a.k, a.format, a.cap)?;
+                    let shown = range.map_or(format!(">= {}", a.cap), |l| l.to_string());
+                    let _ = writeln!(
+                        csv,
+                        "{},{},{},{},{}",
+                        g,
+                        a.k,
+                        c,
+                        a.format,
+                        range.map_or(String::new(), |l| l.to_string())
+                    );
+                    println!("{g:>8} {:>4} {c:>12.1} {shown:>16}", a.k);
+                }
+            }
+            write_atomic(&a.out, csv.as_bytes())?;
+            println!("wrote {}", a.out.display());
+            Ok(())
         }
         TheoryCommand::Margins(a) => {
             let rows = ropelab_analysis::margin::margins(
