@@ -6,8 +6,8 @@
 //! plane-wise rotation), and `scale * q . k_b` without position encoding. Swapping block inputs
 //! moves only key contents; the query stays, so every swap is a re-pairing of these numbers.
 
-use ropelab_model::rope::{frequencies, plane_dims};
-use ropelab_model::{PositionEncoding, RopeLayout};
+use ropelab_model::rope::plane_dims;
+use ropelab_model::PositionEncoding;
 
 /// A head at one query position, in f64.
 #[derive(Debug, Clone)]
@@ -38,14 +38,9 @@ impl HeadView {
     /// The query rotated back by `shift` positions: R(shift) q (identity without RoPE).
     fn rotated_query(&self, shift: usize) -> Vec<f64> {
         let mut out = self.q.clone();
-        if let PositionEncoding::Rope {
-            base,
-            rotary_dim,
-            layout,
-        } = &self.encoding
-        {
-            for (k, g) in frequencies(*base, *rotary_dim).into_iter().enumerate() {
-                let (i, j) = plane_dims(*layout, *rotary_dim, k);
+        if let Some(r) = self.encoding.rotation() {
+            for (k, &g) in r.freqs.iter().enumerate() {
+                let (i, j) = plane_dims(r.layout, r.rotary_dim, k);
                 let (s, c) = (shift as f64 * g).sin_cos();
                 let (a, b) = (self.q[i], self.q[j]);
                 out[i] = a * c - b * s;
@@ -94,15 +89,9 @@ impl HeadView {
     /// (planes follow the head's layout; unrotated dims pair up after rotary_dim).
     pub fn plane_contributions(&self, a: usize, b: usize) -> Vec<f64> {
         let rq = self.rotated_query(self.n() - a);
-        let (layout, rotary_dim) = match &self.encoding {
-            PositionEncoding::Rope {
-                rotary_dim, layout, ..
-            } => (*layout, *rotary_dim),
-            PositionEncoding::None => (RopeLayout::Interleaved, 0),
-        };
         (0..self.d_head() / 2)
             .map(|p| {
-                let (i, j) = plane_dims(layout, rotary_dim, p);
+                let (i, j) = self.encoding.plane_dims(p);
                 self.scale * (rq[i] * self.keys[b][i] + rq[j] * self.keys[b][j])
             })
             .collect()
@@ -110,13 +99,7 @@ impl HeadView {
 
     /// A projection head: only plane `p`'s two dims take part in the logits.
     pub fn plane(&self, p: usize) -> HeadView {
-        let (layout, rotary_dim) = match &self.encoding {
-            PositionEncoding::Rope {
-                rotary_dim, layout, ..
-            } => (*layout, *rotary_dim),
-            PositionEncoding::None => (RopeLayout::Interleaved, 0),
-        };
-        let (i, j) = plane_dims(layout, rotary_dim, p);
+        let (i, j) = self.encoding.plane_dims(p);
         HeadView {
             dims: Some(vec![i, j]),
             ..self.clone()

@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde_json::json;
 
-use crate::{GptJ, ModelConfig, ModelError, PositionEncoding, Result};
+use crate::{GptJ, ModelConfig, ModelError, Result};
 
 /// Positions the Hugging Face config allows (GPT-J precomputes a sin/cos table this long).
 pub const HF_N_POSITIONS: usize = 16_384;
@@ -64,10 +64,10 @@ pub fn load_weights(config: ModelConfig, path: &Path, device: &Device) -> Result
 /// The Hugging Face `config.json` for this model. `ropelab_exact_in_transformers` says whether
 /// transformers computes exactly this model (it knows only uniform base-10,000 interleaved RoPE).
 pub fn hf_config(config: &ModelConfig) -> serde_json::Value {
-    let rotary_dim = match config.layer_position(0) {
-        PositionEncoding::Rope { rotary_dim, .. } => *rotary_dim,
-        PositionEncoding::None => config.d_head(),
-    };
+    let rotary_dim = config
+        .layer_position(0)
+        .rotation()
+        .map_or(config.d_head(), |r| r.rotary_dim);
     json!({
         "architectures": ["GPTJForCausalLM"],
         "model_type": "gptj",

@@ -31,6 +31,25 @@ pub enum PositionEncoding {
         /// Which dims form a plane.
         layout: RopeLayout,
     },
+    /// Rotary with explicit plane frequencies: plane k of the first `2 * thetas.len()` dims
+    /// turns by `pos * thetas[k]` (e.g. the single-angle heads of the theory).
+    Angles {
+        /// Radians per position, one per plane.
+        thetas: Vec<f64>,
+        /// Which dims form a plane.
+        layout: RopeLayout,
+    },
+}
+
+/// The rotation a position encoding applies to q and k.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rotation {
+    /// Radians per position of each rotated plane.
+    pub freqs: Vec<f64>,
+    /// Number of rotated dims (2 per plane).
+    pub rotary_dim: usize,
+    /// Which dims form a plane.
+    pub layout: RopeLayout,
 }
 
 impl PositionEncoding {
@@ -43,7 +62,51 @@ impl PositionEncoding {
         }
     }
 
+    /// The rotation applied to q and k, or `None` without position encoding.
+    pub fn rotation(&self) -> Option<Rotation> {
+        match self {
+            PositionEncoding::None => None,
+            PositionEncoding::Rope {
+                base,
+                rotary_dim,
+                layout,
+            } => Some(Rotation {
+                freqs: crate::rope::frequencies(*base, *rotary_dim),
+                rotary_dim: *rotary_dim,
+                layout: *layout,
+            }),
+            PositionEncoding::Angles { thetas, layout } => Some(Rotation {
+                freqs: thetas.clone(),
+                rotary_dim: 2 * thetas.len(),
+                layout: *layout,
+            }),
+        }
+    }
+
+    /// The two dims of plane `plane` (rotated planes follow the layout; the remaining dims pair
+    /// up consecutively).
+    pub fn plane_dims(&self, plane: usize) -> (usize, usize) {
+        match self.rotation() {
+            Some(r) => crate::rope::plane_dims(r.layout, r.rotary_dim, plane),
+            None => (2 * plane, 2 * plane + 1),
+        }
+    }
+
     fn check(&self, d_head: usize) -> Result<()> {
+        if let PositionEncoding::Angles { thetas, .. } = self {
+            if thetas.is_empty() || thetas.iter().any(|t| !t.is_finite()) {
+                return Err(ModelError::Config(
+                    "angles must list at least one finite angle".into(),
+                ));
+            }
+            if 2 * thetas.len() > d_head {
+                return Err(ModelError::Config(format!(
+                    "{} angles rotate {} dims, more than d_head {d_head}",
+                    thetas.len(),
+                    2 * thetas.len()
+                )));
+            }
+        }
         if let PositionEncoding::Rope {
             base, rotary_dim, ..
         } = *self

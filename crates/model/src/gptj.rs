@@ -7,9 +7,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
+use crate::attention::attend;
 use crate::hooks::{HookKind, HookPoint, Hooks};
-use crate::ops::{layer_norm, softmax_last_dim, Dropout};
-use crate::{rope, ModelConfig, PositionEncoding, Result};
+use crate::ops::{layer_norm, Dropout};
+use crate::{ModelConfig, Result};
 
 /// Parameters of one block (Hugging Face GPT-J names in comments).
 #[derive(Debug, Clone)]
@@ -339,48 +340,15 @@ impl GptJ {
                 .contiguous()?) // [batch, heads, pos, d_head]
         };
         let position = c.layer_position(layer).clone();
-        let planes = |p| match &position {
-            PositionEncoding::Rope {
-                rotary_dim, layout, ..
-            } => rope::plane_dims(*layout, *rotary_dim, p),
-            PositionEncoding::None => (2 * p, 2 * p + 1),
-        };
+        let planes = |p| position.plane_dims(p);
         let q = hooks.restrict(layer, heads(&blk.q)?, planes)?;
         let q = hooks.point(point(HookKind::Q), q)?;
         let k = hooks.restrict(layer, heads(&blk.k)?, planes)?;
         let k = hooks.point(point(HookKind::K), k)?;
         let v = hooks.point(point(HookKind::V), heads(&blk.v)?)?;
-
-        let (rq, rk) = match &position {
-            PositionEncoding::None => (q, k),
-            PositionEncoding::Rope {
-                base,
-                rotary_dim,
-                layout,
-            } => {
-                let positions: Vec<usize> = (0..t).collect();
-                let (cos, sin) = rope::angles(&positions, *base, *rotary_dim, &self.device)?;
-                let (cos, sin) = (cos.to_dtype(q.dtype())?, sin.to_dtype(q.dtype())?);
-                (
-                    rope::rotate(&q, &cos, &sin, *rotary_dim, *layout)?,
-                    rope::rotate(&k, &cos, &sin, *rotary_dim, *layout)?,
-                )
-            }
-        };
-        let rq = hooks.point(point(HookKind::RotQ), rq)?;
-        let rk = hooks.point(point(HookKind::RotK), rk)?;
-
         let scale = 1.0 / (d_head as f64).sqrt();
-        let scores = (rq.matmul(&rk.t()?)? * scale)?; // [batch, heads, q_pos, k_pos]
-        let scores =
-            scores.broadcast_add(&causal_mask(t, &self.device)?.to_dtype(scores.dtype())?)?;
-        let scores = hooks.point(point(HookKind::AttnScores), scores)?;
-        let pattern = hooks.point(point(HookKind::Pattern), softmax_last_dim(&scores)?)?;
-        let pattern = match dropout {
-            Some(d) => d.apply(&pattern)?,
-            None => pattern,
-        };
-        let z = hooks.ablate(layer, pattern.matmul(&v)?)?; // [batch, heads, pos, d_head]
+        let z = attend(layer, q, k, &v, &position, scale, hooks, dropout)?;
+        let z = hooks.ablate(layer, z)?; // [batch, heads, pos, d_head]
         let z = hooks.point(point(HookKind::Z), z)?;
         let merged = z.transpose(1, 2)?.reshape((b, t, n_heads * d_head))?;
         hooks.point(
@@ -388,14 +356,6 @@ impl GptJ {
             linear(&merged, blk.o.as_tensor())?,
         )
     }
-}
-
-/// [pos, pos] with 0 on and below the diagonal and -inf above.
-fn causal_mask(t: usize, device: &Device) -> Result<Tensor> {
-    let mask: Vec<f32> = (0..t)
-        .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
-        .collect();
-    Ok(Tensor::from_vec(mask, (t, t), device)?)
 }
 
 impl GptJ {

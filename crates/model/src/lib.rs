@@ -7,6 +7,7 @@
 //! checkpoints use Hugging Face GPT-J tensor names and a `config.json` that
 //! `transformers.GPTJForCausalLM` loads.
 
+pub mod attention;
 pub mod checkpoint;
 mod config;
 mod error;
@@ -15,7 +16,7 @@ pub mod hooks;
 pub mod ops;
 pub mod rope;
 
-pub use config::{ModelConfig, PositionEncoding, RopeLayout};
+pub use config::{ModelConfig, PositionEncoding, RopeLayout, Rotation};
 pub use error::{ModelError, Result};
 pub use gptj::{argmax_last, GptJ};
 pub use hooks::{Ablation, HookKind, HookPoint, Hooks, Intervention};

@@ -20,11 +20,15 @@ pub fn angles(
     rotary_dim: usize,
     device: &Device,
 ) -> Result<(Tensor, Tensor)> {
-    let freqs = frequencies(base, rotary_dim);
+    angles_of(positions, &frequencies(base, rotary_dim), device)
+}
+
+/// cos and sin of `pos * freqs[k]`: [positions, freqs.len()] each.
+pub fn angles_of(positions: &[usize], freqs: &[f64], device: &Device) -> Result<(Tensor, Tensor)> {
     let mut cos = Vec::with_capacity(positions.len() * freqs.len());
     let mut sin = Vec::with_capacity(positions.len() * freqs.len());
     for &p in positions {
-        for &g in &freqs {
+        for &g in freqs {
             let (s, c) = (p as f64 * g).sin_cos();
             cos.push(c as f32);
             sin.push(s as f32);
