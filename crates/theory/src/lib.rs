@@ -1,6 +1,9 @@
 //! # ropelab-theory
 //!
-//! Theorems of the seed papers turned into computations (spec/theory.md), without tensors:
+//! Theorems of the seed papers turned into computations (spec/theory.md); only [`construct`]
+//! uses tensors:
+//! - [`construct`]: the Index and Retrieval heads of theorem 3.1 as real one-layer models run
+//!   through the model crate's attention code, verified on every input up to a length;
 //! - [`discrepancy`]: the logit margin of the hand-built Index (positional) and Retrieval
 //!   (symbolic) heads, computed exactly over every input of a length, against the theorem's
 //!   bounds;
@@ -8,6 +11,7 @@
 //!   plain and llama3-scaled frequency schedules, its normal approximation, and the four failure
 //!   events (position and token inversion and aliasing) under f32 / bf16 / f16 rounding.
 
+pub mod construct;
 pub mod discrepancy;
 pub mod failures;
 pub mod format;
@@ -16,12 +20,18 @@ pub mod product;
 pub mod schedule;
 pub mod stats;
 
-/// A parameter the theory computations cannot use.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// A parameter the theory computations cannot use, or a failed tensor op.
+#[derive(Debug, thiserror::Error)]
 pub enum TheoryError {
     /// The parameter, its value and why it is wrong.
     #[error("{0}")]
     Invalid(String),
+    /// The hand-built heads run through the model's attention code.
+    #[error(transparent)]
+    Model(#[from] ropelab_model::ModelError),
+    /// A tensor op failed.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
 }
 
 /// Result alias of the theory crate.

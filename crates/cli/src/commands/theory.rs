@@ -23,6 +23,9 @@ pub enum TheoryCommand {
     /// RoPE score statistics: normal approximation and the four failure events versus context
     /// length M and base B (CSV), plus the base trade-off directions.
     RopeStats(RopeStatsArgs),
+    /// The hand-built Index / Retrieval heads of theorem 3.1 as real one-layer models, checked
+    /// on every input up to --n0 and on random inputs of length --long.
+    Construct(ConstructArgs),
     /// Discrepancy of a trained model's heads (largest minus second-largest logit at the query)
     /// per layer versus input length, via the tasks' length extension (CSV).
     Margins(MarginsArgs),
@@ -32,6 +35,29 @@ pub enum TheoryCommand {
     /// Certified look-back range of a fixed-offset head on a conventional rotation g, by brute
     /// force over realised scores (CSV).
     OffsetRange(OffsetRangeArgs),
+}
+
+/// Arguments of `ropelab theory construct`.
+#[derive(Debug, Args)]
+pub struct ConstructArgs {
+    /// The head.
+    #[arg(long, value_enum)]
+    pub mechanism: Mechanism,
+    /// RoPE angle (Index default 0.866; Retrieval default omega / (4 * long)).
+    #[arg(long)]
+    pub theta: Option<f64>,
+    /// Letters (Index: letters; Retrieval: the alphabet).
+    #[arg(long, default_value_t = 3)]
+    pub letters: usize,
+    /// Longest input checked exhaustively.
+    #[arg(long, default_value_t = 5)]
+    pub n0: usize,
+    /// Length of the random inputs checked beyond n0.
+    #[arg(long, default_value_t = 64)]
+    pub long: usize,
+    /// Random inputs of length --long.
+    #[arg(long, default_value_t = 1000)]
+    pub samples: usize,
 }
 
 /// Arguments of `ropelab theory periodic`.
@@ -178,6 +204,7 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
             };
             rope_stats(&config, &a.out)
         }
+        TheoryCommand::Construct(a) => construct(&a),
         TheoryCommand::Periodic(a) => {
             use ropelab_theory::periodic::check_mod;
             let mut csv = String::from("m,r,format,c,len,first_failure\n");
@@ -396,4 +423,61 @@ fn failure_csv(rows: &[FailureRow]) -> String {
         );
     }
     s
+}
+
+fn construct(a: &ConstructArgs) -> Result<()> {
+    use ropelab_theory::construct::{all_sequences, check, random_sequences, HandHead};
+    anyhow::ensure!(a.n0 >= 1, "n0 must be at least 1, got {}", a.n0);
+    anyhow::ensure!(a.long >= 2, "--long must be at least 2");
+    // One head per check: the Index vocabulary holds integers up to the input length.
+    let head = |n: usize| -> Result<HandHead> {
+        Ok(match a.mechanism {
+            Mechanism::Index => {
+                let theta = a.theta.unwrap_or(0.866);
+                let margin = discrepancy::index(theta, n)?[n - 1].delta;
+                anyhow::ensure!(margin > 0.0, "theta {theta} gives no margin at length {n}");
+                HandHead::index(a.letters, n - 1, theta, 40.0 / margin)?
+            }
+            Mechanism::Retrieval => {
+                let n_max = a.n0.max(a.long);
+                let omega = 2.0 * std::f64::consts::PI / a.letters.max(2) as f64;
+                let theta = a.theta.unwrap_or(omega / (4.0 * n_max as f64));
+                let margin = discrepancy::retrieval(theta, a.letters, n)?[n - 1].delta;
+                anyhow::ensure!(margin > 0.0, "theta {theta} gives no margin at length {n}");
+                HandHead::retrieval(a.letters, 2, theta, 40.0 / margin)?
+            }
+        })
+    };
+    let short = head(a.n0)?;
+    anyhow::ensure!(
+        (short.vocab.len() as f64).powi(a.n0 as i32) <= 5e6,
+        "{} tokens up to length {} is too many inputs to enumerate; lower --n0",
+        short.vocab.len(),
+        a.n0
+    );
+    let long = head(a.long)?;
+    for (what, h, inputs) in [
+        (
+            format!("every input up to length {}", a.n0),
+            &short,
+            all_sequences(short.vocab.len(), a.n0),
+        ),
+        (
+            format!("{} random inputs of length {}", a.samples, a.long),
+            &long,
+            random_sequences(&long, a.long, a.samples, 0),
+        ),
+    ] {
+        let c = check(h, &inputs)?;
+        println!(
+            "{:?} head, {what}: {} of {} in the domain correct, smallest decoding gap {:.4}",
+            a.mechanism, c.correct, c.inputs, c.min_gap
+        );
+        anyhow::ensure!(
+            c.correct == c.inputs,
+            "the construction failed on {} inputs",
+            c.inputs - c.correct
+        );
+    }
+    Ok(())
 }

@@ -1,0 +1,399 @@
+//! The hand-built heads of theorem 3.1 as real one-layer, one-head models: one-hot embeddings
+//! E(s) = (onehot(s), 1), so every linear map W E(s) is a per-token row (the constant coordinate
+//! is the bias); 2-D RoPE with a single angle theta; softmax at inverse temperature beta; run
+//! through the same attention code as trained models (`ropelab_model::attention::attend`).
+//!
+//! - Index: keys v = (0, 1) for every token; queries v for letters and rho(theta)^(-s) v for an
+//!   integer s; values 2 onehot(s) on letters, 0 on integers; residual F = x + a. At an integer
+//!   s it copies the token at n - s if that is a letter, else keeps its own token.
+//! - Retrieval: omega = 2 pi / |ALPH|; keys rho(omega)^(-phi(L)) v for a token with first
+//!   symbol L; queries rho(omega)^(-phi(R)) v for a letter-letter token LR (and
+//!   rho(omega)^(-phi(L)) v otherwise); values identity; F = a. At LR it copies the earlier
+//!   token whose first symbol is R.
+
+use candle_core::{DType, Device, Tensor, D};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use ropelab_model::attention::attend;
+use ropelab_model::{Hooks, PositionEncoding, RopeLayout};
+use serde::Serialize;
+
+use crate::{invalid, Result};
+
+/// What a token of a construction's vocabulary is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Symbol {
+    /// A letter (Index) with its index in ALPH.
+    Letter(usize),
+    /// An integer offset (Index).
+    Integer(usize),
+    /// A letter-number token (Retrieval): first symbol index, number.
+    LetterNumber(usize, usize),
+    /// A letter-letter token (Retrieval): first and second symbol indices.
+    LetterLetter(usize, usize),
+}
+
+/// A one-layer, one-head model with per-token query, key and value rows.
+#[derive(Debug, Clone)]
+pub struct HandHead {
+    /// The vocabulary.
+    pub vocab: Vec<Symbol>,
+    q: Tensor,      // [vocab, 2]
+    k: Tensor,      // [vocab, 2]
+    v: Tensor,      // [vocab, vocab]
+    residual: bool, // F = x + a (Index) or F = a (Retrieval)
+    position: PositionEncoding,
+    beta: f64,
+}
+
+fn rot(angle: f64) -> [f64; 2] {
+    // rho(angle) applied to v = (0, 1).
+    [-angle.sin(), angle.cos()]
+}
+
+fn rows(values: Vec<[f64; 2]>, device: &Device) -> Result<Tensor> {
+    let n = values.len();
+    Ok(Tensor::from_vec(values.concat(), (n, 2), device)?)
+}
+
+impl HandHead {
+    /// The Index head over `letters` letters and integers 1..=`max_int`.
+    pub fn index(letters: usize, max_int: usize, theta: f64, beta: f64) -> Result<Self> {
+        if !(theta.is_finite() && theta > 0.0) {
+            return invalid(format!("theta must be positive, got {theta}"));
+        }
+        let vocab: Vec<Symbol> = (0..letters)
+            .map(Symbol::Letter)
+            .chain((1..=max_int).map(Symbol::Integer))
+            .collect();
+        let q = vocab
+            .iter()
+            .map(|s| match s {
+                Symbol::Integer(i) => rot(-(*i as f64) * theta),
+                _ => rot(0.0),
+            })
+            .collect();
+        let n = vocab.len();
+        let mut v = vec![0.0; n * n];
+        for (i, s) in vocab.iter().enumerate() {
+            if matches!(s, Symbol::Letter(_)) {
+                v[i * n + i] = 2.0;
+            }
+        }
+        Self::build(vocab, q, vec![rot(0.0); n], v, true, theta, beta)
+    }
+
+    /// The Retrieval head over `letters` letters (alphabet) and numbers 1..=`numbers`.
+    pub fn retrieval(letters: usize, numbers: usize, theta: f64, beta: f64) -> Result<Self> {
+        if !(theta.is_finite() && theta >= 0.0) {
+            return invalid(format!("theta must be non-negative, got {theta}"));
+        }
+        if letters < 2 {
+            return invalid(format!(
+                "the alphabet needs at least 2 letters, got {letters}"
+            ));
+        }
+        let omega = 2.0 * std::f64::consts::PI / letters as f64;
+        let phi = |l: usize| (l + 1) as f64;
+        let vocab: Vec<Symbol> = (0..letters)
+            .flat_map(|l| (1..=numbers).map(move |d| Symbol::LetterNumber(l, d)))
+            .chain((0..letters).flat_map(|l| (0..letters).map(move |r| Symbol::LetterLetter(l, r))))
+            .collect();
+        let first = |s: &Symbol| match *s {
+            Symbol::LetterNumber(l, _) | Symbol::LetterLetter(l, _) | Symbol::Letter(l) => l,
+            Symbol::Integer(_) => 0,
+        };
+        let q = vocab
+            .iter()
+            .map(|s| match *s {
+                Symbol::LetterLetter(_, r) => rot(-phi(r) * omega),
+                other => rot(-phi(first(&other)) * omega),
+            })
+            .collect();
+        let k = vocab.iter().map(|s| rot(-phi(first(s)) * omega)).collect();
+        let n = vocab.len();
+        let mut v = vec![0.0; n * n];
+        for i in 0..n {
+            v[i * n + i] = 1.0;
+        }
+        Self::build(vocab, q, k, v, false, theta, beta)
+    }
+
+    fn build(
+        vocab: Vec<Symbol>,
+        q: Vec<[f64; 2]>,
+        k: Vec<[f64; 2]>,
+        v: Vec<f64>,
+        residual: bool,
+        theta: f64,
+        beta: f64,
+    ) -> Result<Self> {
+        if !(beta.is_finite() && beta > 0.0) {
+            return invalid(format!(
+                "the inverse temperature beta must be positive, got {beta}"
+            ));
+        }
+        let device = Device::Cpu;
+        let n = vocab.len();
+        Ok(Self {
+            q: rows(q, &device)?,
+            k: rows(k, &device)?,
+            v: Tensor::from_vec(v, (n, n), &device)?,
+            vocab,
+            residual,
+            position: PositionEncoding::Angles {
+                thetas: vec![theta],
+                layout: RopeLayout::Interleaved,
+            },
+            beta,
+        })
+    }
+
+    /// Read-out logits at the last position: ids [batch, pos] -> [batch, vocab] (f64).
+    pub fn readout_last(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let flat = ids.flatten_all()?;
+        let heads = |table: &Tensor, width: usize| -> Result<Tensor> {
+            Ok(table.index_select(&flat, 0)?.reshape((b, 1, t, width))?) // [batch, 1, pos, width]
+        };
+        let n = self.vocab.len();
+        let z = attend(
+            0,
+            heads(&self.q, 2)?,
+            heads(&self.k, 2)?,
+            &heads(&self.v, n)?,
+            &self.position,
+            self.beta,
+            &mut Hooks::new(),
+            None,
+        )?; // [batch, 1, pos, vocab]
+        let a = z.squeeze(1)?.narrow(1, t - 1, 1)?.squeeze(1)?; // [batch, vocab]
+        if !self.residual {
+            return Ok(a);
+        }
+        let last = ids.narrow(1, t - 1, 1)?.squeeze(1)?;
+        let onehot = Tensor::eye(n, DType::F64, ids.device())?.index_select(&last, 0)?;
+        Ok((a + onehot)?)
+    }
+
+    /// The token the task says the head must output at the last position, or `None` when the
+    /// input is outside the head's domain.
+    pub fn expected(&self, seq: &[usize]) -> Option<usize> {
+        let last = *seq.last()?;
+        match self.vocab[last] {
+            Symbol::Letter(_) => Some(last),
+            Symbol::Integer(s) => {
+                let target = (seq.len() - 1).checked_sub(s)?;
+                match self.vocab[seq[target]] {
+                    Symbol::Letter(_) => Some(seq[target]),
+                    _ => Some(last),
+                }
+            }
+            Symbol::LetterLetter(l, r) => {
+                if l == r {
+                    return None; // the query would match itself
+                }
+                let first = |i: usize| match self.vocab[i] {
+                    Symbol::LetterNumber(f, _) | Symbol::LetterLetter(f, _) => f,
+                    _ => usize::MAX,
+                };
+                let mut hits = seq[..seq.len() - 1].iter().filter(|&&t| first(t) == r);
+                match (hits.next(), hits.next()) {
+                    (Some(&t), None) => Some(t),
+                    _ => None,
+                }
+            }
+            Symbol::LetterNumber(..) => None,
+        }
+    }
+}
+
+/// Result of checking a head on a set of inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ConstructCheck {
+    /// Inputs in the head's domain that were checked.
+    pub inputs: usize,
+    /// Inputs whose read-out argmax is the expected token.
+    pub correct: usize,
+    /// Smallest decoding gap (expected token's read-out minus the best other).
+    pub min_gap: f64,
+}
+
+/// Checks `head` on `sequences` (token ids, query last), in batches of one length.
+pub fn check(head: &HandHead, sequences: &[Vec<usize>]) -> Result<ConstructCheck> {
+    let mut out = ConstructCheck {
+        inputs: 0,
+        correct: 0,
+        min_gap: f64::INFINITY,
+    };
+    let mut by_len: std::collections::BTreeMap<usize, Vec<(&Vec<usize>, usize)>> =
+        Default::default();
+    for s in sequences {
+        if let Some(want) = head.expected(s) {
+            by_len.entry(s.len()).or_default().push((s, want));
+        }
+    }
+    for (len, group) in by_len {
+        for chunk in group.chunks(4096) {
+            let ids: Vec<u32> = chunk
+                .iter()
+                .flat_map(|(s, _)| s.iter().map(|&t| t as u32))
+                .collect();
+            let ids = Tensor::from_vec(ids, (chunk.len(), len), &Device::Cpu)?;
+            let logits: Vec<Vec<f64>> = head.readout_last(&ids)?.to_vec2()?;
+            let argmax: Vec<u32> = head.readout_last(&ids)?.argmax(D::Minus1)?.to_vec1()?;
+            for ((_, want), (row, top)) in chunk.iter().zip(logits.iter().zip(argmax)) {
+                out.inputs += 1;
+                if top as usize == *want {
+                    out.correct += 1;
+                }
+                let rival = row
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i != want)
+                    .map(|(_, v)| *v)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                out.min_gap = out.min_gap.min(row[*want] - rival);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every sequence of length 1..=max_len over a vocabulary of `vocab` tokens.
+pub fn all_sequences(vocab: usize, max_len: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![];
+    let mut layer: Vec<Vec<usize>> = vec![vec![]];
+    for _ in 0..max_len {
+        layer = layer
+            .iter()
+            .flat_map(|s| {
+                (0..vocab).map(move |t| {
+                    let mut next = s.clone();
+                    next.push(t);
+                    next
+                })
+            })
+            .collect();
+        out.extend(layer.iter().cloned());
+    }
+    out
+}
+
+/// `count` random sequences of length `len` in the head's domain, drawn directly: for Index a
+/// uniform sequence whose query is a letter or an integer pointing inside; for Retrieval a
+/// query LR (L != R), exactly one earlier token starting with R, the others starting elsewhere.
+pub fn random_sequences(head: &HandHead, len: usize, count: usize, seed: u64) -> Vec<Vec<usize>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let first = |s: &Symbol| match *s {
+        Symbol::LetterNumber(f, _) | Symbol::LetterLetter(f, _) => Some(f),
+        _ => None,
+    };
+    let pick = |rng: &mut ChaCha8Rng, ok: &dyn Fn(&Symbol) -> bool| -> Option<usize> {
+        let choices: Vec<usize> = (0..head.vocab.len())
+            .filter(|&i| ok(&head.vocab[i]))
+            .collect();
+        (!choices.is_empty()).then(|| choices[rng.random_range(0..choices.len())])
+    };
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let s = match head.vocab.first() {
+            Some(Symbol::Letter(_)) | Some(Symbol::Integer(_)) => {
+                let mut s: Vec<usize> = (0..len - 1)
+                    .map(|_| rng.random_range(0..head.vocab.len()))
+                    .collect();
+                let query = pick(&mut rng, &|x| match x {
+                    Symbol::Integer(i) => *i < len,
+                    _ => true,
+                });
+                s.push(query.expect("letters are always allowed"));
+                s
+            }
+            _ => {
+                let Some(query) = pick(
+                    &mut rng,
+                    &|x| matches!(x, Symbol::LetterLetter(l, r) if l != r),
+                ) else {
+                    return out;
+                };
+                let Symbol::LetterLetter(_, r) = head.vocab[query] else {
+                    unreachable!()
+                };
+                let hit = rng.random_range(0..len - 1);
+                let mut s: Vec<usize> = (0..len - 1)
+                    .map(|p| {
+                        let want_r = p == hit;
+                        pick(&mut rng, &|x| (first(x) == Some(r)) == want_r)
+                            .expect("every first symbol has tokens")
+                    })
+                    .collect();
+                s.push(query);
+                s
+            }
+        };
+        out.push(s);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discrepancy;
+
+    #[test]
+    fn index_head_computes_index_on_every_input_up_to_length_6() {
+        let theta = 0.866;
+        let n0 = 6;
+        let margin = discrepancy::index(theta, n0).unwrap()[n0 - 1].delta;
+        let head = HandHead::index(3, n0 - 1, theta, 40.0 / margin).unwrap();
+        let inputs = all_sequences(head.vocab.len(), n0);
+        let c = check(&head, &inputs).unwrap();
+        assert!(c.inputs > 100_000, "{c:?}");
+        assert_eq!(c.correct, c.inputs, "{c:?}");
+        assert!(c.min_gap > 0.99, "{c:?}");
+    }
+
+    #[test]
+    fn retrieval_head_computes_retrieval_on_every_input_up_to_length_4() {
+        let (letters, numbers, n0) = (3, 2, 4);
+        let omega = 2.0 * std::f64::consts::PI / letters as f64;
+        let theta = omega / (4.0 * n0 as f64);
+        let margin = discrepancy::retrieval(theta, letters, n0).unwrap()[n0 - 1].delta;
+        let head = HandHead::retrieval(letters, numbers, theta, 40.0 / margin).unwrap();
+        let c = check(&head, &all_sequences(head.vocab.len(), n0)).unwrap();
+        assert!(c.inputs > 1000, "{c:?}");
+        assert_eq!(c.correct, c.inputs, "{c:?}");
+        assert!(c.min_gap > 0.99, "{c:?}");
+    }
+
+    #[test]
+    fn both_heads_hold_on_long_random_inputs() {
+        let n = 64;
+        let margin = discrepancy::index(0.866, n).unwrap()[n - 1].delta;
+        let index = HandHead::index(5, n - 1, 0.866, 40.0 / margin).unwrap();
+        let c = check(&index, &random_sequences(&index, n, 2000, 1)).unwrap();
+        assert_eq!((c.correct, c.inputs), (2000, 2000), "{c:?}");
+        let omega = 2.0 * std::f64::consts::PI / 8.0;
+        let theta = omega / (4.0 * n as f64);
+        let margin = discrepancy::retrieval(theta, 8, n).unwrap()[n - 1].delta;
+        let retrieval = HandHead::retrieval(8, 8, theta, 40.0 / margin).unwrap();
+        let c = check(&retrieval, &random_sequences(&retrieval, n, 500, 2)).unwrap();
+        assert_eq!((c.correct, c.inputs), (500, 500), "{c:?}");
+    }
+
+    #[test]
+    fn a_cold_softmax_breaks_the_index_head() {
+        // beta far too small for the margin at length 6: the head no longer selects sharply.
+        let head = HandHead::index(3, 5, 0.866, 0.5).unwrap();
+        let c = check(&head, &all_sequences(head.vocab.len(), 6)).unwrap();
+        assert!(c.correct < c.inputs, "{c:?}");
+    }
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        assert!(HandHead::index(3, 5, 0.0, 10.0).is_err());
+        assert!(HandHead::index(3, 5, 0.5, 0.0).is_err());
+        assert!(HandHead::retrieval(1, 2, 0.1, 10.0).is_err());
+    }
+}
