@@ -226,7 +226,7 @@ impl Hooks {
     }
 
     /// Passes `value` through hook point `point`: applies replacements, stores a capture.
-    pub(crate) fn point(&mut self, point: HookPoint, value: Tensor) -> Result<Tensor> {
+    pub fn point(&mut self, point: HookPoint, value: Tensor) -> Result<Tensor> {
         let mut value = value;
         for i in &self.interventions {
             if let Intervention::Replace { hook, value: new } = i {
@@ -249,7 +249,7 @@ impl Hooks {
     }
 
     /// Applies head ablations of `layer` to `z`: [batch, heads, pos, d_head].
-    pub(crate) fn ablate(&self, layer: usize, z: Tensor) -> Result<Tensor> {
+    pub fn ablate(&self, layer: usize, z: Tensor) -> Result<Tensor> {
         let mut z = z;
         for i in &self.interventions {
             if let Intervention::AblateHead {
@@ -278,7 +278,7 @@ impl Hooks {
     }
 
     /// Applies plane restrictions of `layer` to q or k: [batch, heads, pos, d_head].
-    pub(crate) fn restrict(
+    pub fn restrict(
         &self,
         layer: usize,
         x: Tensor,

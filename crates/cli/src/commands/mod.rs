@@ -4,6 +4,7 @@ mod bench;
 mod bench_train;
 mod eval;
 mod gen;
+mod pretrained;
 mod reproduce;
 mod score;
 mod theory;
@@ -26,6 +27,9 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
     Score(score::ScoreArgs),
+    /// A real pretrained RoPE model (SmolLM2-135M from its GGUF file) under the same lens.
+    #[command(subcommand)]
+    Pretrained(pretrained::PretrainedCommand),
     /// The theory lab: exact discrepancy curves and RoPE failure statistics (CSV).
     #[command(subcommand)]
     Theory(theory::TheoryCommand),
@@ -44,6 +48,7 @@ impl Command {
             Command::Eval(args) => eval::run(args),
             Command::Score(args) => score::run(args),
             Command::Theory(cmd) => theory::run(cmd),
+            Command::Pretrained(cmd) => pretrained::run(cmd),
             Command::Bench(cmd) => bench::run(cmd),
         }
     }

@@ -1,0 +1,218 @@
+//! Reading a Llama-architecture GGUF file (candle's GGUF reader): the configuration from the
+//! metadata, the tokenizer tables, and every tensor dequantized to f32 (exact with respect to
+//! the stored blocks: Q4_1 is d * q + m, Q8_0 is d * q, per block).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::{Device, Tensor};
+
+use crate::{PretrainedError, Result};
+
+/// Sizes of a Llama model, from `llama.*` metadata keys.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LlamaConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Blocks (`llama.block_count`).
+    pub n_layers: usize,
+    /// Query heads (`llama.attention.head_count`).
+    pub n_heads: usize,
+    /// Key/value heads (`llama.attention.head_count_kv`).
+    pub n_kv_heads: usize,
+    /// Residual width (`llama.embedding_length`).
+    pub d_model: usize,
+    /// MLP width (`llama.feed_forward_length`).
+    pub d_ff: usize,
+    /// Rotated dims per head (`llama.rope.dimension_count`).
+    pub rope_dim: usize,
+    /// RoPE base (`llama.rope.freq_base`).
+    pub rope_base: f64,
+    /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
+    pub rms_eps: f64,
+    /// Training context (`llama.context_length`).
+    pub context_length: usize,
+}
+
+impl LlamaConfig {
+    /// Dimension of one head.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+}
+
+/// An open GGUF file: its metadata and tensor index.
+pub struct GgufFile {
+    path: PathBuf,
+    content: Content,
+    reader: BufReader<File>,
+}
+
+impl GgufFile {
+    /// Opens and parses the header of `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| PretrainedError::io(path, e))?;
+        let mut reader = BufReader::new(file);
+        let content = Content::read(&mut reader)
+            .map_err(|e| PretrainedError::gguf(path, format!("not a readable GGUF file: {e}")))?;
+        Ok(Self {
+            path: path.to_owned(),
+            content,
+            reader,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A metadata value, or an error naming the missing key.
+    pub fn value(&self, key: &str) -> Result<&Value> {
+        self.content.metadata.get(key).ok_or_else(|| {
+            PretrainedError::gguf(&self.path, format!("metadata key {key} is missing"))
+        })
+    }
+
+    /// An unsigned integer metadata value.
+    pub fn usize(&self, key: &str) -> Result<usize> {
+        let v = self.value(key)?;
+        let n = match v {
+            Value::I32(x) if *x >= 0 => *x as u64,
+            Value::I64(x) if *x >= 0 => *x as u64,
+            other => other.to_u64().map_err(|_| {
+                PretrainedError::gguf(&self.path, format!("{key} is not an unsigned integer"))
+            })?,
+        };
+        Ok(n as usize)
+    }
+
+    /// A float metadata value.
+    pub fn float(&self, key: &str) -> Result<f64> {
+        match self.value(key)? {
+            Value::F32(x) => Ok(f64::from(*x)),
+            Value::F64(x) => Ok(*x),
+            _ => Err(PretrainedError::gguf(
+                &self.path,
+                format!("{key} is not a float"),
+            )),
+        }
+    }
+
+    /// A string array metadata value.
+    pub fn strings(&self, key: &str) -> Result<Vec<String>> {
+        let bad = || PretrainedError::gguf(&self.path, format!("{key} is not an array of strings"));
+        let Value::Array(items) = self.value(key)? else {
+            return Err(bad());
+        };
+        items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(bad()),
+            })
+            .collect()
+    }
+
+    /// An integer array metadata value.
+    pub fn ints(&self, key: &str) -> Result<Vec<i64>> {
+        let bad =
+            || PretrainedError::gguf(&self.path, format!("{key} is not an array of integers"));
+        let Value::Array(items) = self.value(key)? else {
+            return Err(bad());
+        };
+        items
+            .iter()
+            .map(|v| match v {
+                Value::I32(x) => Ok(i64::from(*x)),
+                Value::I64(x) => Ok(*x),
+                Value::U32(x) => Ok(i64::from(*x)),
+                Value::U8(x) => Ok(i64::from(*x)),
+                _ => Err(bad()),
+            })
+            .collect()
+    }
+
+    /// The Llama configuration, checked for consistency.
+    pub fn llama_config(&self) -> Result<LlamaConfig> {
+        let arch = match self.value("general.architecture")? {
+            Value::String(s) => s.clone(),
+            _ => String::new(),
+        };
+        if arch != "llama" {
+            return Err(PretrainedError::gguf(
+                &self.path,
+                format!("architecture {arch:?} is not llama"),
+            ));
+        }
+        let vocab_size = match self.usize("llama.vocab_size") {
+            Ok(v) => v,
+            Err(_) => self.strings("tokenizer.ggml.tokens")?.len(),
+        };
+        let c = LlamaConfig {
+            vocab_size,
+            n_layers: self.usize("llama.block_count")?,
+            n_heads: self.usize("llama.attention.head_count")?,
+            n_kv_heads: self.usize("llama.attention.head_count_kv")?,
+            d_model: self.usize("llama.embedding_length")?,
+            d_ff: self.usize("llama.feed_forward_length")?,
+            rope_dim: self.usize("llama.rope.dimension_count")?,
+            rope_base: self.float("llama.rope.freq_base").unwrap_or(10_000.0),
+            rms_eps: self.float("llama.attention.layer_norm_rms_epsilon")?,
+            context_length: self.usize("llama.context_length")?,
+        };
+        let bad = |m: String| Err(PretrainedError::gguf(&self.path, m));
+        if c.n_heads == 0 || c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0 {
+            return bad(format!(
+                "{} query heads do not group over {} key/value heads",
+                c.n_heads, c.n_kv_heads
+            ));
+        }
+        if c.d_model % c.n_heads != 0 || c.rope_dim > c.head_dim() || c.rope_dim % 2 != 0 {
+            return bad(format!(
+                "d_model {} / {} heads with rope dim {} is not a valid head layout",
+                c.d_model, c.n_heads, c.rope_dim
+            ));
+        }
+        Ok(c)
+    }
+
+    /// Tensor `name` dequantized to f32, checked against `shape` (candle order: [rows, cols]).
+    pub fn tensor(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let path = self.path.clone();
+        let q = self
+            .content
+            .tensor(&mut self.reader, name, device)
+            .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?;
+        let t = q
+            .dequantize(device)
+            .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?;
+        if t.dims() != shape {
+            return Err(PretrainedError::gguf(
+                &path,
+                format!(
+                    "tensor {name} has shape {:?}, the config needs {shape:?}",
+                    t.dims()
+                ),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Whether the file holds tensor `name`.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    /// Every metadata key and the type of its value (for inspection).
+    pub fn metadata_keys(&self) -> HashMap<String, String> {
+        self.content
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), format!("{:?}", v.value_type())))
+            .collect()
+    }
+}

