@@ -10,6 +10,7 @@
 pub mod fetch;
 pub mod gguf;
 pub mod llama;
+pub mod tasks;
 pub mod tokenizer;
 
 use std::path::PathBuf;

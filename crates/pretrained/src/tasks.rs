@@ -1,0 +1,102 @@
+//! The 1-hop prompt versions of both tasks (spec/tasks.md section 5) on the pretrained model:
+//! accuracy per target-window size over several runs (dataset seed = run number).
+//!
+//! A prompt counts as answered when greedy decoding after the prompt produces the answer (with
+//! its leading space) as its first tokens. This is checked in one forward by teacher forcing:
+//! feed the prompt and the answer's tokens, and require the argmax at every answer position to
+//! be the next answer token, which is exactly what greedy decoding would emit.
+
+use candle_core::{Tensor, D};
+use ropelab_model::Hooks;
+use ropelab_tasks::{prompt::prompt, TaskKind};
+use serde::Serialize;
+
+use crate::llama::Llama;
+use crate::tokenizer::GgufTokenizer;
+use crate::{PretrainedError, Result};
+
+/// Accuracy at one window size.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SizeRow {
+    /// Task.
+    pub task: TaskKind,
+    /// Target-window size.
+    pub size: usize,
+    /// Accuracy of each run.
+    pub runs: Vec<f64>,
+    /// Mean over runs.
+    pub mean: f64,
+    /// Standard deviation over runs (population).
+    pub sd: f64,
+    /// Prompt length in tokens (first prompt of run 0).
+    pub prompt_tokens: usize,
+}
+
+/// Whether greedy decoding of `model` after `prompt` starts with `answer` (` ` + answer).
+pub fn answers(
+    model: &Llama,
+    tokenizer: &GgufTokenizer,
+    prompt: &str,
+    answer: &str,
+) -> Result<(bool, usize)> {
+    let ids = tokenizer.encode(prompt)?;
+    let full = tokenizer.encode(&format!("{prompt} {answer}"))?;
+    if full.len() <= ids.len() || full[..ids.len()] != ids[..] {
+        return Err(PretrainedError::Tokenizer(format!(
+            "the answer {answer:?} does not tokenize as a continuation of the prompt"
+        )));
+    }
+    let input = Tensor::from_vec(
+        full[..full.len() - 1].to_vec(),
+        (1, full.len() - 1),
+        model.device(),
+    )?;
+    let logits = model.forward(&input, &mut Hooks::new())?.squeeze(0)?; // [pos, vocab]
+    let predicted: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
+    let ok = (ids.len()..full.len()).all(|p| predicted[p - 1] == full[p]);
+    Ok((ok, ids.len()))
+}
+
+/// Accuracy of `model` on `n` prompts per run and size.
+pub fn accuracy_table(
+    model: &Llama,
+    tokenizer: &GgufTokenizer,
+    task: TaskKind,
+    sizes: &[usize],
+    runs: usize,
+    n: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<SizeRow>> {
+    let mut rows = vec![];
+    let mut done = 0;
+    for &size in sizes {
+        let mut accs = vec![];
+        let mut prompt_tokens = 0;
+        for run in 0..runs {
+            let mut correct = 0;
+            for i in 0..n {
+                let p = prompt(task, size, run as u64, i)
+                    .map_err(|e| PretrainedError::Tokenizer(e.to_string()))?;
+                let (ok, len) = answers(model, tokenizer, &p.prompt, &p.answer)?;
+                if run == 0 && i == 0 {
+                    prompt_tokens = len;
+                }
+                correct += usize::from(ok);
+                done += 1;
+                progress(done);
+            }
+            accs.push(correct as f64 / n as f64);
+        }
+        let mean = accs.iter().sum::<f64>() / accs.len() as f64;
+        let sd = (accs.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / accs.len() as f64).sqrt();
+        rows.push(SizeRow {
+            task,
+            size,
+            runs: accs,
+            mean,
+            sd,
+            prompt_tokens,
+        });
+    }
+    Ok(rows)
+}
