@@ -2,7 +2,7 @@
 //! pre-rotation q and k, the attention pattern, and (for the reference path) the block input.
 
 use candle_core::{Tensor, D};
-use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
+use ropelab_model::{GptJ, HookKind, HookPoint, Hooks, PositionEncoding};
 
 use crate::head::HeadView;
 use crate::{AnalysisError, Result};
@@ -17,25 +17,45 @@ pub struct Captured {
     pub patterns: Vec<Tensor>,
     /// Block inputs per layer, [batch, pos, d_model] (only when asked for).
     pub resid_pre: Vec<Tensor>,
+    /// Position encoding per layer.
+    positions: Vec<PositionEncoding>,
     dims: (usize, usize, usize, usize),
 }
 
 impl Captured {
-    /// One forward of `ids` [batch, pos]; `with_resid` also keeps the block inputs.
-    pub fn run(model: &GptJ, ids: &Tensor, with_resid: bool) -> Result<Self> {
-        let n_layers = model.config().n_layers;
+    /// The hook points a capture needs for `n_layers` layers.
+    pub fn hooks(n_layers: usize, with_resid: bool) -> Hooks {
         let mut kinds = vec![HookKind::Q, HookKind::K, HookKind::Pattern];
         if with_resid {
             kinds.push(HookKind::ResidPre);
         }
         let points = (0..n_layers).flat_map(|l| kinds.iter().map(move |&k| HookPoint::new(l, k)));
-        let mut hooks = Hooks::new().capture(points);
+        Hooks::new().capture(points)
+    }
+
+    /// One forward of `ids` [batch, pos] through a GPT-J; `with_resid` also keeps the block
+    /// inputs.
+    pub fn run(model: &GptJ, ids: &Tensor, with_resid: bool) -> Result<Self> {
+        let n_layers = model.config().n_layers;
+        let mut hooks = Self::hooks(n_layers, with_resid);
         model.trunk(ids, &mut hooks, None)?;
+        let positions = (0..n_layers)
+            .map(|l| model.config().layer_position(l).clone())
+            .collect();
+        Self::from_hooks(&hooks, positions, with_resid)
+    }
+
+    /// The capture from hooks filled by any hooked model (see [`Captured::hooks`]), with the
+    /// position encoding of each layer.
+    pub fn from_hooks(
+        hooks: &Hooks,
+        positions: Vec<PositionEncoding>,
+        with_resid: bool,
+    ) -> Result<Self> {
         let take = |l, kind| -> Result<Tensor> {
-            Ok(hooks
-                .get(HookPoint::new(l, kind))
-                .expect("requested hooks are captured")
-                .clone())
+            hooks.get(HookPoint::new(l, kind)).cloned().ok_or_else(|| {
+                AnalysisError::Invalid(format!("hook {} was not captured", HookPoint::new(l, kind)))
+            })
         };
         let flat = |t: Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1()?) };
         let mut out = Captured {
@@ -43,9 +63,10 @@ impl Captured {
             k: vec![],
             patterns: vec![],
             resid_pre: vec![],
+            positions,
             dims: (0, 0, 0, 0),
         };
-        for l in 0..n_layers {
+        for l in 0..out.positions.len() {
             let q = take(l, HookKind::Q)?;
             out.dims = q.dims4()?;
             out.q.push(flat(q)?);
@@ -58,20 +79,18 @@ impl Captured {
         Ok(out)
     }
 
+    /// Number of layers captured.
+    pub fn n_layers(&self) -> usize {
+        self.positions.len()
+    }
+
     /// (batch, heads, pos, d_head).
     pub fn dims(&self) -> (usize, usize, usize, usize) {
         self.dims
     }
 
     /// The head `head` of layer `layer` on input `b` seen from query position `n`.
-    pub fn head_view(
-        &self,
-        model: &GptJ,
-        layer: usize,
-        b: usize,
-        head: usize,
-        n: usize,
-    ) -> Result<HeadView> {
+    pub fn head_view(&self, layer: usize, b: usize, head: usize, n: usize) -> Result<HeadView> {
         let (batch, heads, pos, d) = self.dims;
         if b >= batch || head >= heads || n >= pos {
             return Err(AnalysisError::Invalid(format!(
@@ -88,7 +107,7 @@ impl Captured {
         Ok(HeadView {
             q: row(&self.q[layer], n),
             keys: (0..=n).map(|p| row(&self.k[layer], p)).collect(),
-            encoding: model.config().layer_position(layer).clone(),
+            encoding: self.positions[layer].clone(),
             scale: 1.0 / (d as f64).sqrt(),
             dims: None,
         })

@@ -185,10 +185,22 @@ pub fn score_heads(
 ) -> Result<Vec<HeadScores>> {
     check_tau(tau)?;
     let cap = Captured::run(model, ids, false)?;
+    score_captured(&cap, queries, tau, n_blocks, planes)
+}
+
+/// Scores every head of a capture (any hooked model) at the query positions of each row.
+pub fn score_captured(
+    cap: &Captured,
+    queries: &[Vec<usize>],
+    tau: f64,
+    n_blocks: Option<usize>,
+    planes: bool,
+) -> Result<Vec<HeadScores>> {
+    check_tau(tau)?;
     let (_, heads, _, d_head) = cap.dims();
     let n_planes = d_head / 2;
     let mut out = vec![];
-    for layer in 0..model.config().n_layers {
+    for layer in 0..cap.n_layers() {
         for head in 0..heads {
             let (mut sp, mut ss, mut ent, mut count) = (0.0, 0.0, 0.0, 0usize);
             let mut freq = vec![0.0; n_planes];
@@ -196,7 +208,7 @@ pub fn score_heads(
             let mut plane_sums = vec![(0.0, 0.0); if planes { n_planes } else { 0 }];
             for (b, row_queries) in queries.iter().enumerate() {
                 for &n in row_queries {
-                    let view = cap.head_view(model, layer, b, head, n)?;
+                    let view = cap.head_view(layer, b, head, n)?;
                     let cross = view.cross_logits();
                     let self_logit = view.self_logit();
                     let singles: Vec<_> = (0..n).map(|p| p..p + 1).collect();

@@ -78,7 +78,7 @@ pub fn margins(
             for head in 0..heads {
                 let (mut margin, mut top) = (0.0, 0.0);
                 for b in 0..samples {
-                    let view = cap.head_view(&model, layer, b, head, n)?;
+                    let view = cap.head_view(layer, b, head, n)?;
                     margin += top_gap(&view.logits());
                     top += cap
                         .pattern_row(layer, b, head, n)?

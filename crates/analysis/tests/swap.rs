@@ -146,7 +146,7 @@ fn fast_path_agrees_with_rerunning_the_block() {
                     for b in 0..2 {
                         for head in 0..n_heads {
                             for n in [len - 1, len / 2, 2] {
-                                let view = cap.head_view(&model, layer, b, head, n).unwrap();
+                                let view = cap.head_view(layer, b, head, n).unwrap();
                                 // The fast row equals the model's own pattern row.
                                 let row = cap.pattern_row(layer, b, head, n).unwrap();
                                 let fast_row = ropelab_analysis::swap::row(

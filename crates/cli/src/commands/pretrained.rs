@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::{Args, Subcommand};
+use ropelab_analysis::dynamics::Purity;
 use ropelab_pretrained::fetch::{ensure_model, fetch};
 use ropelab_pretrained::gguf::GgufFile;
 use ropelab_pretrained::llama::Llama;
@@ -27,6 +28,29 @@ pub enum PretrainedCommand {
     /// Accuracy on the 1-hop prompt versions of a task per target-window size (mean and sd over
     /// runs, dataset seed = run number), CSV out.
     Tasks(TasksArgs),
+    /// Swap scores of every head of every layer at the last token of the task's prompt version;
+    /// which heads are positional, symbolic or neither (JSON Lines out).
+    Score(PretrainedScoreArgs),
+}
+
+/// Arguments of `ropelab pretrained score`.
+#[derive(Debug, Args)]
+pub struct PretrainedScoreArgs {
+    /// Task whose prompt version is scored.
+    #[arg(long)]
+    pub task: TaskKind,
+    /// Target-window size of the prompts.
+    #[arg(long, default_value_t = 16)]
+    pub size: usize,
+    /// Prompts (scores are averaged over them).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: u64,
+    /// Temperature of the swap weights.
+    #[arg(long, default_value_t = 1e-4)]
+    pub tau: f64,
+    /// JSON Lines output (one line per layer and head).
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// Arguments of `ropelab pretrained tasks`.
@@ -89,6 +113,7 @@ pub fn run(cmd: PretrainedCommand) -> Result<()> {
             );
             Ok(())
         }
+        PretrainedCommand::Score(a) => score(&a),
         PretrainedCommand::Tasks(a) => {
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
@@ -142,4 +167,118 @@ pub fn run(cmd: PretrainedCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// One head's averaged scores on the pretrained model.
+#[derive(Debug, serde::Serialize)]
+struct HeadLine {
+    layer: usize,
+    head: usize,
+    s_pos: f64,
+    s_sym: f64,
+    entropy: f64,
+    pure_0_1: Purity,
+    pure_0_05: Purity,
+    freq_mean_plane: f64,
+}
+
+fn score(a: &PretrainedScoreArgs) -> Result<()> {
+    use ropelab_analysis::dynamics::{purity, score_captured};
+    use ropelab_analysis::swap::{check_tau, SwapScores};
+    use ropelab_analysis::Captured;
+    use ropelab_model::Hooks;
+    check_tau(a.tau)?;
+    let path = ensure_model()?;
+    let model = Llama::load(&path, &Device::Cpu)?;
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path)?)?;
+    let c = model.config().clone();
+    let n_layers = c.n_layers;
+    let start = Instant::now();
+    let bar = progress(a.n, "score prompts");
+    let mut sums = vec![[0.0f64; 4]; n_layers * c.n_heads];
+    let mut freq_len = 0;
+    for i in 0..a.n as usize {
+        let p = ropelab_tasks::prompt::prompt(a.task, a.size, 0, i)?;
+        let ids = tokenizer.encode(&p.prompt)?;
+        let input = candle_core::Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+        let mut hooks: Hooks = Captured::hooks(n_layers, false);
+        model.trunk(&input, &mut hooks)?;
+        let cap = Captured::from_hooks(&hooks, vec![model.position().clone(); n_layers], false)?;
+        let heads = score_captured(&cap, &[vec![ids.len() - 1]], a.tau, None, false)?;
+        for (slot, h) in sums.iter_mut().zip(&heads) {
+            let total: f64 = h.freq_use.iter().sum();
+            let mean_plane = if total > 0.0 {
+                h.freq_use
+                    .iter()
+                    .enumerate()
+                    .map(|(p, f)| p as f64 * f)
+                    .sum::<f64>()
+                    / total
+            } else {
+                0.0
+            };
+            freq_len = h.freq_use.len();
+            for (s, v) in
+                slot.iter_mut()
+                    .zip([h.scores.s_pos, h.scores.s_sym, h.entropy, mean_plane])
+            {
+                *s += v;
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let n = a.n as f64;
+    let mut text = String::new();
+    let (mut positional, mut symbolic) = (vec![], vec![]);
+    for (idx, s) in sums.iter().enumerate() {
+        let (layer, head) = (idx / c.n_heads, idx % c.n_heads);
+        let scores = SwapScores {
+            s_pos: s[0] / n,
+            s_sym: s[1] / n,
+        };
+        let line = HeadLine {
+            layer,
+            head,
+            s_pos: scores.s_pos,
+            s_sym: scores.s_sym,
+            entropy: s[2] / n,
+            pure_0_1: purity(scores, 0.1),
+            pure_0_05: purity(scores, 0.05),
+            freq_mean_plane: s[3] / n,
+        };
+        match line.pure_0_1 {
+            Purity::Positional => positional.push(format!("L{layer}H{head}")),
+            Purity::Symbolic => symbolic.push(format!("L{layer}H{head}")),
+            Purity::None => {}
+        }
+        text.push_str(&serde_json::to_string(&line)?);
+        text.push('\n');
+    }
+    write_atomic(&a.out, text.as_bytes())?;
+    println!(
+        "SmolLM2, {} prompts of the {} task at size {} ({} planes per head): {} heads",
+        a.n,
+        a.task,
+        a.size,
+        freq_len,
+        sums.len()
+    );
+    println!(
+        "positional (gamma 0.1): {} {}",
+        positional.len(),
+        positional.join(" ")
+    );
+    println!(
+        "symbolic   (gamma 0.1): {} {}",
+        symbolic.len(),
+        symbolic.join(" ")
+    );
+    println!(
+        "neither: {}; {:.1} s; wrote {}",
+        sums.len() - positional.len() - symbolic.len(),
+        start.elapsed().as_secs_f64(),
+        a.out.display()
+    );
+    Ok(())
 }
