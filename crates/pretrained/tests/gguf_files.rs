@@ -1,0 +1,313 @@
+//! The GGUF loader on small files the tests write themselves: every metadata value type,
+//! Q4_1 / Q8_0 / F32 tensors whose values quantize exactly (so dequantization must return them
+//! bit for bit), a tokenizer from metadata, and truncated or corrupted files (errors, no panic).
+
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use proptest::prelude::*;
+use ropelab_model::Hooks;
+use ropelab_pretrained::gguf::GgufFile;
+use ropelab_pretrained::llama::Llama;
+use ropelab_pretrained::tokenizer::GgufTokenizer;
+
+const D: usize = 32;
+const HD: usize = 16;
+const FF: usize = 64;
+const LAYERS: usize = 2;
+
+fn tokens() -> Vec<&'static str> {
+    vec![
+        "<|endoftext|>",
+        "<|im_start|>",
+        "a",
+        "b",
+        "c",
+        "ab",
+        "Ġ",
+        "Ġa",
+        "Ġab",
+        "1",
+        "2",
+        "3",
+        "x",
+        "y",
+    ]
+}
+
+/// Values that Q4_1 represents exactly: per block of 32, m + d q with d = 1/8, m = -1 and both
+/// q = 0 and q = 15 present.
+fn q4_values(rows: usize, cols: usize, salt: usize) -> Vec<f32> {
+    (0..rows * cols)
+        .map(|i| {
+            let q = match i % 32 {
+                0 => 0,
+                1 => 15,
+                k => (k * 7 + salt + i / 32) % 16,
+            };
+            -1.0 + 0.125 * q as f32
+        })
+        .collect()
+}
+
+/// Values that Q8_0 represents exactly: per block, d q with d = 2^-7 and max |q| = 127.
+fn q8_values(rows: usize, cols: usize, salt: usize) -> Vec<f32> {
+    (0..rows * cols)
+        .map(|i| {
+            let q = if i % 32 == 3 {
+                127
+            } else {
+                ((i * 37 + salt) % 255) as i32 - 127
+            };
+            q as f32 / 128.0
+        })
+        .collect()
+}
+
+struct Written {
+    values: Vec<(String, Vec<usize>, Vec<f32>)>,
+}
+
+fn write_model(path: &Path) -> Written {
+    let dev = Device::Cpu;
+    let toks = tokens();
+    let v = toks.len();
+    let mut values: Vec<(String, Vec<usize>, Vec<f32>, GgmlDType)> = vec![
+        (
+            "token_embd.weight".into(),
+            vec![v, D],
+            q8_values(v, D, 1),
+            GgmlDType::Q8_0,
+        ),
+        (
+            "output_norm.weight".into(),
+            vec![D],
+            (0..D).map(|i| 1.0 + i as f32 / 64.0).collect(),
+            GgmlDType::F32,
+        ),
+    ];
+    for l in 0..LAYERS {
+        let name = |s: &str| format!("blk.{l}.{s}");
+        values.extend([
+            (
+                name("attn_norm.weight"),
+                vec![D],
+                vec![1.0; D],
+                GgmlDType::F32,
+            ),
+            (
+                name("attn_q.weight"),
+                vec![2 * HD, D],
+                q4_values(2 * HD, D, l),
+                GgmlDType::Q4_1,
+            ),
+            (
+                name("attn_k.weight"),
+                vec![HD, D],
+                q4_values(HD, D, l + 3),
+                GgmlDType::Q4_1,
+            ),
+            (
+                name("attn_v.weight"),
+                vec![HD, D],
+                q8_values(HD, D, l),
+                GgmlDType::F32,
+            ),
+            (
+                name("attn_output.weight"),
+                vec![D, 2 * HD],
+                q8_values(D, 2 * HD, l + 5),
+                GgmlDType::Q8_0,
+            ),
+            (
+                name("ffn_norm.weight"),
+                vec![D],
+                vec![0.5; D],
+                GgmlDType::F32,
+            ),
+            (
+                name("ffn_gate.weight"),
+                vec![FF, D],
+                q4_values(FF, D, l + 1),
+                GgmlDType::Q4_1,
+            ),
+            (
+                name("ffn_up.weight"),
+                vec![FF, D],
+                q4_values(FF, D, l + 2),
+                GgmlDType::Q4_1,
+            ),
+            (
+                name("ffn_down.weight"),
+                vec![D, FF],
+                q4_values(D, FF, l + 4),
+                GgmlDType::Q4_1,
+            ),
+        ]);
+    }
+    let qtensors: Vec<(String, QTensor)> = values
+        .iter()
+        .map(|(n, shape, data, dtype)| {
+            let t = Tensor::from_vec(data.clone(), shape.as_slice(), &dev).unwrap();
+            (n.clone(), QTensor::quantize(&t, *dtype).unwrap())
+        })
+        .collect();
+    let string = |s: &str| Value::String(s.to_owned());
+    let metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", string("llama")),
+        ("llama.block_count", Value::U32(LAYERS as u32)),
+        ("llama.context_length", Value::U32(256)),
+        ("llama.embedding_length", Value::U32(D as u32)),
+        ("llama.feed_forward_length", Value::U32(FF as u32)),
+        ("llama.attention.head_count", Value::U32(2)),
+        ("llama.attention.head_count_kv", Value::U32(1)),
+        ("llama.rope.freq_base", Value::F32(10_000.0)),
+        ("llama.rope.dimension_count", Value::U32(HD as u32)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("tokenizer.ggml.model", string("gpt2")),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(toks.iter().map(|t| string(t)).collect()),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(
+                toks.iter()
+                    .map(|t| Value::I32(if t.starts_with("<|") { 3 } else { 1 }))
+                    .collect(),
+            ),
+        ),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(vec![string("Ġ a"), string("a b"), string("Ġa b")]),
+        ),
+        ("tokenizer.ggml.eos_token_id", Value::U32(0)),
+        // One of every other value type, which the loader must read and ignore.
+        ("test.u8", Value::U8(1)),
+        ("test.i8", Value::I8(-1)),
+        ("test.u16", Value::U16(2)),
+        ("test.i16", Value::I16(-2)),
+        ("test.i32", Value::I32(-3)),
+        ("test.u64", Value::U64(4)),
+        ("test.i64", Value::I64(-4)),
+        ("test.f64", Value::F64(0.5)),
+        ("test.bool", Value::Bool(true)),
+        (
+            "test.nested",
+            Value::Array(vec![Value::Array(vec![Value::U8(1)])]),
+        ),
+    ];
+    let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> =
+        qtensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut file = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut file, &meta_refs, &tensor_refs).unwrap();
+    Written {
+        values: values.into_iter().map(|(n, s, d, _)| (n, s, d)).collect(),
+    }
+}
+
+#[test]
+fn small_files_load_exactly_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let written = write_model(&path);
+    let mut file = GgufFile::open(&path).unwrap();
+    let config = file.llama_config().unwrap();
+    assert_eq!(
+        (
+            config.n_layers,
+            config.n_heads,
+            config.n_kv_heads,
+            config.head_dim()
+        ),
+        (2, 2, 1, HD)
+    );
+    assert_eq!(config.vocab_size, tokens().len());
+    assert!(file.metadata_keys().len() >= 25);
+    for (name, shape, want) in &written.values {
+        let got: Vec<f32> = file
+            .tensor(name, shape, &Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(&got, want, "{name} is not dequantized exactly");
+    }
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let ids = Tensor::new(&[[2u32, 5, 7, 9, 1]], &Device::Cpu).unwrap();
+    let logits = model.forward(&ids, &mut Hooks::new()).unwrap();
+    assert_eq!(logits.dims(), &[1, 5, tokens().len()]);
+    let values: Vec<f32> = logits.flatten_all().unwrap().to_vec1().unwrap();
+    assert!(values.iter().all(|v| v.is_finite()));
+
+    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    // "ab ab" -> "ab", "Ġab" (merge ranks: "Ġ a" before "a b"); digits split one by one;
+    // control tokens whole.
+    assert_eq!(tokenizer.encode("ab ab").unwrap(), vec![5, 8]);
+    assert_eq!(tokenizer.encode("123").unwrap(), vec![9, 10, 11]);
+    assert_eq!(tokenizer.encode("<|im_start|>a").unwrap(), vec![1, 2]);
+    assert_eq!(tokenizer.decode(&[5, 8]).unwrap(), "ab ab");
+}
+
+#[test]
+fn truncated_files_are_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = dir.path().join("cut.gguf");
+    for len in (0..bytes.len()).step_by(97).chain([bytes.len() - 1]) {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let err = Llama::load(&cut, &Device::Cpu)
+            .err()
+            .unwrap_or_else(|| panic!("{len} bytes loaded"));
+        assert!(err.to_string().contains("cut.gguf"), "{len}: {err}");
+    }
+}
+
+#[test]
+fn wrong_metadata_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The first "llama" in the file is the value of general.architecture: make it "xlama".
+    let at = bytes.windows(5).position(|w| w == b"llama").unwrap();
+    bytes[at] = b'x';
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    let err = Llama::load(&bad, &Device::Cpu).err().unwrap().to_string();
+    assert!(
+        err.contains("bad.gguf") && err.contains("architecture"),
+        "{err}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Corrupting bytes anywhere never panics: the loader answers Ok or a clear error.
+    #[test]
+    fn corrupted_bytes_never_panic(edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        write_model(&path);
+        let mut bytes = std::fs::read(&path).unwrap();
+        for (i, b) in edits {
+            let at = i.index(bytes.len());
+            bytes[at] = b;
+        }
+        let bad = dir.path().join("fuzz.gguf");
+        std::fs::write(&bad, &bytes).unwrap();
+        if let Err(e) = Llama::load(&bad, &Device::Cpu) {
+            prop_assert!(e.to_string().contains("fuzz.gguf") || !e.to_string().is_empty());
+        }
+        if let Ok(f) = GgufFile::open(&bad) {
+            let _ = GgufTokenizer::from_gguf(&f);
+        }
+    }
+}
