@@ -17,6 +17,19 @@ pub enum BenchCommand {
     Train(super::bench_train::BenchTrainArgs),
     /// RoPE score curves S(0..M) for many (q, k) draws.
     Rope(BenchRopeArgs),
+    /// Prefill speed of the pretrained model (SmolLM2) on a prompt of --tokens tokens.
+    Prefill(BenchPrefillArgs),
+}
+
+/// Arguments of `ropelab bench prefill`.
+#[derive(Debug, Args)]
+pub struct BenchPrefillArgs {
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tokens: u64,
+    /// Timed repetitions (after one warm-up); the median is reported.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub repeats: u64,
 }
 
 /// Arguments of `ropelab bench rope`.
@@ -53,6 +66,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Gen(args) => bench_gen(args),
         BenchCommand::Train(args) => super::bench_train::run(args),
         BenchCommand::Rope(args) => bench_rope(args),
+        BenchCommand::Prefill(args) => bench_prefill(args),
     }
 }
 
@@ -173,6 +187,44 @@ fn bench_rope(args: BenchRopeArgs) -> Result<()> {
         args.h,
         args.draws,
         (args.m * args.h * args.draws) as f64 / seconds / 1e9
+    );
+    Ok(())
+}
+
+fn bench_prefill(args: BenchPrefillArgs) -> Result<()> {
+    use candle_core::{Device, Tensor};
+    use ropelab_model::Hooks;
+    use ropelab_pretrained::{
+        fetch::ensure_model, gguf::GgufFile, llama::Llama, tokenizer::GgufTokenizer,
+    };
+    let path = ensure_model()?;
+    let model = Llama::load(&path, &Device::Cpu)?;
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path)?)?;
+    let text =
+        "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. ".repeat(64);
+    let mut ids = tokenizer.encode(&text)?;
+    anyhow::ensure!(
+        ids.len() >= args.tokens as usize,
+        "the bench text is too short"
+    );
+    ids.truncate(args.tokens as usize);
+    let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+    model.forward_last(&input, &mut Hooks::new())?;
+    let mut times = vec![];
+    for _ in 0..args.repeats {
+        let start = Instant::now();
+        black_box(model.forward_last(&input, &mut Hooks::new())?);
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!(
+        "ropelab bench prefill: SmolLM2-135M (f32), {} tokens, {} threads: {:.1} tokens/s (median of {}, {:.3} s)",
+        ids.len(),
+        candle_core::utils::get_num_threads(),
+        ids.len() as f64 / median,
+        args.repeats,
+        median
     );
     Ok(())
 }
