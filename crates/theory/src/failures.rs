@@ -179,7 +179,6 @@ pub fn failure_table(
 ) -> Result<Vec<FailureRow>> {
     config.check()?;
     let h = config.d / 2;
-    let longest = *config.lengths.iter().max().expect("checked non-empty");
     let mut rows = vec![];
     for (bi, &base) in config.bases.iter().enumerate() {
         progress(bi, config.bases.len());
@@ -189,40 +188,76 @@ pub fn failure_table(
             Schedule::Plain { base }
         };
         let freqs = schedule.frequencies(h)?;
-        let mut sums = vec![[0.0f64; 9]; config.lengths.len()];
         // The same draws for every base: differences between bases are not sampling noise.
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        for _ in 0..config.draws {
-            let q = normal_vector(&mut rng, config.d);
-            let k1 = correlated(&mut rng, &q, config.rho);
-            let k2 = correlated(&mut rng, &q, config.rho);
-            let c1 = coefficients(&q, &k1);
-            let s1 = score_curve(&c1, &freqs, longest);
-            let s2 = score_curve(&coefficients(&q, &k2), &freqs, longest);
-            for (li, &m) in config.lengths.iter().enumerate() {
-                let (a, b) = (&s1[..m], &s2[..m]);
-                let alias = aliasing(a, config.format);
-                let mo = moments(&c1, &freqs, a);
-                let values = [
-                    position_inversion(a),
-                    alias.with_partner,
-                    alias.pairs as f64,
-                    token_inversion(a, b),
-                    token_aliasing(a, b, config.format),
-                    mo.mu_approx,
-                    mo.mu_empirical,
-                    mo.sigma_approx,
-                    mo.sigma_empirical,
-                ];
-                for (s, v) in sums[li].iter_mut().zip(values) {
-                    *s += v;
-                }
+        let draws: Vec<Triple> = (0..config.draws)
+            .map(|_| {
+                let q = normal_vector(&mut rng, config.d);
+                let k1 = correlated(&mut rng, &q, config.rho);
+                let k2 = correlated(&mut rng, &q, config.rho);
+                Triple { q, k1, k2 }
+            })
+            .collect();
+        let rows_here = failure_rows(&draws, &freqs, base, &config.lengths, config.format);
+        rows.extend(rows_here);
+    }
+    progress(config.bases.len(), config.bases.len());
+    Ok(rows)
+}
+
+/// A query and two keys (vectors of the same even length, planes = dims (2n, 2n + 1)).
+#[derive(Debug, Clone)]
+pub struct Triple {
+    /// The query.
+    pub q: Vec<f64>,
+    /// First key.
+    pub k1: Vec<f64>,
+    /// Second key.
+    pub k2: Vec<f64>,
+}
+
+/// Mean failure rates over `draws` for each context length, with frequencies `freqs` (the
+/// `base` column is informational). Draws may come from a real model's q and k vectors.
+pub fn failure_rows(
+    draws: &[Triple],
+    freqs: &[f64],
+    base: f64,
+    lengths: &[usize],
+    format: NumberFormat,
+) -> Vec<FailureRow> {
+    let longest = lengths.iter().copied().max().unwrap_or(0);
+    let mut sums = vec![[0.0f64; 9]; lengths.len()];
+    for t in draws {
+        let c1 = coefficients(&t.q, &t.k1);
+        let s1 = score_curve(&c1, freqs, longest);
+        let s2 = score_curve(&coefficients(&t.q, &t.k2), freqs, longest);
+        for (li, &m) in lengths.iter().enumerate() {
+            let (a, b) = (&s1[..m], &s2[..m]);
+            let alias = aliasing(a, format);
+            let mo = moments(&c1, freqs, a);
+            let values = [
+                position_inversion(a),
+                alias.with_partner,
+                alias.pairs as f64,
+                token_inversion(a, b),
+                token_aliasing(a, b, format),
+                mo.mu_approx,
+                mo.mu_empirical,
+                mo.sigma_approx,
+                mo.sigma_empirical,
+            ];
+            for (s, v) in sums[li].iter_mut().zip(values) {
+                *s += v;
             }
         }
-        let n = config.draws as f64;
-        for (li, &length) in config.lengths.iter().enumerate() {
+    }
+    let n = draws.len().max(1) as f64;
+    lengths
+        .iter()
+        .enumerate()
+        .map(|(li, &length)| {
             let v = sums[li].map(|s| s / n);
-            rows.push(FailureRow {
+            FailureRow {
                 base,
                 length,
                 position_inversion: v[0],
@@ -234,11 +269,9 @@ pub fn failure_table(
                 mu_empirical: v[6],
                 sigma_approx: v[7],
                 sigma_empirical: v[8],
-            });
-        }
-    }
-    progress(config.bases.len(), config.bases.len());
-    Ok(rows)
+            }
+        })
+        .collect()
 }
 
 /// A failure rate read off a row.

@@ -31,6 +31,29 @@ pub enum PretrainedCommand {
     /// Swap scores of every head of every layer at the last token of the task's prompt version;
     /// which heads are positional, symbolic or neither (JSON Lines out).
     Score(PretrainedScoreArgs),
+    /// RoPE failure statistics with the model's own pre-rotation q and k vectors (query at one
+    /// position, two keys at others, per chosen layer), CSV out.
+    RopeStats(PretrainedRopeArgs),
+}
+
+/// Arguments of `ropelab pretrained rope-stats`.
+#[derive(Debug, Args)]
+pub struct PretrainedRopeArgs {
+    /// Layers whose heads supply q and k, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,15,29")]
+    pub layers: Vec<usize>,
+    /// Context lengths M, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "256,2048,8192")]
+    pub lengths: Vec<usize>,
+    /// (q, k1, k2) triples per layer, drawn from the prompt's positions.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub draws: u64,
+    /// Number format for the aliasing events.
+    #[arg(long, default_value = "bf16", value_parser = |s: &str| s.parse::<ropelab_theory::format::NumberFormat>().map_err(|e| e.to_string()))]
+    pub format: ropelab_theory::format::NumberFormat,
+    /// CSV output file.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// Arguments of `ropelab pretrained score`.
@@ -114,6 +137,7 @@ pub fn run(cmd: PretrainedCommand) -> Result<()> {
             Ok(())
         }
         PretrainedCommand::Score(a) => score(&a),
+        PretrainedCommand::RopeStats(a) => rope_stats(&a),
         PretrainedCommand::Tasks(a) => {
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
@@ -280,5 +304,118 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
         start.elapsed().as_secs_f64(),
         a.out.display()
     );
+    Ok(())
+}
+
+fn rope_stats(a: &PretrainedRopeArgs) -> Result<()> {
+    use rand::{Rng, SeedableRng};
+    use ropelab_model::{HookKind, HookPoint, Hooks};
+    use ropelab_theory::failures::{failure_rows, Triple};
+    use ropelab_theory::schedule::Schedule;
+    let path = ensure_model()?;
+    let model = Llama::load(&path, &Device::Cpu)?;
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path)?)?;
+    let c = model.config().clone();
+    if let Some(l) = a.layers.iter().find(|&&l| l >= c.n_layers) {
+        anyhow::bail!(
+            "layer {l} does not exist (the model has {} layers)",
+            c.n_layers
+        );
+    }
+    anyhow::ensure!(
+        a.lengths.iter().all(|&m| m >= 2),
+        "context lengths must be at least 2"
+    );
+    let text =
+        "Rotary position embeddings rotate each pair of query and key dimensions by an angle \
+                proportional to the position, so attention scores depend on relative distance. "
+            .repeat(40);
+    let mut ids = tokenizer.encode(&text)?;
+    ids.truncate(256);
+    let input = candle_core::Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+    let points: Vec<HookPoint> = a
+        .layers
+        .iter()
+        .flat_map(|&l| {
+            [
+                HookPoint::new(l, HookKind::Q),
+                HookPoint::new(l, HookKind::K),
+            ]
+        })
+        .collect();
+    let mut hooks = Hooks::new().capture(points);
+    model.trunk(&input, &mut hooks)?;
+    let freqs = Schedule::Plain { base: c.rope_base }.frequencies(c.rope_dim / 2)?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut csv = String::from("layer,length,position_inversion,position_aliasing,token_inversion,token_aliasing,mu_empirical,sigma_empirical\n");
+    println!(
+        "{:>5} {:>6} {:>8} {:>9} {:>8} {:>9}",
+        "layer", "M", "pos.inv", "pos.alias", "tok.inv", "tok.alias"
+    );
+    for &layer in &a.layers {
+        let get = |kind| -> Result<Vec<f32>> {
+            Ok(hooks
+                .get(HookPoint::new(layer, kind))
+                .expect("captured")
+                .flatten_all()?
+                .to_vec1()?)
+        };
+        let (q, k) = (get(HookKind::Q)?, get(HookKind::K)?); // [1, heads, pos, head_dim]
+        let (t, hd) = (ids.len(), c.head_dim());
+        // The model's logit at distance m = i - j is q . R(-m) k; negating the second dim of
+        // every plane of both vectors turns it into the theory's S(m) = q^T R(m) k.
+        let vec_at = |data: &[f32], head: usize, pos: usize| -> Vec<f64> {
+            let start = (head * t + pos) * hd;
+            data[start..start + c.rope_dim]
+                .iter()
+                .enumerate()
+                .map(|(d, &x)| {
+                    if d % 2 == 1 {
+                        -f64::from(x)
+                    } else {
+                        f64::from(x)
+                    }
+                })
+                .collect()
+        };
+        let draws: Vec<Triple> = (0..a.draws)
+            .map(|_| {
+                let head = rng.random_range(0..c.n_heads);
+                let (i, j1, j2) = (
+                    rng.random_range(1..t),
+                    rng.random_range(1..t),
+                    rng.random_range(1..t),
+                );
+                Triple {
+                    q: vec_at(&q, head, i),
+                    k1: vec_at(&k, head, j1),
+                    k2: vec_at(&k, head, j2),
+                }
+            })
+            .collect();
+        for r in failure_rows(&draws, &freqs, c.rope_base, &a.lengths, a.format) {
+            let _ = writeln!(
+                csv,
+                "{layer},{},{},{},{},{},{},{}",
+                r.length,
+                r.position_inversion,
+                r.position_aliasing,
+                r.token_inversion,
+                r.token_aliasing,
+                r.mu_empirical,
+                r.sigma_empirical
+            );
+            println!(
+                "{layer:>5} {:>6} {:>8.4} {:>9.4} {:>8.4} {:>9.4}",
+                r.length,
+                r.position_inversion,
+                r.position_aliasing,
+                r.token_inversion,
+                r.token_aliasing
+            );
+        }
+    }
+    write_atomic(&a.out, csv.as_bytes())?;
+    println!("wrote {}", a.out.display());
     Ok(())
 }
