@@ -100,3 +100,44 @@ pub fn accuracy_table(
     }
     Ok(rows)
 }
+
+/// The index-in-array prompt (the RoPE-limits paper): `arr = [..]; arr[K] =` over four
+/// symbols (chance 25%), with two short solved examples first. Returns (prompt, answer).
+pub fn index_prompt(len: usize, seed: u64, index: usize) -> (String, String) {
+    use rand::{Rng, SeedableRng};
+    const SYMBOLS: [&str; 4] = ["A", "B", "C", "D"];
+    let mut rng =
+        rand_chacha::ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9) ^ index as u64);
+    let array: Vec<&str> = (0..len).map(|_| SYMBOLS[rng.random_range(0..4)]).collect();
+    let k = rng.random_range(0..len);
+    let prompt = format!(
+        "arr = [B, D, A, C]; arr[2] = A\narr = [C, C, D, B, A]; arr[3] = B\narr = [{}]; arr[{k}] =",
+        array.join(", ")
+    );
+    (prompt, array[k].to_owned())
+}
+
+/// Accuracy on the index-in-array prompt per array length (`n` prompts each, seed 0).
+pub fn index_accuracy(
+    model: &Llama,
+    tokenizer: &GgufTokenizer,
+    lengths: &[usize],
+    n: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<(usize, f64, usize)>> {
+    let mut out = vec![];
+    let mut done = 0;
+    for &len in lengths {
+        let (mut correct, mut tokens) = (0, 0);
+        for i in 0..n {
+            let (prompt, answer) = index_prompt(len, 0, i);
+            let (ok, t) = answers(model, tokenizer, &prompt, &answer)?;
+            correct += usize::from(ok);
+            tokens = t;
+            done += 1;
+            progress(done);
+        }
+        out.push((len, correct as f64 / n as f64, tokens));
+    }
+    Ok(out)
+}

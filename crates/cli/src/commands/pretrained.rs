@@ -34,6 +34,22 @@ pub enum PretrainedCommand {
     /// RoPE failure statistics with the model's own pre-rotation q and k vectors (query at one
     /// position, two keys at others, per chosen layer), CSV out.
     RopeStats(PretrainedRopeArgs),
+    /// Accuracy on `arr = [..]; arr[K] =` over four symbols (chance 25%) versus array length.
+    IndexTask(IndexTaskArgs),
+}
+
+/// Arguments of `ropelab pretrained index-task`.
+#[derive(Debug, Args)]
+pub struct IndexTaskArgs {
+    /// Array lengths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "8,32,128,512")]
+    pub lengths: Vec<usize>,
+    /// Prompts per length.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: u64,
+    /// CSV output file.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// Arguments of `ropelab pretrained rope-stats`.
@@ -138,6 +154,33 @@ pub fn run(cmd: PretrainedCommand) -> Result<()> {
         }
         PretrainedCommand::Score(a) => score(&a),
         PretrainedCommand::RopeStats(a) => rope_stats(&a),
+        PretrainedCommand::IndexTask(a) => {
+            anyhow::ensure!(
+                a.lengths.iter().all(|&l| l >= 1),
+                "array lengths must be at least 1"
+            );
+            let path = ensure_model()?;
+            let model = Llama::load(&path, &Device::Cpu)?;
+            let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path)?)?;
+            let bar = progress(a.lengths.len() as u64 * a.n, "index prompts");
+            let rows = ropelab_pretrained::tasks::index_accuracy(
+                &model,
+                &tokenizer,
+                &a.lengths,
+                a.n as usize,
+                |d| bar.set_position(d as u64),
+            )?;
+            bar.finish_and_clear();
+            let mut csv = String::from("length,prompt_tokens,accuracy\n");
+            println!("{:>7} {:>7} {:>9}", "length", "tokens", "accuracy");
+            for (len, acc, tokens) in rows {
+                let _ = writeln!(csv, "{len},{tokens},{acc}");
+                println!("{len:>7} {tokens:>7} {acc:>9.3}");
+            }
+            write_atomic(&a.out, csv.as_bytes())?;
+            println!("wrote {} (chance 0.25)", a.out.display());
+            Ok(())
+        }
         PretrainedCommand::Tasks(a) => {
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
