@@ -12,17 +12,18 @@ use ropelab_model::{HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout};
 use crate::gguf::{GgufFile, LlamaConfig};
 use crate::Result;
 
-/// One block's weights ([out, in] Linear layout).
+/// One block's weights, stored transposed ([in, out], contiguous) so that every projection is
+/// a plain row-major matmul.
 struct Block {
     attn_norm: Tensor, // [d_model]
-    q: Tensor,         // [heads * head_dim, d_model]
-    k: Tensor,         // [kv_heads * head_dim, d_model]
-    v: Tensor,         // [kv_heads * head_dim, d_model]
-    o: Tensor,         // [d_model, heads * head_dim]
+    q: Tensor,         // [d_model, heads * head_dim]
+    k: Tensor,         // [d_model, kv_heads * head_dim]
+    v: Tensor,         // [d_model, kv_heads * head_dim]
+    o: Tensor,         // [heads * head_dim, d_model]
     ffn_norm: Tensor,  // [d_model]
-    gate: Tensor,      // [d_ff, d_model]
-    up: Tensor,        // [d_ff, d_model]
-    down: Tensor,      // [d_model, d_ff]
+    gate: Tensor,      // [d_model, d_ff]
+    up: Tensor,        // [d_model, d_ff]
+    down: Tensor,      // [d_ff, d_model]
 }
 
 /// A Llama model with f32 weights.
@@ -31,20 +32,24 @@ pub struct Llama {
     embed: Tensor, // [vocab, d_model]
     blocks: Vec<Block>,
     norm: Tensor,    // [d_model]
-    unembed: Tensor, // [vocab, d_model]
+    unembed: Tensor, // [d_model, vocab] (transposed)
     position: PositionEncoding,
     device: Device,
 }
 
-fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+/// x [..., in] times a transposed Linear weight wt [in, out].
+fn linear(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let inner = *dims.last().expect("linear input has a last dim");
-    let y = x
-        .reshape((x.elem_count() / inner, inner))?
-        .matmul(&w.t()?)?;
+    let y = x.reshape((x.elem_count() / inner, inner))?.matmul(wt)?;
     let mut out = dims;
-    *out.last_mut().expect("non-empty") = w.dim(0)?;
+    *out.last_mut().expect("non-empty") = wt.dim(1)?;
     Ok(y.reshape(out)?)
+}
+
+/// A Linear weight [out, in] stored as [in, out], contiguous.
+fn transposed(w: Tensor) -> Result<Tensor> {
+    Ok(w.t()?.contiguous()?)
 }
 
 /// x / sqrt(mean(x^2) + eps) * weight over the last dim.
@@ -68,22 +73,22 @@ impl Llama {
             };
             blocks.push(Block {
                 attn_norm: t("attn_norm.weight", &[d])?,
-                q: t("attn_q.weight", &[c.n_heads * hd, d])?,
-                k: t("attn_k.weight", &[c.n_kv_heads * hd, d])?,
-                v: t("attn_v.weight", &[c.n_kv_heads * hd, d])?,
-                o: t("attn_output.weight", &[d, c.n_heads * hd])?,
+                q: transposed(t("attn_q.weight", &[c.n_heads * hd, d])?)?,
+                k: transposed(t("attn_k.weight", &[c.n_kv_heads * hd, d])?)?,
+                v: transposed(t("attn_v.weight", &[c.n_kv_heads * hd, d])?)?,
+                o: transposed(t("attn_output.weight", &[d, c.n_heads * hd])?)?,
                 ffn_norm: t("ffn_norm.weight", &[d])?,
-                gate: t("ffn_gate.weight", &[ff, d])?,
-                up: t("ffn_up.weight", &[ff, d])?,
-                down: t("ffn_down.weight", &[d, ff])?,
+                gate: transposed(t("ffn_gate.weight", &[ff, d])?)?,
+                up: transposed(t("ffn_up.weight", &[ff, d])?)?,
+                down: transposed(t("ffn_down.weight", &[d, ff])?)?,
             });
         }
         let norm = file.tensor("output_norm.weight", &[d], device)?;
-        let unembed = if file.has_tensor("output.weight") {
+        let unembed = transposed(if file.has_tensor("output.weight") {
             file.tensor("output.weight", &[v, d], device)?
         } else {
             embed.clone() // tied embeddings
-        };
+        })?;
         let position = PositionEncoding::Rope {
             base: c.rope_base,
             rotary_dim: c.rope_dim,

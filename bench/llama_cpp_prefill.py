@@ -1,0 +1,45 @@
+"""llama.cpp reference for `ropelab bench prefill`: prefill tokens/s of the same GGUF file on the
+same 128-token prompt with the same thread count.
+
+Run by hand (not by CI):
+
+    python -m venv .venv && .venv/bin/pip install llama-cpp-python
+    cargo run --release -- pretrained fetch                 # prints the GGUF path
+    .venv/bin/python bench/llama_cpp_prefill.py PATH/TO/SmolLM2-135M-Instruct.Q4_1.gguf --threads 2
+    cargo run --release -- bench prefill
+"""
+
+import argparse
+import statistics
+import time
+
+from llama_cpp import Llama
+
+TEXT = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. " * 64
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("gguf")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    llm = Llama(model_path=args.gguf, n_threads=args.threads, n_threads_batch=args.threads,
+                n_ctx=2048, n_batch=512, verbose=False)
+    tokens = llm.tokenize(TEXT.encode(), add_bos=False, special=False)[: args.tokens]
+    llm.reset()
+    llm.eval(tokens)  # warm-up
+    times = []
+    for _ in range(args.repeats):
+        llm.reset()
+        start = time.perf_counter()
+        llm.eval(tokens)
+        times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    print(f"llama.cpp prefill: {len(tokens)} tokens, {args.threads} threads: "
+          f"{len(tokens) / median:.1f} tokens/s (median of {args.repeats}, {median:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()
