@@ -311,3 +311,52 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn teacher_forced_answers_equal_greedy_decoding() {
+    use ropelab_pretrained::tasks::answers;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let (mut agreed, mut correct) = (0, 0);
+    let words = ["a", "b", "c", "ab", "1", "x", "y", "<|im_start|>"];
+    let prompts: Vec<String> = words
+        .iter()
+        .flat_map(|a| words.iter().map(move |b| format!("{a} {b}")))
+        .collect();
+    for prompt in prompts.iter().map(String::as_str) {
+        // Besides fixed answers, the model's own greedy continuation when it starts with a
+        // space-prefixed token: that answer must count as correct.
+        let ids = tokenizer.encode(prompt).unwrap();
+        let own = tokenizer
+            .decode(&model.generate(&ids, 1, None).unwrap())
+            .unwrap();
+        let own = own
+            .strip_prefix(' ')
+            .filter(|s| !s.is_empty() && !s.contains(' '))
+            .map(str::to_owned);
+        for answer in ["a", "ab", "b", "1", "x"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain(own)
+        {
+            let answer = answer.as_str();
+            let (ok, len) = answers(&model, &tokenizer, prompt, answer).unwrap();
+            let ids = tokenizer.encode(prompt).unwrap();
+            assert_eq!(len, ids.len());
+            let full = tokenizer.encode(&format!("{prompt} {answer}")).unwrap();
+            let want = &full[ids.len()..];
+            let greedy = model.generate(&ids, want.len(), None).unwrap();
+            assert_eq!(ok, greedy == want, "{prompt:?} -> {answer:?}");
+            agreed += 1;
+            correct += usize::from(ok);
+        }
+    }
+    assert!(agreed >= 64 * 5);
+    assert!(
+        correct > 0 && correct < agreed,
+        "{correct} of {agreed}: both outcomes must occur"
+    );
+}
