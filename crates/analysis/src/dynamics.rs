@@ -147,6 +147,21 @@ pub struct HeadStep {
     pub planes: Vec<SwapScores>,
 }
 
+/// The plane id averaged with weights `freq_use` (0 when every weight is 0).
+pub fn mean_plane(freq_use: &[f64]) -> f64 {
+    let total: f64 = freq_use.iter().sum();
+    if total > 0.0 {
+        freq_use
+            .iter()
+            .enumerate()
+            .map(|(p, f)| p as f64 * f)
+            .sum::<f64>()
+            / total
+    } else {
+        0.0
+    }
+}
+
 /// One head's scores averaged over a sample set.
 #[derive(Debug, Clone)]
 pub struct HeadScores {
@@ -349,16 +364,7 @@ pub fn score_run(
         )?;
         for h in heads {
             let (s, freq) = (h.scores, h.freq_use);
-            let total: f64 = freq.iter().sum();
-            let mean_plane = if total > 0.0 {
-                freq.iter()
-                    .enumerate()
-                    .map(|(p, f)| p as f64 * f)
-                    .sum::<f64>()
-                    / total
-            } else {
-                0.0
-            };
+            let plane = mean_plane(&freq);
             lines.push(HeadStep {
                 step,
                 layer: h.layer,
@@ -370,7 +376,7 @@ pub fn score_run(
                 pure_0_1: purity(s, 0.1),
                 pure_0_05: purity(s, 0.05),
                 freq_use: freq,
-                freq_mean_plane: mean_plane,
+                freq_mean_plane: plane,
                 accuracy: acc.accuracy,
                 accuracy_per_hop: acc.per_hop.clone(),
                 block: h.block,

@@ -273,17 +273,7 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
         let cap = Captured::from_hooks(&hooks, vec![model.position().clone(); n_layers], false)?;
         let heads = score_captured(&cap, &[vec![ids.len() - 1]], a.tau, None, false)?;
         for (slot, h) in sums.iter_mut().zip(&heads) {
-            let total: f64 = h.freq_use.iter().sum();
-            let mean_plane = if total > 0.0 {
-                h.freq_use
-                    .iter()
-                    .enumerate()
-                    .map(|(p, f)| p as f64 * f)
-                    .sum::<f64>()
-                    / total
-            } else {
-                0.0
-            };
+            let mean_plane = ropelab_analysis::dynamics::mean_plane(&h.freq_use);
             freq_len = h.freq_use.len();
             for (s, v) in
                 slot.iter_mut()
