@@ -3,9 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use ropelab_model::checkpoint::{load_tensors, load_weights};
 use ropelab_model::{Hooks, ModelConfig, PositionEncoding};
+
+/// max |x| over all elements.
+fn max_abs(t: &Tensor) -> f32 {
+    t.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -46,14 +51,7 @@ fn logits_match_transformers() {
             let want = &cases[&format!("logits_{len}")];
             let got = model.forward(&ids, &mut Hooks::new(), None).unwrap();
             assert_eq!(got.dims(), want.dims());
-            let diff: f32 = (got - want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap();
+            let diff = max_abs(&(got - want).unwrap());
             assert!(diff < 1e-4, "{name}, length {len}: max |diff| = {diff}");
             eprintln!("{name}, length {len}: max |logit diff| = {diff:e}");
             checked += ids.dim(0).unwrap();
@@ -77,13 +75,6 @@ fn the_comparison_detects_a_wrong_rotary_layout() {
     let cases = load_tensors(&dir.join("cases.safetensors"), &dev).unwrap();
     let ids = cases["ids_17"].to_dtype(DType::U32).unwrap();
     let got = model.forward(&ids, &mut Hooks::new(), None).unwrap();
-    let diff: f32 = (got - &cases["logits_17"])
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+    let diff = max_abs(&(got - &cases["logits_17"]).unwrap());
     assert!(diff > 1e-2, "a wrong layout went unnoticed: {diff}");
 }

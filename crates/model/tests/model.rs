@@ -9,6 +9,23 @@ use ropelab_model::{
     RopeLayout,
 };
 
+/// Reductions the tests read as plain numbers.
+trait Abs {
+    /// max |x| over all elements.
+    fn max_abs(&self) -> f32;
+    /// sum |x| over all elements.
+    fn sum_abs(&self) -> f32;
+}
+
+impl Abs for Tensor {
+    fn max_abs(&self) -> f32 {
+        self.abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+    }
+    fn sum_abs(&self) -> f32 {
+        self.abs().unwrap().sum_all().unwrap().to_scalar().unwrap()
+    }
+}
+
 fn tiny(position: PositionEncoding) -> ModelConfig {
     ModelConfig {
         vocab_size: 11,
@@ -172,38 +189,17 @@ fn hooks_capture_what_the_forward_computes() {
     let want = get(1, HookKind::Pattern)
         .matmul(&get(1, HookKind::V))
         .unwrap();
-    let diff: f32 = (z - want)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+    let diff: f32 = (z - want).unwrap().max_abs();
     assert!(diff < 1e-6);
     let q0 = get(0, HookKind::Q).narrow(2, 0, 1).unwrap();
     let rq0 = get(0, HookKind::RotQ).narrow(2, 0, 1).unwrap();
-    let diff: f32 = (q0 - rq0)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+    let diff: f32 = (q0 - rq0).unwrap().max_abs();
     assert!(diff < 1e-7);
     // The residual stream entering block 1 is block 0's input plus its two branches.
     let sum = ((get(0, HookKind::ResidPre) + get(0, HookKind::AttnOut)).unwrap()
         + get(0, HookKind::MlpOut))
     .unwrap();
-    let diff: f32 = (sum - get(1, HookKind::ResidPre))
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+    let diff: f32 = (sum - get(1, HookKind::ResidPre)).unwrap().max_abs();
     assert!(diff < 1e-6);
 }
 
@@ -227,24 +223,8 @@ fn interventions_change_exactly_what_they_target() {
         });
     model.forward(&x, &mut hooks, None).unwrap();
     let z = hooks.get(z1).unwrap();
-    let head1: f32 = z
-        .narrow(1, 1, 1)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
-    let head0: f32 = z
-        .narrow(1, 0, 1)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+    let head1: f32 = z.narrow(1, 1, 1).unwrap().sum_abs();
+    let head0: f32 = z.narrow(1, 0, 1).unwrap().sum_abs();
     assert_eq!(head1, 0.0);
     assert!(head0 > 0.0);
 
@@ -261,12 +241,7 @@ fn interventions_change_exactly_what_they_target() {
     let spread: f32 = h0
         .broadcast_sub(&h0.mean_keepdim(0).unwrap())
         .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+        .max_abs();
     assert!(spread < 1e-6);
 
     // Restricting head 0 of layer 0 to plane 1 (dims 2, 3) zeroes the other dims of q.
@@ -308,14 +283,7 @@ fn interventions_change_exactly_what_they_target() {
     });
     let changed = model.forward(&x, &mut hooks, None).unwrap();
     let plain = model.forward(&x, &mut Hooks::new(), None).unwrap();
-    let d: f32 = (changed - plain)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap();
+    let d: f32 = (changed - plain).unwrap().max_abs();
     assert!(d > 1e-4);
     assert_eq!(
         hooks
