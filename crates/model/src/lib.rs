@@ -13,6 +13,7 @@ mod config;
 mod error;
 mod gptj;
 pub mod hooks;
+pub mod kernel;
 pub mod ops;
 pub mod rope;
 

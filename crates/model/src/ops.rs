@@ -51,21 +51,30 @@ impl Dropout {
         Self { p, rng }
     }
 
+    /// The drop probability.
+    pub fn p(&self) -> f32 {
+        self.p
+    }
+
+    /// Fills `mask` with the next mask values from the stream: 0 (dropped) or 1 / (1 - p).
+    pub fn fill_mask(&mut self, mask: &mut [f32]) {
+        let scale = 1.0 / (1.0 - self.p);
+        for m in mask.iter_mut() {
+            *m = if self.rng.random::<f32>() < self.p {
+                0.0
+            } else {
+                scale
+            };
+        }
+    }
+
     /// `x` with a fresh mask applied (`x` itself when p = 0).
     pub fn apply(&mut self, x: &Tensor) -> Result<Tensor> {
         if self.p == 0.0 {
             return Ok(x.clone());
         }
-        let scale = 1.0 / (1.0 - self.p);
-        let mask: Vec<f32> = (0..x.elem_count())
-            .map(|_| {
-                if self.rng.random::<f32>() < self.p {
-                    0.0
-                } else {
-                    scale
-                }
-            })
-            .collect();
+        let mut mask = vec![0f32; x.elem_count()];
+        self.fill_mask(&mut mask);
         let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
         Ok(x.mul(&mask)?)
     }

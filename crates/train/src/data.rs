@@ -40,6 +40,18 @@ pub fn batch(dataset: &Dataset, indices: &[usize], device: &Device) -> Result<Ba
     })
 }
 
+/// The samples at `indices` as flat input ids [batch * pos] and answer ids [batch].
+pub fn batch_ids(dataset: &Dataset, indices: &[usize]) -> Result<(Vec<u32>, Vec<u32>)> {
+    let mut ids = Vec::new();
+    let mut targets = Vec::with_capacity(indices.len());
+    for &i in indices {
+        let s = dataset.sample(i)?;
+        ids.extend_from_slice(&s.ids);
+        targets.push(s.answer_id);
+    }
+    Ok((ids, targets))
+}
+
 /// Accuracy of last-token prediction, overall and per hop count.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {

@@ -17,4 +17,4 @@ pub use config::{DataConfig, OptimConfig, Preset, RunConfig};
 pub use data::{evaluate, Accuracy};
 pub use error::{Result, TrainError};
 pub use run_dir::{CheckpointState, RunDir};
-pub use trainer::{MetricsLine, Progress, Trainer, EVAL_BATCH};
+pub use trainer::{Engine, MetricsLine, Progress, Trainer, EVAL_BATCH};

@@ -155,7 +155,7 @@ impl RunDir {
             .map_err(|e| TrainError::io(&parent, e))?;
         save_weights(model, &tmp.path().join("model.safetensors"))?;
         save_tensors(
-            &optimizer.state(),
+            &optimizer.state()?,
             &tmp.path().join("optimizer.safetensors"),
         )?;
         write_atomic(

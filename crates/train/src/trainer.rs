@@ -6,12 +6,13 @@ use std::path::Path;
 use candle_core::Device;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use ropelab_model::kernel::{FlatParams, FusedStep};
 use ropelab_model::ops::{cross_entropy, Dropout};
 use ropelab_model::{GptJ, Hooks};
 use ropelab_tasks::{Dataset, Split, Task};
 use serde::Serialize;
 
-use crate::data::{batch, evaluate, Accuracy};
+use crate::data::{batch, batch_ids, evaluate, Accuracy};
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
 use crate::{Result, RunConfig, TrainError};
@@ -47,6 +48,46 @@ pub struct Progress {
     pub val_accuracy: Option<f64>,
 }
 
+/// How a training step is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// The fused CPU kernel ([`FusedStep`]): same function, same dropout masks, hand-written
+    /// backward; the default on the CPU.
+    Fused,
+    /// candle ops and autograd (any device; the reference the fused kernel is tested against).
+    Composed,
+}
+
+impl std::str::FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "fused" => Ok(Engine::Fused),
+            "composed" => Ok(Engine::Composed),
+            other => Err(format!(
+                "unknown engine {other:?} (expected fused or composed)"
+            )),
+        }
+    }
+}
+
+impl Engine {
+    /// The default for `device`: fused on the CPU, composed elsewhere.
+    pub fn default_for(device: &Device) -> Self {
+        if device.is_cpu() {
+            Engine::Fused
+        } else {
+            Engine::Composed
+        }
+    }
+}
+
+/// The fused engine's state during [`Trainer::run`].
+struct FusedState {
+    params: FlatParams,
+    kernel: Option<FusedStep>,
+}
+
 /// A training run bound to its directory.
 pub struct Trainer {
     dir: RunDir,
@@ -57,6 +98,7 @@ pub struct Trainer {
     val: Dataset,
     state: CheckpointState,
     last_val: Option<f64>,
+    engine: Engine,
 }
 
 fn datasets(config: &RunConfig) -> Result<(Dataset, Dataset)> {
@@ -83,6 +125,7 @@ impl Trainer {
         let optimizer = AdamW::new(&model.named_vars(), &config.optim)?;
         let (train, val) = datasets(&config)?;
         let mut trainer = Self {
+            engine: Engine::default_for(device),
             dir,
             config,
             model,
@@ -121,6 +164,7 @@ impl Trainer {
         dir.truncate_metrics(step)?;
         let (train, val) = datasets(&config)?;
         Ok(Self {
+            engine: Engine::default_for(device),
             dir,
             config,
             model,
@@ -142,6 +186,22 @@ impl Trainer {
         &self.config
     }
 
+    /// Chooses how steps are computed (the fused engine needs the CPU).
+    pub fn set_engine(&mut self, engine: Engine) -> Result<()> {
+        if engine == Engine::Fused && !self.model.device().is_cpu() {
+            return Err(TrainError::Config(
+                "the fused engine runs on the CPU; use the composed engine on a GPU".into(),
+            ));
+        }
+        self.engine = engine;
+        Ok(())
+    }
+
+    /// The engine in use.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
     /// Steps done.
     pub fn step(&self) -> usize {
         self.state.step
@@ -153,12 +213,73 @@ impl Trainer {
         Ok(())
     }
 
+    /// The error for a non-finite loss at `step`, naming the last good checkpoint.
+    fn diverged(&self, step: usize, loss: f32) -> Result<TrainError> {
+        let last_good = self
+            .dir
+            .checkpoints()?
+            .last()
+            .map(|s| self.dir.checkpoint_dir(*s).display().to_string())
+            .unwrap_or_else(|| "none".into());
+        Ok(TrainError::Diverged {
+            step,
+            loss,
+            last_good,
+        })
+    }
+
+    /// One optimizer step on the batch at `indices`; returns the loss before the update.
+    fn train_step(
+        &mut self,
+        step: usize,
+        indices: &[usize],
+        fused: Option<&mut FusedState>,
+        mut dropout: Option<Dropout>,
+    ) -> Result<f32> {
+        let lr = lr_at(step, &self.config.optim);
+        if let Some(f) = fused {
+            let (ids, targets) = batch_ids(&self.train, indices)?;
+            let kernel = match &mut f.kernel {
+                Some(k) => k,
+                slot => slot.insert(FusedStep::new(
+                    &self.config.model,
+                    indices.len(),
+                    ids.len() / indices.len().max(1),
+                )?),
+            };
+            let loss = kernel.loss_and_grads(&f.params, &ids, &targets, dropout.as_mut())?;
+            if !loss.is_finite() {
+                return Err(self.diverged(step, loss)?);
+            }
+            self.optimizer
+                .step_flat(&mut f.params, kernel.grads(), lr)?;
+            return Ok(loss);
+        }
+        let b = batch(&self.train, indices, self.model.device())?;
+        let logits = self
+            .model
+            .forward_last(&b.ids, &mut Hooks::new(), dropout.as_mut())?;
+        let loss = cross_entropy(&logits, &b.targets)?;
+        let loss_value: f32 = loss.to_scalar()?;
+        if !loss_value.is_finite() {
+            return Err(self.diverged(step, loss_value)?);
+        }
+        let grads = loss.backward()?;
+        self.optimizer.step(&self.model.named_vars(), &grads, lr)?;
+        Ok(loss_value)
+    }
+
     /// Trains until `optim.steps`, calling `observe` after every step. Returns the final
     /// validation accuracy.
     pub fn run(&mut self, mut observe: impl FnMut(&Progress)) -> Result<Option<Accuracy>> {
         let o = self.config.optim.clone();
-        let vars_owned = self.model.clone();
-        let vars = vars_owned.named_vars();
+        let mut fused = match self.engine {
+            Engine::Fused => Some(FusedState {
+                params: FlatParams::from_model(&self.model)?,
+                kernel: None,
+            }),
+            Engine::Composed => None,
+        };
         let mut last = None;
         while self.state.step < o.steps {
             let step = self.state.step + 1;
@@ -166,35 +287,15 @@ impl Trainer {
             let indices: Vec<usize> = (0..o.batch_size)
                 .map(|j| ((step - 1) * o.batch_size + j) % n)
                 .collect();
-            let b = batch(&self.train, &indices, self.model.device())?;
-            let mut dropout = (self.config.model.dropout > 0.0).then(|| {
+            let dropout = (self.config.model.dropout > 0.0).then(|| {
                 let mut key = [0u8; 32];
                 key[..8].copy_from_slice(&self.config.seed.to_le_bytes());
                 key[8..16].copy_from_slice(&(step as u64).to_le_bytes());
                 key[16] = 0xD7;
                 Dropout::new(self.config.model.dropout, ChaCha8Rng::from_seed(key))
             });
-            let logits = self
-                .model
-                .forward_last(&b.ids, &mut Hooks::new(), dropout.as_mut())?;
-            let loss = cross_entropy(&logits, &b.targets)?;
-            let loss_value: f32 = loss.to_scalar()?;
-            if !loss_value.is_finite() {
-                let last_good = self
-                    .dir
-                    .checkpoints()?
-                    .last()
-                    .map(|s| self.dir.checkpoint_dir(*s).display().to_string())
-                    .unwrap_or_else(|| "none".into());
-                return Err(TrainError::Diverged {
-                    step,
-                    loss: loss_value,
-                    last_good,
-                });
-            }
-            let grads = loss.backward()?;
+            let loss_value = self.train_step(step, &indices, fused.as_mut(), dropout)?;
             let lr = lr_at(step, &o);
-            self.optimizer.step(&vars, &grads, lr)?;
             self.state.step = step;
             self.state.adam_updates = self.optimizer.updates();
             self.state.pending_loss_sum += f64::from(loss_value);
@@ -202,6 +303,10 @@ impl Trainer {
 
             let is_last = step == o.steps;
             let eval_now = step % o.eval_every == 0 || is_last;
+            let save_now = step % o.save_every == 0 || is_last;
+            if let Some(f) = fused.as_ref().filter(|_| eval_now || save_now) {
+                f.params.write_to(&self.model)?;
+            }
             if eval_now || step % o.log_every == 0 {
                 let val = if eval_now {
                     let acc = evaluate(&self.model, &self.val, EVAL_BATCH)?;
@@ -221,7 +326,7 @@ impl Trainer {
                 self.state.pending_loss_sum = 0.0;
                 self.state.pending_loss_count = 0;
             }
-            if step % o.save_every == 0 || is_last {
+            if save_now {
                 self.save()?;
             }
             observe(&Progress {
@@ -230,6 +335,9 @@ impl Trainer {
                 loss: loss_value,
                 val_accuracy: self.last_val,
             });
+        }
+        if let Some(f) = &fused {
+            f.params.write_to(&self.model)?;
         }
         Ok(last)
     }

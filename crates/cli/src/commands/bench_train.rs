@@ -1,17 +1,21 @@
-//! `ropelab bench train`: steps/s of a training preset, with the time split into forward,
-//! backward and optimizer, and the achieved model FLOP/s.
+//! `ropelab bench train`: steps/s of a training preset with either engine, with the time split
+//! into forward, backward and optimizer, the achieved model FLOP/s, and the machine's peak f32
+//! matmul throughput measured in the same run.
 
 use std::time::Instant;
 
-use anyhow::Result;
-use candle_core::Device;
+use anyhow::{bail, Result};
+use candle_core::{Device, Tensor};
 use clap::Args;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use ropelab_model::kernel::{matmul, FlatParams, FusedStep, View};
 use ropelab_model::ops::{cross_entropy, Dropout};
-use ropelab_model::{GptJ, Hooks, ModelConfig};
+use ropelab_model::{GptJ, Hooks, ModelConfig, PositionEncoding};
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
-use ropelab_train::data::batch;
+use ropelab_train::data::batch_ids;
 use ropelab_train::optim::{lr_at, AdamW};
-use ropelab_train::Preset;
+use ropelab_train::{Engine, Preset};
 
 /// Arguments of `ropelab bench train`.
 #[derive(Debug, Args)]
@@ -22,15 +26,31 @@ pub struct BenchTrainArgs {
     /// Task whose batches are used.
     #[arg(long, default_value = "number")]
     pub task: TaskKind,
+    /// `fused` (the CPU kernel training uses) or `composed` (candle ops and autograd).
+    #[arg(long, default_value = "fused", value_parser = |s: &str| s.parse::<Engine>())]
+    pub engine: Engine,
     /// Measured steps (after `--warmup` unmeasured ones).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub steps: u64,
     /// Unmeasured steps first.
     #[arg(long, default_value_t = 3)]
     pub warmup: u64,
+    /// Override the preset's number of layers.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub layers: Option<u64>,
+    /// Override the preset's number of heads (rotary_dim shrinks to d_head if needed).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub heads: Option<u64>,
+    /// Sequence length: random tokens of this length instead of the task's samples.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq: Option<u64>,
+    /// Skip the peak-matmul measurement.
+    #[arg(long)]
+    pub no_peak: bool,
 }
 
-/// Matmul FLOPs of one training step (forward x 3: backward costs about twice the forward).
+/// Matmul FLOPs of one training step (forward x 3: backward costs about twice the forward),
+/// counted for the full model at every position, as PyTorch computes it.
 pub fn step_flops(model: &ModelConfig, batch: usize, seq: usize) -> f64 {
     let (d, m, t) = (model.d_model as f64, model.d_mlp as f64, seq as f64);
     let per_token = 2.0 * (4.0 * d * d + 2.0 * d * m) + 2.0 * 2.0 * t * d;
@@ -39,16 +59,91 @@ pub fn step_flops(model: &ModelConfig, batch: usize, seq: usize) -> f64 {
     3.0 * forward
 }
 
+/// The machine's f32 matmul throughput in GFLOP/s: the best of a few 1536^3 products through
+/// the kernel's matmul (all threads).
+pub fn peak_gflops() -> f64 {
+    let n = 1536;
+    let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.1).collect();
+    let mut c = vec![0f32; n * n];
+    let v = View::dense(0, n, n);
+    let mut best = f64::INFINITY;
+    for _ in 0..4 {
+        let t = Instant::now();
+        matmul(&mut c, v, &a, v, &a, v, false);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    2.0 * (n * n * n) as f64 / best / 1e9
+}
+
+/// The batches of the benchmark: task samples, or random tokens of a given length.
+struct Batches {
+    data: Option<Dataset>,
+    seq: usize,
+    vocab: u32,
+    batch: usize,
+}
+
+impl Batches {
+    fn get(&self, step: usize) -> Result<(Vec<u32>, Vec<u32>)> {
+        if let Some(data) = &self.data {
+            let idx: Vec<usize> = (0..self.batch)
+                .map(|j| ((step - 1) * self.batch + j) % data.len())
+                .collect();
+            return Ok(batch_ids(data, &idx)?);
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(step as u64);
+        let ids = (0..self.batch * self.seq)
+            .map(|_| rng.random_range(1..self.vocab))
+            .collect();
+        let targets = (0..self.batch)
+            .map(|_| rng.random_range(1..self.vocab))
+            .collect();
+        Ok((ids, targets))
+    }
+}
+
 /// Runs `ropelab bench train`.
 pub fn run(args: BenchTrainArgs) -> Result<()> {
-    let config = args.preset.config(args.task);
+    let mut config = args.preset.config(args.task);
+    if let Some(l) = args.layers {
+        config.model.n_layers = l as usize;
+    }
+    if let Some(h) = args.heads {
+        config.model.n_heads = h as usize;
+        let d_head = config.model.d_model / config.model.n_heads.max(1);
+        if let PositionEncoding::Rope { rotary_dim, .. } = &mut config.model.position {
+            *rotary_dim = (*rotary_dim).min(d_head);
+        }
+    }
+    if let Err(e) = config.model.check() {
+        bail!("bench train: {e}");
+    }
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;
     let vars = model.named_vars();
     let mut optimizer = AdamW::new(&vars, &config.optim)?;
-    let task = Task::new(config.task, config.layout.clone())?;
-    let data = Dataset::new(task, config.seed, Split::Train, config.data.train, 0)?;
     let b = config.optim.batch_size;
+    let batches = Batches {
+        data: match args.seq {
+            Some(_) => None,
+            None => {
+                let task = Task::new(config.task, config.layout.clone())?;
+                Some(Dataset::new(
+                    task,
+                    config.seed,
+                    Split::Train,
+                    config.data.train,
+                    0,
+                )?)
+            }
+        },
+        seq: args.seq.map_or(config.layout.core_len(), |s| s as usize),
+        vocab: config.model.vocab_size as u32,
+        batch: b,
+    };
+    let seq = batches.seq;
+    let mut params = FlatParams::from_model(&model)?;
+    let mut kernel = FusedStep::new(&config.model, b, seq)?;
     let (mut fwd, mut bwd, mut opt) = (0f64, 0f64, 0f64);
     let total = args.warmup + args.steps;
     let mut wall = Instant::now();
@@ -57,22 +152,33 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
             (fwd, bwd, opt) = (0.0, 0.0, 0.0);
             wall = Instant::now();
         }
-        let indices: Vec<usize> = (0..b).map(|j| ((step - 1) * b + j) % data.len()).collect();
-        let batch = batch(&data, &indices, &device)?;
-        let mut dropout = (config.model.dropout > 0.0).then(|| {
-            Dropout::new(
-                config.model.dropout,
-                rand::SeedableRng::seed_from_u64(step as u64),
-            )
-        });
+        let (ids, targets) = batches.get(step)?;
+        let mut dropout = (config.model.dropout > 0.0)
+            .then(|| Dropout::new(config.model.dropout, ChaCha8Rng::seed_from_u64(step as u64)));
+        let lr = lr_at(step, &config.optim);
         let t0 = Instant::now();
-        let logits = model.forward_last(&batch.ids, &mut Hooks::new(), dropout.as_mut())?;
-        let loss = cross_entropy(&logits, &batch.targets)?;
-        let _: f32 = loss.to_scalar()?;
-        let t1 = Instant::now();
-        let grads = loss.backward()?;
-        let t2 = Instant::now();
-        optimizer.step(&vars, &grads, lr_at(step, &config.optim))?;
+        let (t1, t2) = match args.engine {
+            Engine::Fused => {
+                kernel.forward(&params, &ids, dropout.as_mut())?;
+                let t1 = Instant::now();
+                kernel.backward(&params, &targets)?;
+                let t2 = Instant::now();
+                optimizer.step_flat(&mut params, kernel.grads(), lr)?;
+                (t1, t2)
+            }
+            Engine::Composed => {
+                let ids = Tensor::from_vec(ids, (b, seq), &device)?;
+                let targets = Tensor::from_vec(targets, b, &device)?;
+                let logits = model.forward_last(&ids, &mut Hooks::new(), dropout.as_mut())?;
+                let loss = cross_entropy(&logits, &targets)?;
+                let _: f32 = loss.to_scalar()?;
+                let t1 = Instant::now();
+                let grads = loss.backward()?;
+                let t2 = Instant::now();
+                optimizer.step(&vars, &grads, lr)?;
+                (t1, t2)
+            }
+        };
         let t3 = Instant::now();
         fwd += (t1 - t0).as_secs_f64();
         bwd += (t2 - t1).as_secs_f64();
@@ -80,14 +186,20 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
     }
     let seconds = wall.elapsed().as_secs_f64();
     let n = args.steps as f64;
-    let flops = step_flops(&config.model, b, config.layout.core_len());
+    let flops = step_flops(&config.model, b, seq);
+    let c = &config.model;
     println!(
-        "ropelab bench train: {} preset, {} task, batch {b}, seq {}, {} parameters, {} threads",
+        "ropelab bench train: {} preset ({} layers x {} heads, d_model {}), {} engine, batch {b}, seq {seq}, {} parameters, {} threads",
         config.preset,
-        config.task,
-        config.layout.core_len(),
-        config.model.n_params(),
-        candle_core::utils::get_num_threads()
+        c.n_layers,
+        c.n_heads,
+        c.d_model,
+        match args.engine {
+            Engine::Fused => "fused",
+            Engine::Composed => "composed",
+        },
+        c.n_params(),
+        rayon::current_num_threads()
     );
     println!("{:.3} steps/s", n / seconds);
     println!(
@@ -98,10 +210,17 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
         1e3 * opt / n,
         1e3 * (seconds - fwd - bwd - opt) / n
     );
+    let achieved = flops * n / seconds / 1e9;
     println!(
-        "{:.1} GFLOP/s (model matmul FLOPs: {:.2} GFLOP per step)",
-        flops * n / seconds / 1e9,
+        "{achieved:.1} GFLOP/s (model matmul FLOPs: {:.2} GFLOP per step)",
         flops / 1e9
     );
+    if !args.no_peak {
+        let peak = peak_gflops();
+        println!(
+            "peak f32 matmul: {peak:.1} GFLOP/s (1536^3); the step reaches {:.0}% of it",
+            100.0 * achieved / peak
+        );
+    }
     Ok(())
 }

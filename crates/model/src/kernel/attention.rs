@@ -1,0 +1,186 @@
+//! Fused causal attention of one batch row, forward and backward: RoPE on q and k, scaled
+//! scores, causal softmax, pattern dropout and the weighted sum of values, with every head of
+//! the row in one call. q, k and v live side by side in a `[pos, 3 * d_model]` buffer (the
+//! output of one projection), heads `d_head` wide inside each third.
+
+use super::math::{axpy, dot};
+use crate::{rope, PositionEncoding};
+
+/// The rotation of one layer as tables for positions 0..seq.
+#[derive(Debug, Clone)]
+pub struct RopeTable {
+    /// The two dims of each rotated plane.
+    pairs: Vec<(usize, usize)>,
+    /// cos of `pos * freq` [seq, planes].
+    cos: Vec<f32>,
+    /// sin of `pos * freq` [seq, planes].
+    sin: Vec<f32>,
+}
+
+impl RopeTable {
+    /// Tables of `position` for `seq` positions (`None` without rotation). Angles are computed
+    /// in f64 and rounded once, as in [`rope::angles_of`].
+    pub fn new(position: &PositionEncoding, seq: usize) -> Option<Self> {
+        let r = position.rotation()?;
+        let planes = r.freqs.len();
+        let pairs = (0..planes)
+            .map(|p| rope::plane_dims(r.layout, r.rotary_dim, p))
+            .collect();
+        let (mut cos, mut sin) = (Vec::with_capacity(seq * planes), Vec::new());
+        for pos in 0..seq {
+            for &g in &r.freqs {
+                let (s, c) = (pos as f64 * g).sin_cos();
+                cos.push(c as f32);
+                sin.push(s as f32);
+            }
+        }
+        Some(Self { pairs, cos, sin })
+    }
+
+    /// Rotates one head vector `x` [d_head] to position `pos` (inverse: the transpose).
+    fn apply(&self, x: &mut [f32], pos: usize, inverse: bool) {
+        let planes = self.pairs.len();
+        let (cos, sin) = (
+            &self.cos[pos * planes..][..planes],
+            &self.sin[pos * planes..][..planes],
+        );
+        for (p, &(i, j)) in self.pairs.iter().enumerate() {
+            let (c, s) = (cos[p], if inverse { -sin[p] } else { sin[p] });
+            let (x0, x1) = (x[i], x[j]);
+            x[i] = x0 * c - x1 * s;
+            x[j] = x1 * c + x0 * s;
+        }
+    }
+}
+
+/// Sizes of one attention call.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Positions in the row.
+    pub seq: usize,
+    /// Heads.
+    pub heads: usize,
+    /// Width of one head.
+    pub d_head: usize,
+    /// Query positions computed: the last `queries` positions (all, or 1 for the last layer).
+    pub queries: usize,
+    /// Logit scale (1 / sqrt(d_head)).
+    pub scale: f32,
+}
+
+impl Shape {
+    fn d_model(&self) -> usize {
+        self.heads * self.d_head
+    }
+}
+
+/// Forward of one batch row. `qkv` [seq, 3 d_model] is rotated in place (k at every position,
+/// q at the query positions); `pattern` [heads, seq, seq] receives the softmax rows of the
+/// query positions; `mask` [heads, seq, seq] is the dropout mask of the pattern (already
+/// scaled), and `z` [queries, d_model] the merged head outputs.
+pub fn forward(
+    s: Shape,
+    rope: Option<&RopeTable>,
+    qkv: &mut [f32],
+    pattern: &mut [f32],
+    mask: Option<&[f32]>,
+    z: &mut [f32],
+) {
+    let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
+    let first_q = t - s.queries;
+    if let Some(rope) = rope {
+        for pos in 0..t {
+            let row = &mut qkv[pos * 3 * dm..][..3 * dm];
+            for h in 0..s.heads {
+                rope.apply(&mut row[dm + h * dh..][..dh], pos, false);
+                if pos >= first_q {
+                    rope.apply(&mut row[h * dh..][..dh], pos, false);
+                }
+            }
+        }
+    }
+    z.fill(0.0);
+    for qi in 0..s.queries {
+        let pos = first_q + qi;
+        for h in 0..s.heads {
+            let q = &qkv[pos * 3 * dm + h * dh..][..dh];
+            let p = &mut pattern[(h * t + pos) * t..][..t];
+            let mut max = f32::NEG_INFINITY;
+            for j in 0..=pos {
+                p[j] = s.scale * dot(q, &qkv[j * 3 * dm + dm + h * dh..][..dh]);
+                max = max.max(p[j]);
+            }
+            let mut total = 0f32;
+            for v in &mut p[..=pos] {
+                *v = (*v - max).exp();
+                total += *v;
+            }
+            for v in &mut p[..=pos] {
+                *v /= total;
+            }
+            p[pos + 1..].fill(0.0);
+            let out = &mut z[qi * dm + h * dh..][..dh];
+            for j in 0..=pos {
+                let w = p[j] * mask.map_or(1.0, |m| m[(h * t + pos) * t + j]);
+                axpy(w, &qkv[j * 3 * dm + 2 * dm + h * dh..][..dh], out);
+            }
+        }
+    }
+}
+
+/// Backward of one batch row: from `dz` [queries, d_model] and the forward's rotated `qkv`,
+/// `pattern` and `mask`, writes `dqkv` [seq, 3 d_model] (gradients of the un-rotated q, k and
+/// v; q rows outside the query positions are 0).
+pub fn backward(
+    s: Shape,
+    rope: Option<&RopeTable>,
+    qkv: &[f32],
+    pattern: &[f32],
+    mask: Option<&[f32]>,
+    dz: &[f32],
+    dqkv: &mut [f32],
+) {
+    let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
+    let first_q = t - s.queries;
+    dqkv.fill(0.0);
+    let mut dp = vec![0f32; t];
+    for qi in 0..s.queries {
+        let pos = first_q + qi;
+        for h in 0..s.heads {
+            let g = &dz[qi * dm + h * dh..][..dh];
+            let p = &pattern[(h * t + pos) * t..][..t];
+            let m = |j: usize| mask.map_or(1.0, |m| m[(h * t + pos) * t + j]);
+            // dP (through the dropout mask) and dv.
+            for j in 0..=pos {
+                let v = &qkv[j * 3 * dm + 2 * dm + h * dh..][..dh];
+                dp[j] = dot(g, v) * m(j);
+                axpy(
+                    p[j] * m(j),
+                    g,
+                    &mut dqkv[j * 3 * dm + 2 * dm + h * dh..][..dh],
+                );
+            }
+            // Softmax backward, then the two sides of the dot product.
+            let inner: f32 = (0..=pos).map(|j| p[j] * dp[j]).sum();
+            for j in 0..=pos {
+                let ds = s.scale * p[j] * (dp[j] - inner);
+                let (row_q, row_k) = (pos * 3 * dm + h * dh, j * 3 * dm + dm + h * dh);
+                let k = &qkv[row_k..][..dh];
+                axpy(ds, k, &mut dqkv[row_q..][..dh]);
+                let q = &qkv[row_q..][..dh];
+                axpy(ds, q, &mut dqkv[row_k..][..dh]);
+            }
+        }
+    }
+    if let Some(rope) = rope {
+        for pos in 0..t {
+            let row = &mut dqkv[pos * 3 * dm..][..3 * dm];
+            for h in 0..s.heads {
+                rope.apply(&mut row[dm + h * dh..][..dh], pos, true);
+                if pos >= first_q {
+                    rope.apply(&mut row[h * dh..][..dh], pos, true);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The fused CPU training kernel against candle's autograd on the composed path: the same
+//! loss, logits and gradient of every parameter, on several shapes (odd sequence lengths,
+//! partial rotary dims, both layouts, explicit angles, NoPE layers, tied embeddings, one
+//! layer, one position) with and without dropout.
+
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::Distribution;
+use ropelab_model::kernel::{FlatParams, FusedStep};
+use ropelab_model::ops::{cross_entropy, Dropout};
+use ropelab_model::{GptJ, Hooks, ModelConfig, PositionEncoding, RopeLayout};
+
+fn config(
+    n_layers: usize,
+    n_heads: usize,
+    d_model: usize,
+    position: PositionEncoding,
+) -> ModelConfig {
+    ModelConfig {
+        vocab_size: 23,
+        n_layers,
+        n_heads,
+        d_model,
+        d_mlp: 3 * d_model / 2,
+        ln_eps: 1e-5,
+        dropout: 0.0,
+        tied_embeddings: false,
+        position,
+        layer_positions: vec![],
+    }
+}
+
+/// Moves every parameter off its init (LayerNorm weights away from 1, biases from 0).
+fn perturb(model: &GptJ, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let normal = rand_distr::Normal::new(0.0f32, 0.3).unwrap();
+    for (_, var) in model.named_vars() {
+        let t = var.as_tensor();
+        let noise: Vec<f32> = (0..t.elem_count())
+            .map(|_| normal.sample(&mut rng))
+            .collect();
+        let noise = Tensor::from_vec(noise, t.shape(), t.device()).unwrap();
+        var.set(&(t + noise).unwrap()).unwrap();
+    }
+}
+
+/// Compares loss, logits and all gradients of the two paths on one batch.
+fn check(c: &ModelConfig, batch: usize, seq: usize, dropout: f32, seed: u64) {
+    let dev = Device::Cpu;
+    let model = GptJ::new(c.clone(), seed, &dev).unwrap();
+    perturb(&model, seed + 1);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed + 2);
+    let vocab = c.vocab_size as u32;
+    let ids: Vec<u32> = (0..batch * seq)
+        .map(|_| rng.random_range(0..vocab))
+        .collect();
+    let targets: Vec<u32> = (0..batch).map(|_| rng.random_range(0..vocab)).collect();
+    let drop = |p: f32| (p > 0.0).then(|| Dropout::new(p, ChaCha8Rng::seed_from_u64(seed + 3)));
+
+    // Composed candle ops + autograd.
+    let ids_t = Tensor::from_vec(ids.clone(), (batch, seq), &dev).unwrap();
+    let targets_t = Tensor::from_vec(targets.clone(), batch, &dev).unwrap();
+    let mut d1 = drop(dropout);
+    let logits = model
+        .forward_last(&ids_t, &mut Hooks::new(), d1.as_mut())
+        .unwrap();
+    let loss = cross_entropy(&logits, &targets_t).unwrap();
+    let grads = loss.backward().unwrap();
+    let want_loss: f32 = loss.to_scalar().unwrap();
+    let want_logits: Vec<f32> = logits.flatten_all().unwrap().to_vec1().unwrap();
+
+    // Fused kernel, twice (the second call reuses every buffer).
+    let params = FlatParams::from_model(&model).unwrap();
+    let mut step = FusedStep::new(c, batch, seq).unwrap();
+    for round in 0..2 {
+        let mut d2 = drop(dropout);
+        let got_logits = step.forward(&params, &ids, d2.as_mut()).unwrap().to_vec();
+        let max_logit = want_logits.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (g, w) in got_logits.iter().zip(&want_logits) {
+            assert!(
+                (g - w).abs() <= 2e-5 * max_logit.max(1.0),
+                "logit {g} vs {w}"
+            );
+        }
+        let mut d2 = drop(dropout);
+        let got_loss = step
+            .loss_and_grads(&params, &ids, &targets, d2.as_mut())
+            .unwrap();
+        assert!(
+            (got_loss - want_loss).abs() <= 1e-5 * want_loss.abs().max(1.0),
+            "round {round}: loss {got_loss} vs {want_loss}"
+        );
+        for (i, (name, var)) in model.named_vars().iter().enumerate() {
+            let want: Vec<f32> = grads
+                .get(var.as_tensor())
+                .map(|g| g.flatten_all().unwrap().to_vec1().unwrap())
+                .unwrap_or_else(|| vec![0.0; var.elem_count()]);
+            let got = step.grads().param(i);
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
+            let err = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+            assert!(
+                err <= 2e-4 * scale,
+                "{name}: max |fused - composed| {err:e}, max |grad| {scale:e} \
+                 (batch {batch}, seq {seq}, dropout {dropout})"
+            );
+        }
+    }
+}
+
+#[test]
+fn interleaved_partial_rotary_odd_lengths() {
+    let c = config(3, 2, 16, PositionEncoding::gptj(4)); // rotary 4 of d_head 8
+    check(&c, 3, 7, 0.0, 1);
+    check(&c, 2, 17, 0.0, 2);
+}
+
+#[test]
+fn half_split_full_rotary_with_dropout() {
+    let pos = PositionEncoding::Rope {
+        base: 100.0,
+        rotary_dim: 8,
+        layout: RopeLayout::HalfSplit,
+    };
+    let mut c = config(2, 1, 8, pos);
+    c.dropout = 0.2;
+    check(&c, 4, 9, 0.2, 3);
+    check(&c, 5, 5, 0.0, 4);
+}
+
+#[test]
+fn mixed_layers_angles_nope_and_tied_embeddings() {
+    let mut c = config(3, 2, 12, PositionEncoding::None);
+    c.layer_positions = vec![
+        PositionEncoding::Angles {
+            thetas: vec![0.9, 0.01],
+            layout: RopeLayout::Interleaved,
+        },
+        PositionEncoding::None,
+        PositionEncoding::Rope {
+            base: 10_000.0,
+            rotary_dim: 2,
+            layout: RopeLayout::HalfSplit,
+        },
+    ];
+    c.tied_embeddings = true;
+    c.dropout = 0.1;
+    check(&c, 3, 11, 0.1, 5);
+}
+
+#[test]
+fn one_layer_and_one_position() {
+    let c = config(1, 4, 32, PositionEncoding::gptj(8));
+    check(&c, 2, 13, 0.0, 6);
+    check(&c, 3, 1, 0.0, 7);
+    let deep = config(2, 1, 32, PositionEncoding::gptj(32));
+    check(&deep, 6, 1, 0.3, 8);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let c = config(2, 1, 8, PositionEncoding::gptj(8));
+    let model = GptJ::new(c.clone(), 0, &Device::Cpu).unwrap();
+    let params = FlatParams::from_model(&model).unwrap();
+    let mut step = FusedStep::new(&c, 2, 3).unwrap();
+    let err = |r: ropelab_model::Result<f32>| r.unwrap_err().to_string();
+    assert!(err(step.loss_and_grads(&params, &[1; 5], &[1, 2], None)).contains("token ids"));
+    assert!(err(step.loss_and_grads(&params, &[1; 6], &[1], None)).contains("targets"));
+    assert!(err(step.loss_and_grads(&params, &[99; 6], &[1, 2], None)).contains("vocabulary"));
+    assert!(err(step.loss_and_grads(&params, &[1; 6], &[1, 99], None)).contains("vocabulary"));
+    assert!(FusedStep::new(&c, 0, 3).is_err());
+}
