@@ -5,6 +5,9 @@ Run by hand (not by CI), with the same thread count as ropelab, e.g. on 2 cores:
     python -m venv .venv && .venv/bin/pip install torch transformers
     .venv/bin/python bench/torch_reference.py --preset paper --threads 2
     cargo run --release -- bench train --preset paper
+    # the second shape: 4 layers x 4 heads, 48 random tokens
+    .venv/bin/python bench/torch_reference.py --preset paper --layers 4 --heads 4 --seq 48
+    cargo run --release -- bench train --preset paper --layers 4 --heads 4 --seq 48
 
 It builds `transformers.GPTJForCausalLM` with the preset's sizes (eager attention, dropout as
 in the preset), feeds random batches of the task's shape (batch x 17 tokens), takes the
@@ -34,8 +37,16 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seq", type=int, default=17)
+    parser.add_argument("--layers", type=int, help="override the preset's layers")
+    parser.add_argument("--heads", type=int, help="override the preset's heads (rotary_dim "
+                        "shrinks to d_head if needed, as in ropelab bench train)")
     args = parser.parse_args()
-    p = PRESETS[args.preset]
+    p = dict(PRESETS[args.preset])
+    if args.layers:
+        p["layers"] = args.layers
+    if args.heads:
+        p["heads"] = args.heads
+        p["rotary"] = min(p["rotary"], p["d"] // args.heads)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     config = GPTJConfig(vocab_size=p["vocab"], n_positions=2048, n_embd=p["d"], n_layer=p["layers"],
@@ -69,7 +80,8 @@ def main():
         step_t += t3 - t2
     total = time.perf_counter() - start
     n = args.steps
-    print(f"torch {torch.__version__}, {args.preset} preset, batch {p['batch']}, seq {args.seq}, "
+    print(f"torch {torch.__version__}, {args.preset} preset ({p['layers']} layers x {p['heads']} "
+          f"heads, d_model {p['d']}), batch {p['batch']}, seq {args.seq}, "
           f"{sum(x.numel() for x in model.parameters())} parameters, {torch.get_num_threads()} threads")
     print(f"{n / total:.3f} steps/s")
     print(f"ms/step: {1e3 * total / n:.1f} total = forward {1e3 * fwd / n:.1f} + backward "

@@ -57,14 +57,19 @@ impl Dropout {
     }
 
     /// Fills `mask` with the next mask values from the stream: 0 (dropped) or 1 / (1 - p).
+    /// Element i is dropped exactly when the i-th `random::<f32>()` of the stream would be
+    /// below p; the words are drawn in bulk and compared as integers.
     pub fn fill_mask(&mut self, mask: &mut [f32]) {
         let scale = 1.0 / (1.0 - self.p);
-        for m in mask.iter_mut() {
-            *m = if self.rng.random::<f32>() < self.p {
-                0.0
-            } else {
-                scale
-            };
+        // random::<f32>() is (next_u32 >> 8) * 2^-24, so u < p * 2^24 <=> (u >> 8) < threshold.
+        let threshold = (f64::from(self.p) * f64::from(1u32 << 24)).ceil() as u32;
+        let mut words = [0u32; 1024];
+        for chunk in mask.chunks_mut(words.len()) {
+            let words = &mut words[..chunk.len()];
+            self.rng.fill(words);
+            for (m, w) in chunk.iter_mut().zip(words.iter()) {
+                *m = if (w >> 8) < threshold { 0.0 } else { scale };
+            }
         }
     }
 
@@ -103,6 +108,24 @@ mod tests {
         let want = [n(1.0), 2.0 * n(2.0), n(3.0) + 1.0, n(6.0)];
         for (a, w) in y[0].iter().zip(want) {
             assert!((a - w).abs() < 1e-5, "{a} vs {w}");
+        }
+    }
+
+    /// The bulk mask equals drawing `random::<f32>() < p` one value at a time.
+    #[test]
+    fn dropout_masks_follow_the_uniform_stream() {
+        use rand::SeedableRng;
+        for p in [0.1f32, 0.5, 0.3, 1e-7] {
+            let mut d = Dropout::new(p, ChaCha8Rng::seed_from_u64(7));
+            let mut reference = ChaCha8Rng::seed_from_u64(7);
+            let mut mask = vec![0f32; 5000];
+            d.fill_mask(&mut mask[..1500]);
+            d.fill_mask(&mut mask[1500..]);
+            for m in mask {
+                let dropped = reference.random::<f32>() < p;
+                assert_eq!(m == 0.0, dropped, "p = {p}");
+                assert!(dropped || (m - 1.0 / (1.0 - p)).abs() < 1e-7);
+            }
         }
     }
 

@@ -462,12 +462,18 @@ impl FusedStep {
                 let r = rows.at(i);
                 let xr = &x[r * d..][..d];
                 let (ar, mr) = (&a[i * d..][..d], &mo[i * d..][..d]);
-                for j in 0..d {
-                    let (ka, km) = (
-                        am.map_or(1.0, |k| k[r * d + j]),
-                        mm.map_or(1.0, |k| k[r * d + j]),
-                    );
-                    out[j] = xr[j] + ar[j] * ka + (mr[j] + b_out[j]) * km;
+                match (am, mm) {
+                    (Some(ka), Some(km)) => {
+                        let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
+                        for j in 0..d {
+                            out[j] = xr[j] + ar[j] * ka[j] + (mr[j] + b_out[j]) * km[j];
+                        }
+                    }
+                    _ => {
+                        for j in 0..d {
+                            out[j] = xr[j] + ar[j] + mr[j] + b_out[j];
+                        }
+                    }
                 }
             });
         }
@@ -621,10 +627,20 @@ impl FusedStep {
             let mm = cache.mlp_mask.as_deref().filter(|_| on);
             for i in 0..nq {
                 let r = rows.at(i);
-                for j in 0..d {
-                    let gval = dout[i * d + j];
-                    s.da[i * d + j] = gval * am.map_or(1.0, |k| k[r * d + j]);
-                    s.dmo[i * d + j] = gval * mm.map_or(1.0, |k| k[r * d + j]);
+                let g_row = &dout[i * d..][..d];
+                let (da, dmo) = (&mut s.da[i * d..][..d], &mut s.dmo[i * d..][..d]);
+                match (am, mm) {
+                    (Some(ka), Some(km)) => {
+                        let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
+                        for j in 0..d {
+                            da[j] = g_row[j] * ka[j];
+                            dmo[j] = g_row[j] * km[j];
+                        }
+                    }
+                    _ => {
+                        da.copy_from_slice(g_row);
+                        dmo.copy_from_slice(g_row);
+                    }
                 }
             }
             // MLP.
