@@ -25,6 +25,39 @@ pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + S
         });
 }
 
+/// Calls `f(row, a_row, b_row)` for every row of `a` and `b` (both `width` wide), in parallel
+/// over contiguous row blocks.
+pub fn for_rows2(
+    a: &mut [f32],
+    b: &mut [f32],
+    width: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) {
+    if width == 0 || a.is_empty() {
+        return;
+    }
+    let rows = a.len() / width;
+    let per = rows
+        .div_ceil(rayon::current_num_threads().max(1))
+        .max(MIN_ROWS_PER_TASK);
+    a.par_chunks_mut(per * width)
+        .zip(b.par_chunks_mut(per * width))
+        .enumerate()
+        .for_each(|(c, (ca, cb))| {
+            for (i, (ra, rb)) in ca
+                .chunks_exact_mut(width)
+                .zip(cb.chunks_exact_mut(width))
+                .enumerate()
+            {
+                f(c * per + i, ra, rb);
+            }
+        });
+}
+
+/// Row blocks of the parameter-gradient reductions: a fixed count, so the summation order
+/// (and every bit of the result) does not depend on the number of threads.
+const REDUCTION_BLOCKS: usize = 8;
+
 /// Lanes of the multi-accumulator reductions (one AVX-512 register of f32).
 const LANES: usize = 16;
 
@@ -204,16 +237,28 @@ pub fn layer_norm_backward(
 ) {
     let d = w.len();
     let rows = dy.len() / d;
+    let per = rows.div_ceil(REDUCTION_BLOCKS).max(1);
+    let partials: Vec<(Vec<f32>, Vec<f32>)> = (0..rows.div_ceil(per))
+        .into_par_iter()
+        .map(|blk| {
+            let (mut pw, mut pb) = (vec![0f32; d], vec![0f32; d]);
+            for r in blk * per..((blk + 1) * per).min(rows) {
+                let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
+                let xr = &x[x_row(r) * d..][..d];
+                let g = &dy[r * d..][..d];
+                for i in 0..d {
+                    pw[i] += g[i] * ((xr[i] - mean) * rstd);
+                    pb[i] += g[i];
+                }
+            }
+            (pw, pb)
+        })
+        .collect();
     dw.fill(0.0);
     db.fill(0.0);
-    for r in 0..rows {
-        let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
-        let xr = &x[x_row(r) * d..][..d];
-        let g = &dy[r * d..][..d];
-        for i in 0..d {
-            dw[i] += g[i] * (xr[i] - mean) * rstd;
-            db[i] += g[i];
-        }
+    for (pw, pb) in &partials {
+        axpy(1.0, pw, dw);
+        axpy(1.0, pb, db);
     }
     for_rows(dx, d, |r, o| {
         let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);

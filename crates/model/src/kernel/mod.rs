@@ -625,24 +625,28 @@ impl FusedStep {
             let on = self.dropout_on;
             let am = cache.attn_mask.as_deref().filter(|_| on);
             let mm = cache.mlp_mask.as_deref().filter(|_| on);
-            for i in 0..nq {
-                let r = rows.at(i);
-                let g_row = &dout[i * d..][..d];
-                let (da, dmo) = (&mut s.da[i * d..][..d], &mut s.dmo[i * d..][..d]);
-                match (am, mm) {
-                    (Some(ka), Some(km)) => {
-                        let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
-                        for j in 0..d {
-                            da[j] = g_row[j] * ka[j];
-                            dmo[j] = g_row[j] * km[j];
+            math::for_rows2(
+                &mut s.da[..nq * d],
+                &mut s.dmo[..nq * d],
+                d,
+                |i, da, dmo| {
+                    let r = rows.at(i);
+                    let g_row = &dout[i * d..][..d];
+                    match (am, mm) {
+                        (Some(ka), Some(km)) => {
+                            let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
+                            for j in 0..d {
+                                da[j] = g_row[j] * ka[j];
+                                dmo[j] = g_row[j] * km[j];
+                            }
+                        }
+                        _ => {
+                            da.copy_from_slice(g_row);
+                            dmo.copy_from_slice(g_row);
                         }
                     }
-                    _ => {
-                        da.copy_from_slice(g_row);
-                        dmo.copy_from_slice(g_row);
-                    }
-                }
-            }
+                },
+            );
             // MLP.
             let hq = View::rows(rows.first * d, nq, d, rows.step * d);
             matmul(
