@@ -8,7 +8,7 @@ use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
 use ropelab_tasks::TaskKind;
-use ropelab_train::{Preset, RunConfig, Trainer};
+use ropelab_train::{Engine, Preset, RunConfig, Trainer};
 
 use super::progress;
 
@@ -39,6 +39,10 @@ pub struct TrainArgs {
     /// Continue the run in --out from its latest checkpoint.
     #[arg(long, conflicts_with_all = ["task", "config", "seed", "save_every"])]
     pub resume: bool,
+    /// `fused` (the CPU training kernel, default) or `composed` (candle ops and autograd: the
+    /// reference path, slower; same function, same dropout masks).
+    #[arg(long, default_value = "fused", value_parser = |s: &str| s.parse::<Engine>())]
+    pub engine: Engine,
 }
 
 fn parse_preset(s: &str) -> Result<Preset, String> {
@@ -89,6 +93,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         );
         Trainer::start(&args.out, config, &device)?
     };
+    trainer.set_engine(args.engine)?;
     let start = Instant::now();
     let first = trainer.step();
     let total = trainer.config().optim.steps;
@@ -106,9 +111,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let seconds = start.elapsed().as_secs_f64();
     let done = trainer.step() - first;
     println!(
-        "{done} steps in {seconds:.1} s ({:.2} steps/s, {} threads)",
+        "{done} steps in {seconds:.1} s ({:.2} steps/s, {} engine, {} threads)",
         done as f64 / seconds.max(1e-9),
-        candle_core::utils::get_num_threads()
+        match args.engine {
+            Engine::Fused => "fused",
+            Engine::Composed => "composed",
+        },
+        rayon::current_num_threads()
     );
     if let Some(acc) = last {
         let hops: Vec<String> = acc
