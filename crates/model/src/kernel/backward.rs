@@ -1,0 +1,248 @@
+//! The hand-written backward pass of the last-token cross-entropy, block by block in reverse,
+//! from the activations cached by the forward pass.
+
+use rayon::prelude::*;
+
+use super::attention::{self, Shape};
+use super::math::{self, column_sums};
+use super::{matmul, FlatParams, FusedStep, Rows, View};
+use super::{FC_IN_B, FC_IN_W, FC_OUT_B, FC_OUT_W, LN_B, LN_W, O, Q};
+
+impl FusedStep {
+    /// Backward pass from the logit gradients in `self.logits`.
+    pub(super) fn backward_pass(&mut self, params: &FlatParams) {
+        let ids = &self.ids;
+        let c = self.config.clone();
+        let (d, m, v) = (c.d_model, c.d_mlp, c.vocab_size);
+        let (b, t) = (self.batch, self.seq);
+        let n = b * t;
+        let w = &params.values;
+        let (lnf_w, lnf_b, lm_w, lm_b) = self.head_offsets();
+        let g = &mut self.grads.values;
+
+        // Unembedding: dW = dlogits^T h_f, db = sum dlogits, dh_f = dlogits @ W.
+        matmul(
+            g,
+            View::dense(lm_w, v, d),
+            &self.logits,
+            View::dense(0, b, v).t(),
+            &self.final_h,
+            View::dense(0, b, d),
+            false,
+        );
+        column_sums(&self.logits, &mut g[lm_b..][..v]);
+        let s = &mut self.scratch;
+        matmul(
+            &mut s.dhf,
+            View::dense(0, b, d),
+            &self.logits,
+            View::dense(0, b, v),
+            w,
+            View::dense(lm_w, v, d),
+            false,
+        );
+        s.dxq.fill(0.0);
+        {
+            let (gw, gb) = split_two(g, lnf_w, lnf_b, d);
+            math::layer_norm_backward(
+                &s.dhf,
+                &self.resid[c.n_layers],
+                |r| r,
+                &self.final_stats,
+                &w[lnf_w..][..d],
+                &mut s.dxq,
+                gw,
+                gb,
+            );
+        }
+
+        for l in (0..c.n_layers).rev() {
+            let rows = Rows::of_layer(l, c.n_layers, b, t);
+            let nq = rows.n;
+            let shape = Shape {
+                seq: t,
+                heads: c.n_heads,
+                d_head: c.d_head(),
+                queries: if nq == n { t } else { 1 },
+                scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
+            };
+            let off = |which| self.layout.offsets[1 + 10 * l + which];
+            let cache = &self.layers[l];
+            let x = &self.resid[l];
+            // Gradient of the block output at the computed rows.
+            let last = l + 1 == c.n_layers;
+            let dout: &[f32] = if last { &s.dxq } else { &s.dx };
+            let on = self.dropout_on;
+            let am = cache.attn_mask.as_deref().filter(|_| on);
+            let mm = cache.mlp_mask.as_deref().filter(|_| on);
+            math::for_rows2(
+                &mut s.da[..nq * d],
+                &mut s.dmo[..nq * d],
+                d,
+                |i, da, dmo| {
+                    let r = rows.at(i);
+                    let g_row = &dout[i * d..][..d];
+                    match (am, mm) {
+                        (Some(ka), Some(km)) => {
+                            let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
+                            for j in 0..d {
+                                da[j] = g_row[j] * ka[j];
+                                dmo[j] = g_row[j] * km[j];
+                            }
+                        }
+                        _ => {
+                            da.copy_from_slice(g_row);
+                            dmo.copy_from_slice(g_row);
+                        }
+                    }
+                },
+            );
+            // MLP.
+            let hq = View::rows(rows.first * d, nq, d, rows.step * d);
+            matmul(
+                g,
+                View::dense(off(FC_OUT_W), d, m),
+                &s.dmo,
+                View::dense(0, nq, d).t(),
+                &cache.g,
+                View::dense(0, nq, m),
+                false,
+            );
+            column_sums(&s.dmo[..nq * d], &mut g[off(FC_OUT_B)..][..d]);
+            matmul(
+                &mut s.dg,
+                View::dense(0, nq, m),
+                &s.dmo,
+                View::dense(0, nq, d),
+                w,
+                View::dense(off(FC_OUT_W), d, m),
+                false,
+            );
+            for (dg, gp) in s.dg[..nq * m].iter_mut().zip(&cache.gp) {
+                *dg *= gp;
+            }
+            matmul(
+                g,
+                View::dense(off(FC_IN_W), m, d),
+                &s.dg,
+                View::dense(0, nq, m).t(),
+                &cache.h,
+                hq,
+                false,
+            );
+            column_sums(&s.dg[..nq * m], &mut g[off(FC_IN_B)..][..m]);
+            if nq != n {
+                s.dh.fill(0.0);
+            }
+            matmul(
+                &mut s.dh,
+                hq,
+                &s.dg,
+                View::dense(0, nq, m),
+                w,
+                View::dense(off(FC_IN_W), m, d),
+                false,
+            );
+            // Attention output projection.
+            matmul(
+                g,
+                View::dense(off(O), d, d),
+                &s.da,
+                View::dense(0, nq, d).t(),
+                &cache.z,
+                View::dense(0, nq, d),
+                false,
+            );
+            matmul(
+                &mut s.dz,
+                View::dense(0, nq, d),
+                &s.da,
+                View::dense(0, nq, d),
+                w,
+                View::dense(off(O), d, d),
+                false,
+            );
+            let rope = self.ropes[l].as_ref();
+            let per_row_pattern = c.n_heads * t * t;
+            let pmask = cache.pattern_mask.as_deref().filter(|_| on);
+            let dz = &s.dz;
+            s.dqkv
+                .par_chunks_mut(t * 3 * d)
+                .enumerate()
+                .for_each(|(bi, dqkv)| {
+                    let mask = pmask.map(|m| &m[bi * per_row_pattern..][..per_row_pattern]);
+                    attention::backward(
+                        shape,
+                        rope,
+                        &cache.qkv[bi * t * 3 * d..][..t * 3 * d],
+                        &cache.pattern[bi * per_row_pattern..][..per_row_pattern],
+                        mask,
+                        &dz[bi * shape.queries * d..][..shape.queries * d],
+                        dqkv,
+                    );
+                });
+            // q, k, v projections: dW = dqkv^T h, dh += dqkv @ W.
+            matmul(
+                g,
+                View::dense(off(Q), 3 * d, d),
+                &s.dqkv,
+                View::dense(0, n, 3 * d).t(),
+                &cache.h,
+                View::dense(0, n, d),
+                false,
+            );
+            matmul(
+                &mut s.dh,
+                View::dense(0, n, d),
+                &s.dqkv,
+                View::dense(0, n, 3 * d),
+                w,
+                View::dense(off(Q), 3 * d, d),
+                true,
+            );
+            // Residual and LayerNorm: dx_in = dout (at the computed rows) + LN'(dh).
+            if last {
+                s.dx.fill(0.0);
+                for i in 0..nq {
+                    let r = rows.at(i);
+                    s.dx[r * d..][..d].copy_from_slice(&s.dxq[i * d..][..d]);
+                }
+            }
+            let (gw, gb) = split_two(g, off(LN_W), off(LN_B), d);
+            math::layer_norm_backward(
+                &s.dh,
+                x,
+                |r| r,
+                &cache.stats,
+                &w[off(LN_W)..][..d],
+                &mut s.dx,
+                gw,
+                gb,
+            );
+        }
+
+        // Embeddings (the gradient of a tied unembedding is already in place).
+        let wte = self.layout.offsets[0];
+        if !c.tied_embeddings {
+            g[wte..][..v * d].fill(0.0);
+        }
+        if let Some(mask) = self.emb_mask.as_ref().filter(|_| self.dropout_on) {
+            for (x, k) in s.dx.iter_mut().zip(mask) {
+                *x *= k;
+            }
+        }
+        for (r, &id) in ids.iter().enumerate() {
+            let row = &mut g[wte + id as usize * d..][..d];
+            for (o, x) in row.iter_mut().zip(&s.dx[r * d..][..d]) {
+                *o += x;
+            }
+        }
+    }
+}
+
+/// Two disjoint `len`-long slices of `g` starting at `a` < `b`.
+fn split_two(g: &mut [f32], a: usize, b: usize, len: usize) -> (&mut [f32], &mut [f32]) {
+    assert!(a + len <= b);
+    let (lo, hi) = g.split_at_mut(b);
+    (&mut lo[a..][..len], &mut hi[..len])
+}

@@ -1,0 +1,226 @@
+//! The fused forward pass: embeddings, blocks (the last one at the query position only),
+//! final LayerNorm and unembedding, caching what the backward pass reads.
+
+use rayon::prelude::*;
+
+use super::attention::{self, Shape};
+use super::math::{self, for_rows, gelu_forward};
+use super::{matmul, FlatParams, FusedStep, Rows, View};
+use super::{FC_IN_B, FC_IN_W, FC_OUT_B, FC_OUT_W, LN_B, LN_W, O, Q};
+use crate::ops::Dropout;
+use crate::Result;
+
+impl FusedStep {
+    /// Forward pass: logits at the last position [batch, vocab] for `ids` [batch, seq],
+    /// caching what the backward pass needs. `dropout` draws its masks in the order of
+    /// [`GptJ::forward_last`].
+    pub fn forward(
+        &mut self,
+        params: &FlatParams,
+        ids: &[u32],
+        dropout: Option<&mut Dropout>,
+    ) -> Result<&[f32]> {
+        self.check_inputs(params, ids)?;
+        self.ids.copy_from_slice(ids);
+        self.forward_done = false;
+        let mut dropout = dropout.filter(|d| d.p() > 0.0);
+        self.dropout_on = dropout.is_some();
+        let c = self.config.clone();
+        let (d, m, v) = (c.d_model, c.d_mlp, c.vocab_size);
+        let (b, t) = (self.batch, self.seq);
+        let n = b * t;
+        let w = &params.values;
+
+        // Embeddings.
+        let wte = params.offsets[0];
+        for (r, &id) in ids.iter().enumerate() {
+            self.resid[0][r * d..][..d].copy_from_slice(&w[wte + id as usize * d..][..d]);
+        }
+        if let Some(drop) = dropout.as_deref_mut() {
+            let mask = self.emb_mask.get_or_insert_with(|| vec![0.0; n * d]);
+            drop.fill_mask(mask);
+            for (x, k) in self.resid[0].iter_mut().zip(mask.iter()) {
+                *x *= k;
+            }
+        }
+
+        for l in 0..c.n_layers {
+            let rows = Rows::of_layer(l, c.n_layers, b, t);
+            let shape = Shape {
+                seq: t,
+                heads: c.n_heads,
+                d_head: c.d_head(),
+                queries: if rows.n == n { t } else { 1 },
+                scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
+            };
+            let off = |which| self.offset(l, which);
+            let (ln_w, ln_b) = (off(LN_W), off(LN_B));
+            let (wq, wo, win, bin, wout, bout) = (
+                off(Q),
+                off(O),
+                off(FC_IN_W),
+                off(FC_IN_B),
+                off(FC_OUT_W),
+                off(FC_OUT_B),
+            );
+            let (before, after) = self.resid.split_at_mut(l + 1);
+            let x = &before[l];
+            let next = &mut after[0];
+            let cache = &mut self.layers[l];
+
+            math::layer_norm_forward(
+                x,
+                |r| r,
+                &w[ln_w..][..d],
+                &w[ln_b..][..d],
+                c.ln_eps as f32,
+                &mut cache.h,
+                &mut cache.stats,
+            );
+            // q, k, v = h @ [Wq; Wk; Wv]^T (q at the computed rows only).
+            if rows.n == n {
+                matmul(
+                    &mut cache.qkv,
+                    View::dense(0, n, 3 * d),
+                    &cache.h,
+                    View::dense(0, n, d),
+                    w,
+                    View::dense(wq, 3 * d, d).t(),
+                    false,
+                );
+            } else {
+                matmul(
+                    &mut cache.qkv,
+                    View::rows(d, n, 2 * d, 3 * d),
+                    &cache.h,
+                    View::dense(0, n, d),
+                    w,
+                    View::dense(wq + d * d, 2 * d, d).t(),
+                    false,
+                );
+                matmul(
+                    &mut cache.qkv,
+                    View::rows(rows.first * 3 * d, rows.n, d, rows.step * 3 * d),
+                    &cache.h,
+                    View::rows(rows.first * d, rows.n, d, rows.step * d),
+                    w,
+                    View::dense(wq, d, d).t(),
+                    false,
+                );
+            }
+            if let Some(drop) = dropout.as_deref_mut() {
+                let pm = cache
+                    .pattern_mask
+                    .get_or_insert_with(|| vec![0.0; b * c.n_heads * t * t]);
+                drop.fill_mask(pm);
+                drop.fill_mask(cache.attn_mask.get_or_insert_with(|| vec![0.0; n * d]));
+                drop.fill_mask(cache.mlp_mask.get_or_insert_with(|| vec![0.0; n * d]));
+            }
+            let rope = self.ropes[l].as_ref();
+            let per_row_pattern = c.n_heads * t * t;
+            let on = self.dropout_on;
+            let pmask = cache.pattern_mask.as_deref().filter(|_| on);
+            cache
+                .qkv
+                .par_chunks_mut(t * 3 * d)
+                .zip(cache.pattern.par_chunks_mut(per_row_pattern))
+                .zip(cache.z.par_chunks_mut(shape.queries * d))
+                .enumerate()
+                .for_each(|(bi, ((qkv, pattern), z))| {
+                    let mask = pmask.map(|m| &m[bi * per_row_pattern..][..per_row_pattern]);
+                    attention::forward(shape, rope, qkv, pattern, mask, z);
+                });
+            let nq = rows.n;
+            let hq = View::rows(rows.first * d, nq, d, rows.step * d);
+            // attn = z @ Wo^T; hidden = GELU(hq @ Win^T + b_in); mlp = hidden @ Wout^T + b_out.
+            let a = &mut self.scratch.a;
+            matmul(
+                a,
+                View::dense(0, nq, d),
+                &cache.z,
+                View::dense(0, nq, d),
+                w,
+                View::dense(wo, d, d).t(),
+                false,
+            );
+            matmul(
+                &mut cache.g,
+                View::dense(0, nq, m),
+                &cache.h,
+                hq,
+                w,
+                View::dense(win, m, d).t(),
+                false,
+            );
+            let b_in = &w[bin..][..m];
+            for_rows(&mut cache.g, m, |_, row| {
+                for (x, bias) in row.iter_mut().zip(b_in) {
+                    *x += bias;
+                }
+            });
+            gelu_forward(&mut cache.g, &mut cache.gp);
+            let mo = &mut self.scratch.mo;
+            matmul(
+                mo,
+                View::dense(0, nq, d),
+                &cache.g,
+                View::dense(0, nq, m),
+                w,
+                View::dense(wout, d, m).t(),
+                false,
+            );
+            let b_out = &w[bout..][..d];
+            let am = cache.attn_mask.as_deref().filter(|_| on);
+            let mm = cache.mlp_mask.as_deref().filter(|_| on);
+            let (a, mo) = (&self.scratch.a, &self.scratch.mo);
+            for_rows(&mut next[..nq * d], d, |i, out| {
+                let r = rows.at(i);
+                let xr = &x[r * d..][..d];
+                let (ar, mr) = (&a[i * d..][..d], &mo[i * d..][..d]);
+                match (am, mm) {
+                    (Some(ka), Some(km)) => {
+                        let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
+                        for j in 0..d {
+                            out[j] = xr[j] + ar[j] * ka[j] + (mr[j] + b_out[j]) * km[j];
+                        }
+                    }
+                    _ => {
+                        for j in 0..d {
+                            out[j] = xr[j] + ar[j] + mr[j] + b_out[j];
+                        }
+                    }
+                }
+            });
+        }
+
+        // Final LayerNorm and unembedding at the last position.
+        let (lnf_w, lnf_b, lm_w, lm_b) = self.head_offsets();
+        let last = &self.resid[c.n_layers];
+        math::layer_norm_forward(
+            last,
+            |r| r,
+            &w[lnf_w..][..d],
+            &w[lnf_b..][..d],
+            c.ln_eps as f32,
+            &mut self.final_h,
+            &mut self.final_stats,
+        );
+        matmul(
+            &mut self.logits,
+            View::dense(0, b, v),
+            &self.final_h,
+            View::dense(0, b, d),
+            w,
+            View::dense(lm_w, v, d).t(),
+            false,
+        );
+        let bias = &w[lm_b..][..v];
+        for row in self.logits.chunks_exact_mut(v) {
+            for (x, bb) in row.iter_mut().zip(bias) {
+                *x += bb;
+            }
+        }
+        self.forward_done = true;
+        Ok(&self.logits)
+    }
+}
