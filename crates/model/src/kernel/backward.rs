@@ -47,7 +47,6 @@ impl FusedStep {
             math::layer_norm_backward(
                 &s.dhf,
                 &self.resid[c.n_layers],
-                |r| r,
                 &self.final_stats,
                 &w[lnf_w..][..d],
                 &mut s.dxq,
@@ -212,7 +211,6 @@ impl FusedStep {
             math::layer_norm_backward(
                 &s.dh,
                 x,
-                |r| r,
                 &cache.stats,
                 &w[off(LN_W)..][..d],
                 &mut s.dx,

@@ -13,7 +13,7 @@ use crate::Result;
 impl FusedStep {
     /// Forward pass: logits at the last position [batch, vocab] for `ids` [batch, seq],
     /// caching what the backward pass needs. `dropout` draws its masks in the order of
-    /// [`GptJ::forward_last`].
+    /// [`crate::GptJ::forward_last`].
     pub fn forward(
         &mut self,
         params: &FlatParams,
@@ -70,7 +70,6 @@ impl FusedStep {
 
             math::layer_norm_forward(
                 x,
-                |r| r,
                 &w[ln_w..][..d],
                 &w[ln_b..][..d],
                 c.ln_eps as f32,
@@ -198,7 +197,6 @@ impl FusedStep {
         let last = &self.resid[c.n_layers];
         math::layer_norm_forward(
             last,
-            |r| r,
             &w[lnf_w..][..d],
             &w[lnf_b..][..d],
             c.ln_eps as f32,

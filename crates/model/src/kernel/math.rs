@@ -189,10 +189,8 @@ fn gelu_chunk_portable(u: &mut [f32], gp: &mut [f32]) {
 }
 
 /// LayerNorm of each `d`-wide row of `x` into `out`, keeping (mean, rstd) per row in `stats`.
-/// `x_row(r)` gives the input row index of output row r.
 pub fn layer_norm_forward(
     x: &[f32],
-    x_row: impl Fn(usize) -> usize + Sync,
     w: &[f32],
     b: &[f32],
     eps: f32,
@@ -203,7 +201,7 @@ pub fn layer_norm_forward(
     let stats_ptr = stats.as_mut_ptr() as usize;
     assert!(stats.len() * d >= out.len() * 2);
     for_rows(out, d, |r, o| {
-        let xr = &x[x_row(r) * d..][..d];
+        let xr = &x[r * d..][..d];
         let mean = sum(xr) / d as f32;
         for i in 0..d {
             o[i] = xr[i] - mean;
@@ -222,13 +220,12 @@ pub fn layer_norm_forward(
     });
 }
 
-/// LayerNorm backward: adds the input gradient of each row to `dx` and returns nothing else;
-/// `dw`, `db` receive the parameter gradients (overwritten). `x_row` maps rows as in forward.
+/// LayerNorm backward: adds the input gradient of each row to `dx`;
+/// `dw`, `db` receive the parameter gradients (overwritten).
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward(
     dy: &[f32],
     x: &[f32],
-    x_row: impl Fn(usize) -> usize + Sync,
     stats: &[f32],
     w: &[f32],
     dx: &mut [f32],
@@ -244,7 +241,7 @@ pub fn layer_norm_backward(
             let (mut pw, mut pb) = (vec![0f32; d], vec![0f32; d]);
             for r in blk * per..((blk + 1) * per).min(rows) {
                 let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
-                let xr = &x[x_row(r) * d..][..d];
+                let xr = &x[r * d..][..d];
                 let g = &dy[r * d..][..d];
                 for i in 0..d {
                     pw[i] += g[i] * ((xr[i] - mean) * rstd);
@@ -262,7 +259,7 @@ pub fn layer_norm_backward(
     }
     for_rows(dx, d, |r, o| {
         let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
-        let xr = &x[x_row(r) * d..][..d];
+        let xr = &x[r * d..][..d];
         let g = &dy[r * d..][..d];
         let gw = dot(g, w);
         let m1 = gw / d as f32;

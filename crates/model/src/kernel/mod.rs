@@ -1,8 +1,8 @@
 //! A dedicated CPU training kernel for the GPT-J model (llm.c-style): one forward with cached
 //! activations and one hand-written backward of the last-token cross-entropy, over flat f32
-//! parameters in [`GptJ::names`] order, with all buffers allocated once.
+//! parameters in [`crate::GptJ::names`] order, with all buffers allocated once.
 //!
-//! It computes the same function as [`GptJ::forward_last`] + [`crate::ops::cross_entropy`]
+//! It computes the same function as [`crate::GptJ::forward_last`] + [`crate::ops::cross_entropy`]
 //! (same parameters, same dropout masks drawn in the same order) and is checked against
 //! candle's autograd on that path in the tests. Fusions: one q/k/v projection, RoPE + scores +
 //! causal softmax + dropout + AV per batch row, bias + exact GELU + its derivative in one pass,
@@ -24,7 +24,7 @@ use crate::{ModelConfig, ModelError, Result};
 use attention::RopeTable;
 use math::cross_entropy_backward;
 
-/// Index of each block parameter inside its group of ten (see [`GptJ::names`]).
+/// Index of each block parameter inside its group of ten (see [`crate::GptJ::names`]).
 const LN_W: usize = 0;
 const LN_B: usize = 1;
 const Q: usize = 2;
@@ -187,7 +187,7 @@ impl FusedStep {
         })
     }
 
-    /// Gradients of the last [`FusedStep::loss_and_grads`], in [`GptJ::names`] order.
+    /// Gradients of the last [`FusedStep::loss_and_grads`], in [`crate::GptJ::names`] order.
     pub fn grads(&self) -> &FlatParams {
         &self.grads
     }
