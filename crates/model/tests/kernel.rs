@@ -173,3 +173,13 @@ fn bad_inputs_are_errors() {
     assert!(err(step.loss_and_grads(&params, &[1; 6], &[1, 99], None)).contains("vocabulary"));
     assert!(FusedStep::new(&c, 0, 3).is_err());
 }
+
+/// Shapes large enough that matrix products are split across threads (the quick preset's
+/// model and batch).
+#[test]
+fn quick_preset_shapes_with_threaded_products() {
+    let mut c = config(6, 1, 64, PositionEncoding::gptj(64));
+    c.vocab_size = 129;
+    c.d_mlp = 256;
+    check(&c, 64, 17, 0.0, 9);
+}
