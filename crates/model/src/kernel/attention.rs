@@ -74,6 +74,21 @@ impl Shape {
     }
 }
 
+/// Rotates (or, with `inverse`, rotates back) the k part of every position and the q part of
+/// the query positions of `qkv` [seq, 3 d_model], head by head.
+fn rotate_q_and_k(s: Shape, rope: &RopeTable, qkv: &mut [f32], inverse: bool) {
+    let (dm, dh) = (s.d_model(), s.d_head);
+    let first_q = s.seq - s.queries;
+    for (pos, row) in qkv.chunks_exact_mut(3 * dm).take(s.seq).enumerate() {
+        for h in 0..s.heads {
+            rope.apply(&mut row[dm + h * dh..][..dh], pos, inverse);
+            if pos >= first_q {
+                rope.apply(&mut row[h * dh..][..dh], pos, inverse);
+            }
+        }
+    }
+}
+
 /// Forward of one batch row. `qkv` [seq, 3 d_model] is rotated in place (k at every position,
 /// q at the query positions); `pattern` [heads, seq, seq] receives the softmax rows of the
 /// query positions; `mask` [heads, seq, seq] is the dropout mask of the pattern (already
@@ -89,15 +104,7 @@ pub fn forward(
     let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
     let first_q = t - s.queries;
     if let Some(rope) = rope {
-        for pos in 0..t {
-            let row = &mut qkv[pos * 3 * dm..][..3 * dm];
-            for h in 0..s.heads {
-                rope.apply(&mut row[dm + h * dh..][..dh], pos, false);
-                if pos >= first_q {
-                    rope.apply(&mut row[h * dh..][..dh], pos, false);
-                }
-            }
-        }
+        rotate_q_and_k(s, rope, qkv, false);
     }
     z.fill(0.0);
     for qi in 0..s.queries {
@@ -173,14 +180,6 @@ pub fn backward(
         }
     }
     if let Some(rope) = rope {
-        for pos in 0..t {
-            let row = &mut dqkv[pos * 3 * dm..][..3 * dm];
-            for h in 0..s.heads {
-                rope.apply(&mut row[dm + h * dh..][..dh], pos, true);
-                if pos >= first_q {
-                    rope.apply(&mut row[h * dh..][..dh], pos, true);
-                }
-            }
-        }
+        rotate_q_and_k(s, rope, dqkv, true);
     }
 }

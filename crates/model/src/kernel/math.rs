@@ -6,16 +6,19 @@ use rayon::prelude::*;
 /// Rows per parallel task (at least this many, so that tiny inputs stay on one thread).
 const MIN_ROWS_PER_TASK: usize = 16;
 
+/// Rows per parallel task: an even split over the threads, at least `MIN_ROWS_PER_TASK`.
+fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(rayon::current_num_threads().max(1))
+        .max(MIN_ROWS_PER_TASK)
+}
+
 /// Calls `f(row, out_row)` for every row of `out` (`width` values each), in parallel over
 /// contiguous row blocks.
 pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     if width == 0 || out.is_empty() {
         return;
     }
-    let rows = out.len() / width;
-    let per = rows
-        .div_ceil(rayon::current_num_threads().max(1))
-        .max(MIN_ROWS_PER_TASK);
+    let per = rows_per_task(out.len() / width);
     out.par_chunks_mut(per * width)
         .enumerate()
         .for_each(|(c, chunk)| {
@@ -36,10 +39,7 @@ pub fn for_rows2(
     if width == 0 || a.is_empty() {
         return;
     }
-    let rows = a.len() / width;
-    let per = rows
-        .div_ceil(rayon::current_num_threads().max(1))
-        .max(MIN_ROWS_PER_TASK);
+    let per = rows_per_task(a.len() / width);
     a.par_chunks_mut(per * width)
         .zip(b.par_chunks_mut(per * width))
         .enumerate()
