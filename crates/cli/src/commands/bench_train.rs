@@ -142,8 +142,13 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
         batch: b,
     };
     let seq = batches.seq;
-    let mut params = FlatParams::from_model(&model)?;
-    let mut kernel = FusedStep::new(&config.model, b, seq)?;
+    let mut fused = match args.engine {
+        Engine::Fused => Some((
+            FlatParams::from_model(&model)?,
+            FusedStep::new(&config.model, b, seq)?,
+        )),
+        Engine::Composed => None,
+    };
     let (mut fwd, mut bwd, mut opt) = (0f64, 0f64, 0f64);
     let total = args.warmup + args.steps;
     let mut wall = Instant::now();
@@ -157,16 +162,16 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
             .then(|| Dropout::new(config.model.dropout, ChaCha8Rng::seed_from_u64(step as u64)));
         let lr = lr_at(step, &config.optim);
         let t0 = Instant::now();
-        let (t1, t2) = match args.engine {
-            Engine::Fused => {
-                kernel.forward(&params, &ids, dropout.as_mut())?;
+        let (t1, t2) = match fused.as_mut() {
+            Some((params, kernel)) => {
+                kernel.forward(params, &ids, dropout.as_mut())?;
                 let t1 = Instant::now();
-                kernel.backward(&params, &targets)?;
+                kernel.backward(params, &targets)?;
                 let t2 = Instant::now();
-                optimizer.step_flat(&mut params, kernel.grads(), lr)?;
+                optimizer.step_flat(params, kernel.grads(), lr)?;
                 (t1, t2)
             }
-            Engine::Composed => {
+            None => {
                 let ids = Tensor::from_vec(ids, (b, seq), &device)?;
                 let targets = Tensor::from_vec(targets, b, &device)?;
                 let logits = model.forward_last(&ids, &mut Hooks::new(), dropout.as_mut())?;

@@ -137,7 +137,8 @@ pub fn forward(
 
 /// Backward of one batch row: from `dz` [queries, d_model] and the forward's rotated `qkv`,
 /// `pattern` and `mask`, writes `dqkv` [seq, 3 d_model] (gradients of the un-rotated q, k and
-/// v; q rows outside the query positions are 0).
+/// v; q rows outside the query positions are 0). `dp` [seq] is scratch.
+#[allow(clippy::too_many_arguments)]
 pub fn backward(
     s: Shape,
     rope: Option<&RopeTable>,
@@ -146,11 +147,11 @@ pub fn backward(
     mask: Option<&[f32]>,
     dz: &[f32],
     dqkv: &mut [f32],
+    dp: &mut [f32],
 ) {
     let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
     let first_q = t - s.queries;
     dqkv.fill(0.0);
-    let mut dp = vec![0f32; t];
     for qi in 0..s.queries {
         let pos = first_q + qi;
         for h in 0..s.heads {

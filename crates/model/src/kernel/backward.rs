@@ -65,7 +65,7 @@ impl FusedStep {
                 queries: if nq == n { t } else { 1 },
                 scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
             };
-            let off = |which| self.layout.offsets[1 + 10 * l + which];
+            let off = |which| super::block_offset(&self.grads.offsets, l, which);
             let cache = &self.layers[l];
             let x = &self.resid[l];
             // Gradient of the block output at the computed rows.
@@ -167,8 +167,9 @@ impl FusedStep {
             let dz = &s.dz;
             s.dqkv
                 .par_chunks_mut(t * 3 * d)
+                .zip(s.dp.par_chunks_mut(t))
                 .enumerate()
-                .for_each(|(bi, dqkv)| {
+                .for_each(|(bi, (dqkv, dp))| {
                     let mask = pmask.map(|m| &m[bi * per_row_pattern..][..per_row_pattern]);
                     attention::backward(
                         shape,
@@ -178,6 +179,7 @@ impl FusedStep {
                         mask,
                         &dz[bi * shape.queries * d..][..shape.queries * d],
                         dqkv,
+                        dp,
                     );
                 });
             // q, k, v projections: dW = dqkv^T h, dh += dqkv @ W.
@@ -220,7 +222,7 @@ impl FusedStep {
         }
 
         // Embeddings (the gradient of a tied unembedding is already in place).
-        let wte = self.layout.offsets[0];
+        let wte = self.grads.offsets[0];
         if !c.tied_embeddings {
             g[wte..][..v * d].fill(0.0);
         }

@@ -1,6 +1,7 @@
 //! A dedicated CPU training kernel for the GPT-J model (llm.c-style): one forward with cached
 //! activations and one hand-written backward of the last-token cross-entropy, over flat f32
-//! parameters in [`crate::GptJ::names`] order, with all buffers allocated once.
+//! parameters in [`crate::GptJ::names`] order, with every activation and gradient buffer
+//! allocated once.
 //!
 //! It computes the same function as [`crate::GptJ::forward_last`] + [`crate::ops::cross_entropy`]
 //! (same parameters, same dropout masks drawn in the same order) and is checked against
@@ -34,6 +35,11 @@ const FC_IN_B: usize = 7;
 const FC_OUT_W: usize = 8;
 const FC_OUT_B: usize = 9;
 
+/// Start of block parameter `which` (one of the constants above) of `layer` in `offsets`.
+fn block_offset(offsets: &[usize], layer: usize, which: usize) -> usize {
+    offsets[1 + 10 * layer + which]
+}
+
 /// Activations of one block kept for the backward pass.
 #[derive(Debug)]
 struct LayerCache {
@@ -49,7 +55,7 @@ struct LayerCache {
     mlp_mask: Option<Vec<f32>>,     // [N, d]
 }
 
-/// Buffers of the backward pass, reused by every layer.
+/// Buffers reused by every layer (two in the forward pass, the rest in the backward pass).
 #[derive(Debug)]
 struct Scratch {
     a: Vec<f32>,    // [N, d] attention output (forward)
@@ -63,6 +69,7 @@ struct Scratch {
     dg: Vec<f32>,   // [N, m]
     dhf: Vec<f32>,  // [B, d]
     dxq: Vec<f32>,  // [B, d]
+    dp: Vec<f32>,   // [B, T] attention-row gradient of one query
 }
 
 /// The fused training step for one model configuration and batch shape.
@@ -71,7 +78,6 @@ pub struct FusedStep {
     config: ModelConfig,
     batch: usize,
     seq: usize,
-    layout: FlatParams,
     ropes: Vec<Option<RopeTable>>,
     layers: Vec<LayerCache>,
     resid: Vec<Vec<f32>>, // L + 1 inputs of each block ([N, d]) and the output ([B, d])
@@ -157,7 +163,6 @@ impl FusedStep {
             config: config.clone(),
             batch,
             seq,
-            layout: FlatParams::zeros(config),
             ropes: (0..config.n_layers)
                 .map(|l| RopeTable::new(config.layer_position(l), seq))
                 .collect(),
@@ -183,6 +188,7 @@ impl FusedStep {
                 dg: vec![0.0; n * m],
                 dhf: vec![0.0; batch * d],
                 dxq: vec![0.0; batch * d],
+                dp: vec![0.0; batch * seq],
             },
         })
     }
@@ -197,13 +203,15 @@ impl FusedStep {
         &self.logits
     }
 
+    /// Start of block parameter `which` of `layer` (the gradient buffer has the parameters'
+    /// layout).
     fn offset(&self, layer: usize, which: usize) -> usize {
-        self.layout.offsets[1 + 10 * layer + which]
+        block_offset(&self.grads.offsets, layer, which)
     }
 
     /// (ln_f weight, ln_f bias, lm_head weight, lm_head bias) offsets.
     fn head_offsets(&self) -> (usize, usize, usize, usize) {
-        let o = &self.layout.offsets;
+        let o = &self.grads.offsets;
         let base = 1 + 10 * self.config.n_layers;
         let lm_w = if self.config.tied_embeddings {
             o[0]
@@ -214,11 +222,11 @@ impl FusedStep {
     }
 
     fn check_inputs(&self, params: &FlatParams, ids: &[u32]) -> Result<()> {
-        if params.values.len() != self.layout.values.len() {
+        if params.values.len() != self.grads.values.len() {
             return Err(ModelError::Config(format!(
                 "{} parameter values given, the model has {}",
                 params.values.len(),
-                self.layout.values.len()
+                self.grads.values.len()
             )));
         }
         if ids.len() != self.batch * self.seq {
