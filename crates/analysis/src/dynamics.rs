@@ -9,8 +9,8 @@ use std::str::FromStr;
 use candle_core::{Device, Tensor};
 use ropelab_model::GptJ;
 use ropelab_tasks::{Dataset, Split, Task};
-use ropelab_train::{evaluate, RunDir, EVAL_BATCH};
-use serde::Serialize;
+use ropelab_train::{evaluate, forward_bytes, RunDir, EVAL_MEMORY};
+use serde::{Deserialize, Serialize};
 
 use crate::capture::Captured;
 use crate::swap::{blocks, check_tau, effects, entropy, row, scores, SwapScores};
@@ -61,6 +61,8 @@ pub struct ScoreOptions {
     pub blocks: Option<usize>,
     /// Also score every plane of every head alone (projection heads).
     pub planes: bool,
+    /// Memory budget of one captured batch, in bytes (see [`capture_bytes`]).
+    pub memory: usize,
 }
 
 impl Default for ScoreOptions {
@@ -72,12 +74,13 @@ impl Default for ScoreOptions {
             eval_samples: 512,
             blocks: None,
             planes: false,
+            memory: EVAL_MEMORY,
         }
     }
 }
 
 /// A head's type at a purity tolerance gamma.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Purity {
     /// Neither.
@@ -111,7 +114,7 @@ pub fn check_gamma(gamma: f64) -> Result<()> {
 }
 
 /// The scores of one head at one step, averaged over the sample set.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HeadStep {
     /// Checkpoint step.
     pub step: usize,
@@ -140,10 +143,10 @@ pub struct HeadStep {
     /// Test accuracy per hop count at this step.
     pub accuracy_per_hop: BTreeMap<usize, f64>,
     /// Block-swap scores (with `--blocks`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<SwapScores>,
     /// Scores of each plane alone (with `--planes`), plane order as `freq_use`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planes: Vec<SwapScores>,
 }
 
@@ -188,8 +191,18 @@ fn mean_scores(sum: (f64, f64), count: f64) -> SwapScores {
     }
 }
 
+/// Bytes the score path keeps per sequence of `seq_len` tokens: a forward pass plus the captured
+/// q, k (f32) and attention pattern of every layer.
+pub fn capture_bytes(config: &ropelab_model::ModelConfig, seq_len: usize) -> usize {
+    let per_layer = 2 * seq_len * config.d_model + config.n_heads * seq_len * seq_len;
+    forward_bytes(config, seq_len) + 4 * config.n_layers * per_layer
+}
+
 /// Scores every head of `model` on `ids` [samples, pos] at the query positions of each row
-/// (optionally also `n_blocks` block swaps and every plane alone).
+/// (optionally also `n_blocks` block swaps and every plane alone). Rows are captured in batches
+/// whose capture stays within `memory` bytes (see [`capture_bytes`]); the result is the mean over
+/// every (row, query) pair, whatever the batching.
+#[allow(clippy::too_many_arguments)]
 pub fn score_heads(
     model: &GptJ,
     ids: &Tensor,
@@ -197,10 +210,64 @@ pub fn score_heads(
     tau: f64,
     n_blocks: Option<usize>,
     planes: bool,
+    memory: usize,
 ) -> Result<Vec<HeadScores>> {
     check_tau(tau)?;
-    let cap = Captured::run(model, ids, false)?;
-    score_captured(&cap, queries, tau, n_blocks, planes)
+    let (rows, len) = ids.dims2()?;
+    let batch = (memory / capture_bytes(model.config(), len).max(1)).clamp(1, rows.max(1));
+    let mut parts = vec![];
+    for start in (0..rows).step_by(batch) {
+        let size = batch.min(rows - start);
+        let cap = Captured::run(model, &ids.narrow(0, start, size)?, false)?;
+        let chunk = &queries[start..start + size];
+        let count: usize = chunk.iter().map(Vec::len).sum();
+        parts.push((count, score_captured(&cap, chunk, tau, n_blocks, planes)?));
+    }
+    Ok(merge_weighted(parts))
+}
+
+/// The mean of per-batch head scores, weighted by each batch's number of queries.
+fn merge_weighted(parts: Vec<(usize, Vec<HeadScores>)>) -> Vec<HeadScores> {
+    let total: usize = parts.iter().map(|p| p.0).sum();
+    if parts.len() == 1 || total == 0 {
+        return parts.into_iter().next().map(|p| p.1).unwrap_or_default();
+    }
+    let mut iter = parts.into_iter();
+    let (w0, mut acc) = iter.next().expect("at least two parts");
+    let scale = |x: SwapScores, w: f64| SwapScores {
+        s_pos: x.s_pos * w,
+        s_sym: x.s_sym * w,
+    };
+    let add = |a: SwapScores, b: SwapScores| SwapScores {
+        s_pos: a.s_pos + b.s_pos,
+        s_sym: a.s_sym + b.s_sym,
+    };
+    let w0 = w0 as f64 / total as f64;
+    for h in acc.iter_mut() {
+        h.scores = scale(h.scores, w0);
+        h.entropy *= w0;
+        h.freq_use.iter_mut().for_each(|f| *f *= w0);
+        h.block = h.block.map(|b| scale(b, w0));
+        h.planes.iter_mut().for_each(|p| *p = scale(*p, w0));
+    }
+    for (w, part) in iter {
+        let w = w as f64 / total as f64;
+        for (a, h) in acc.iter_mut().zip(part) {
+            a.scores = add(a.scores, scale(h.scores, w));
+            a.entropy += h.entropy * w;
+            for (f, g) in a.freq_use.iter_mut().zip(&h.freq_use) {
+                *f += g * w;
+            }
+            a.block = match (a.block, h.block) {
+                (Some(x), Some(y)) => Some(add(x, scale(y, w))),
+                (x, _) => x,
+            };
+            for (p, q) in a.planes.iter_mut().zip(&h.planes) {
+                *p = add(*p, scale(*q, w));
+            }
+        }
+    }
+    acc
 }
 
 /// Scores every head of a capture (any hooked model) at the query positions of each row.
@@ -353,7 +420,7 @@ pub fn score_run(
     for (k, &step) in steps.iter().enumerate() {
         progress(k, steps.len());
         let model = dir.load_model(step, &config, device)?;
-        let acc = evaluate(&model, &eval, EVAL_BATCH)?;
+        let acc = evaluate(&model, &eval, EVAL_MEMORY)?;
         let heads = score_heads(
             &model,
             &ids,
@@ -361,6 +428,7 @@ pub fn score_run(
             options.tau,
             options.blocks,
             options.planes,
+            options.memory,
         )?;
         for h in heads {
             let (s, freq) = (h.scores, h.freq_use);

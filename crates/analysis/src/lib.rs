@@ -6,8 +6,10 @@
 //! heads, frequency use, purity, attention entropy, and the learning dynamics of a run.
 
 pub mod capture;
+pub mod claims;
 pub mod dynamics;
 pub mod head;
+pub mod lengthgen;
 pub mod margin;
 pub mod reference;
 pub mod swap;

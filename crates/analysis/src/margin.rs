@@ -3,11 +3,11 @@
 //! a function of input length (the tasks' length extension).
 
 use candle_core::{Device, Tensor};
-use ropelab_tasks::{Dataset, Split, Task};
-use ropelab_train::RunDir;
+use ropelab_model::GptJ;
 use serde::Serialize;
 
 use crate::capture::Captured;
+use crate::lengthgen::{length_generalisation, LengthOptions};
 use crate::{AnalysisError, Result};
 
 /// Mean logit margin of one head at one input length.
@@ -42,12 +42,14 @@ pub fn top_gap(logits: &[f64]) -> f64 {
 }
 
 /// Margins of every head of checkpoint `step` (default: latest) of the run in `root`, on
-/// `samples` test inputs for each extension length in `extras`.
+/// `samples` test inputs for each extension length in `extras`, in batches whose forward pass
+/// stays within `memory` bytes (computed by [`crate::lengthgen::measure`]).
 pub fn margins(
     root: &std::path::Path,
     step: Option<usize>,
     extras: &[usize],
     samples: usize,
+    memory: usize,
     device: &Device,
 ) -> Result<Vec<MarginRow>> {
     if samples == 0 || extras.is_empty() {
@@ -55,48 +57,50 @@ pub fn margins(
             "give at least one sample and one length".into(),
         ));
     }
-    let (dir, config) = RunDir::open(root)?;
-    let step = match step {
-        Some(s) => s,
-        None => dir.latest_checkpoint()?,
+    let options = LengthOptions {
+        extras: extras.to_vec(),
+        samples: Some(samples),
+        step,
+        memory,
     };
-    let model = dir.load_model(step, &config, device)?;
-    let task = Task::new(config.task, config.layout.clone())?;
-    let mut rows = vec![];
-    for &extra in extras {
-        let data = Dataset::new(task.clone(), config.seed, Split::Test, samples, extra)?;
-        let length = config.layout.core_len() + extra;
-        let mut ids = Vec::with_capacity(samples * length);
-        for i in 0..samples {
-            ids.extend(data.sample(i)?.ids);
-        }
-        let ids = Tensor::from_vec(ids, (samples, length), device)?;
-        let cap = Captured::run(&model, &ids, false)?;
-        let (_, heads, _, _) = cap.dims();
-        let n = length - 1;
-        for layer in 0..model.config().n_layers {
-            for head in 0..heads {
-                let (mut margin, mut top) = (0.0, 0.0);
-                for b in 0..samples {
-                    let view = cap.head_view(layer, b, head, n)?;
-                    margin += top_gap(&view.logits());
-                    top += cap
-                        .pattern_row(layer, b, head, n)?
-                        .into_iter()
-                        .fold(0.0, f64::max);
-                }
-                rows.push(MarginRow {
-                    extra,
-                    length,
-                    layer,
-                    head,
-                    margin: margin / samples as f64,
-                    top_weight: top / samples as f64,
-                });
+    let rows = length_generalisation(root, &options, device, |_, _| {})?;
+    Ok(rows
+        .into_iter()
+        .flat_map(|r| {
+            r.heads.into_iter().map(move |h| MarginRow {
+                extra: r.extra,
+                length: r.length,
+                layer: h.layer,
+                head: h.head,
+                margin: h.margin,
+                top_weight: h.top_weight,
+            })
+        })
+        .collect())
+}
+
+/// The reference for [`margins`] on one batch: full captures (every query row of every layer)
+/// and each head's logits recomputed in f64 from its pre-rotation q and k ([`crate::HeadView`]).
+/// Returns (margin, top weight) per (layer, head), averaged over the rows of `ids` [batch, pos].
+pub fn margins_reference(model: &GptJ, ids: &Tensor) -> Result<Vec<(f64, f64)>> {
+    let cap = Captured::run(model, ids, false)?;
+    let (batch, heads, pos, _) = cap.dims();
+    let n = pos - 1;
+    let mut out = vec![];
+    for layer in 0..model.config().n_layers {
+        for head in 0..heads {
+            let (mut margin, mut top) = (0.0, 0.0);
+            for b in 0..batch {
+                margin += top_gap(&cap.head_view(layer, b, head, n)?.logits());
+                top += cap
+                    .pattern_row(layer, b, head, n)?
+                    .into_iter()
+                    .fold(0.0, f64::max);
             }
+            out.push((margin / batch as f64, top / batch as f64));
         }
     }
-    Ok(rows)
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use ropelab_analysis::claims::Thresholds;
 use ropelab_tasks::Layout;
 use serde::{Deserialize, Serialize};
 
@@ -18,14 +19,47 @@ pub const PAPER: &str = include_str!("../../../configs/paper.toml");
 pub struct StudyConfig {
     /// Name of the study (used in reports).
     pub name: String,
-    /// Master seed: fixes data, initialisation and order.
-    pub seed: u64,
+    /// Seeds: each fixes one replicate's data, initialisation and order; every finding is
+    /// reported as holding in k of n seeds.
+    pub seeds: Vec<u64>,
     /// Dataset sizes and task layout.
     pub tasks: TasksConfig,
-    /// Training of one model per task.
+    /// Training of one model per task and seed.
     pub train: StudyTrain,
+    /// Scoring of every checkpoint.
+    #[serde(default)]
+    pub score: StudyScore,
+    /// Length generalisation of every final model.
+    pub lengthgen: StudyLengthgen,
     /// The theory lab's experiments.
     pub theory: StudyTheory,
+    /// Thresholds of the verdict per claim.
+    #[serde(default)]
+    pub claims: Thresholds,
+}
+
+/// How every checkpoint is scored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyScore {
+    /// Test samples each checkpoint is scored on.
+    pub samples: usize,
+}
+
+impl Default for StudyScore {
+    fn default() -> Self {
+        Self { samples: 100 }
+    }
+}
+
+/// Length generalisation: the final checkpoint on length-extended test inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyLengthgen {
+    /// Extension tokens before the target window (0 = the training length).
+    pub extras: Vec<usize>,
+    /// Test samples per length.
+    pub samples: usize,
 }
 
 /// The theory part of the study: discrepancy curves and the RoPE failure table.
@@ -44,6 +78,27 @@ pub struct StudyTheory {
     pub draws: usize,
     /// Correlation of keys with the query.
     pub rho: f64,
+    /// Rotation angle of the hand-built Index head (default g_2 of d = 128, base 10,000).
+    #[serde(default = "default_index_theta")]
+    pub index_theta: f64,
+    /// Rotation angle of the hand-built Retrieval head (default g_42).
+    #[serde(default = "default_retrieval_theta")]
+    pub retrieval_theta: f64,
+    /// Alphabet size of the Retrieval head.
+    #[serde(default = "default_alphabet")]
+    pub alphabet: usize,
+}
+
+fn default_index_theta() -> f64 {
+    0.866
+}
+
+fn default_retrieval_theta() -> f64 {
+    0.0027
+}
+
+fn default_alphabet() -> usize {
+    8
 }
 
 /// How `reproduce` trains its models.
@@ -56,6 +111,75 @@ pub struct StudyTrain {
     /// Optimizer steps (default: the preset's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<usize>,
+    /// Blocks (default: the preset's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_layers: Option<usize>,
+    /// Heads per block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_heads: Option<usize>,
+    /// Residual width (RoPE rotates every dimension of each head).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d_model: Option<usize>,
+    /// MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d_mlp: Option<usize>,
+    /// Dropout on embeddings, attention weights and residual branches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f64>,
+    /// Peak learning rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+    /// AdamW beta1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta1: Option<f64>,
+    /// AdamW beta2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta2: Option<f64>,
+    /// Linear warm-up steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<usize>,
+    /// Sequences per step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<usize>,
+    /// Validation every this many steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_every: Option<usize>,
+    /// Checkpoint (and score) every this many steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save_every: Option<usize>,
+}
+
+impl StudyTrain {
+    /// The run config of `task` and `seed`: the preset with this table's overrides, and the
+    /// study's layout and data sizes.
+    pub fn run_config(
+        &self,
+        task: ropelab_tasks::TaskKind,
+        seed: u64,
+        tasks: &TasksConfig,
+    ) -> Result<ropelab_train::RunConfig> {
+        let preset: ropelab_train::Preset = self.preset.parse()?;
+        let mut run = preset.config(task);
+        let m = &mut run.model;
+        m.n_layers = self.n_layers.unwrap_or(m.n_layers);
+        m.n_heads = self.n_heads.unwrap_or(m.n_heads);
+        m.d_model = self.d_model.unwrap_or(m.d_model);
+        m.d_mlp = self.d_mlp.unwrap_or(m.d_mlp);
+        m.dropout = self.dropout.map_or(m.dropout, |p| p as f32);
+        if self.d_model.is_some() || self.n_heads.is_some() {
+            m.position = ropelab_model::PositionEncoding::gptj(m.d_model / m.n_heads.max(1));
+        }
+        let o = &mut run.optim;
+        o.steps = self.steps.unwrap_or(o.steps);
+        o.lr = self.lr.unwrap_or(o.lr);
+        o.beta1 = self.beta1.unwrap_or(o.beta1);
+        o.beta2 = self.beta2.unwrap_or(o.beta2);
+        o.warmup = self.warmup.unwrap_or(o.warmup);
+        o.batch_size = self.batch_size.unwrap_or(o.batch_size);
+        o.eval_every = self.eval_every.unwrap_or(o.eval_every);
+        o.save_every = self.save_every.unwrap_or(o.save_every);
+        Ok(run.with_data(seed, tasks.layout(), tasks.data())?)
+    }
 }
 
 /// Dataset sizes per split and the task layout.
@@ -106,6 +230,14 @@ impl StudyConfig {
             .layout()
             .check()
             .with_context(|| format!("{origin}: [tasks]"))?;
+        anyhow::ensure!(
+            !config.seeds.is_empty(),
+            "{origin}: seeds must list at least one seed"
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        for s in &config.seeds {
+            anyhow::ensure!(seen.insert(s), "{origin}: seed {s} is listed twice");
+        }
         config
             .train
             .preset
@@ -114,6 +246,20 @@ impl StudyConfig {
         anyhow::ensure!(
             config.train.steps != Some(0),
             "{origin}: [train] steps must be at least 1"
+        );
+        for kind in ropelab_tasks::TaskKind::ALL {
+            config
+                .train
+                .run_config(kind, config.seeds[0], &config.tasks)
+                .with_context(|| format!("{origin}: [train]"))?;
+        }
+        anyhow::ensure!(
+            config.score.samples > 0,
+            "{origin}: [score] samples must be at least 1"
+        );
+        anyhow::ensure!(
+            !config.lengthgen.extras.is_empty() && config.lengthgen.samples > 0,
+            "{origin}: [lengthgen] needs at least one extra and one sample"
         );
         for (split, n) in [
             ("train", config.tasks.train),

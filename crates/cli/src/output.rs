@@ -80,3 +80,21 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))?;
     out.commit()
 }
+
+/// The process's peak resident memory so far in MiB (Linux `VmHWM`; `None` elsewhere).
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Parses a memory budget in MiB (at least 1) into bytes.
+pub fn parse_memory_mib(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(m) if (1..=1 << 20).contains(&m) => Ok(m << 20),
+        _ => Err(format!(
+            "{s:?} is not a memory budget: give whole MiB between 1 and 1048576"
+        )),
+    }
+}

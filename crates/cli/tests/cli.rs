@@ -195,18 +195,20 @@ fn a_failed_write_keeps_the_previous_file() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "previous\n");
 }
 
+/// A study small enough for a test: one seed, a tiny model, 5 steps.
+const SMALL_STUDY: &str =
+    "name = \"small\"\nseeds = [3]\n[tasks]\ntrain = 500\nval = 20\ntest = 40\n\
+     target_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n\
+     [train]\npreset = \"tiny\"\nsteps = 5\n\
+     [score]\nsamples = 10\n\
+     [lengthgen]\nextras = [0, 20]\nsamples = 8\n\
+     [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n";
+
 #[test]
 fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("small.toml");
-    std::fs::write(
-        &config,
-        "name = \"small\"\nseed = 3\n[tasks]\ntrain = 500\nval = 20\ntest = 40\n\
-         target_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n\
-         [train]\npreset = \"tiny\"\nsteps = 5\n\
-         [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n",
-    )
-    .unwrap();
+    std::fs::write(&config, SMALL_STUDY).unwrap();
     let run = dir.path().join("run");
     let out = ropelab(&[
         "reproduce",
@@ -221,12 +223,14 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     for file in [
         "config.toml",
         "tasks.json",
-        "data/number-test.jsonl",
-        "data/letter-test.jsonl",
         "training.json",
-        "number/checkpoints/step-000005/model.safetensors",
-        "letter/metrics.jsonl",
-        "number/scores.jsonl",
+        "seed-3/data/number-test.jsonl",
+        "seed-3/number/checkpoints/step-000005/model.safetensors",
+        "seed-3/letter/metrics.jsonl",
+        "seed-3/number/scores.jsonl",
+        "seed-3/number/eval/step-000005-extra-0.json",
+        "seed-3/letter/lengthgen.csv",
+        "claims.json",
         "theory/discrepancy-index.csv",
         "theory/discrepancy-retrieval.csv",
         "theory/rope-failures.csv",
@@ -246,6 +250,20 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert_eq!(training[0]["steps"], 5);
     assert_eq!(training[1]["test"]["n"], 40);
     assert!(stdout.contains("pure from"), "{stdout}");
+    assert!(stdout.contains("claims of the paper"), "{stdout}");
+    let claims: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("claims.json")).unwrap()).unwrap();
+    assert_eq!(claims.as_array().unwrap().len(), 11);
+    // 5 steps of a tiny model learn nothing: the claims that need a learned model fail, with
+    // their numbers, and none is marked as holding without them.
+    for c in claims.as_array().unwrap() {
+        assert!(!c["measured"].as_array().unwrap().is_empty(), "{c}");
+    }
+    let learned = &claims[0];
+    assert_eq!(learned["id"], "both_tasks_learned");
+    assert_eq!(learned["verdict"], "does_not_hold");
+    let lengths = std::fs::read_to_string(run.join("seed-3/letter/lengthgen.csv")).unwrap();
+    assert_eq!(lengths.lines().count(), 3, "{lengths}");
     let csv = std::fs::read_to_string(run.join("theory/discrepancy-index.csv")).unwrap();
     assert!(csv.starts_with("n,delta,bound,delta_max\n"));
     assert_eq!(csv.lines().count(), 51);
@@ -260,7 +278,34 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     ]);
     assert!(again.status.success(), "{}", stderr(&again));
 
-    std::fs::write(&config, "name = \"small\"\nseed = -1\n").unwrap();
+    // Models trained side by side give the same files as one at a time.
+    let parallel = dir.path().join("parallel");
+    let out = ropelab(&[
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--seeds",
+        "3",
+        "--jobs",
+        "1",
+        "--out",
+        parallel.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for file in [
+        "seed-3/number/metrics.jsonl",
+        "seed-3/letter/scores.jsonl",
+        "seed-3/letter/lengthgen.csv",
+        "claims.json",
+    ] {
+        assert_eq!(
+            std::fs::read(run.join(file)).unwrap(),
+            std::fs::read(parallel.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+
+    std::fs::write(&config, "name = \"small\"\nseeds = -1\n").unwrap();
     let out = ropelab(&[
         "reproduce",
         "--config",

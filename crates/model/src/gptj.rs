@@ -38,6 +38,8 @@ pub struct GptJ {
     lm_head_w: Option<Var>, // lm_head.weight [vocab, d_model] (None when tied)
     lm_head_b: Var,         // lm_head.bias [vocab]
     device: Device,
+    /// Forward passes read detached parameters: no autograd graph is kept (see [`GptJ::frozen`]).
+    frozen: bool,
 }
 
 /// x [..., in] times the transpose of a Linear weight [out, in].
@@ -104,6 +106,7 @@ impl GptJ {
             lm_head_w,
             lm_head_b,
             device: device.clone(),
+            frozen: false,
         })
     }
 
@@ -267,7 +270,7 @@ impl GptJ {
         let c = &self.config;
         hooks.check(c.n_layers, c.n_heads, c.d_head() / 2)?;
         let (b, t) = ids.dims2()?;
-        let emb = self.wte.as_tensor().index_select(&ids.flatten_all()?, 0)?;
+        let emb = self.param(&self.wte).index_select(&ids.flatten_all()?, 0)?;
         let mut x = emb.reshape((b, t, c.d_model))?;
         if let Some(d) = dropout.as_deref_mut() {
             x = d.apply(&x)?;
@@ -282,12 +285,12 @@ impl GptJ {
     pub fn unembed(&self, x: &Tensor) -> Result<Tensor> {
         let h = layer_norm(
             x,
-            self.ln_f_w.as_tensor(),
-            self.ln_f_b.as_tensor(),
+            &self.param(&self.ln_f_w),
+            &self.param(&self.ln_f_b),
             self.config.ln_eps,
         )?;
         let w = self.lm_head_w.as_ref().unwrap_or(&self.wte);
-        Ok(linear(&h, w.as_tensor())?.broadcast_add(self.lm_head_b.as_tensor())?)
+        Ok(linear(&h, &self.param(w))?.broadcast_add(&self.param(&self.lm_head_b))?)
     }
 
     /// One block: x [batch, pos, d_model] -> x + Attn(LN(x)) + MLP(LN(x)), positions 0..pos.
@@ -302,16 +305,16 @@ impl GptJ {
         let x = hooks.point(HookPoint::new(layer, HookKind::ResidPre), x.clone())?;
         let h = layer_norm(
             &x,
-            blk.ln_w.as_tensor(),
-            blk.ln_b.as_tensor(),
+            &self.param(&blk.ln_w),
+            &self.param(&blk.ln_b),
             self.config.ln_eps,
         )?;
         let mut attn = self.attention(layer, &h, hooks, dropout.as_deref_mut())?;
-        let hidden = linear(&h, blk.fc_in_w.as_tensor())?
-            .broadcast_add(blk.fc_in_b.as_tensor())?
+        let hidden = linear(&h, &self.param(&blk.fc_in_w))?
+            .broadcast_add(&self.param(&blk.fc_in_b))?
             .gelu_erf()?;
-        let mlp =
-            linear(&hidden, blk.fc_out_w.as_tensor())?.broadcast_add(blk.fc_out_b.as_tensor())?;
+        let mlp = linear(&hidden, &self.param(&blk.fc_out_w))?
+            .broadcast_add(&self.param(&blk.fc_out_b))?;
         let mut mlp = hooks.point(HookPoint::new(layer, HookKind::MlpOut), mlp)?;
         if let Some(d) = dropout {
             attn = d.apply(&attn)?;
@@ -334,7 +337,7 @@ impl GptJ {
         let (n_heads, d_head) = (c.n_heads, c.d_head());
         let point = |kind| HookPoint::new(layer, kind);
         let heads = |w: &Var| -> Result<Tensor> {
-            Ok(linear(h, w.as_tensor())?
+            Ok(linear(h, &self.param(w))?
                 .reshape((b, t, n_heads, d_head))?
                 .transpose(1, 2)?
                 .contiguous()?) // [batch, heads, pos, d_head]
@@ -353,7 +356,7 @@ impl GptJ {
         let merged = z.transpose(1, 2)?.reshape((b, t, n_heads * d_head))?;
         hooks.point(
             point(HookKind::AttnOut),
-            linear(&merged, blk.o.as_tensor())?,
+            linear(&merged, &self.param(&blk.o))?,
         )
     }
 }
@@ -367,6 +370,29 @@ impl GptJ {
             .map(|(_, v)| Ok(v.as_tensor().to_dtype(dtype)?))
             .collect::<Result<Vec<_>>>()?;
         Self::from_tensors(self.config.clone(), tensors, &self.device)
+    }
+
+    /// The same model for inference only: forward passes read detached parameters, so candle
+    /// records no autograd graph and every intermediate tensor is freed as soon as it is used
+    /// (with trainable `Var`s, a forward keeps every activation alive until its output is
+    /// dropped: gigabytes at long lengths). Parameters are shared, not copied.
+    pub fn frozen(mut self) -> Self {
+        self.frozen = true;
+        self
+    }
+
+    /// Whether forward passes run without autograd (see [`GptJ::frozen`]).
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// A parameter as forward passes read it: detached when the model is frozen.
+    fn param(&self, v: &Var) -> Tensor {
+        if self.frozen {
+            v.as_tensor().detach()
+        } else {
+            v.as_tensor().clone()
+        }
     }
 
     /// The dtype of the parameters.

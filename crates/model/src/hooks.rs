@@ -166,6 +166,7 @@ pub enum Intervention {
 #[derive(Debug, Default)]
 pub struct Hooks {
     capture: BTreeSet<HookPoint>,
+    capture_last: BTreeSet<HookPoint>,
     cache: BTreeMap<HookPoint, Tensor>,
     interventions: Vec<Intervention>,
 }
@@ -179,6 +180,15 @@ impl Hooks {
     /// Also capture `points`.
     pub fn capture(mut self, points: impl IntoIterator<Item = HookPoint>) -> Self {
         self.capture.extend(points);
+        self
+    }
+
+    /// Also capture `points`, keeping only the last position: the last query row of
+    /// [batch, heads, q_pos, k_pos] scores and patterns, the last position of [batch, heads,
+    /// pos, d] and [batch, pos, d] tensors (the position axis is the second to last). Long
+    /// inputs then keep O(pos) per point instead of O(pos^2).
+    pub fn capture_last(mut self, points: impl IntoIterator<Item = HookPoint>) -> Self {
+        self.capture_last.extend(points);
         self
     }
 
@@ -244,6 +254,12 @@ impl Hooks {
         }
         if self.capture.contains(&point) {
             self.cache.insert(point, value.clone());
+        } else if self.capture_last.contains(&point) {
+            let axis = value.rank().saturating_sub(2);
+            let last = value.dim(axis)?.saturating_sub(1);
+            // A copy, so the full tensor is freed when the forward pass drops it.
+            let row = value.narrow(axis, last, 1)?.contiguous()?.copy()?;
+            self.cache.insert(point, row);
         }
         Ok(value)
     }

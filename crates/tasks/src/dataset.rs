@@ -146,6 +146,11 @@ impl Dataset {
         self.extra
     }
 
+    /// Tokens per sample: the layout's core length plus the extension.
+    pub fn seq_len(&self) -> usize {
+        self.task.layout().core_len() + self.extra
+    }
+
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.len

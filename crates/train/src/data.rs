@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
-use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, Hooks};
+use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, Hooks, ModelConfig};
 use ropelab_tasks::Dataset;
 use serde::{Deserialize, Serialize};
 
@@ -65,13 +65,40 @@ pub struct Accuracy {
     pub per_hop: BTreeMap<usize, f64>,
 }
 
-/// Evaluates `model` on every sample of `dataset` (batches of `batch_size`, no dropout).
-pub fn evaluate(model: &GptJ, dataset: &Dataset, batch_size: usize) -> Result<Accuracy> {
+/// Most sequences in one evaluation batch.
+pub const EVAL_BATCH: usize = 512;
+
+/// Default memory budget of one evaluation forward pass, in bytes (activations only).
+pub const EVAL_MEMORY: usize = 256 << 20;
+
+/// Estimated peak activation bytes of one inference forward pass over one sequence of
+/// `seq_len` tokens (f32, no autograd graph): the residual stream and q/k/v and their rotations
+/// (about 12 x pos x d_model), the MLP's hidden layer before and after GELU (3 x pos x d_mlp),
+/// and the attention scores, masked scores, softmax and pattern (5 x heads x pos^2).
+pub fn forward_bytes(config: &ModelConfig, seq_len: usize) -> usize {
+    let t = seq_len;
+    let floats = 12 * t * config.d_model + 3 * t * config.d_mlp + 5 * config.n_heads * t * t;
+    4 * floats
+}
+
+/// Sequences per inference batch so that one forward pass stays within `budget` bytes:
+/// between 1 and [`EVAL_BATCH`]. Peak memory therefore does not grow with the number of
+/// samples evaluated.
+pub fn batch_for_budget(config: &ModelConfig, seq_len: usize, budget: usize) -> usize {
+    (budget / forward_bytes(config, seq_len).max(1)).clamp(1, EVAL_BATCH)
+}
+
+/// Evaluates `model` on every sample of `dataset` without dropout, in batches sized so that a
+/// forward pass stays within `memory` bytes (see [`batch_for_budget`]). The model runs frozen
+/// (no autograd graph), whatever it was given as.
+pub fn evaluate(model: &GptJ, dataset: &Dataset, memory: usize) -> Result<Accuracy> {
+    let model = &model.clone().frozen();
+    let batch_size = batch_for_budget(model.config(), dataset.seq_len(), memory);
     let mut correct = 0usize;
     let mut loss_sum = 0f64;
     let mut per_hop: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     let indices: Vec<usize> = (0..dataset.len()).collect();
-    for chunk in indices.chunks(batch_size.max(1)) {
+    for chunk in indices.chunks(batch_size) {
         let b = batch(dataset, chunk, model.device())?;
         let logits = model.forward_last(&b.ids, &mut Hooks::new(), None)?;
         let loss: f32 = cross_entropy(&logits, &b.targets)?.to_scalar()?;

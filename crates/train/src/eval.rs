@@ -7,7 +7,7 @@ use ropelab_tasks::{Dataset, Split, Task};
 use serde::Serialize;
 
 use crate::data::{evaluate, Accuracy};
-use crate::{Result, RunDir, TrainError, EVAL_BATCH};
+use crate::{Result, RunDir, TrainError};
 
 /// The result of `ropelab eval`.
 #[derive(Debug, Clone, Serialize)]
@@ -24,12 +24,14 @@ pub struct EvalReport {
 }
 
 /// Evaluates checkpoint `step` (default: the latest) of the run in `root` on `n` test samples
-/// (default: the config's test size) with `extra` extension tokens.
+/// (default: the config's test size) with `extra` extension tokens, in batches whose forward
+/// pass stays within `memory` bytes (see [`crate::batch_for_budget`]).
 pub fn eval_checkpoint(
     root: &Path,
     step: Option<usize>,
     extra: usize,
     n: Option<usize>,
+    memory: usize,
     device: &Device,
 ) -> Result<EvalReport> {
     let (dir, config) = RunDir::open(root)?;
@@ -48,7 +50,7 @@ pub fn eval_checkpoint(
     let task = Task::new(config.task, config.layout.clone())?;
     let n = n.unwrap_or(config.data.test);
     let data = Dataset::new(task, config.seed, Split::Test, n, extra)?;
-    let accuracy = evaluate(&model, &data, EVAL_BATCH)?;
+    let accuracy = evaluate(&model, &data, memory)?;
     Ok(EvalReport {
         step,
         extra,

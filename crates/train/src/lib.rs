@@ -14,7 +14,7 @@ mod run_dir;
 mod trainer;
 
 pub use config::{DataConfig, OptimConfig, Preset, RunConfig};
-pub use data::{evaluate, Accuracy};
+pub use data::{batch_for_budget, evaluate, forward_bytes, Accuracy, EVAL_BATCH, EVAL_MEMORY};
 pub use error::{Result, TrainError};
 pub use run_dir::{CheckpointState, RunDir};
-pub use trainer::{Engine, MetricsLine, Progress, Trainer, EVAL_BATCH};
+pub use trainer::{Engine, MetricsLine, Progress, Trainer};

@@ -177,8 +177,13 @@ impl RunDir {
         Ok(target)
     }
 
-    /// Loads the model of checkpoint `step` with `config`'s architecture.
+    /// Loads the model of checkpoint `step` with `config`'s architecture, frozen for inference.
     pub fn load_model(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
+        Ok(self.load_trainable(step, config, device)?.frozen())
+    }
+
+    /// Loads the weights of checkpoint `step` as trainable parameters (to resume training).
+    fn load_trainable(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
         let path = self.checkpoint_dir(step).join("model.safetensors");
         Ok(load_weights(config.model.clone(), &path, device)?)
     }
@@ -191,7 +196,7 @@ impl RunDir {
         device: &Device,
     ) -> Result<(GptJ, AdamW, CheckpointState)> {
         let dir = self.checkpoint_dir(step);
-        let model = self.load_model(step, config, device)?;
+        let model = self.load_trainable(step, config, device)?;
         let state_path = dir.join("state.json");
         let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
         let state: CheckpointState = serde_json::from_str(&text)

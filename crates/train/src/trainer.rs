@@ -12,13 +12,10 @@ use ropelab_model::{GptJ, Hooks};
 use ropelab_tasks::{Dataset, Split, Task};
 use serde::Serialize;
 
-use crate::data::{batch, batch_ids, evaluate, Accuracy};
+use crate::data::{batch, batch_ids, evaluate, Accuracy, EVAL_MEMORY};
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
 use crate::{Result, RunConfig, TrainError};
-
-/// Sequences per evaluation batch.
-pub const EVAL_BATCH: usize = 512;
 
 /// One line of `metrics.jsonl`.
 #[derive(Debug, Clone, Serialize)]
@@ -140,7 +137,7 @@ impl Trainer {
             },
             last_val: None,
         };
-        let val = evaluate(&trainer.model, &trainer.val, EVAL_BATCH)?;
+        let val = evaluate(&trainer.model, &trainer.val, EVAL_MEMORY)?;
         trainer.last_val = Some(val.accuracy);
         trainer.dir.append_metrics(&MetricsLine {
             step: 0,
@@ -309,7 +306,7 @@ impl Trainer {
             }
             if eval_now || step % o.log_every == 0 {
                 let val = if eval_now {
-                    let acc = evaluate(&self.model, &self.val, EVAL_BATCH)?;
+                    let acc = evaluate(&self.model, &self.val, EVAL_MEMORY)?;
                     self.last_val = Some(acc.accuracy);
                     last = Some(acc.clone());
                     Some(acc)

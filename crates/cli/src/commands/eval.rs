@@ -7,7 +7,7 @@ use candle_core::Device;
 use clap::Args;
 use ropelab_train::eval::eval_checkpoint;
 
-use crate::output::write_atomic;
+use crate::output::{parse_memory_mib, peak_rss_mib, write_atomic};
 
 /// Arguments of `ropelab eval`.
 #[derive(Debug, Args)]
@@ -24,6 +24,10 @@ pub struct EvalArgs {
     /// Number of test samples (default: the run's test size).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub n: Option<u64>,
+    /// Memory budget of one forward pass in MiB: samples run in batches sized to fit it, so
+    /// peak memory does not grow with --n.
+    #[arg(long = "memory-mb", default_value = "256", value_parser = parse_memory_mib)]
+    pub memory: usize,
 }
 
 /// Runs `ropelab eval`.
@@ -33,6 +37,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         args.step,
         args.extra,
         args.n.map(|n| n as usize),
+        args.memory,
         &Device::Cpu,
     )?;
     println!(
@@ -61,5 +66,8 @@ pub fn run(args: EvalArgs) -> Result<()> {
     ));
     write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
     println!("wrote {}", path.display());
+    if let Some(peak) = peak_rss_mib() {
+        println!("peak RSS {peak:.1} MiB");
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@ mod bench;
 mod bench_train;
 mod eval;
 mod gen;
+mod lengthgen;
 mod pretrained;
 mod reproduce;
 mod score;
@@ -25,6 +26,9 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Test accuracy of a run's checkpoint, overall and per hop, optionally on longer inputs.
     Eval(eval::EvalArgs),
+    /// Accuracy of a checkpoint on length-extended inputs, per hop, with each head's
+    /// discrepancy at the query (CSV).
+    Lengthgen(lengthgen::LengthgenArgs),
     /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
     Score(score::ScoreArgs),
     /// A real pretrained RoPE model (SmolLM2-135M from its GGUF file) under the same lens.
@@ -47,6 +51,7 @@ impl Command {
             Command::Train(args) => train::run(args),
             Command::Eval(args) => eval::run(args),
             Command::Score(args) => score::run(args),
+            Command::Lengthgen(args) => lengthgen::run(args),
             Command::Theory(cmd) => theory::run(cmd),
             Command::Pretrained(cmd) => pretrained::run(cmd),
             Command::Bench(cmd) => bench::run(cmd),

@@ -6,7 +6,9 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
-use ropelab_analysis::dynamics::{score_run, summarize_heads, QueryMode, RunScores, ScoreOptions};
+use ropelab_analysis::dynamics::{
+    score_run, summarize_heads, HeadStep, QueryMode, RunScores, ScoreOptions,
+};
 
 use super::progress;
 
@@ -50,7 +52,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
     ropelab_analysis::dynamics::check_gamma(args.gamma)?;
     let start = Instant::now();
     let scored = score_with_progress(&args.run, &options)?;
-    println!("{}", head_table(&scored, args.gamma)?);
+    println!("{}", head_table(&scored.lines, args.gamma)?);
     println!(
         "scored {} lines in {:.1} s; wrote {}",
         scored.lines.len(),
@@ -72,8 +74,8 @@ pub fn score_with_progress(run: &Path, options: &ScoreOptions) -> Result<RunScor
 }
 
 /// The per-head table: final scores and type, and the step from which each head stays pure.
-pub fn head_table(scored: &RunScores, gamma: f64) -> Result<String> {
-    let mut heads = summarize_heads(&scored.lines, gamma)?;
+pub fn head_table(lines: &[HeadStep], gamma: f64) -> Result<String> {
+    let mut heads = summarize_heads(lines, gamma)?;
     let mut s = format!(
         "{:<6} {:<5} {:>7} {:>7}  {:<11} {:>10}\n",
         "layer", "head", "s_pos", "s_sym", "type", "pure from"

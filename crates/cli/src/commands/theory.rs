@@ -115,6 +115,9 @@ pub struct MarginsArgs {
     /// Test inputs per length.
     #[arg(long, default_value_t = 50)]
     pub samples: usize,
+    /// Memory budget of one forward pass in MiB (samples run in batches that fit it).
+    #[arg(long = "memory-mb", default_value = "256", value_parser = crate::output::parse_memory_mib)]
+    pub memory: usize,
     /// CSV output file.
     #[arg(long)]
     pub out: PathBuf,
@@ -273,6 +276,7 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
                 a.step,
                 &a.extras,
                 a.samples,
+                a.memory,
                 &candle_core::Device::Cpu,
             )?;
             let mut csv = String::from("extra,length,layer,head,margin,top_weight\n");

@@ -1,0 +1,322 @@
+//! The verdict per claim, from files written as a study writes them: tiny runs whose numbers make
+//! each claim hold, then changed so that it fails, or removed so that it is not measured.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ropelab_analysis::claims::{verdicts, Claim, StudyFiles, Thresholds, Verdict};
+use ropelab_analysis::dynamics::{HeadStep, Purity};
+use ropelab_analysis::lengthgen::{to_csv, HeadMargin, LengthRow};
+
+/// Final (s_pos, s_sym) per layer; a head becomes pure at `pure_at`, accuracy peaks at 300.
+fn scores(finals: &[(f64, f64)], pure_at: usize, freq_plane: &[usize]) -> String {
+    let mut out = String::new();
+    for step in [0, 100, 200, 300] {
+        for (layer, &(p, s)) in finals.iter().enumerate() {
+            let (s_pos, s_sym) = if step >= pure_at { (p, s) } else { (0.9, 0.9) };
+            let mut freq_use = vec![0.0; 4];
+            freq_use[freq_plane[layer]] = 1.0;
+            let line = HeadStep {
+                step,
+                layer,
+                head: 0,
+                s_pos,
+                s_sym,
+                entropy: 1.0,
+                entropy_norm: 0.5,
+                pure_0_1: Purity::None,
+                pure_0_05: Purity::None,
+                freq_use,
+                freq_mean_plane: freq_plane[layer] as f64,
+                accuracy: [0.1, 0.5, 0.995, 1.0][step / 100],
+                accuracy_per_hop: BTreeMap::new(),
+                block: None,
+                planes: vec![],
+            };
+            out += &serde_json::to_string(&line).unwrap();
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Validation lines every 100 steps of 1,000; hop h reaches 0.9 at `learned[h - 1]`.
+fn metrics(learned: [usize; 4]) -> String {
+    let mut out = String::new();
+    for step in (0..=1000).step_by(100) {
+        let per_hop: BTreeMap<String, f64> = (1..=4)
+            .map(|h| {
+                (
+                    h.to_string(),
+                    if step >= learned[h - 1] { 0.95 } else { 0.2 },
+                )
+            })
+            .collect();
+        let line = serde_json::json!({"step": step, "lr": 0.001, "loss": 1.0,
+            "val": {"n": 64, "accuracy": 0.5, "loss": 1.0, "per_hop": per_hop}});
+        out += &(line.to_string() + "\n");
+    }
+    out
+}
+
+fn lengths(acc: &[(usize, f64)]) -> String {
+    let rows: Vec<LengthRow> = acc
+        .iter()
+        .map(|&(length, accuracy)| LengthRow {
+            step: 300,
+            extra: length - 17,
+            length,
+            n: 10,
+            accuracy,
+            loss: 1.0,
+            per_hop: [(1, accuracy)].into_iter().collect(),
+            heads: vec![HeadMargin {
+                layer: 0,
+                head: 0,
+                margin: 1.0,
+                top_weight: 0.5,
+            }],
+            seconds: 0.0,
+        })
+        .collect();
+    to_csv(&rows)
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn eval(accuracy: f64) -> String {
+    serde_json::json!({"step": 300, "extra": 0, "seq_len": 17, "n": 100,
+        "accuracy": accuracy, "loss": 0.1, "per_hop": {"1": accuracy}})
+    .to_string()
+}
+
+/// A study of two seeds whose files make every claim hold.
+fn holding_study(root: &Path) {
+    for seed in [0, 1] {
+        let run = root.join(format!("seed-{seed}"));
+        let number = run.join("number");
+        // Layers P P - S: positional layers use plane 0, symbolic plane 3.
+        write(
+            &number.join("scores.jsonl"),
+            &scores(
+                &[(0.99, 0.01), (0.98, 0.02), (0.5, 0.5), (0.01, 0.99)],
+                200,
+                &[0, 0, 1, 3],
+            ),
+        );
+        write(
+            &number.join("metrics.jsonl"),
+            &metrics([200, 300, 400, 500]),
+        );
+        write(&number.join("eval/step-000300-extra-0.json"), &eval(0.999));
+        write(
+            &number.join("lengthgen.csv"),
+            &lengths(&[(17, 1.0), (33, 0.5), (881, 0.01)]),
+        );
+        let letter = run.join("letter");
+        write(
+            &letter.join("scores.jsonl"),
+            &scores(
+                &[(0.01, 0.99), (0.3, 0.8), (0.02, 0.99), (0.05, 0.97)],
+                100,
+                &[3, 2, 3, 2],
+            ),
+        );
+        write(
+            &letter.join("metrics.jsonl"),
+            &metrics([300, 300, 400, 300]),
+        );
+        write(&letter.join("eval/step-000300-extra-0.json"), &eval(0.995));
+        write(
+            &letter.join("lengthgen.csv"),
+            &lengths(&[(17, 1.0), (81, 0.97), (881, 0.93)]),
+        );
+    }
+    let curve = |f: &dyn Fn(usize) -> (f64, f64)| {
+        let mut s = String::from("n,delta,bound,delta_max\n");
+        for n in 1..=120 {
+            let (d, b) = f(n);
+            s += &format!("{n},{d},{b},{d}\n");
+        }
+        s
+    };
+    let bound =
+        |n: usize| (1f64 - 0.866f64.cos()).min(2.0 * std::f64::consts::PI.powi(2) / (n * n) as f64);
+    write(
+        &root.join("theory/discrepancy-index.csv"),
+        &curve(&|n| (0.5 * bound(n), bound(n))),
+    );
+    write(
+        &root.join("theory/discrepancy-retrieval.csv"),
+        &curve(&|n| (0.3 - 0.001 * n as f64, 0.31)),
+    );
+}
+
+fn verdict_of(root: &Path, id: &str) -> Claim {
+    let files = StudyFiles::load(root, &[0, 1]).unwrap();
+    verdicts(&files, &Thresholds::default())
+        .into_iter()
+        .find(|c| c.id == id)
+        .unwrap()
+}
+
+#[test]
+fn every_claim_holds_on_files_that_meet_its_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
+    let claims = verdicts(&files, &Thresholds::default());
+    assert_eq!(claims.len(), 11);
+    for c in &claims {
+        assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
+        assert!(!c.measured.is_empty() && !c.threshold.is_empty());
+    }
+    let c = verdict_of(dir.path(), "number_positional_then_symbolic");
+    assert_eq!(c.measured[0], "seed 0: layers PP-S");
+    assert_eq!((c.holding, c.measured_count), (2, 2));
+    let c = verdict_of(dir.path(), "length_contrast");
+    assert!(
+        c.measured[0].contains("number first below 0.9 at length 33"),
+        "{c:?}"
+    );
+}
+
+/// Replaces `from` by `to` in one file of seed 1 and checks the claim flips to "does not hold"
+/// with 1 of 2 seeds holding.
+fn flips(file: &str, from: &str, to: &str, id: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    assert_eq!(verdict_of(dir.path(), id).verdict, Verdict::Holds, "{id}");
+    let path = dir.path().join("seed-1").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{file} has no {from:?}");
+    std::fs::write(&path, text.replace(from, to)).unwrap();
+    let c = verdict_of(dir.path(), id);
+    assert_eq!(c.verdict, Verdict::DoesNotHold, "{c:#?}");
+    assert_eq!((c.holding, c.measured_count), (1, 2), "{c:#?}");
+}
+
+#[test]
+fn each_claim_flips_when_its_numbers_do() {
+    flips(
+        "number/eval/step-000300-extra-0.json",
+        "0.999",
+        "0.98",
+        "both_tasks_learned",
+    );
+    // Layer 1 of the number model ends symbolic: P S - S has one positional layer.
+    let p1 = "\"step\":300,\"layer\":1,\"head\":0,\"s_pos\":0.98,\"s_sym\":0.02";
+    let s1 = "\"step\":300,\"layer\":1,\"head\":0,\"s_pos\":0.02,\"s_sym\":0.98";
+    flips(
+        "number/scores.jsonl",
+        p1,
+        s1,
+        "number_positional_then_symbolic",
+    );
+    // A positional head in the letter model.
+    let l1 = "\"step\":300,\"layer\":1,\"head\":0,\"s_pos\":0.3,\"s_sym\":0.8";
+    let l1p = "\"step\":300,\"layer\":1,\"head\":0,\"s_pos\":0.95,\"s_sym\":0.05";
+    flips("letter/scores.jsonl", l1, l1p, "letter_all_symbolic");
+    // Accuracy peaks at step 100, before the heads are pure (at 200).
+    flips(
+        "number/scores.jsonl",
+        "\"accuracy\":0.5",
+        "\"accuracy\":1.0",
+        "pure_before_accuracy_peak",
+    );
+    // Hop 3 of the number task learned (at 200) before hop 2 (at 300).
+    flips(
+        "number/metrics.jsonl",
+        "\"step\":200,\"val\":{\"accuracy\":0.5,\"loss\":1.0,\"n\":64,\"per_hop\":{\"1\":0.95,\"2\":0.2,\"3\":0.2",
+        "\"step\":200,\"val\":{\"accuracy\":0.5,\"loss\":1.0,\"n\":64,\"per_hop\":{\"1\":0.95,\"2\":0.2,\"3\":0.95",
+        "number_hops_in_order",
+    );
+    // The letter model never learns 1-hop samples.
+    flips(
+        "letter/metrics.jsonl",
+        "\"1\":0.95",
+        "\"1\":0.2",
+        "letter_hops_together",
+    );
+    // Positional heads on a low frequency (plane 3), above the symbolic mean.
+    flips(
+        "number/scores.jsonl",
+        "\"freq_mean_plane\":0.0,\"accuracy\":1.0",
+        "\"freq_mean_plane\":9.0,\"accuracy\":1.0",
+        "frequency_use",
+    );
+    // The letter model falls below 0.9 at 81: less than 4 x 33.
+    flips("letter/lengthgen.csv", ",0.97,", ",0.5,", "length_contrast");
+    flips(
+        "letter/lengthgen.csv",
+        ",0.97,",
+        ",0.85,",
+        "letter_50x_context",
+    );
+}
+
+#[test]
+fn theory_claims_flip_and_missing_files_are_not_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    let path = dir.path().join("theory/discrepancy-index.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Delta(50) above the theorem's bound.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("50,"))
+        .unwrap()
+        .to_owned();
+    let bound: f64 = line.split(',').nth(2).unwrap().parse().unwrap();
+    std::fs::write(
+        &path,
+        text.replace(&line, &format!("50,{},{bound},0", 1.5 * bound)),
+    )
+    .unwrap();
+    assert_eq!(
+        verdict_of(dir.path(), "index_discrepancy_decays").verdict,
+        Verdict::DoesNotHold
+    );
+    let path = dir.path().join("theory/discrepancy-retrieval.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("\n80,", "\n80,-0.1")).unwrap();
+    let files = StudyFiles::load(dir.path(), &[0, 1]);
+    // "-0.10.22" is not a number: the error names the file.
+    let err = files.unwrap_err().to_string();
+    assert!(err.contains("discrepancy-retrieval.csv"), "{err}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("80,"))
+        .unwrap()
+        .to_owned();
+    std::fs::write(&path, text.replace(&line, "80,0.01,0.31,0.01")).unwrap();
+    let c = verdict_of(dir.path(), "retrieval_discrepancy_holds");
+    assert_eq!(c.verdict, Verdict::DoesNotHold, "{c:#?}");
+
+    // Without lengthgen files, the length claims are not measured (never "holds").
+    for seed in [0, 1] {
+        for task in ["number", "letter"] {
+            std::fs::remove_file(dir.path().join(format!("seed-{seed}/{task}/lengthgen.csv")))
+                .unwrap();
+        }
+    }
+    std::fs::remove_dir_all(dir.path().join("theory")).unwrap();
+    let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
+    let claims = verdicts(&files, &Thresholds::default());
+    for id in [
+        "length_contrast",
+        "letter_50x_context",
+        "index_discrepancy_decays",
+        "retrieval_discrepancy_holds",
+    ] {
+        let c = claims.iter().find(|c| c.id == id).unwrap();
+        assert_eq!(c.verdict, Verdict::NotMeasured, "{c:#?}");
+    }
+    // A seed without runs makes every per-seed claim "not measured".
+    let files = StudyFiles::load(dir.path(), &[0, 1, 2]).unwrap();
+    let c = verdicts(&files, &Thresholds::default());
+    assert_eq!(c[0].verdict, Verdict::NotMeasured, "{:#?}", c[0]);
+}
