@@ -323,10 +323,77 @@ mod tests {
         let text = QUICK.replace("preset = \"quick\"", "preset = \"huge\"");
         let err = format!("{:#}", StudyConfig::parse(&text, "my.toml").unwrap_err());
         assert!(err.contains("unknown preset"), "{err}");
-        let text = QUICK.replace("seed = 0", "seed = 0\ncolour = \"red\"");
+        let text = QUICK.replace("seeds = [0, 1]", "seeds = [0, 1]\ncolour = \"red\"");
         let err = StudyConfig::parse(&text, "my.toml")
             .unwrap_err()
             .to_string();
         assert!(err.contains("colour"), "{err}");
+        for (from, to, needle) in [
+            ("seeds = [0, 1]", "seeds = []", "at least one seed"),
+            ("seeds = [0, 1]", "seeds = [4, 4]", "seed 4 is listed twice"),
+            ("lr = 0.001", "lr = -1.0", "lr"),
+            ("dropout = 0.1", "n_heads = 3\ndropout = 0.1", "[train]"),
+            (
+                "extras = [0, 16, 32, 64, 128, 256, 512, 850]",
+                "extras = []",
+                "[lengthgen]",
+            ),
+            ("gamma = 0.1", "gamma = 0.1\nbogus = 2", "bogus"),
+        ] {
+            assert!(QUICK.contains(from), "{from}");
+            let err = format!(
+                "{:#}",
+                StudyConfig::parse(&QUICK.replace(from, to), "my.toml").unwrap_err()
+            );
+            assert!(
+                err.contains("my.toml") && err.contains(needle),
+                "{to}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn train_overrides_reach_the_run_config() {
+        let quick = StudyConfig::embedded(false);
+        let run = quick
+            .train
+            .run_config(ropelab_tasks::TaskKind::Letter, 7, &quick.tasks)
+            .unwrap();
+        assert_eq!(run.seed, 7);
+        assert_eq!(run.data.train, quick.tasks.train);
+        assert_eq!(
+            (
+                run.optim.steps,
+                run.optim.lr,
+                run.optim.beta1,
+                run.optim.warmup
+            ),
+            (3000, 1e-3, 0.95, 300)
+        );
+        assert_eq!((run.optim.eval_every, run.optim.save_every), (100, 150));
+        assert_eq!(
+            (run.model.n_layers, run.model.d_model, run.model.dropout),
+            (6, 64, 0.1)
+        );
+        let text = QUICK.replace("dropout = 0.1", "dropout = 0.1\nd_model = 32\nn_heads = 2");
+        let c = StudyConfig::parse(&text, "x.toml").unwrap();
+        let run = c
+            .train
+            .run_config(ropelab_tasks::TaskKind::Number, 0, &c.tasks)
+            .unwrap();
+        assert_eq!((run.model.d_model, run.model.n_heads), (32, 2));
+        assert_eq!(
+            run.model.position,
+            ropelab_model::PositionEncoding::gptj(16)
+        );
+        // The paper study is the paper preset, untouched.
+        let paper = StudyConfig::embedded(true);
+        let run = paper
+            .train
+            .run_config(ropelab_tasks::TaskKind::Number, 0, &paper.tasks)
+            .unwrap();
+        let mut preset = ropelab_train::Preset::Paper.config(ropelab_tasks::TaskKind::Number);
+        preset.data = run.data.clone();
+        assert_eq!(run, preset);
     }
 }
