@@ -335,6 +335,22 @@ fn hop_steps(val: &[(usize, Accuracy)], threshold: f64) -> BTreeMap<usize, Optio
     out
 }
 
+/// When each hop count of a run is learned: (description, every hop count learned, learned in
+/// order of hop count, spread of the learned steps as a fraction of the run's steps).
+fn hop_timing(r: &RunFiles, threshold: f64) -> (String, bool, bool, f64) {
+    let steps = hop_steps(&r.val, threshold);
+    let learned: Vec<usize> = steps.values().filter_map(|s| *s).collect();
+    let all = learned.len() == steps.len();
+    let ordered = learned.windows(2).all(|w| w[0] <= w[1]);
+    let spread = learned.iter().max().unwrap_or(&0) - learned.iter().min().unwrap_or(&0);
+    let text = format!(
+        "learned at {} (spread {spread} of {} steps)",
+        fmt_steps(&steps),
+        r.steps
+    );
+    (text, all, ordered, spread as f64 / r.steps.max(1) as f64)
+}
+
 fn fmt_steps(steps: &BTreeMap<usize, Option<usize>>) -> String {
     steps
         .iter()
@@ -510,21 +526,8 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         ),
         per_seed(files, |s| match &s.number {
             Some(r) if !r.val.is_empty() => {
-                let steps = hop_steps(&r.val, t.hop_accuracy);
-                let learned: Vec<usize> = steps.values().filter_map(|s| *s).collect();
-                let all = learned.len() == steps.len();
-                let ordered = learned.windows(2).all(|w| w[0] <= w[1]);
-                let spread =
-                    learned.iter().max().unwrap_or(&0) - learned.iter().min().unwrap_or(&0);
-                let ok = all && ordered && spread as f64 > t.hop_spread * r.steps as f64;
-                (
-                    format!(
-                        "learned at {} (spread {spread} of {} steps)",
-                        fmt_steps(&steps),
-                        r.steps
-                    ),
-                    Some(ok),
-                )
+                let (text, all, ordered, spread) = hop_timing(r, t.hop_accuracy);
+                (text, Some(all && ordered && spread > t.hop_spread))
             }
             _ => ("no validation metrics".into(), None),
         }),
@@ -541,20 +544,8 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         ),
         per_seed(files, |s| match &s.letter {
             Some(r) if !r.val.is_empty() => {
-                let steps = hop_steps(&r.val, t.hop_accuracy);
-                let learned: Vec<usize> = steps.values().filter_map(|s| *s).collect();
-                let all = learned.len() == steps.len();
-                let spread =
-                    learned.iter().max().unwrap_or(&0) - learned.iter().min().unwrap_or(&0);
-                let ok = all && spread as f64 <= t.hop_spread * r.steps as f64;
-                (
-                    format!(
-                        "learned at {} (spread {spread} of {} steps)",
-                        fmt_steps(&steps),
-                        r.steps
-                    ),
-                    Some(ok),
-                )
+                let (text, all, _, spread) = hop_timing(r, t.hop_accuracy);
+                (text, Some(all && spread <= t.hop_spread))
             }
             _ => ("no validation metrics".into(), None),
         }),

@@ -13,8 +13,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use candle_core::Device;
-use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, HookKind, HookPoint, Hooks};
+use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
 use ropelab_tasks::{Dataset, Split, Task};
+use ropelab_train::data::Tally;
 use ropelab_train::{batch_for_budget, RunDir};
 use serde::{Deserialize, Serialize};
 
@@ -138,8 +139,7 @@ pub fn measure(model: &GptJ, data: &Dataset, memory: usize) -> Result<LengthRow>
     let heads = c.n_heads;
     let mut margin = vec![0f64; c.n_layers * heads];
     let mut top = vec![0f64; c.n_layers * heads];
-    let (mut correct, mut loss_sum) = (0usize, 0f64);
-    let mut per_hop: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut tally = Tally::default();
     let indices: Vec<usize> = (0..data.len()).collect();
     for chunk in indices.chunks(batch) {
         let b = ropelab_train::data::batch(data, chunk, model.device())?;
@@ -147,18 +147,7 @@ pub fn measure(model: &GptJ, data: &Dataset, memory: usize) -> Result<LengthRow>
         let x = model.trunk(&b.ids, &mut hooks, None)?; // [batch, pos, d_model]
         let last = x.narrow(1, len - 1, 1)?.squeeze(1)?; // [batch, d_model]
         let logits = model.unembed(&last)?; // [batch, vocab]
-        let loss: f32 = cross_entropy(&logits, &b.targets)?.to_scalar()?;
-        loss_sum += f64::from(loss) * chunk.len() as f64;
-        let predicted = argmax_last(&logits)?;
-        let targets: Vec<u32> = b.targets.to_vec1()?;
-        for ((p, t), h) in predicted.iter().zip(&targets).zip(&b.hops) {
-            let entry = per_hop.entry(*h).or_default();
-            entry.1 += 1;
-            if p == t {
-                correct += 1;
-                entry.0 += 1;
-            }
-        }
+        tally.add(&logits, &b)?;
         for layer in 0..c.n_layers {
             let scores = last_rows(&hooks, HookPoint::new(layer, HookKind::AttnScores))?;
             let pattern = last_rows(&hooks, HookPoint::new(layer, HookKind::Pattern))?;
@@ -170,17 +159,15 @@ pub fn measure(model: &GptJ, data: &Dataset, memory: usize) -> Result<LengthRow>
         }
     }
     let n = data.len();
+    let acc = tally.finish();
     Ok(LengthRow {
         step: 0,
         extra: data.extra(),
         length: len,
         n,
-        accuracy: correct as f64 / n as f64,
-        loss: loss_sum / n as f64,
-        per_hop: per_hop
-            .into_iter()
-            .map(|(h, (c, t))| (h, c as f64 / t as f64))
-            .collect(),
+        accuracy: acc.accuracy,
+        loss: acc.loss,
+        per_hop: acc.per_hop,
         heads: (0..c.n_layers * heads)
             .map(|i| HeadMargin {
                 layer: i / heads,

@@ -94,34 +94,58 @@ pub fn batch_for_budget(config: &ModelConfig, seq_len: usize, budget: usize) -> 
 pub fn evaluate(model: &GptJ, dataset: &Dataset, memory: usize) -> Result<Accuracy> {
     let model = &model.clone().frozen();
     let batch_size = batch_for_budget(model.config(), dataset.seq_len(), memory);
-    let mut correct = 0usize;
-    let mut loss_sum = 0f64;
-    let mut per_hop: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut tally = Tally::default();
     let indices: Vec<usize> = (0..dataset.len()).collect();
     for chunk in indices.chunks(batch_size) {
         let b = batch(dataset, chunk, model.device())?;
         let logits = model.forward_last(&b.ids, &mut Hooks::new(), None)?;
-        let loss: f32 = cross_entropy(&logits, &b.targets)?.to_scalar()?;
-        loss_sum += f64::from(loss) * chunk.len() as f64;
-        let predicted = argmax_last(&logits)?;
+        tally.add(&logits, &b)?;
+    }
+    Ok(tally.finish())
+}
+
+/// Running counts of last-token predictions: correct answers overall and per hop count, and
+/// the summed cross-entropy.
+#[derive(Debug, Default)]
+pub struct Tally {
+    n: usize,
+    correct: usize,
+    loss_sum: f64,
+    per_hop: BTreeMap<usize, (usize, usize)>,
+}
+
+impl Tally {
+    /// Adds a batch: `logits` [batch, vocab] at the query against the batch's answers.
+    pub fn add(&mut self, logits: &Tensor, b: &Batch) -> Result<()> {
+        let rows = b.hops.len();
+        let loss: f32 = cross_entropy(logits, &b.targets)?.to_scalar()?;
+        self.loss_sum += f64::from(loss) * rows as f64;
+        let predicted = argmax_last(logits)?;
         let targets: Vec<u32> = b.targets.to_vec1()?;
         for ((p, t), h) in predicted.iter().zip(&targets).zip(&b.hops) {
-            let entry = per_hop.entry(*h).or_default();
+            let entry = self.per_hop.entry(*h).or_default();
             entry.1 += 1;
             if p == t {
-                correct += 1;
+                self.correct += 1;
                 entry.0 += 1;
             }
         }
+        self.n += rows;
+        Ok(())
     }
-    let n = dataset.len();
-    Ok(Accuracy {
-        n,
-        accuracy: correct as f64 / n as f64,
-        loss: loss_sum / n as f64,
-        per_hop: per_hop
-            .into_iter()
-            .map(|(h, (c, t))| (h, c as f64 / t as f64))
-            .collect(),
-    })
+
+    /// The accuracy of everything added.
+    pub fn finish(self) -> Accuracy {
+        let n = self.n.max(1) as f64;
+        Accuracy {
+            n: self.n,
+            accuracy: self.correct as f64 / n,
+            loss: self.loss_sum / n,
+            per_hop: self
+                .per_hop
+                .into_iter()
+                .map(|(h, (c, t))| (h, c as f64 / t as f64))
+                .collect(),
+        }
+    }
 }
