@@ -37,6 +37,9 @@ pub struct ScoreArgs {
     /// Purity tolerance of the summary table, in (0, 0.5) (scores.jsonl has 0.1 and 0.05).
     #[arg(long, default_value_t = 0.1)]
     pub gamma: f64,
+    /// Memory budget of one captured batch in MiB (samples run in batches that fit it).
+    #[arg(long = "memory-mb", default_value = "256", value_parser = crate::output::parse_memory_mib)]
+    pub memory: usize,
 }
 
 /// Runs `ropelab score`.
@@ -47,6 +50,7 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         tau: args.tau,
         blocks: args.blocks.map(|m| m as usize),
         planes: args.planes,
+        memory: args.memory,
         ..ScoreOptions::default()
     };
     ropelab_analysis::dynamics::check_gamma(args.gamma)?;
