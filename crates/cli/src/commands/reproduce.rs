@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -208,38 +209,27 @@ fn run_jobs(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = parallel.unwrap_or(cores).clamp(1, jobs.len().max(1));
     let threads = (cores / workers).max(1);
+    let pools = (0..workers)
+        .map(|_| rayon::ThreadPoolBuilder::new().num_threads(threads).build())
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     let bars = MultiProgress::new();
-    let next = Mutex::new(0usize);
+    let next = AtomicUsize::new(0);
     let results: Vec<Mutex<Option<Result<Trained>>>> =
         jobs.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|scope| {
-        for _ in 0..workers {
+        for pool in &pools {
             scope.spawn(|| {
-                let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-                    Ok(p) => p,
-                    Err(e) => {
-                        let mut slot = results[0].lock().expect("no poisoned lock");
-                        *slot = Some(Err(e.into()));
-                        return;
-                    }
-                };
                 loop {
-                    let i = {
-                        let mut n = next.lock().expect("no poisoned lock");
-                        let i = *n;
-                        *n += 1;
-                        i
-                    };
+                    let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(&(seed, kind)) = jobs.get(i) else {
                         break;
                     };
                     let r = pool.install(|| run_job(config, seed, kind, out, &bars));
-                    let failed = r.is_err();
-                    *results[i].lock().expect("no poisoned lock") = Some(r);
-                    if failed {
+                    if r.is_err() {
                         // Stop handing out jobs; the error is reported below.
-                        *next.lock().expect("no poisoned lock") = jobs.len();
+                        next.store(jobs.len(), Ordering::SeqCst);
                     }
+                    *results[i].lock().expect("no poisoned lock") = Some(r);
                 }
             });
         }
@@ -252,7 +242,7 @@ fn run_jobs(
             None => {}
         }
     }
-    anyhow::ensure!(trained.len() == jobs.len(), "a job failed to start");
+    anyhow::ensure!(trained.len() == jobs.len(), "a job did not run");
     Ok(trained)
 }
 
