@@ -61,7 +61,20 @@ impl Command {
 
 /// A progress bar on standard error (drawn only when it is a terminal).
 pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len);
+    styled(indicatif::ProgressBar::new(len), what)
+}
+
+/// A progress bar drawn as one line of `bars` (several jobs at once).
+pub fn progress_in(
+    bars: &indicatif::MultiProgress,
+    len: u64,
+    what: &str,
+) -> indicatif::ProgressBar {
+    styled(bars.add(indicatif::ProgressBar::new(len)), what)
+}
+
+/// `bar` with ropelab's style and `what` as its message.
+fn styled(bar: indicatif::ProgressBar, what: &str) -> indicatif::ProgressBar {
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{msg:>16} [{bar:30}] {human_pos}/{human_len} {per_sec} eta {eta}",

@@ -21,8 +21,8 @@ use ropelab_train::eval::{eval_checkpoint, EvalReport};
 use ropelab_train::{RunDir, Trainer, EVAL_MEMORY};
 use serde::Serialize;
 
-use super::progress;
 use super::score::head_table;
+use super::{progress, progress_in};
 use crate::config::StudyConfig;
 use crate::output::{write_atomic, Output};
 
@@ -273,7 +273,7 @@ fn run_job(
     let label = format!("s{seed} {kind}");
     let start = Instant::now();
     let total = trainer.config().optim.steps;
-    let bar = bars.add(progress(total as u64, &format!("train {label}")));
+    let bar = progress_in(bars, total as u64, &format!("train {label}"));
     bar.set_position(trainer.step() as u64);
     trainer.run(|p| {
         bar.set_position(p.step as u64);
@@ -295,7 +295,7 @@ fn run_job(
     let scores: Vec<HeadStep> = if scores_path.exists() {
         read_scores(&scores_path)?
     } else {
-        let bar = bars.add(progress(0, &format!("score {label}")));
+        let bar = progress_in(bars, 0, &format!("score {label}"));
         let options = ScoreOptions {
             samples: config.score.samples,
             ..ScoreOptions::default()
@@ -304,6 +304,7 @@ fn run_job(
             bar.set_length(total as u64);
             bar.set_position(done as u64);
         })?;
+        bar.finish_and_clear();
         bars.remove(&bar);
         scored.lines
     };
@@ -322,13 +323,15 @@ fn run_job(
             step: None,
             memory: EVAL_MEMORY,
         };
-        let bar = bars.add(progress(
+        let bar = progress_in(
+            bars,
             options.extras.len() as u64,
             &format!("length {label}"),
-        ));
+        );
         let rows = length_generalisation(&dir, &options, &device, |done, _| {
             bar.set_position(done as u64)
         })?;
+        bar.finish_and_clear();
         bars.remove(&bar);
         write_atomic(&lengths_path, to_csv(&rows).as_bytes())?;
         rows
