@@ -9,34 +9,17 @@ use rand_distr::{Distribution, Normal};
 
 use crate::attention::attend;
 use crate::hooks::{HookKind, HookPoint, Hooks};
+use crate::layout::{BlockParams, GptjLayout, OuterParams};
 use crate::ops::{layer_norm, Dropout};
 use crate::{ModelConfig, Result};
 
-/// Parameters of one block (Hugging Face GPT-J names in comments).
-#[derive(Debug, Clone)]
-struct Block {
-    ln_w: Var,     // ln_1.weight [d_model]
-    ln_b: Var,     // ln_1.bias [d_model]
-    q: Var,        // attn.q_proj.weight [heads * d_head, d_model]
-    k: Var,        // attn.k_proj.weight
-    v: Var,        // attn.v_proj.weight
-    o: Var,        // attn.out_proj.weight [d_model, heads * d_head]
-    fc_in_w: Var,  // mlp.fc_in.weight [d_mlp, d_model]
-    fc_in_b: Var,  // mlp.fc_in.bias [d_mlp]
-    fc_out_w: Var, // mlp.fc_out.weight [d_model, d_mlp]
-    fc_out_b: Var, // mlp.fc_out.bias [d_model]
-}
-
-/// A GPT-J-style decoder whose parameters are candle `Var`s (trainable in place).
+/// A GPT-J-style decoder whose parameters are candle `Var`s (trainable in place), stored in
+/// the order of its [`GptjLayout`].
 #[derive(Debug, Clone)]
 pub struct GptJ {
     config: ModelConfig,
-    wte: Var, // transformer.wte.weight [vocab, d_model]
-    blocks: Vec<Block>,
-    ln_f_w: Var,            // transformer.ln_f.weight
-    ln_f_b: Var,            // transformer.ln_f.bias
-    lm_head_w: Option<Var>, // lm_head.weight [vocab, d_model] (None when tied)
-    lm_head_b: Var,         // lm_head.bias [vocab]
+    layout: GptjLayout,
+    vars: Vec<Var>, // one per tensor of the layout, in its order
     device: Device,
     /// Forward passes read detached parameters: no autograd graph is kept (see [`GptJ::frozen`]).
     frozen: bool,
@@ -57,111 +40,40 @@ impl GptJ {
     /// LayerNorm weights 1, the padding row of the embedding 0. `seed` fixes every value.
     pub fn new(config: ModelConfig, seed: u64, device: &Device) -> Result<Self> {
         config.check()?;
-        let names = Self::names(&config);
-        let shapes = Self::shapes(&config);
-        let tensors = names
+        let layout = GptjLayout::new(&config);
+        let tensors = layout
+            .params()
+            .specs()
             .iter()
-            .zip(&shapes)
             .enumerate()
-            .map(|(i, (name, shape))| init(name, shape, seed, i as u64, device))
+            .map(|(i, spec)| init(&spec.name, &spec.shape, seed, i as u64, device))
             .collect::<Result<Vec<_>>>()?;
-        Self::from_tensors(config, tensors, device)
+        Self::from_tensors(config, layout, tensors, device)
     }
 
-    /// Builds the model from tensors in [`GptJ::names`] order (shapes already checked).
-    fn from_tensors(config: ModelConfig, tensors: Vec<Tensor>, device: &Device) -> Result<Self> {
-        let mut it = tensors.into_iter().map(|t| Var::from_tensor(&t));
-        let mut next = || it.next().expect("one tensor per name");
-        let wte = next()?;
-        let blocks = (0..config.n_layers)
-            .map(|_| {
-                Ok(Block {
-                    ln_w: next()?,
-                    ln_b: next()?,
-                    q: next()?,
-                    k: next()?,
-                    v: next()?,
-                    o: next()?,
-                    fc_in_w: next()?,
-                    fc_in_b: next()?,
-                    fc_out_w: next()?,
-                    fc_out_b: next()?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let ln_f_w = next()?;
-        let ln_f_b = next()?;
-        let lm_head_w = if config.tied_embeddings {
-            None
-        } else {
-            Some(next()?)
-        };
-        let lm_head_b = next()?;
+    /// Builds the model from tensors in layout order (shapes already checked).
+    fn from_tensors(
+        config: ModelConfig,
+        layout: GptjLayout,
+        tensors: Vec<Tensor>,
+        device: &Device,
+    ) -> Result<Self> {
+        let vars = tensors
+            .iter()
+            .map(Var::from_tensor)
+            .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self {
             config,
-            wte,
-            blocks,
-            ln_f_w,
-            ln_f_b,
-            lm_head_w,
-            lm_head_b,
+            layout,
+            vars,
             device: device.clone(),
             frozen: false,
         })
     }
 
-    /// Hugging Face GPT-J names of every parameter, in a fixed order.
-    pub fn names(config: &ModelConfig) -> Vec<String> {
-        let mut names = vec!["transformer.wte.weight".to_owned()];
-        for i in 0..config.n_layers {
-            for suffix in [
-                "ln_1.weight",
-                "ln_1.bias",
-                "attn.q_proj.weight",
-                "attn.k_proj.weight",
-                "attn.v_proj.weight",
-                "attn.out_proj.weight",
-                "mlp.fc_in.weight",
-                "mlp.fc_in.bias",
-                "mlp.fc_out.weight",
-                "mlp.fc_out.bias",
-            ] {
-                names.push(format!("transformer.h.{i}.{suffix}"));
-            }
-        }
-        names.push("transformer.ln_f.weight".into());
-        names.push("transformer.ln_f.bias".into());
-        if !config.tied_embeddings {
-            names.push("lm_head.weight".into());
-        }
-        names.push("lm_head.bias".into());
-        names
-    }
-
-    /// Shapes matching [`GptJ::names`].
-    pub fn shapes(config: &ModelConfig) -> Vec<Vec<usize>> {
-        let (v, d, m) = (config.vocab_size, config.d_model, config.d_mlp);
-        let mut shapes = vec![vec![v, d]];
-        for _ in 0..config.n_layers {
-            shapes.extend([
-                vec![d],
-                vec![d],
-                vec![d, d],
-                vec![d, d],
-                vec![d, d],
-                vec![d, d],
-                vec![m, d],
-                vec![m],
-                vec![d, m],
-                vec![d],
-            ]);
-        }
-        shapes.extend([vec![d], vec![d]]);
-        if !config.tied_embeddings {
-            shapes.push(vec![v, d]);
-        }
-        shapes.push(vec![v]);
-        shapes
+    /// This model's parameter layout.
+    pub fn layout(&self) -> &GptjLayout {
+        &self.layout
     }
 
     /// Builds a model from named tensors (e.g. a safetensors file); `origin` names the source
@@ -173,9 +85,11 @@ impl GptJ {
         device: &Device,
     ) -> Result<Self> {
         config.check()?;
+        let layout = GptjLayout::new(&config);
         let mut tensors = Vec::new();
-        for (name, shape) in Self::names(&config).into_iter().zip(Self::shapes(&config)) {
-            let t = named.remove(&name).ok_or_else(|| {
+        for spec in layout.params().specs() {
+            let (name, shape) = (&spec.name, &spec.shape);
+            let t = named.remove(name).ok_or_else(|| {
                 crate::ModelError::checkpoint(origin, format!("tensor {name} is missing"))
             })?;
             if t.dims() != shape.as_slice() {
@@ -199,7 +113,7 @@ impl GptJ {
                 format!("unexpected tensor {extra} (does the config match the weights?)"),
             ));
         }
-        Self::from_tensors(config, tensors, device)
+        Self::from_tensors(config, layout, tensors, device)
     }
 
     /// The configuration.
@@ -212,29 +126,25 @@ impl GptJ {
         &self.device
     }
 
-    /// Every parameter with its Hugging Face name, in [`GptJ::names`] order.
+    /// Every parameter with its Hugging Face name, in layout order.
     pub fn named_vars(&self) -> Vec<(String, &Var)> {
-        let mut vars = vec![&self.wte];
-        for b in &self.blocks {
-            vars.extend([
-                &b.ln_w,
-                &b.ln_b,
-                &b.q,
-                &b.k,
-                &b.v,
-                &b.o,
-                &b.fc_in_w,
-                &b.fc_in_b,
-                &b.fc_out_w,
-                &b.fc_out_b,
-            ]);
-        }
-        vars.extend([&self.ln_f_w, &self.ln_f_b]);
-        if let Some(w) = &self.lm_head_w {
-            vars.push(w);
-        }
-        vars.push(&self.lm_head_b);
-        Self::names(&self.config).into_iter().zip(vars).collect()
+        self.layout
+            .params()
+            .specs()
+            .iter()
+            .map(|s| s.name.clone())
+            .zip(&self.vars)
+            .collect()
+    }
+
+    /// Block `layer`'s parameters as forward passes read them.
+    fn block_params(&self, layer: usize) -> BlockParams<Tensor> {
+        self.layout.block(layer).map(|&i| self.param(&self.vars[i]))
+    }
+
+    /// The parameters outside the blocks as forward passes read them.
+    fn outer_params(&self) -> OuterParams<Tensor> {
+        self.layout.outer().map(|&i| self.param(&self.vars[i]))
     }
 
     /// Logits at every position: ids [batch, pos] (u32) -> [batch, pos, vocab].
@@ -270,7 +180,8 @@ impl GptJ {
         let c = &self.config;
         hooks.check(c.n_layers, c.n_heads, c.d_head() / 2)?;
         let (b, t) = ids.dims2()?;
-        let emb = self.param(&self.wte).index_select(&ids.flatten_all()?, 0)?;
+        let wte = self.param(&self.vars[self.layout.outer().wte]);
+        let emb = wte.index_select(&ids.flatten_all()?, 0)?;
         let mut x = emb.reshape((b, t, c.d_model))?;
         if let Some(d) = dropout.as_deref_mut() {
             x = d.apply(&x)?;
@@ -283,14 +194,9 @@ impl GptJ {
 
     /// Final LayerNorm and unembedding: [..., d_model] -> [..., vocab].
     pub fn unembed(&self, x: &Tensor) -> Result<Tensor> {
-        let h = layer_norm(
-            x,
-            &self.param(&self.ln_f_w),
-            &self.param(&self.ln_f_b),
-            self.config.ln_eps,
-        )?;
-        let w = self.lm_head_w.as_ref().unwrap_or(&self.wte);
-        Ok(linear(&h, &self.param(w))?.broadcast_add(&self.param(&self.lm_head_b))?)
+        let p = self.outer_params();
+        let h = layer_norm(x, &p.ln_f_w, &p.ln_f_b, self.config.ln_eps)?;
+        Ok(linear(&h, p.unembedding())?.broadcast_add(&p.lm_head_b)?)
     }
 
     /// One block: x [batch, pos, d_model] -> x + Attn(LN(x)) + MLP(LN(x)), positions 0..pos.
@@ -301,20 +207,14 @@ impl GptJ {
         hooks: &mut Hooks,
         mut dropout: Option<&mut Dropout>,
     ) -> Result<Tensor> {
-        let blk = &self.blocks[layer];
+        let p = self.block_params(layer);
         let x = hooks.point(HookPoint::new(layer, HookKind::ResidPre), x.clone())?;
-        let h = layer_norm(
-            &x,
-            &self.param(&blk.ln_w),
-            &self.param(&blk.ln_b),
-            self.config.ln_eps,
-        )?;
-        let mut attn = self.attention(layer, &h, hooks, dropout.as_deref_mut())?;
-        let hidden = linear(&h, &self.param(&blk.fc_in_w))?
-            .broadcast_add(&self.param(&blk.fc_in_b))?
+        let h = layer_norm(&x, &p.ln_w, &p.ln_b, self.config.ln_eps)?;
+        let mut attn = self.attention(layer, &p, &h, hooks, dropout.as_deref_mut())?;
+        let hidden = linear(&h, &p.fc_in_w)?
+            .broadcast_add(&p.fc_in_b)?
             .gelu_erf()?;
-        let mlp = linear(&hidden, &self.param(&blk.fc_out_w))?
-            .broadcast_add(&self.param(&blk.fc_out_b))?;
+        let mlp = linear(&hidden, &p.fc_out_w)?.broadcast_add(&p.fc_out_b)?;
         let mut mlp = hooks.point(HookPoint::new(layer, HookKind::MlpOut), mlp)?;
         if let Some(d) = dropout {
             attn = d.apply(&attn)?;
@@ -327,37 +227,34 @@ impl GptJ {
     fn attention(
         &self,
         layer: usize,
+        p: &BlockParams<Tensor>,
         h: &Tensor,
         hooks: &mut Hooks,
         dropout: Option<&mut Dropout>,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let blk = &self.blocks[layer];
         let (b, t, _) = h.dims3()?;
         let (n_heads, d_head) = (c.n_heads, c.d_head());
         let point = |kind| HookPoint::new(layer, kind);
-        let heads = |w: &Var| -> Result<Tensor> {
-            Ok(linear(h, &self.param(w))?
+        let heads = |w: &Tensor| -> Result<Tensor> {
+            Ok(linear(h, w)?
                 .reshape((b, t, n_heads, d_head))?
                 .transpose(1, 2)?
                 .contiguous()?) // [batch, heads, pos, d_head]
         };
         let position = c.layer_position(layer).clone();
         let planes = |p| position.plane_dims(p);
-        let q = hooks.restrict(layer, heads(&blk.q)?, planes)?;
+        let q = hooks.restrict(layer, heads(&p.q)?, planes)?;
         let q = hooks.point(point(HookKind::Q), q)?;
-        let k = hooks.restrict(layer, heads(&blk.k)?, planes)?;
+        let k = hooks.restrict(layer, heads(&p.k)?, planes)?;
         let k = hooks.point(point(HookKind::K), k)?;
-        let v = hooks.point(point(HookKind::V), heads(&blk.v)?)?;
+        let v = hooks.point(point(HookKind::V), heads(&p.v)?)?;
         let scale = 1.0 / (d_head as f64).sqrt();
         let z = attend(layer, q, k, &v, &position, scale, hooks, dropout)?;
         let z = hooks.ablate(layer, z)?; // [batch, heads, pos, d_head]
         let z = hooks.point(point(HookKind::Z), z)?;
         let merged = z.transpose(1, 2)?.reshape((b, t, n_heads * d_head))?;
-        hooks.point(
-            point(HookKind::AttnOut),
-            linear(&merged, &self.param(&blk.o))?,
-        )
+        hooks.point(point(HookKind::AttnOut), linear(&merged, &p.o)?)
     }
 }
 
@@ -365,11 +262,16 @@ impl GptJ {
     /// A copy of the model with every parameter in `dtype` (e.g. f64 for gradient checks).
     pub fn to_dtype(&self, dtype: DType) -> Result<Self> {
         let tensors = self
-            .named_vars()
-            .into_iter()
-            .map(|(_, v)| Ok(v.as_tensor().to_dtype(dtype)?))
+            .vars
+            .iter()
+            .map(|v| Ok(v.as_tensor().to_dtype(dtype)?))
             .collect::<Result<Vec<_>>>()?;
-        Self::from_tensors(self.config.clone(), tensors, &self.device)
+        Self::from_tensors(
+            self.config.clone(),
+            self.layout.clone(),
+            tensors,
+            &self.device,
+        )
     }
 
     /// The same model for inference only: forward passes read detached parameters, so candle
@@ -397,7 +299,7 @@ impl GptJ {
 
     /// The dtype of the parameters.
     pub fn dtype(&self) -> DType {
-        self.wte.dtype()
+        self.vars[self.layout.outer().wte].dtype()
     }
 }
 

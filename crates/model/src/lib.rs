@@ -14,6 +14,7 @@ mod error;
 mod gptj;
 pub mod hooks;
 pub mod kernel;
+pub mod layout;
 pub mod ops;
 pub mod rope;
 
@@ -21,3 +22,4 @@ pub use config::{ModelConfig, PositionEncoding, RopeLayout, Rotation};
 pub use error::{ModelError, Result};
 pub use gptj::{argmax_last, GptJ};
 pub use hooks::{Ablation, HookKind, HookPoint, Hooks, Intervention};
+pub use layout::{BlockParams, GptjLayout, OuterParams, ParamLayout, ParamSpec};

@@ -123,7 +123,10 @@ fn gradients_match_finite_differences_in_f64() {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 3 * GptJ::names(&config).len());
+        assert_eq!(
+            checked,
+            3 * ropelab_model::GptjLayout::new(&config).params().len()
+        );
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use candle_core::{backprop::GradStore, Tensor, Var};
-use ropelab_model::kernel::FlatParams;
+use ropelab_model::{ParamLayout, ParamSpec};
 
 use crate::{OptimConfig, Result, TrainError};
 
@@ -20,20 +20,12 @@ pub fn lr_at(step: usize, optim: &OptimConfig) -> f64 {
     optim.lr * (remaining / span).clamp(0.0, 1.0)
 }
 
-/// Whether a parameter is decayed: weights of Linear and embedding layers are, biases and
-/// LayerNorm weights are not (the Hugging Face Trainer's convention).
-pub fn decays(name: &str) -> bool {
-    !(name.ends_with(".bias") || name.contains("ln_"))
-}
-
 /// AdamW moments for every parameter of a model, kept flat in host memory so that the fused
 /// kernel and the candle path share one update ([`AdamW::step_flat`], [`AdamW::step`]).
 #[derive(Debug)]
 pub struct AdamW {
     config: OptimConfig,
-    names: Vec<String>,
-    shapes: Vec<Vec<usize>>,
-    offsets: Vec<usize>,
+    layout: ParamLayout,
     m: Vec<f32>,
     v: Vec<f32>,
     t: usize,
@@ -82,23 +74,16 @@ impl Update {
 }
 
 impl AdamW {
-    /// Zero moments for the named parameters `vars` (e.g. `GptJ::named_vars`).
-    pub fn new(vars: &[(String, &Var)], config: &OptimConfig) -> Result<Self> {
-        let mut offsets = Vec::with_capacity(vars.len());
-        let mut total = 0;
-        for (_, var) in vars {
-            offsets.push(total);
-            total += var.elem_count();
-        }
-        Ok(Self {
+    /// Zero moments for the parameters of `layout` (e.g. `GptJ::layout().params()`); the
+    /// layout also says which parameters are decayed.
+    pub fn new(layout: &ParamLayout, config: &OptimConfig) -> Self {
+        Self {
             config: config.clone(),
-            names: vars.iter().map(|(n, _)| n.clone()).collect(),
-            shapes: vars.iter().map(|(_, v)| v.dims().to_vec()).collect(),
-            offsets,
-            m: vec![0.0; total],
-            v: vec![0.0; total],
+            layout: layout.clone(),
+            m: vec![0.0; layout.total()],
+            v: vec![0.0; layout.total()],
             t: 0,
-        })
+        }
     }
 
     /// Number of updates applied so far.
@@ -120,58 +105,66 @@ impl AdamW {
         }
     }
 
-    fn decay_of(&self, i: usize) -> f32 {
-        if decays(&self.names[i]) {
+    fn decay_of(&self, spec: &ParamSpec) -> f32 {
+        if spec.decay {
             self.config.weight_decay as f32
         } else {
             0.0
         }
     }
 
-    fn range(&self, i: usize) -> std::ops::Range<usize> {
-        let n: usize = self.shapes[i].iter().product();
-        self.offsets[i]..self.offsets[i] + n
+    /// Fails unless `vars` are the layout's parameters, in its order.
+    fn check_vars(&self, vars: &[(String, &Var)]) -> Result<()> {
+        let specs = self.layout.specs();
+        let same = vars.len() == specs.len()
+            && specs
+                .iter()
+                .zip(vars)
+                .all(|(s, (name, var))| &s.name == name && s.shape == var.dims());
+        if !same {
+            return Err(TrainError::Config(
+                "the optimizer was built for other parameters than those it is asked to update"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
-    /// Applies one update with learning rate `lr` to `vars` (the same list as at creation,
-    /// f32 parameters); parameters without a gradient are left alone.
+    /// Applies one update with learning rate `lr` to `vars` (f32 parameters in layout order,
+    /// named as in the layout); parameters without a gradient are left alone.
     pub fn step(&mut self, vars: &[(String, &Var)], grads: &GradStore, lr: f64) -> Result<()> {
+        self.check_vars(vars)?;
         let u = self.next_update(lr);
-        for (i, (_, var)) in vars.iter().enumerate() {
+        for (spec, (_, var)) in self.layout.specs().iter().zip(vars) {
             let Some(g) = grads.get(var.as_tensor()) else {
                 continue;
             };
             let g: Vec<f32> = g.flatten_all()?.to_vec1()?;
             let mut p: Vec<f32> = var.as_tensor().flatten_all()?.to_vec1()?;
-            let (r, decay) = (self.range(i), self.decay_of(i));
+            let (r, decay) = (spec.range(), self.decay_of(spec));
             u.apply_parallel(&mut p, &g, &mut self.m[r.clone()], &mut self.v[r], decay);
             var.set(&Tensor::from_vec(p, var.shape(), var.device())?)?;
         }
         Ok(())
     }
 
-    /// Applies one update with learning rate `lr` to flat parameters (laid out as the vars at
-    /// creation) from flat gradients: the fused path.
-    pub fn step_flat(
-        &mut self,
-        params: &mut FlatParams,
-        grads: &FlatParams,
-        lr: f64,
-    ) -> Result<()> {
-        if params.values.len() != self.m.len() || grads.values.len() != self.m.len() {
+    /// Applies one update with learning rate `lr` to flat parameters (laid out by the layout
+    /// given at creation, e.g. `FlatParams::values`) from flat gradients: the fused path.
+    pub fn step_flat(&mut self, params: &mut [f32], grads: &[f32], lr: f64) -> Result<()> {
+        if params.len() != self.m.len() || grads.len() != self.m.len() {
             return Err(TrainError::Config(format!(
                 "the optimizer holds {} values, got {} parameters and {} gradients",
                 self.m.len(),
-                params.values.len(),
-                grads.values.len()
+                params.len(),
+                grads.len()
             )));
         }
         let u = self.next_update(lr);
-        for i in 0..self.names.len() {
-            let (r, decay) = (self.range(i), self.decay_of(i));
+        for spec in self.layout.specs() {
+            let (r, decay) = (spec.range(), self.decay_of(spec));
             u.apply_parallel(
-                &mut params.values[r.clone()],
-                &grads.values[r.clone()],
+                &mut params[r.clone()],
+                &grads[r.clone()],
                 &mut self.m[r.clone()],
                 &mut self.v[r],
                 decay,
@@ -183,9 +176,8 @@ impl AdamW {
     /// The moments as named tensors (`m.NAME`, `v.NAME`) on the CPU.
     pub fn state(&self) -> Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
-        for (i, name) in self.names.iter().enumerate() {
-            let r = self.range(i);
-            let shape = self.shapes[i].as_slice();
+        for spec in self.layout.specs() {
+            let (name, r, shape) = (&spec.name, spec.range(), spec.shape.as_slice());
             let cpu = &candle_core::Device::Cpu;
             out.insert(
                 format!("m.{name}"),
@@ -201,18 +193,18 @@ impl AdamW {
 
     /// Restores moments saved by [`AdamW::state`] after `updates` updates.
     pub fn restore(&mut self, mut state: HashMap<String, Tensor>, updates: usize) -> Result<()> {
-        for i in 0..self.names.len() {
-            let r = self.range(i);
+        for spec in self.layout.specs() {
+            let r = spec.range();
             for prefix in ["m", "v"] {
-                let key = format!("{prefix}.{}", self.names[i]);
+                let key = format!("{prefix}.{}", spec.name);
                 let t = state
                     .remove(&key)
                     .ok_or_else(|| TrainError::Config(format!("optimizer state lacks {key}")))?;
-                if t.dims() != self.shapes[i].as_slice() {
+                if t.dims() != spec.shape.as_slice() {
                     return Err(TrainError::Config(format!(
                         "optimizer state {key} has shape {:?}, expected {:?}",
                         t.dims(),
-                        self.shapes[i]
+                        spec.shape
                     )));
                 }
                 let values: Vec<f32> = t
@@ -249,15 +241,6 @@ mod tests {
         assert_eq!(lr_at(7000, &o), 0.0);
     }
 
-    #[test]
-    fn decay_skips_biases_and_layer_norms() {
-        assert!(decays("transformer.h.0.attn.q_proj.weight"));
-        assert!(decays("transformer.wte.weight"));
-        assert!(!decays("transformer.h.0.ln_1.weight"));
-        assert!(!decays("transformer.ln_f.weight"));
-        assert!(!decays("lm_head.bias"));
-    }
-
     /// Three AdamW updates against the closed form on a scalar problem (loss = p^3).
     #[test]
     fn updates_match_the_closed_form() {
@@ -269,7 +252,9 @@ mod tests {
         for (name, decayed) in [("w.weight", true), ("w.bias", false)] {
             let x = Var::new(&[2.0f32], &dev).unwrap();
             let vars = vec![(name.to_owned(), &x)];
-            let mut opt = AdamW::new(&vars, &config).unwrap();
+            let mut layout = ParamLayout::new();
+            layout.push(name, vec![1], decayed);
+            let mut opt = AdamW::new(&layout, &config);
             let (mut m, mut v, mut p) = (0.0f64, 0.0f64, 2.0f64);
             for t in 1..=3 {
                 let grads = x
@@ -308,13 +293,12 @@ mod tests {
         let w = Var::new(&[[0.5f32, -1.0], [2.0, 0.25]], &dev).unwrap();
         let b = Var::new(&[0.1f32, -0.2], &dev).unwrap();
         let vars = vec![("a.weight".to_owned(), &w), ("a.bias".to_owned(), &b)];
-        let mut per_var = AdamW::new(&vars, &config).unwrap();
-        let mut flat = AdamW::new(&vars, &config).unwrap();
-        let mut params = FlatParams {
-            values: vec![0.5, -1.0, 2.0, 0.25, 0.1, -0.2],
-            offsets: vec![0, 4],
-            shapes: vec![vec![2, 2], vec![2]],
-        };
+        let mut layout = ParamLayout::new();
+        layout.push("a.weight", vec![2, 2], true);
+        layout.push("a.bias", vec![2], false);
+        let mut per_var = AdamW::new(&layout, &config);
+        let mut flat = AdamW::new(&layout, &config);
+        let mut params = vec![0.5f32, -1.0, 2.0, 0.25, 0.1, -0.2];
         for step in 1..=4 {
             // loss = sum(w^2 * step) + sum(b^3)
             let loss = (w.as_tensor().sqr().unwrap().sum_all().unwrap() * step as f64).unwrap();
@@ -328,17 +312,13 @@ mod tests {
                 .to_vec1::<f32>()
                 .unwrap();
             g.extend(grads.get(b.as_tensor()).unwrap().to_vec1::<f32>().unwrap());
-            let g = FlatParams {
-                values: g,
-                ..params.clone()
-            };
             per_var.step(&vars, &grads, 0.05).unwrap();
             flat.step_flat(&mut params, &g, 0.05).unwrap();
             let mut got: Vec<f32> = w.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
             got.extend(b.as_tensor().to_vec1::<f32>().unwrap());
-            assert_eq!(got, params.values, "step {step}");
+            assert_eq!(got, params, "step {step}");
         }
-        let mut restored = AdamW::new(&vars, &config).unwrap();
+        let mut restored = AdamW::new(&layout, &config);
         restored
             .restore(flat.state().unwrap(), flat.updates())
             .unwrap();
@@ -346,12 +326,11 @@ mod tests {
             (restored.m.clone(), restored.v.clone(), restored.t),
             (flat.m, flat.v, 4)
         );
-        let short = FlatParams {
-            values: vec![0.0; 5],
-            ..params.clone()
-        };
-        assert!(restored
-            .step_flat(&mut short.clone(), &params, 0.1)
-            .is_err());
+        let mut short = vec![0.0; 5];
+        assert!(restored.step_flat(&mut short, &params, 0.1).is_err());
+        // Vars that are not the layout's are refused.
+        let swapped = vec![("a.bias".to_owned(), &b), ("a.weight".to_owned(), &w)];
+        let grads = w.as_tensor().sum_all().unwrap().backward().unwrap();
+        assert!(restored.step(&swapped, &grads, 0.1).is_err());
     }
 }

@@ -201,7 +201,7 @@ impl RunDir {
         let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
         let state: CheckpointState = serde_json::from_str(&text)
             .map_err(|e| TrainError::run_dir(&state_path, format!("unreadable: {e}")))?;
-        let mut optimizer = AdamW::new(&model.named_vars(), &config.optim)?;
+        let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
         let tensors = load_tensors(&dir.join("optimizer.safetensors"), device)?;
         optimizer
             .restore(tensors, state.adam_updates)

@@ -119,7 +119,7 @@ impl Trainer {
         config.check()?;
         let dir = RunDir::create(root, &config)?;
         let model = GptJ::new(config.model.clone(), config.seed, device)?;
-        let optimizer = AdamW::new(&model.named_vars(), &config.optim)?;
+        let optimizer = AdamW::new(model.layout().params(), &config.optim);
         let (train, val) = datasets(&config)?;
         let mut trainer = Self {
             engine: Engine::default_for(device),
@@ -249,7 +249,7 @@ impl Trainer {
                 return Err(self.diverged(step, loss)?);
             }
             self.optimizer
-                .step_flat(&mut f.params, kernel.grads(), lr)?;
+                .step_flat(&mut f.params.values, &kernel.grads().values, lr)?;
             return Ok(loss);
         }
         let b = batch(&self.train, indices, self.model.device())?;

@@ -121,7 +121,7 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;
     let vars = model.named_vars();
-    let mut optimizer = AdamW::new(&vars, &config.optim)?;
+    let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
     let b = config.optim.batch_size;
     let batches = Batches {
         data: match args.seq {
@@ -168,7 +168,7 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
                 let t1 = Instant::now();
                 kernel.backward(params, &targets)?;
                 let t2 = Instant::now();
-                optimizer.step_flat(params, kernel.grads(), lr)?;
+                optimizer.step_flat(&mut params.values, &kernel.grads().values, lr)?;
                 (t1, t2)
             }
             None => {

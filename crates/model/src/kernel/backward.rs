@@ -6,7 +6,6 @@ use rayon::prelude::*;
 use super::attention::{self, Shape};
 use super::math::{self, column_sums};
 use super::{matmul, FlatParams, FusedStep, Rows, View};
-use super::{FC_IN_B, FC_IN_W, FC_OUT_B, FC_OUT_W, LN_B, LN_W, O, Q};
 
 impl FusedStep {
     /// Backward pass from the logit gradients in `self.logits`.
@@ -17,7 +16,14 @@ impl FusedStep {
         let (b, t) = (self.batch, self.seq);
         let n = b * t;
         let w = &params.values;
-        let (lnf_w, lnf_b, lm_w, lm_b) = self.head_offsets();
+        let outer = self.outer_offsets();
+        let (lnf_w, lnf_b, lm_w, lm_b) = (
+            outer.ln_f_w,
+            outer.ln_f_b,
+            *outer.unembedding(),
+            outer.lm_head_b,
+        );
+        let block_offsets: Vec<_> = (0..c.n_layers).map(|l| self.block_offsets(l)).collect();
         let g = &mut self.grads.values;
 
         // Unembedding: dW = dlogits^T h_f, db = sum dlogits, dh_f = dlogits @ W.
@@ -65,7 +71,7 @@ impl FusedStep {
                 queries: if nq == n { t } else { 1 },
                 scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
             };
-            let off = |which| super::block_offset(&self.grads.offsets, l, which);
+            let p = block_offsets[l];
             let cache = &self.layers[l];
             let x = &self.resid[l];
             // Gradient of the block output at the computed rows.
@@ -100,21 +106,21 @@ impl FusedStep {
             let hq = View::rows(rows.first * d, nq, d, rows.step * d);
             matmul(
                 g,
-                View::dense(off(FC_OUT_W), d, m),
+                View::dense(p.fc_out_w, d, m),
                 &s.dmo,
                 View::dense(0, nq, d).t(),
                 &cache.g,
                 View::dense(0, nq, m),
                 false,
             );
-            column_sums(&s.dmo[..nq * d], &mut g[off(FC_OUT_B)..][..d]);
+            column_sums(&s.dmo[..nq * d], &mut g[p.fc_out_b..][..d]);
             matmul(
                 &mut s.dg,
                 View::dense(0, nq, m),
                 &s.dmo,
                 View::dense(0, nq, d),
                 w,
-                View::dense(off(FC_OUT_W), d, m),
+                View::dense(p.fc_out_w, d, m),
                 false,
             );
             for (dg, gp) in s.dg[..nq * m].iter_mut().zip(&cache.gp) {
@@ -122,14 +128,14 @@ impl FusedStep {
             }
             matmul(
                 g,
-                View::dense(off(FC_IN_W), m, d),
+                View::dense(p.fc_in_w, m, d),
                 &s.dg,
                 View::dense(0, nq, m).t(),
                 &cache.h,
                 hq,
                 false,
             );
-            column_sums(&s.dg[..nq * m], &mut g[off(FC_IN_B)..][..m]);
+            column_sums(&s.dg[..nq * m], &mut g[p.fc_in_b..][..m]);
             if nq != n {
                 s.dh.fill(0.0);
             }
@@ -139,13 +145,13 @@ impl FusedStep {
                 &s.dg,
                 View::dense(0, nq, m),
                 w,
-                View::dense(off(FC_IN_W), m, d),
+                View::dense(p.fc_in_w, m, d),
                 false,
             );
             // Attention output projection.
             matmul(
                 g,
-                View::dense(off(O), d, d),
+                View::dense(p.o, d, d),
                 &s.da,
                 View::dense(0, nq, d).t(),
                 &cache.z,
@@ -158,7 +164,7 @@ impl FusedStep {
                 &s.da,
                 View::dense(0, nq, d),
                 w,
-                View::dense(off(O), d, d),
+                View::dense(p.o, d, d),
                 false,
             );
             let rope = self.ropes[l].as_ref();
@@ -185,7 +191,7 @@ impl FusedStep {
             // q, k, v projections: dW = dqkv^T h, dh += dqkv @ W.
             matmul(
                 g,
-                View::dense(off(Q), 3 * d, d),
+                View::dense(p.q, 3 * d, d),
                 &s.dqkv,
                 View::dense(0, n, 3 * d).t(),
                 &cache.h,
@@ -198,7 +204,7 @@ impl FusedStep {
                 &s.dqkv,
                 View::dense(0, n, 3 * d),
                 w,
-                View::dense(off(Q), 3 * d, d),
+                View::dense(p.q, 3 * d, d),
                 true,
             );
             // Residual and LayerNorm: dx_in = dout (at the computed rows) + LN'(dh).
@@ -209,20 +215,12 @@ impl FusedStep {
                     s.dx[r * d..][..d].copy_from_slice(&s.dxq[i * d..][..d]);
                 }
             }
-            let (gw, gb) = split_two(g, off(LN_W), off(LN_B), d);
-            math::layer_norm_backward(
-                &s.dh,
-                x,
-                &cache.stats,
-                &w[off(LN_W)..][..d],
-                &mut s.dx,
-                gw,
-                gb,
-            );
+            let (gw, gb) = split_two(g, p.ln_w, p.ln_b, d);
+            math::layer_norm_backward(&s.dh, x, &cache.stats, &w[p.ln_w..][..d], &mut s.dx, gw, gb);
         }
 
         // Embeddings (the gradient of a tied unembedding is already in place).
-        let wte = self.grads.offsets[0];
+        let wte = outer.wte;
         if !c.tied_embeddings {
             g[wte..][..v * d].fill(0.0);
         }

@@ -6,7 +6,6 @@ use rayon::prelude::*;
 use super::attention::{self, Shape};
 use super::math::{self, for_rows, gelu_forward};
 use super::{matmul, FlatParams, FusedStep, Rows, View};
-use super::{FC_IN_B, FC_IN_W, FC_OUT_B, FC_OUT_W, LN_B, LN_W, O, Q};
 use crate::ops::Dropout;
 use crate::Result;
 
@@ -32,7 +31,8 @@ impl FusedStep {
         let w = &params.values;
 
         // Embeddings.
-        let wte = params.offsets[0];
+        let outer = self.outer_offsets();
+        let wte = outer.wte;
         for (r, &id) in ids.iter().enumerate() {
             self.resid[0][r * d..][..d].copy_from_slice(&w[wte + id as usize * d..][..d]);
         }
@@ -53,16 +53,11 @@ impl FusedStep {
                 queries: if rows.n == n { t } else { 1 },
                 scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
             };
-            let off = |which| self.offset(l, which);
-            let (ln_w, ln_b) = (off(LN_W), off(LN_B));
-            let (wq, wo, win, bin, wout, bout) = (
-                off(Q),
-                off(O),
-                off(FC_IN_W),
-                off(FC_IN_B),
-                off(FC_OUT_W),
-                off(FC_OUT_B),
-            );
+            let p = self.block_offsets(l);
+            let (ln_w, ln_b) = (p.ln_w, p.ln_b);
+            // W_q, W_k, W_v are adjacent (checked in `FusedStep::new`): one [3d, d] matrix at wq.
+            let (wq, wo, win, bin, wout, bout) =
+                (p.q, p.o, p.fc_in_w, p.fc_in_b, p.fc_out_w, p.fc_out_b);
             let (before, after) = self.resid.split_at_mut(l + 1);
             let x = &before[l];
             let next = &mut after[0];
@@ -193,7 +188,12 @@ impl FusedStep {
         }
 
         // Final LayerNorm and unembedding at the last position.
-        let (lnf_w, lnf_b, lm_w, lm_b) = self.head_offsets();
+        let (lnf_w, lnf_b, lm_w, lm_b) = (
+            outer.ln_f_w,
+            outer.ln_f_b,
+            *outer.unembedding(),
+            outer.lm_head_b,
+        );
         let last = &self.resid[c.n_layers];
         math::layer_norm_forward(
             last,

@@ -1,6 +1,6 @@
 //! A dedicated CPU training kernel for the GPT-J model (llm.c-style): one forward with cached
 //! activations and one hand-written backward of the last-token cross-entropy, over flat f32
-//! parameters in [`crate::GptJ::names`] order, with every activation and gradient buffer
+//! parameters laid out by [`crate::GptjLayout`], with every activation and gradient buffer
 //! allocated once.
 //!
 //! It computes the same function as [`crate::GptJ::forward_last`] + [`crate::ops::cross_entropy`]
@@ -20,25 +20,11 @@ mod params;
 pub use gemm::{matmul, View};
 pub use params::FlatParams;
 
+use crate::layout::{BlockParams, OuterParams};
 use crate::ops::Dropout;
 use crate::{ModelConfig, ModelError, Result};
 use attention::RopeTable;
 use math::cross_entropy_backward;
-
-/// Index of each block parameter inside its group of ten (see [`crate::GptJ::names`]).
-const LN_W: usize = 0;
-const LN_B: usize = 1;
-const Q: usize = 2;
-const O: usize = 5;
-const FC_IN_W: usize = 6;
-const FC_IN_B: usize = 7;
-const FC_OUT_W: usize = 8;
-const FC_OUT_B: usize = 9;
-
-/// Start of block parameter `which` (one of the constants above) of `layer` in `offsets`.
-fn block_offset(offsets: &[usize], layer: usize, which: usize) -> usize {
-    offsets[1 + 10 * layer + which]
-}
 
 /// Activations of one block kept for the backward pass.
 #[derive(Debug)]
@@ -128,6 +114,8 @@ impl FusedStep {
     /// Buffers for `batch` sequences of `seq` tokens.
     pub fn new(config: &ModelConfig, batch: usize, seq: usize) -> Result<Self> {
         config.check()?;
+        let grads = FlatParams::zeros(config);
+        grads.layout.check_fused_qkv()?;
         if batch == 0 || seq == 0 {
             return Err(ModelError::Config(format!(
                 "the fused step needs a non-empty batch, got {batch} x {seq}"
@@ -175,7 +163,7 @@ impl FusedStep {
             final_stats: vec![0.0; 2 * batch],
             final_h: vec![0.0; batch * d],
             logits: vec![0.0; batch * v],
-            grads: FlatParams::zeros(config),
+            grads,
             scratch: Scratch {
                 a: vec![0.0; n * d],
                 mo: vec![0.0; n * d],
@@ -193,35 +181,28 @@ impl FusedStep {
         })
     }
 
-    /// Gradients of the last [`FusedStep::loss_and_grads`], in [`crate::GptJ::names`] order.
+    /// Gradients of the last [`FusedStep::loss_and_grads`], laid out as the parameters.
     pub fn grads(&self) -> &FlatParams {
         &self.grads
     }
 
-    /// Logits at the last position [batch, vocab] of the last [`FusedStep::forward`].
-    pub fn logits(&self) -> &[f32] {
-        &self.logits
-    }
-
-    /// Start of block parameter `which` of `layer` (the gradient buffer has the parameters'
+    /// Flat offsets of block `layer`'s parameters (the gradient buffer has the parameters'
     /// layout).
-    fn offset(&self, layer: usize, which: usize) -> usize {
-        block_offset(&self.grads.offsets, layer, which)
+    fn block_offsets(&self, layer: usize) -> BlockParams<usize> {
+        self.grads.layout.block_offsets(layer)
     }
 
-    /// (ln_f weight, ln_f bias, lm_head weight, lm_head bias) offsets.
-    fn head_offsets(&self) -> (usize, usize, usize, usize) {
-        let o = &self.grads.offsets;
-        let base = 1 + 10 * self.config.n_layers;
-        let lm_w = if self.config.tied_embeddings {
-            o[0]
-        } else {
-            o[base + 2]
-        };
-        (o[base], o[base + 1], lm_w, o[o.len() - 1])
+    /// Flat offsets of the parameters outside the blocks.
+    fn outer_offsets(&self) -> OuterParams<usize> {
+        self.grads.layout.outer_offsets()
     }
 
     fn check_inputs(&self, params: &FlatParams, ids: &[u32]) -> Result<()> {
+        if params.layout != self.grads.layout {
+            return Err(ModelError::Config(
+                "the parameters are laid out for another model than the fused step".into(),
+            ));
+        }
         if params.values.len() != self.grads.values.len() {
             return Err(ModelError::Config(format!(
                 "{} parameter values given, the model has {}",

@@ -1,38 +1,33 @@
 //! The flat parameter (and gradient) buffer of the fused kernel.
 
+use crate::layout::{GptjLayout, ParamSpec};
 use crate::{GptJ, ModelConfig, Result};
 
-/// All parameters of a model in one flat f32 buffer, in [`GptJ::names`] order.
+/// All parameters of a model in one flat f32 buffer, laid out by its [`GptjLayout`].
 #[derive(Debug, Clone)]
 pub struct FlatParams {
     /// The values.
     pub values: Vec<f32>,
-    /// Start of each parameter.
-    pub offsets: Vec<usize>,
-    /// Shape of each parameter.
-    pub shapes: Vec<Vec<usize>>,
+    /// Where each tensor sits in `values`.
+    pub layout: GptjLayout,
 }
 
 impl FlatParams {
     /// Zero parameters laid out for `config`.
     pub fn zeros(config: &ModelConfig) -> Self {
-        let shapes = GptJ::shapes(config);
-        let mut offsets = Vec::with_capacity(shapes.len());
-        let mut n = 0;
-        for s in &shapes {
-            offsets.push(n);
-            n += s.iter().product::<usize>();
-        }
+        let layout = GptjLayout::new(config);
         Self {
-            values: vec![0.0; n],
-            offsets,
-            shapes,
+            values: vec![0.0; layout.params().total()],
+            layout,
         }
     }
 
     /// A copy of the model's (f32) parameters.
     pub fn from_model(model: &GptJ) -> Result<Self> {
-        let mut flat = Self::zeros(model.config());
+        let mut flat = Self {
+            values: vec![0.0; model.layout().params().total()],
+            layout: model.layout().clone(),
+        };
         for (i, (_, var)) in model.named_vars().iter().enumerate() {
             let v: Vec<f32> = var.as_tensor().flatten_all()?.to_vec1()?;
             flat.param_mut(i).copy_from_slice(&v);
@@ -49,15 +44,19 @@ impl FlatParams {
         Ok(())
     }
 
-    /// Parameter `i` (in names order).
+    /// The tensors, in layout order.
+    pub fn specs(&self) -> &[ParamSpec] {
+        self.layout.params().specs()
+    }
+
+    /// Parameter `i` (in layout order).
     pub fn param(&self, i: usize) -> &[f32] {
-        let n: usize = self.shapes[i].iter().product();
-        &self.values[self.offsets[i]..][..n]
+        &self.values[self.specs()[i].range()]
     }
 
     /// Parameter `i`, mutable.
     pub fn param_mut(&mut self, i: usize) -> &mut [f32] {
-        let n: usize = self.shapes[i].iter().product();
-        &mut self.values[self.offsets[i]..][..n]
+        let r = self.layout.params().specs()[i].range();
+        &mut self.values[r]
     }
 }
