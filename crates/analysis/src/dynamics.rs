@@ -2,7 +2,6 @@
 //! line per (step, layer, head) in `scores.jsonl`, plus accuracy per hop at each step.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -461,20 +460,9 @@ pub fn score_run(
         serde_json::to_writer(&mut text, line).expect("scores serialise");
         text.push(b'\n');
     }
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".ropelab-")
-        .tempfile_in(root)
-        .map_err(|e| AnalysisError::Io {
-            path: path.clone(),
-            source: e,
-        })?;
-    tmp.write_all(&text).map_err(|e| AnalysisError::Io {
+    ropelab_io::write_atomic(&path, &text).map_err(|e| AnalysisError::Io {
         path: path.clone(),
         source: e,
-    })?;
-    tmp.persist(&path).map_err(|e| AnalysisError::Io {
-        path: path.clone(),
-        source: e.error,
     })?;
     Ok(RunScores { lines, path })
 }

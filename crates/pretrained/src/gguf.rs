@@ -183,6 +183,22 @@ impl GgufFile {
     /// Tensor `name` dequantized to f32, checked against `shape` (candle order: [rows, cols]).
     pub fn tensor(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
         let path = self.path.clone();
+        // Check the declared shape before reading: a corrupted dimension must be an error, not
+        // a dequantization buffer of absurd size.
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| PretrainedError::gguf(&path, format!("tensor {name} is missing")))?;
+        if info.shape.dims() != shape {
+            return Err(PretrainedError::gguf(
+                &path,
+                format!(
+                    "tensor {name} has shape {:?}, the config needs {shape:?}",
+                    info.shape.dims()
+                ),
+            ));
+        }
         let q = self
             .content
             .tensor(&mut self.reader, name, device)

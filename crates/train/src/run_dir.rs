@@ -38,15 +38,7 @@ pub struct RunDir {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".ropelab-")
-        .tempfile_in(dir)
-        .map_err(|e| TrainError::io(path, e))?;
-    tmp.write_all(bytes).map_err(|e| TrainError::io(path, e))?;
-    tmp.persist(path)
-        .map_err(|e| TrainError::io(path, e.error))?;
-    Ok(())
+    ropelab_io::write_atomic(path, bytes).map_err(|e| TrainError::io(path, e))
 }
 
 impl RunDir {

@@ -1,0 +1,104 @@
+//! Atomic file writes: the contents go to a hidden temporary file in the target's directory,
+//! which is renamed over the target only when complete, so a reader (or a crash) never sees a
+//! half-written file and an existing file is never lost.
+
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use tempfile::NamedTempFile;
+
+/// A file being written under a temporary name; [`AtomicFile::commit`] renames it into place.
+/// Dropped without a commit, the temporary file is removed and the target left untouched.
+#[derive(Debug)]
+pub struct AtomicFile {
+    tmp: BufWriter<NamedTempFile>,
+    path: PathBuf,
+}
+
+impl AtomicFile {
+    /// Starts writing `path` (its directory must exist).
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".ropelab-")
+            .tempfile_in(dir)?;
+        Ok(Self {
+            tmp: BufWriter::new(tmp),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The target path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flushes, syncs and renames the file into place.
+    pub fn commit(self) -> io::Result<()> {
+        let tmp = self.tmp.into_inner().map_err(|e| e.into_error())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&self.path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tmp.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tmp.flush()
+    }
+}
+
+/// Writes `path` atomically through a writer that needs a file path (e.g. a safetensors
+/// saver): `write` receives the temporary file's path; on success it is renamed to `path`.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&Path) -> io::Result<()>,
+) -> io::Result<()> {
+    let file = AtomicFile::create(path)?;
+    let tmp = file.tmp.into_inner().map_err(|e| e.into_error())?;
+    write(tmp.path())?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Writes `contents` to `path` atomically.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let mut file = AtomicFile::create(path)?;
+    file.write_all(contents)?;
+    file.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn a_committed_file_replaces_the_target_and_an_abandoned_one_leaves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.txt");
+        write_atomic(&path, b"first").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        let mut f = AtomicFile::create(&path).unwrap();
+        f.write_all(b"second, never committed").unwrap();
+        drop(f);
+        assert_eq!(fs::read(&path).unwrap(), b"first");
+        write_atomic(&path, b"third").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"third");
+        // No temporary file is left behind.
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(write_atomic(&dir.path().join("no/such/x"), b"x").is_err());
+    }
+}

@@ -1,0 +1,135 @@
+//! CSV through the `csv` crate: rows are serde structs (one field per column, the header from
+//! the field names), written whole and atomically, read back with errors that name the file
+//! and the line.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::atomic::write_atomic;
+
+/// A CSV that cannot be written or read: the file (or origin) and what is wrong.
+#[derive(Debug)]
+pub struct CsvError {
+    /// The file (or a description of the source).
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for CsvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.origin, self.message)
+    }
+}
+
+impl std::error::Error for CsvError {}
+
+fn error(origin: &str, e: impl fmt::Display) -> CsvError {
+    CsvError {
+        origin: origin.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// The CSV text of `rows`: a header line from the field names, then one line per row. No rows
+/// give an empty text (serde knows the field names only from a value).
+pub fn to_csv<T: Serialize>(rows: &[T]) -> Result<String, CsvError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r).map_err(|e| error("CSV rows", e))?;
+    }
+    let bytes = w.into_inner().map_err(|e| error("CSV rows", e))?;
+    String::from_utf8(bytes).map_err(|e| error("CSV rows", e))
+}
+
+/// Writes `rows` as CSV to `path`, atomically.
+pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), CsvError> {
+    let origin = path.display().to_string();
+    let text = to_csv(rows).map_err(|e| error(&origin, e.message))?;
+    write_atomic(path, text.as_bytes()).map_err(|e| error(&origin, e))
+}
+
+/// Parses CSV `text` (with a header naming the row type's fields) into rows; `origin` (e.g.
+/// the file) and the line of the first bad record are named in errors.
+pub fn read_csv<T: DeserializeOwned>(text: &str, origin: &str) -> Result<Vec<T>, CsvError> {
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    r.deserialize()
+        .map(|row| {
+            row.map_err(|e| {
+                let line = e
+                    .position()
+                    .map_or(String::new(), |p| format!("line {}: ", p.line()));
+                error(origin, format!("{line}{e}"))
+            })
+        })
+        .collect()
+}
+
+/// Serializes an f64 as Rust's `{:e}` (shortest round-trip digits, scientific), for columns
+/// that span many decades. Use with `#[serde(serialize_with = "ropelab_io::csv_rows::sci")]`.
+pub fn sci<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{x:e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Row {
+        n: usize,
+        name: String,
+        #[serde(serialize_with = "sci")]
+        x: f64,
+        missing: Option<usize>,
+    }
+
+    #[test]
+    fn rows_round_trip_with_a_header() {
+        let rows = vec![
+            Row {
+                n: 1,
+                name: "a,b".into(),
+                x: 0.00125,
+                missing: None,
+            },
+            Row {
+                n: 2,
+                name: "c".into(),
+                x: 3.0,
+                missing: Some(4),
+            },
+        ];
+        let text = to_csv(&rows).unwrap();
+        assert_eq!(text, "n,name,x,missing\n1,\"a,b\",1.25e-3,\n2,c,3e0,4\n");
+        assert_eq!(read_csv::<Row>(&text, "t.csv").unwrap(), rows);
+    }
+
+    #[test]
+    fn a_bad_record_names_the_origin_and_line() {
+        let err = read_csv::<Row>("n,name,x,missing\n1,a,0.5,\nx,b,1,\n", "t.csv").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("t.csv: line 3"), "{msg}");
+    }
+
+    #[test]
+    fn write_csv_writes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        let rows = vec![Row {
+            n: 7,
+            name: "z".into(),
+            x: 1e10,
+            missing: None,
+        }];
+        write_csv(&path, &rows).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "n,name,x,missing\n7,z,1e10,\n"
+        );
+    }
+}

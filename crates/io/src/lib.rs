@@ -1,0 +1,14 @@
+//! # ropelab-io
+//!
+//! The one home of how ropelab writes files and tables: every file is written to a temporary
+//! name beside its target and renamed into place ([`atomic`]), every CSV goes through the `csv`
+//! crate with serde rows ([`csv_rows`]), and every terminal table through one printer
+//! ([`table`]).
+
+pub mod atomic;
+pub mod csv_rows;
+pub mod table;
+
+pub use atomic::{write_atomic, write_atomic_with, AtomicFile};
+pub use csv_rows::{read_csv, to_csv, write_csv, CsvError};
+pub use table::{Align, Table};
