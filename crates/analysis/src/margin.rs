@@ -10,6 +10,12 @@ use crate::capture::Captured;
 use crate::lengthgen::{length_generalisation, LengthOptions};
 use crate::{AnalysisError, Result};
 
+/// Default extension lengths of `theory margins` (extra tokens before the target window).
+pub const DEFAULT_EXTRAS: [usize; 5] = [0, 8, 32, 128, 512];
+
+/// Default test inputs per length of `theory margins`.
+pub const DEFAULT_SAMPLES: usize = 50;
+
 /// Mean logit margin of one head at one input length.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MarginRow {
@@ -22,8 +28,10 @@ pub struct MarginRow {
     /// Head index.
     pub head: usize,
     /// Mean (largest - second largest) logit at the query.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub margin: f64,
     /// Mean attention weight on the top key.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub top_weight: f64,
 }
 

@@ -16,12 +16,13 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
-    /// Starts writing `path` (its directory must exist).
+    /// Starts writing `path`, creating its directory if missing.
     pub fn create(path: &Path) -> io::Result<Self> {
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
+        std::fs::create_dir_all(dir)?;
         let tmp = tempfile::Builder::new()
             .prefix(".ropelab-")
             .tempfile_in(dir)?;
@@ -97,8 +98,10 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_directory_is_an_error() {
+    fn missing_directories_are_created_and_a_file_in_the_way_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(write_atomic(&dir.path().join("no/such/x"), b"x").is_err());
+        write_atomic(&dir.path().join("a/b/x"), b"x").unwrap();
+        assert_eq!(fs::read(dir.path().join("a/b/x")).unwrap(), b"x");
+        assert!(write_atomic(&dir.path().join("a/b/x/y"), b"y").is_err());
     }
 }

@@ -74,6 +74,13 @@ pub fn sci<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("{x:e}"))
 }
 
+/// Serializes a float as Rust's `{}` (shortest round-trip digits, never an exponent), the
+/// format ropelab's CSVs have always used. Use with
+/// `#[serde(serialize_with = "ropelab_io::csv_rows::display")]`.
+pub fn display<T: fmt::Display, S: serde::Serializer>(x: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(x)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

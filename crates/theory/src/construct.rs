@@ -397,3 +397,130 @@ mod tests {
         assert!(HandHead::retrieval(1, 2, 0.1, 10.0).is_err());
     }
 }
+
+/// The Index head's default RoPE angle (radians per position).
+pub const INDEX_THETA: f64 = 0.866;
+
+/// The decoding gap, in logits, that the read-out scale beta is chosen to give at the checked
+/// length: beta = DECODING_LOGITS / discrepancy (a softmax this sharp is a hard selection).
+pub const DECODING_LOGITS: f64 = 40.0;
+
+/// What `verify` checks: a hand-built head on every input up to `n0` and on random inputs of
+/// length `long`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstructOptions {
+    /// The head.
+    pub mechanism: crate::discrepancy::Mechanism,
+    /// RoPE angle; default: [`INDEX_THETA`] for Index, omega / (4 max(n0, long)) for
+    /// Retrieval (omega = 2 pi / letters), small enough that rotation never beats a letter.
+    pub theta: Option<f64>,
+    /// Letters (Index: letters besides the integers; Retrieval: the alphabet).
+    pub letters: usize,
+    /// Longest input checked exhaustively.
+    pub n0: usize,
+    /// Length of the random inputs.
+    pub long: usize,
+    /// Number of random inputs.
+    pub samples: usize,
+}
+
+impl Default for ConstructOptions {
+    fn default() -> Self {
+        Self {
+            mechanism: crate::discrepancy::Mechanism::Index,
+            theta: None,
+            letters: 3,
+            n0: 5,
+            long: 64,
+            samples: 1000,
+        }
+    }
+}
+
+/// One verified input set: what it was and the outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConstructReport {
+    /// The inputs (e.g. "every input up to length 5").
+    pub inputs: String,
+    /// Correct read-outs and the smallest decoding gap.
+    pub check: ConstructCheck,
+}
+
+impl ConstructOptions {
+    /// Fails on options no check can run with.
+    pub fn check(&self) -> Result<()> {
+        if self.n0 < 1 {
+            return crate::invalid(format!("n0 must be at least 1, got {}", self.n0));
+        }
+        if self.long < 2 {
+            return crate::invalid(format!(
+                "the random inputs' length must be at least 2, got {}",
+                self.long
+            ));
+        }
+        Ok(())
+    }
+
+    /// The head checked on inputs of length up to `n`: its vocabulary holds integers up to
+    /// `n`, and beta is [`DECODING_LOGITS`] over the head's discrepancy at `n`.
+    pub fn head(&self, n: usize) -> Result<HandHead> {
+        use crate::discrepancy::{self, Mechanism};
+        match self.mechanism {
+            Mechanism::Index => {
+                let theta = self.theta.unwrap_or(INDEX_THETA);
+                let margin = discrepancy::index(theta, n)?[n - 1].delta;
+                if margin <= 0.0 {
+                    return crate::invalid(format!("theta {theta} gives no margin at length {n}"));
+                }
+                HandHead::index(self.letters, n - 1, theta, DECODING_LOGITS / margin)
+            }
+            Mechanism::Retrieval => {
+                let n_max = self.n0.max(self.long);
+                let omega = 2.0 * std::f64::consts::PI / self.letters.max(2) as f64;
+                let theta = self.theta.unwrap_or(omega / (4.0 * n_max as f64));
+                let margin = discrepancy::retrieval(theta, self.letters, n)?[n - 1].delta;
+                if margin <= 0.0 {
+                    return crate::invalid(format!("theta {theta} gives no margin at length {n}"));
+                }
+                HandHead::retrieval(self.letters, 2, theta, DECODING_LOGITS / margin)
+            }
+        }
+    }
+}
+
+/// Builds the hand-built head of `options` as a real one-layer model and checks its read-out on
+/// every input up to `n0` tokens and on `samples` random inputs of length `long` (seed 0).
+pub fn verify(options: &ConstructOptions) -> Result<Vec<ConstructReport>> {
+    options.check()?;
+    let short = options.head(options.n0)?;
+    if (short.vocab.len() as f64).powi(options.n0 as i32) > 5e6 {
+        return crate::invalid(format!(
+            "{} tokens up to length {} is too many inputs to enumerate; lower n0",
+            short.vocab.len(),
+            options.n0
+        ));
+    }
+    let long = options.head(options.long)?;
+    let mut out = vec![];
+    for (inputs, head, sequences) in [
+        (
+            format!("every input up to length {}", options.n0),
+            &short,
+            all_sequences(short.vocab.len(), options.n0),
+        ),
+        (
+            format!(
+                "{} random inputs of length {}",
+                options.samples, options.long
+            ),
+            &long,
+            random_sequences(&long, options.long, options.samples, 0),
+        ),
+    ] {
+        out.push(ConstructReport {
+            inputs,
+            check: check(head, &sequences)?,
+        });
+    }
+    Ok(out)
+}

@@ -22,21 +22,80 @@
 //! difference in 1..|ALPH| - 1. Worst input: match far, competitors as close as they can be;
 //! best input: competitors as far as they can be.
 
-use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+use ropelab_io::csv_rows::sci;
+use serde::{Deserialize, Serialize};
 
 use crate::{invalid, Result};
 
-/// The margins at one query position n and the theorem's bound.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// Which hand-built head of theorem 3.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mechanism {
+    /// Positional selection: copy the token n - i.
+    Index,
+    /// Symbolic selection: copy the token whose first symbol matches the query's.
+    Retrieval,
+}
+
+impl fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mechanism::Index => "index",
+            Mechanism::Retrieval => "retrieval",
+        })
+    }
+}
+
+impl FromStr for Mechanism {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "index" => Ok(Mechanism::Index),
+            "retrieval" => Ok(Mechanism::Retrieval),
+            _ => Err(format!("{s:?} is not a mechanism: index or retrieval")),
+        }
+    }
+}
+
+/// The margins at one query position n and the theorem's bound (one CSV row; the margins are
+/// written in scientific notation, as they span many decades).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DiscrepancyRow {
     /// Query position (keys 0..=n).
     pub n: usize,
     /// Worst input's margin (min over inputs).
+    #[serde(serialize_with = "sci")]
     pub delta: f64,
     /// The theorem's bound for `delta`.
+    #[serde(serialize_with = "sci")]
     pub bound: f64,
     /// Best input's margin (max over inputs).
+    #[serde(serialize_with = "sci")]
     pub delta_max: f64,
+}
+
+/// Default alphabet size |ALPH| of the Retrieval head.
+pub const DEFAULT_ALPHABET: usize = 8;
+
+/// Default largest query position of a curve.
+pub const DEFAULT_MAX_N: usize = 1000;
+
+/// The discrepancy curve of `mechanism` for n = 1..=max_n: [`index`] with angle `theta`, or
+/// [`retrieval`] with angle `theta` over an alphabet of `alphabet` letters.
+pub fn curve(
+    mechanism: Mechanism,
+    theta: f64,
+    alphabet: usize,
+    max_n: usize,
+) -> Result<Vec<DiscrepancyRow>> {
+    match mechanism {
+        Mechanism::Index => index(theta, max_n),
+        Mechanism::Retrieval => retrieval(theta, alphabet, max_n),
+    }
 }
 
 fn check_n(max_n: usize) -> Result<()> {

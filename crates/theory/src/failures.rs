@@ -9,6 +9,7 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use ropelab_io::csv_rows::display;
 use serde::Serialize;
 
 use crate::format::NumberFormat;
@@ -114,30 +115,57 @@ pub struct FailureConfig {
     pub format: NumberFormat,
 }
 
+impl Default for FailureConfig {
+    /// The RoPE-limits paper's setting: d 128, bases 100 / 10,000 / 500,000, lengths 256 /
+    /// 2,048 / 16,384, 100 i.i.d. draws, aliasing in bf16.
+    fn default() -> Self {
+        Self {
+            d: 128,
+            bases: vec![100.0, 10_000.0, 500_000.0],
+            llama3: false,
+            lengths: vec![256, 2048, 16_384],
+            draws: 100,
+            seed: 0,
+            rho: 0.0,
+            format: NumberFormat::Bf16,
+        }
+    }
+}
+
 /// Mean failure rates over the draws for one (B, M).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FailureRow {
     /// Frequency base.
+    #[serde(serialize_with = "display")]
     pub base: f64,
     /// Context length.
     pub length: usize,
     /// P[S(m1) < S(m2)], m1 < M/2 <= m2.
+    #[serde(serialize_with = "display")]
     pub position_inversion: f64,
     /// Fraction of distances with an aliasing partner.
+    #[serde(serialize_with = "display")]
     pub position_aliasing: f64,
     /// Aliasing pairs per draw.
+    #[serde(serialize_with = "display")]
     pub position_alias_pairs: f64,
     /// Fraction of distances where two keys' order flips.
+    #[serde(serialize_with = "display")]
     pub token_inversion: f64,
     /// Fraction of distances where two keys' scores alias.
+    #[serde(serialize_with = "display")]
     pub token_aliasing: f64,
     /// Mean predicted mu_M.
+    #[serde(serialize_with = "display")]
     pub mu_approx: f64,
     /// Mean measured mean of S.
+    #[serde(serialize_with = "display")]
     pub mu_empirical: f64,
     /// Mean predicted sigma_M.
+    #[serde(serialize_with = "display")]
     pub sigma_approx: f64,
     /// Mean measured standard deviation of S.
+    #[serde(serialize_with = "display")]
     pub sigma_empirical: f64,
 }
 

@@ -78,6 +78,7 @@ pub struct ModCheck {
     #[serde(serialize_with = "name")]
     pub format: NumberFormat,
     /// Score scale used.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub c: f64,
     /// Positions checked.
     pub len: usize,
@@ -260,4 +261,87 @@ mod tests {
         assert!(offset_range(0.0, 1.0, 1, NumberFormat::F32, 10).is_err());
         assert!(offset_range(1.0, -1.0, 1, NumberFormat::F32, 10).is_err());
     }
+}
+
+/// [`check_mod`] for every format, period m and residue r in 0..m (one CSV row each).
+pub fn mod_table(periods: &[usize], formats: &[NumberFormat], len: usize) -> Result<Vec<ModCheck>> {
+    let mut rows = vec![];
+    for &format in formats {
+        for &m in periods {
+            for r in 0..m.max(1) {
+                rows.push(check_mod(m, r, format, len)?);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The certified look-back range of one fixed-offset head (one CSV row).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OffsetRangeRow {
+    /// Rotation per position (radians).
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub g: f64,
+    /// The offset looked back.
+    pub k: usize,
+    /// Score scale C.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub c: f64,
+    /// Number format.
+    #[serde(serialize_with = "name")]
+    pub format: NumberFormat,
+    /// Certified range (None: no failure up to the cap).
+    pub certified_range: Option<usize>,
+}
+
+/// [`offset_range`] for every rotation g and every multiple `scale` of the minimal scale
+/// C_min = 2 f_large / (1 - cos g) (below it the realised scores cannot separate neighbours).
+pub fn offset_table(
+    rotations: &[f64],
+    k: usize,
+    scales: &[f64],
+    format: NumberFormat,
+    cap: usize,
+) -> Result<Vec<OffsetRangeRow>> {
+    let fl = f_large(format);
+    let mut rows = vec![];
+    for &g in rotations {
+        for &scale in scales {
+            let c = scale * 2.0 * fl / (1.0 - g.cos());
+            rows.push(OffsetRangeRow {
+                g,
+                k,
+                c,
+                format,
+                certified_range: offset_range(g, c, k, format, cap)?,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// Defaults of the periodic-RoPE check ([`mod_table`]).
+pub mod mod_defaults {
+    use crate::format::NumberFormat;
+    /// Periods checked.
+    pub const PERIODS: [usize; 3] = [2, 3, 5];
+    /// Formats checked.
+    pub const FORMATS: [NumberFormat; 2] = [NumberFormat::F32, NumberFormat::Bf16];
+    /// Positions checked, 1..=LEN.
+    pub const LEN: usize = 1_000_000;
+}
+
+/// Defaults of the fixed-offset range search ([`offset_table`]).
+pub mod offset_defaults {
+    use crate::format::NumberFormat;
+    /// Rotations g (radians per position).
+    pub const ROTATIONS: [f64; 3] = [1.0, 0.5, 0.1];
+    /// The offset looked back.
+    pub const K: usize = 4;
+    /// Multiples of the minimal scale.
+    pub const SCALES: [f64; 3] = [1.0, 10.0, 100.0];
+    /// Number format.
+    pub const FORMAT: NumberFormat = NumberFormat::F32;
+    /// Longest range searched.
+    pub const CAP: usize = 10_000_000;
 }

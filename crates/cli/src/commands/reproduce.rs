@@ -486,19 +486,20 @@ fn table(rows: &[Row]) -> String {
 
 /// The theory lab's part of the study: discrepancy curves and the RoPE failure table.
 fn theory(config: &StudyConfig, out: &Path) -> Result<()> {
-    use super::theory::{
-        discrepancy_csv, discrepancy_rows, discrepancy_table, rope_stats, Mechanism,
-    };
+    use super::theory::{discrepancy_table, rope_stats};
+    use ropelab_theory::discrepancy::{curve, Mechanism};
     let t = &config.theory;
-    for (name, mechanism, theta) in [
-        ("index", Mechanism::Index, t.index_theta),
-        ("retrieval", Mechanism::Retrieval, t.retrieval_theta),
+    for (mechanism, theta) in [
+        (Mechanism::Index, t.index_theta),
+        (Mechanism::Retrieval, t.retrieval_theta),
     ] {
-        let rows = discrepancy_rows(mechanism, theta, t.alphabet, t.max_n)?;
-        println!("discrepancy of the hand-built {name} head (theta {theta}):");
-        println!("{}", discrepancy_table(&rows));
-        let path = out.join(format!("theory/discrepancy-{name}.csv"));
-        write_atomic(&path, discrepancy_csv(&rows).as_bytes())?;
+        let rows = curve(mechanism, theta, t.alphabet, t.max_n)?;
+        println!("discrepancy of the hand-built {mechanism} head (theta {theta}):");
+        print!("{}", discrepancy_table(&rows));
+        ropelab_io::write_csv(
+            &out.join(format!("theory/discrepancy-{mechanism}.csv")),
+            &rows,
+        )?;
     }
     let failures = ropelab_theory::failures::FailureConfig {
         d: t.d,

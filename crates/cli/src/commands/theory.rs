@@ -1,18 +1,21 @@
 //! `ropelab theory ...`: theorems turned into computations, each printing a short table and
 //! writing CSV.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
-use ropelab_theory::discrepancy::{self, DiscrepancyRow};
-use ropelab_theory::failures::{failure_table, trade_off, FailureConfig, FailureRow};
+use ropelab_analysis::margin;
+use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_theory::construct::{verify, ConstructOptions};
+use ropelab_theory::discrepancy::{self, DiscrepancyRow, Mechanism};
+use ropelab_theory::failures::{failure_table, trade_off, FailureConfig};
 use ropelab_theory::format::NumberFormat;
+use ropelab_theory::periodic::{f_large, mod_defaults, mod_table, offset_defaults, offset_table};
+use ropelab_train::data::EVAL_MEMORY;
 
 use super::progress;
-use crate::output::write_atomic;
 
 /// Theory subcommands.
 #[derive(Debug, Subcommand)]
@@ -42,21 +45,21 @@ pub enum TheoryCommand {
 pub struct ConstructArgs {
     /// The head.
     #[arg(long, value_enum)]
-    pub mechanism: Mechanism,
+    pub mechanism: MechanismArg,
     /// RoPE angle (Index default 0.866; Retrieval default omega / (4 * long)).
     #[arg(long)]
     pub theta: Option<f64>,
     /// Letters (Index: letters; Retrieval: the alphabet).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = ConstructOptions::default().letters)]
     pub letters: usize,
     /// Longest input checked exhaustively.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = ConstructOptions::default().n0)]
     pub n0: usize,
     /// Length of the random inputs checked beyond n0.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = ConstructOptions::default().long)]
     pub long: usize,
     /// Random inputs of length --long.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = ConstructOptions::default().samples)]
     pub samples: usize,
 }
 
@@ -64,13 +67,13 @@ pub struct ConstructArgs {
 #[derive(Debug, Args)]
 pub struct PeriodicArgs {
     /// Periods m (each at least 2), comma-separated; every residue r in 0..m is checked.
-    #[arg(long, value_delimiter = ',', default_value = "2,3,5")]
+    #[arg(long, value_delimiter = ',', default_values_t = mod_defaults::PERIODS)]
     pub m: Vec<usize>,
     /// Number formats, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "f32,bf16", value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
+    #[arg(long, value_delimiter = ',', default_values_t = mod_defaults::FORMATS, value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
     pub formats: Vec<NumberFormat>,
     /// Positions checked, 1..=len.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = mod_defaults::LEN)]
     pub len: usize,
     /// CSV output file.
     #[arg(long)]
@@ -81,19 +84,19 @@ pub struct PeriodicArgs {
 #[derive(Debug, Args)]
 pub struct OffsetRangeArgs {
     /// Rotations g per position (radians), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,0.5,0.1")]
+    #[arg(long, value_delimiter = ',', default_values_t = offset_defaults::ROTATIONS)]
     pub g: Vec<f64>,
     /// The offset k the head looks back.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = offset_defaults::K)]
     pub k: usize,
     /// Multiples of the minimal scale 2 f_large / (1 - cos g), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    #[arg(long, value_delimiter = ',', default_values_t = offset_defaults::SCALES)]
     pub scales: Vec<f64>,
     /// Number format.
-    #[arg(long, default_value = "f32", value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
+    #[arg(long, default_value_t = offset_defaults::FORMAT, value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
     pub format: NumberFormat,
     /// Longest range searched.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long, default_value_t = offset_defaults::CAP)]
     pub cap: usize,
     /// CSV output file.
     #[arg(long)]
@@ -110,26 +113,35 @@ pub struct MarginsArgs {
     #[arg(long)]
     pub step: Option<usize>,
     /// Extension lengths (extra tokens before the target window), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "0,8,32,128,512")]
+    #[arg(long, value_delimiter = ',', default_values_t = margin::DEFAULT_EXTRAS)]
     pub extras: Vec<usize>,
     /// Test inputs per length.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = margin::DEFAULT_SAMPLES)]
     pub samples: usize,
     /// Memory budget of one forward pass in MiB (samples run in batches that fit it).
-    #[arg(long = "memory-mb", default_value = "256", value_parser = crate::output::parse_memory_mib)]
+    #[arg(long = "memory-mb", default_value_t = EVAL_MEMORY >> 20, value_parser = crate::output::parse_memory_mib)]
     pub memory: usize,
     /// CSV output file.
     #[arg(long)]
     pub out: PathBuf,
 }
 
-/// Which hand-built head.
+/// Which hand-built head (the command-line face of [`Mechanism`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mechanism {
+pub enum MechanismArg {
     /// Positional selection (copy the token n - i).
     Index,
     /// Symbolic selection (copy the token whose first symbol matches).
     Retrieval,
+}
+
+impl From<MechanismArg> for Mechanism {
+    fn from(m: MechanismArg) -> Self {
+        match m {
+            MechanismArg::Index => Mechanism::Index,
+            MechanismArg::Retrieval => Mechanism::Retrieval,
+        }
+    }
 }
 
 /// Arguments of `ropelab theory discrepancy`.
@@ -137,15 +149,15 @@ pub enum Mechanism {
 pub struct DiscrepancyArgs {
     /// The head.
     #[arg(long, value_enum)]
-    pub mechanism: Mechanism,
+    pub mechanism: MechanismArg,
     /// RoPE angle theta per position (Index: > 0; Retrieval: >= 0).
     #[arg(long)]
     pub theta: f64,
     /// Alphabet size |ALPH| of the Retrieval head.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = discrepancy::DEFAULT_ALPHABET)]
     pub alphabet: usize,
     /// Largest query position n0.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = discrepancy::DEFAULT_MAX_N)]
     pub max_n: usize,
     /// CSV output file.
     #[arg(long)]
@@ -156,25 +168,25 @@ pub struct DiscrepancyArgs {
 #[derive(Debug, Args)]
 pub struct RopeStatsArgs {
     /// Head dimension d (h = d / 2 planes).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = FailureConfig::default().d)]
     pub d: usize,
     /// Frequency bases B, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "100,10000,500000")]
+    #[arg(long, value_delimiter = ',', default_values_t = FailureConfig::default().bases)]
     pub bases: Vec<f64>,
     /// Context lengths M, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "256,2048,16384")]
+    #[arg(long, value_delimiter = ',', default_values_t = FailureConfig::default().lengths)]
     pub lengths: Vec<usize>,
     /// (q, k1, k2) draws per (B, M).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = FailureConfig::default().draws)]
     pub draws: usize,
     /// Seed of the draws.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = FailureConfig::default().seed)]
     pub seed: u64,
     /// Correlation of the keys with the query (0: i.i.d.).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = FailureConfig::default().rho)]
     pub rho: f64,
     /// Number format for the aliasing events: f64, f32, bf16 or f16.
-    #[arg(long, default_value = "bf16", value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
+    #[arg(long, default_value_t = FailureConfig::default().format, value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
     pub format: NumberFormat,
     /// Scale the frequencies as Llama 3 does.
     #[arg(long)]
@@ -188,9 +200,9 @@ pub struct RopeStatsArgs {
 pub fn run(cmd: TheoryCommand) -> Result<()> {
     match cmd {
         TheoryCommand::Discrepancy(a) => {
-            let rows = discrepancy_rows(a.mechanism, a.theta, a.alphabet, a.max_n)?;
-            println!("{}", discrepancy_table(&rows));
-            write_atomic(&a.out, discrepancy_csv(&rows).as_bytes())?;
+            let rows = discrepancy::curve(a.mechanism.into(), a.theta, a.alphabet, a.max_n)?;
+            print!("{}", discrepancy_table(&rows));
+            write_csv(&a.out, &rows)?;
             println!("wrote {}", a.out.display());
             Ok(())
         }
@@ -207,66 +219,77 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
             };
             rope_stats(&config, &a.out)
         }
-        TheoryCommand::Construct(a) => construct(&a),
-        TheoryCommand::Periodic(a) => {
-            use ropelab_theory::periodic::check_mod;
-            let mut csv = String::from("m,r,format,c,len,first_failure\n");
-            println!(
-                "{:>4} {:>4} {:>6} {:>10} {:>9}  exact",
-                "m", "r", "format", "C", "positions"
-            );
-            for &format in &a.formats {
-                for &m in &a.m {
-                    for r in 0..m.max(1) {
-                        let c = check_mod(m, r, format, a.len)?;
-                        let fail = c.first_failure.map_or(String::new(), |f| f.to_string());
-                        let _ = writeln!(csv, "{},{},{},{},{},{}", m, r, format, c.c, c.len, fail);
-                        println!(
-                            "{:>4} {:>4} {:>6} {:>10.2} {:>9}  {}",
-                            m,
-                            r,
-                            format,
-                            c.c,
-                            c.len,
-                            c.first_failure
-                                .map_or("yes, at every position".to_owned(), |f| format!(
-                                    "NO: fails at {f}"
-                                ))
-                        );
-                    }
-                }
+        TheoryCommand::Construct(a) => {
+            let options = ConstructOptions {
+                mechanism: a.mechanism.into(),
+                theta: a.theta,
+                letters: a.letters,
+                n0: a.n0,
+                long: a.long,
+                samples: a.samples,
+            };
+            for r in verify(&options)? {
+                let c = r.check;
+                println!(
+                    "{} head, {}: {} of {} in the domain correct, smallest decoding gap {:.4}",
+                    options.mechanism, r.inputs, c.correct, c.inputs, c.min_gap
+                );
+                anyhow::ensure!(
+                    c.correct == c.inputs,
+                    "the construction failed on {} inputs",
+                    c.inputs - c.correct
+                );
             }
-            write_atomic(&a.out, csv.as_bytes())?;
+            Ok(())
+        }
+        TheoryCommand::Periodic(a) => {
+            let rows = mod_table(&a.m, &a.formats, a.len)?;
+            let mut table = Table::new(&[
+                ("m", Right),
+                ("r", Right),
+                ("format", Right),
+                ("C", Right),
+                ("positions", Right),
+                ("exact", Left),
+            ]);
+            for c in &rows {
+                table.row([
+                    c.m.to_string(),
+                    c.r.to_string(),
+                    c.format.to_string(),
+                    format!("{:.2}", c.c),
+                    c.len.to_string(),
+                    c.first_failure
+                        .map_or("yes, at every position".to_owned(), |f| {
+                            format!("NO: fails at {f}")
+                        }),
+                ]);
+            }
+            print!("{table}");
+            write_csv(&a.out, &rows)?;
             println!("wrote {}", a.out.display());
             Ok(())
         }
         TheoryCommand::OffsetRange(a) => {
-            use ropelab_theory::periodic::{f_large, offset_range};
-            let fl = f_large(a.format);
-            let mut csv = String::from("g,k,c,format,certified_range\n");
-            println!("f_large({}) = {fl:.3}", a.format);
-            println!(
-                "{:>8} {:>4} {:>12} {:>16}",
-                "g", "k", "C", "certified range"
-            );
-            for &g in &a.g {
-                for &scale in &a.scales {
-                    let c = scale * 2.0 * fl / (1.0 - g.cos());
-                    let range = offset_range(g, c, a.k, a.format, a.cap)?;
-                    let shown = range.map_or(format!(">= {}", a.cap), |l| l.to_string());
-                    let _ = writeln!(
-                        csv,
-                        "{},{},{},{},{}",
-                        g,
-                        a.k,
-                        c,
-                        a.format,
-                        range.map_or(String::new(), |l| l.to_string())
-                    );
-                    println!("{g:>8} {:>4} {c:>12.1} {shown:>16}", a.k);
-                }
+            let rows = offset_table(&a.g, a.k, &a.scales, a.format, a.cap)?;
+            println!("f_large({}) = {:.3}", a.format, f_large(a.format));
+            let mut table = Table::new(&[
+                ("g", Right),
+                ("k", Right),
+                ("C", Right),
+                ("certified range", Right),
+            ]);
+            for r in &rows {
+                table.row([
+                    r.g.to_string(),
+                    r.k.to_string(),
+                    format!("{:.1}", r.c),
+                    r.certified_range
+                        .map_or(format!(">= {}", a.cap), |l| l.to_string()),
+                ]);
             }
-            write_atomic(&a.out, csv.as_bytes())?;
+            print!("{table}");
+            write_csv(&a.out, &rows)?;
             println!("wrote {}", a.out.display());
             Ok(())
         }
@@ -279,68 +302,52 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
                 a.memory,
                 &candle_core::Device::Cpu,
             )?;
-            let mut csv = String::from("extra,length,layer,head,margin,top_weight\n");
-            println!(
-                "{:>6} {:>6} {:>5} {:>4} {:>10} {:>10}",
-                "extra", "length", "layer", "head", "margin", "top weight"
-            );
+            let mut table = Table::new(&[
+                ("extra", Right),
+                ("length", Right),
+                ("layer", Right),
+                ("head", Right),
+                ("margin", Right),
+                ("top weight", Right),
+            ]);
             for r in &rows {
-                let _ = writeln!(
-                    csv,
-                    "{},{},{},{},{},{}",
-                    r.extra, r.length, r.layer, r.head, r.margin, r.top_weight
-                );
-                println!(
-                    "{:>6} {:>6} {:>5} {:>4} {:>10.4} {:>10.4}",
-                    r.extra, r.length, r.layer, r.head, r.margin, r.top_weight
-                );
+                table.row([
+                    r.extra.to_string(),
+                    r.length.to_string(),
+                    r.layer.to_string(),
+                    r.head.to_string(),
+                    format!("{:.4}", r.margin),
+                    format!("{:.4}", r.top_weight),
+                ]);
             }
-            write_atomic(&a.out, csv.as_bytes())?;
+            print!("{table}");
+            write_csv(&a.out, &rows)?;
             println!("wrote {}", a.out.display());
             Ok(())
         }
     }
 }
 
-/// Margins of a mechanism.
-pub fn discrepancy_rows(
-    mechanism: Mechanism,
-    theta: f64,
-    alphabet: usize,
-    max_n: usize,
-) -> Result<Vec<DiscrepancyRow>> {
-    Ok(match mechanism {
-        Mechanism::Index => discrepancy::index(theta, max_n)?,
-        Mechanism::Retrieval => discrepancy::retrieval(theta, alphabet, max_n)?,
-    })
-}
-
-/// A few rows of a discrepancy curve.
-pub fn discrepancy_table(rows: &[DiscrepancyRow]) -> String {
-    let mut s = format!(
-        "{:>6} {:>12} {:>12} {:>12}\n",
-        "n", "delta", "bound", "delta_max"
-    );
+/// A few rows of a discrepancy curve (n = 1, 2, 5, 10, ... and the last).
+pub fn discrepancy_table(rows: &[DiscrepancyRow]) -> Table {
+    let mut table = Table::new(&[
+        ("n", Right),
+        ("delta", Right),
+        ("bound", Right),
+        ("delta_max", Right),
+    ]);
     for r in rows
         .iter()
         .filter(|r| [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000].contains(&r.n) || r.n == rows.len())
     {
-        let _ = writeln!(
-            s,
-            "{:>6} {:>12.4e} {:>12.4e} {:>12.4e}",
-            r.n, r.delta, r.bound, r.delta_max
-        );
+        table.row([
+            r.n.to_string(),
+            format!("{:.4e}", r.delta),
+            format!("{:.4e}", r.bound),
+            format!("{:.4e}", r.delta_max),
+        ]);
     }
-    s.trim_end().to_owned()
-}
-
-/// The CSV of a discrepancy curve.
-pub fn discrepancy_csv(rows: &[DiscrepancyRow]) -> String {
-    let mut s = String::from("n,delta,bound,delta_max\n");
-    for r in rows {
-        let _ = writeln!(s, "{},{:e},{:e},{:e}", r.n, r.delta, r.bound, r.delta_max);
-    }
-    s
+    table
 }
 
 /// Runs the failure experiment, prints the tables and writes the CSV.
@@ -362,126 +369,39 @@ pub fn rope_stats(config: &FailureConfig, out: &Path) -> Result<()> {
         },
         start.elapsed().as_secs_f64()
     );
-    println!("{}", failure_text(&rows));
-    println!("{:<20} {:>10} {:>10}", "event", "M grows", "B grows");
+    let mut table = Table::new(&[
+        ("base", Right),
+        ("M", Right),
+        ("pos.inv", Right),
+        ("pos.alias", Right),
+        ("tok.inv", Right),
+        ("tok.alias", Right),
+        ("mu", Right),
+        ("mu_emp", Right),
+        ("sigma", Right),
+        ("sig_emp", Right),
+    ]);
+    for r in &rows {
+        table.row([
+            format!("{:.0e}", r.base),
+            r.length.to_string(),
+            format!("{:.4}", r.position_inversion),
+            format!("{:.4}", r.position_aliasing),
+            format!("{:.4}", r.token_inversion),
+            format!("{:.4}", r.token_aliasing),
+            format!("{:.3}", r.mu_approx),
+            format!("{:.3}", r.mu_empirical),
+            format!("{:.3}", r.sigma_approx),
+            format!("{:.3}", r.sigma_empirical),
+        ]);
+    }
+    print!("{table}");
+    let mut directions = Table::new(&[("event", Left), ("M grows", Right), ("B grows", Right)]);
     for (event, by_m, by_b) in trade_off(&rows) {
-        println!("{event:<20} {by_m:>10} {by_b:>10}");
+        directions.row([event, by_m, by_b]);
     }
-    write_atomic(out, failure_csv(&rows).as_bytes())?;
+    print!("{directions}");
+    write_csv(out, &rows)?;
     println!("wrote {}", out.display());
-    Ok(())
-}
-
-fn failure_text(rows: &[FailureRow]) -> String {
-    let mut s = format!(
-        "{:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n",
-        "base",
-        "M",
-        "pos.inv",
-        "pos.alias",
-        "tok.inv",
-        "tok.alias",
-        "mu",
-        "mu_emp",
-        "sigma",
-        "sig_emp"
-    );
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "{:>9.0e} {:>7} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
-            r.base,
-            r.length,
-            r.position_inversion,
-            r.position_aliasing,
-            r.token_inversion,
-            r.token_aliasing,
-            r.mu_approx,
-            r.mu_empirical,
-            r.sigma_approx,
-            r.sigma_empirical
-        );
-    }
-    s.trim_end().to_owned()
-}
-
-fn failure_csv(rows: &[FailureRow]) -> String {
-    let mut s = String::from(
-        "base,length,position_inversion,position_aliasing,position_alias_pairs,token_inversion,token_aliasing,mu_approx,mu_empirical,sigma_approx,sigma_empirical\n",
-    );
-    for r in rows {
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{},{},{},{},{},{}",
-            r.base,
-            r.length,
-            r.position_inversion,
-            r.position_aliasing,
-            r.position_alias_pairs,
-            r.token_inversion,
-            r.token_aliasing,
-            r.mu_approx,
-            r.mu_empirical,
-            r.sigma_approx,
-            r.sigma_empirical
-        );
-    }
-    s
-}
-
-fn construct(a: &ConstructArgs) -> Result<()> {
-    use ropelab_theory::construct::{all_sequences, check, random_sequences, HandHead};
-    anyhow::ensure!(a.n0 >= 1, "n0 must be at least 1, got {}", a.n0);
-    anyhow::ensure!(a.long >= 2, "--long must be at least 2");
-    // One head per check: the Index vocabulary holds integers up to the input length.
-    let head = |n: usize| -> Result<HandHead> {
-        Ok(match a.mechanism {
-            Mechanism::Index => {
-                let theta = a.theta.unwrap_or(0.866);
-                let margin = discrepancy::index(theta, n)?[n - 1].delta;
-                anyhow::ensure!(margin > 0.0, "theta {theta} gives no margin at length {n}");
-                HandHead::index(a.letters, n - 1, theta, 40.0 / margin)?
-            }
-            Mechanism::Retrieval => {
-                let n_max = a.n0.max(a.long);
-                let omega = 2.0 * std::f64::consts::PI / a.letters.max(2) as f64;
-                let theta = a.theta.unwrap_or(omega / (4.0 * n_max as f64));
-                let margin = discrepancy::retrieval(theta, a.letters, n)?[n - 1].delta;
-                anyhow::ensure!(margin > 0.0, "theta {theta} gives no margin at length {n}");
-                HandHead::retrieval(a.letters, 2, theta, 40.0 / margin)?
-            }
-        })
-    };
-    let short = head(a.n0)?;
-    anyhow::ensure!(
-        (short.vocab.len() as f64).powi(a.n0 as i32) <= 5e6,
-        "{} tokens up to length {} is too many inputs to enumerate; lower --n0",
-        short.vocab.len(),
-        a.n0
-    );
-    let long = head(a.long)?;
-    for (what, h, inputs) in [
-        (
-            format!("every input up to length {}", a.n0),
-            &short,
-            all_sequences(short.vocab.len(), a.n0),
-        ),
-        (
-            format!("{} random inputs of length {}", a.samples, a.long),
-            &long,
-            random_sequences(&long, a.long, a.samples, 0),
-        ),
-    ] {
-        let c = check(h, &inputs)?;
-        println!(
-            "{:?} head, {what}: {} of {} in the domain correct, smallest decoding gap {:.4}",
-            a.mechanism, c.correct, c.inputs, c.min_gap
-        );
-        anyhow::ensure!(
-            c.correct == c.inputs,
-            "the construction failed on {} inputs",
-            c.inputs - c.correct
-        );
-    }
     Ok(())
 }
