@@ -12,7 +12,7 @@ use ropelab_tasks::TaskKind;
 use ropelab_train::Accuracy;
 use serde::{Deserialize, Serialize};
 
-use crate::dynamics::{summarize_heads, HeadStep, Purity};
+use crate::dynamics::{summarize_heads, HeadKind, HeadStep};
 use crate::lengthgen::{first_length_below, from_csv, LengthRow};
 use crate::{AnalysisError, Result};
 
@@ -289,7 +289,7 @@ fn last_step(scores: &[HeadStep]) -> Vec<&HeadStep> {
     scores.iter().filter(|l| l.step == last).collect()
 }
 
-fn pure(l: &HeadStep, gamma: f64) -> Purity {
+fn pure(l: &HeadStep, gamma: f64) -> HeadKind {
     crate::dynamics::purity(
         crate::SwapScores {
             s_pos: l.s_pos,
@@ -302,15 +302,15 @@ fn pure(l: &HeadStep, gamma: f64) -> Purity {
 /// Layer types at the final checkpoint: P (a pure positional head), S (a pure symbolic one),
 /// - (neither), one letter per layer.
 fn layer_types(scores: &[HeadStep], gamma: f64) -> String {
-    let mut by_layer: BTreeMap<usize, Vec<Purity>> = BTreeMap::new();
+    let mut by_layer: BTreeMap<usize, Vec<HeadKind>> = BTreeMap::new();
     for l in last_step(scores) {
         by_layer.entry(l.layer).or_default().push(pure(l, gamma));
     }
     by_layer
         .values()
         .map(|kinds| {
-            let p = kinds.contains(&Purity::Positional);
-            let s = kinds.contains(&Purity::Symbolic);
+            let p = kinds.contains(&HeadKind::Positional);
+            let s = kinds.contains(&HeadKind::Symbolic);
             match (p, s) {
                 (true, true) => 'B',
                 (true, false) => 'P',
@@ -566,9 +566,9 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
             for r in [&s.number, &s.letter].into_iter().flatten() {
                 for l in last_step(&r.scores) {
                     match pure(l, t.gamma) {
-                        Purity::Positional => p.push(l.freq_mean_plane),
-                        Purity::Symbolic => q.push(l.freq_mean_plane),
-                        Purity::None => {}
+                        HeadKind::Positional => p.push(l.freq_mean_plane),
+                        HeadKind::Symbolic => q.push(l.freq_mean_plane),
+                        HeadKind::Mixed => {}
                     }
                 }
             }

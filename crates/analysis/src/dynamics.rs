@@ -12,7 +12,7 @@ use ropelab_train::{evaluate, forward_bytes, RunDir, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
 use crate::capture::Captured;
-use crate::swap::{blocks, check_tau, effects, entropy, row, scores, SwapScores};
+use crate::swap::{blocks, effects, entropy, row, scores, SwapScores, Tau};
 use crate::{AnalysisError, Result};
 
 /// Which query positions a head is scored at.
@@ -53,7 +53,7 @@ pub struct ScoreOptions {
     /// Query positions.
     pub query: QueryMode,
     /// Temperature of the swap weights.
-    pub tau: f64,
+    pub tau: Tau,
     /// Test samples for the accuracy at each step.
     pub eval_samples: usize,
     /// Also score block swaps with the keys before the query split into this many blocks.
@@ -69,7 +69,7 @@ impl Default for ScoreOptions {
         Self {
             samples: 100,
             query: QueryMode::Last,
-            tau: 1e-4,
+            tau: Tau::DEFAULT,
             eval_samples: 512,
             blocks: None,
             planes: false,
@@ -78,12 +78,20 @@ impl Default for ScoreOptions {
     }
 }
 
+/// The paper's purity tolerance: a head is pure positional when s_POS >= 1 - GAMMA and
+/// s_SYM <= GAMMA (and the other way round for symbolic).
+pub const GAMMA: f64 = 0.1;
+
+/// The stricter tolerance also written to scores.jsonl.
+pub const GAMMA_STRICT: f64 = 0.05;
+
 /// A head's type at a purity tolerance gamma.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Purity {
-    /// Neither.
-    None,
+pub enum HeadKind {
+    /// Neither pure type (written "none" in run files).
+    #[serde(rename = "none")]
+    Mixed,
     /// s_POS >= 1 - gamma and s_SYM <= gamma.
     Positional,
     /// s_SYM >= 1 - gamma and s_POS <= gamma.
@@ -91,13 +99,13 @@ pub enum Purity {
 }
 
 /// The purity of scores at tolerance `gamma` (in (0, 0.5)).
-pub fn purity(s: SwapScores, gamma: f64) -> Purity {
+pub fn purity(s: SwapScores, gamma: f64) -> HeadKind {
     if s.s_pos >= 1.0 - gamma && s.s_sym <= gamma {
-        Purity::Positional
+        HeadKind::Positional
     } else if s.s_sym >= 1.0 - gamma && s.s_pos <= gamma {
-        Purity::Symbolic
+        HeadKind::Symbolic
     } else {
-        Purity::None
+        HeadKind::Mixed
     }
 }
 
@@ -129,10 +137,10 @@ pub struct HeadStep {
     pub entropy: f64,
     /// Entropy min-max normalised over the run's steps, per layer and head.
     pub entropy_norm: f64,
-    /// Purity at gamma = 0.1.
-    pub pure_0_1: Purity,
-    /// Purity at gamma = 0.05.
-    pub pure_0_05: Purity,
+    /// Head type at gamma = 0.1.
+    pub pure_0_1: HeadKind,
+    /// Head type at gamma = 0.05.
+    pub pure_0_05: HeadKind,
     /// Mean |logit contribution| of each plane at the attended key.
     pub freq_use: Vec<f64>,
     /// Plane id averaged with weights `freq_use` (low = high frequency).
@@ -206,12 +214,11 @@ pub fn score_heads(
     model: &GptJ,
     ids: &Tensor,
     queries: &[Vec<usize>],
-    tau: f64,
+    tau: Tau,
     n_blocks: Option<usize>,
     planes: bool,
     memory: usize,
 ) -> Result<Vec<HeadScores>> {
-    check_tau(tau)?;
     let (rows, len) = ids.dims2()?;
     let batch = (memory / capture_bytes(model.config(), len).max(1)).clamp(1, rows.max(1));
     let mut parts = vec![];
@@ -273,11 +280,10 @@ fn merge_weighted(parts: Vec<(usize, Vec<HeadScores>)>) -> Vec<HeadScores> {
 pub fn score_captured(
     cap: &Captured,
     queries: &[Vec<usize>],
-    tau: f64,
+    tau: Tau,
     n_blocks: Option<usize>,
     planes: bool,
 ) -> Result<Vec<HeadScores>> {
-    check_tau(tau)?;
     let (_, heads, _, d_head) = cap.dims();
     let n_planes = d_head / 2;
     let mut out = vec![];
@@ -361,7 +367,6 @@ pub fn score_run(
     device: &Device,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<RunScores> {
-    check_tau(options.tau)?;
     if options.samples == 0 || options.eval_samples == 0 {
         return Err(AnalysisError::Invalid(
             "the number of samples must be at least 1".into(),
@@ -440,8 +445,8 @@ pub fn score_run(
                 s_sym: s.s_sym,
                 entropy: h.entropy,
                 entropy_norm: 0.0,
-                pure_0_1: purity(s, 0.1),
-                pure_0_05: purity(s, 0.05),
+                pure_0_1: purity(s, GAMMA),
+                pure_0_05: purity(s, GAMMA_STRICT),
                 freq_use: freq,
                 freq_mean_plane: plane,
                 accuracy: acc.accuracy,
@@ -499,7 +504,7 @@ pub struct HeadSummary {
     /// Final scores.
     pub s_sym: f64,
     /// Type at the last step.
-    pub kind: Purity,
+    pub kind: HeadKind,
     /// First step from which the head is pure (of its final type) at every later step.
     pub pure_from: Option<usize>,
 }
@@ -526,7 +531,7 @@ pub fn summarize_heads(lines: &[HeadStep], gamma: f64) -> Result<Vec<HeadSummary
             steps.sort_by_key(|l| l.step);
             let last = steps.last().expect("at least one step");
             let kind = kind_of(last);
-            let pure_from = (kind != Purity::None).then(|| {
+            let pure_from = (kind != HeadKind::Mixed).then(|| {
                 let mut from = last.step;
                 for l in steps.iter().rev() {
                     if kind_of(l) != kind {

@@ -10,6 +10,7 @@ pub mod claims;
 pub mod dynamics;
 pub mod head;
 pub mod lengthgen;
+pub mod lens;
 pub mod margin;
 pub mod reference;
 pub mod swap;
@@ -33,6 +34,12 @@ pub enum AnalysisError {
     /// A task error.
     #[error(transparent)]
     Task(#[from] ropelab_tasks::TaskError),
+    /// A pretrained-model error (fetching, GGUF, tokenizer).
+    #[error(transparent)]
+    Pretrained(#[from] ropelab_pretrained::PretrainedError),
+    /// A theory-lab error.
+    #[error(transparent)]
+    Theory(#[from] ropelab_theory::TheoryError),
     /// A tensor op failed.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

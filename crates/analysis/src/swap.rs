@@ -40,19 +40,57 @@ pub fn cos2(u: (f64, f64), v: (f64, f64)) -> f64 {
     }
 }
 
-/// Checks a temperature.
-pub fn check_tau(tau: f64) -> Result<(), AnalysisError> {
-    if tau.is_finite() && tau > 0.0 {
-        Ok(())
-    } else {
-        Err(AnalysisError::Invalid(format!(
-            "tau must be positive, got {tau}"
-        )))
+/// The temperature of the swap weights: positive and finite, checked once where it is built,
+/// so every function that takes a `Tau` can rely on it.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Tau(f64);
+
+impl Tau {
+    /// The metric's default temperature (1e-4: a swap counts when it moves the logit gap by
+    /// more than about 1e-4).
+    pub const DEFAULT: Tau = Tau(1e-4);
+
+    /// A temperature; an error unless `tau` is positive and finite.
+    pub fn new(tau: f64) -> Result<Self, AnalysisError> {
+        if tau.is_finite() && tau > 0.0 {
+            Ok(Tau(tau))
+        } else {
+            Err(AnalysisError::Invalid(format!(
+                "tau must be positive, got {tau}"
+            )))
+        }
+    }
+
+    /// The value.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Default for Tau {
+    fn default() -> Self {
+        Tau::DEFAULT
+    }
+}
+
+impl std::fmt::Display for Tau {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for Tau {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+        Tau::new(t).map_err(|e| e.to_string())
     }
 }
 
 /// s_POS and s_SYM from the effects of every swap.
-pub fn scores(effects: &[SwapEffect], tau: f64) -> SwapScores {
+pub fn scores(effects: &[SwapEffect], tau: Tau) -> SwapScores {
+    let tau = tau.get();
     if effects.is_empty() {
         // No two keys to swap (query at position 0 or 1): nothing distinguishes the head.
         return SwapScores {
@@ -149,14 +187,14 @@ pub fn effects(
 }
 
 /// Fast-path swap scores of a head at its query, over all single-position swaps i < j < n.
-pub fn swap_scores(head: &HeadView, tau: f64) -> SwapScores {
+pub fn swap_scores(head: &HeadView, tau: Tau) -> SwapScores {
     let n = head.n();
     let singles: Vec<_> = (0..n).map(|p| p..p + 1).collect();
     scores(&block_swap_effects(head, &singles), tau)
 }
 
 /// Fast-path block-swap scores with the keys before the query split into `m` blocks.
-pub fn block_swap_scores(head: &HeadView, m: usize, tau: f64) -> Result<SwapScores, AnalysisError> {
+pub fn block_swap_scores(head: &HeadView, m: usize, tau: Tau) -> Result<SwapScores, AnalysisError> {
     let blocks = blocks(head.n(), m)?;
     Ok(scores(&block_swap_effects(head, &blocks), tau))
 }

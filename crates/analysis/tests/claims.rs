@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ropelab_analysis::claims::{verdicts, Claim, StudyFiles, Thresholds, Verdict};
-use ropelab_analysis::dynamics::{HeadStep, Purity};
+use ropelab_analysis::dynamics::{HeadKind, HeadStep};
 use ropelab_analysis::lengthgen::{to_csv, HeadMargin, LengthRow};
 
 /// Final (s_pos, s_sym) per layer; a head becomes pure at `pure_at`, accuracy peaks at 300.
@@ -24,8 +24,8 @@ fn scores(finals: &[(f64, f64)], pure_at: usize, freq_plane: &[usize]) -> String
                 s_sym,
                 entropy: 1.0,
                 entropy_norm: 0.5,
-                pure_0_1: Purity::None,
-                pure_0_05: Purity::None,
+                pure_0_1: HeadKind::Mixed,
+                pure_0_05: HeadKind::Mixed,
                 freq_use,
                 freq_mean_plane: freq_plane[layer] as f64,
                 accuracy: [0.1, 0.5, 0.995, 1.0][step / 100],

@@ -3,8 +3,9 @@
 
 use candle_core::Device;
 use ropelab_analysis::dynamics::{
-    check_gamma, score_run, summarize_heads, Purity, QueryMode, ScoreOptions,
+    check_gamma, score_run, summarize_heads, HeadKind, QueryMode, ScoreOptions,
 };
+use ropelab_analysis::swap::Tau;
 use ropelab_tasks::TaskKind;
 use ropelab_train::{Preset, Trainer};
 
@@ -66,7 +67,7 @@ fn every_checkpoint_head_is_scored() {
         assert_eq!(heads.len(), 4);
         assert!(heads
             .iter()
-            .all(|h| (h.kind == Purity::None) == h.pure_from.is_none()));
+            .all(|h| (h.kind == HeadKind::Mixed) == h.pure_from.is_none()));
     }
 }
 
@@ -93,14 +94,12 @@ fn bad_scoring_input_is_an_error() {
         .to_string();
     assert!(err.contains("no checkpoints"), "{err}");
 
-    let bad_tau = ScoreOptions {
-        tau: 0.0,
-        ..ScoreOptions::default()
-    };
-    let err = score_run(&root, &bad_tau, &Device::Cpu, |_, _| {})
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("tau"), "{err}");
+    // A bad temperature cannot even be built (the type carries the check).
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let err = Tau::new(bad).unwrap_err().to_string();
+        assert!(err.contains("tau"), "{err}");
+    }
+    assert!("0".parse::<Tau>().is_err() && "1e-3".parse::<Tau>().is_ok());
     assert!("0"
         .parse::<QueryMode>()
         .unwrap_err()

@@ -5,11 +5,11 @@ use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ropelab_analysis::reference::reference_effects;
-use ropelab_analysis::swap::{block_swap_effects, blocks, scores};
+use ropelab_analysis::swap::{block_swap_effects, blocks, scores, Tau};
 use ropelab_analysis::{block_swap_scores, swap_scores, Captured, HeadView};
 use ropelab_model::{GptJ, ModelConfig, PositionEncoding, RopeLayout};
 
-const TAU: f64 = 1e-4;
+const TAU: Tau = Tau::DEFAULT;
 
 /// A 2-dim head with one RoPE plane of angle 1 rad per position and all keys equal: logits
 /// depend on position only. A large query norm makes attention sharp.
@@ -185,7 +185,10 @@ fn fast_path_agrees_with_rerunning_the_block() {
                                             );
                                         }
                                     }
-                                    let (sf, ss) = (scores(&fast, 1e-2), scores(&slow, 1e-2));
+                                    let (sf, ss) = (
+                                        scores(&fast, Tau::new(1e-2).unwrap()),
+                                        scores(&slow, Tau::new(1e-2).unwrap()),
+                                    );
                                     assert!(
                                         (sf.s_pos - ss.s_pos).abs() < 1e-4
                                             && (sf.s_sym - ss.s_sym).abs() < 1e-4,

@@ -48,6 +48,17 @@ pub enum PretrainedError {
     },
 }
 
+/// SmolLM2-135M and its tokenizer, fetched into the cache first if needed: the one way every
+/// command opens the real model.
+pub fn load_smollm2(
+    device: &candle_core::Device,
+) -> Result<(llama::Llama, tokenizer::GgufTokenizer)> {
+    let path = fetch::ensure_model()?;
+    let model = llama::Llama::load(&path, device)?;
+    let tokenizer = tokenizer::GgufTokenizer::from_gguf(&gguf::GgufFile::open(&path)?)?;
+    Ok((model, tokenizer))
+}
+
 /// Result alias of the pretrained crate.
 pub type Result<T> = std::result::Result<T, PretrainedError>;
 

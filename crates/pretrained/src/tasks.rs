@@ -15,21 +15,59 @@ use crate::llama::Llama;
 use crate::tokenizer::GgufTokenizer;
 use crate::{PretrainedError, Result};
 
-/// Accuracy at one window size.
+/// Defaults of `pretrained tasks` (the prompt-task table).
+pub mod table_defaults {
+    /// Target-window sizes.
+    pub const SIZES: [usize; 11] = [12, 16, 24, 32, 48, 64, 80, 100, 150, 200, 300];
+    /// Runs (dataset seed = run number).
+    pub const RUNS: usize = 5;
+    /// Prompts per run and size.
+    pub const PROMPTS: usize = 20;
+}
+
+/// Defaults of `pretrained index-task`.
+pub mod index_defaults {
+    /// Array lengths.
+    pub const LENGTHS: [usize; 4] = [8, 32, 128, 512];
+    /// Prompts per length.
+    pub const PROMPTS: usize = 20;
+}
+
+/// Accuracy at one window size (one CSV row; the runs' accuracies joined by `;`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SizeRow {
     /// Task.
     pub task: TaskKind,
     /// Target-window size.
     pub size: usize,
-    /// Accuracy of each run.
-    pub runs: Vec<f64>,
-    /// Mean over runs.
-    pub mean: f64,
-    /// Standard deviation over runs (population).
-    pub sd: f64,
     /// Prompt length in tokens (first prompt of run 0).
     pub prompt_tokens: usize,
+    /// Mean over runs.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub mean: f64,
+    /// Standard deviation over runs (population).
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub sd: f64,
+    /// Accuracy of each run.
+    #[serde(serialize_with = "joined")]
+    pub runs: Vec<f64>,
+}
+
+fn joined<S: serde::Serializer>(runs: &[f64], s: S) -> std::result::Result<S::Ok, S::Error> {
+    let cells: Vec<String> = runs.iter().map(f64::to_string).collect();
+    s.serialize_str(&cells.join(";"))
+}
+
+/// Accuracy on the index-in-array prompt at one array length (one CSV row).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IndexRow {
+    /// Array length.
+    pub length: usize,
+    /// Prompt length in tokens (last prompt).
+    pub prompt_tokens: usize,
+    /// Fraction answered (chance 0.25).
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub accuracy: f64,
 }
 
 /// Whether greedy decoding of `model` after `prompt` starts with `answer` (` ` + answer).
@@ -124,7 +162,7 @@ pub fn index_accuracy(
     lengths: &[usize],
     n: usize,
     mut progress: impl FnMut(usize),
-) -> Result<Vec<(usize, f64, usize)>> {
+) -> Result<Vec<IndexRow>> {
     let mut out = vec![];
     let mut done = 0;
     for &len in lengths {
@@ -137,7 +175,11 @@ pub fn index_accuracy(
             done += 1;
             progress(done);
         }
-        out.push((len, correct as f64 / n as f64, tokens));
+        out.push(IndexRow {
+            length: len,
+            prompt_tokens: tokens,
+            accuracy: correct as f64 / n as f64,
+        });
     }
     Ok(out)
 }

@@ -14,7 +14,7 @@ use candle_core::Device;
 use clap::Args;
 use indicatif::MultiProgress;
 use ropelab_analysis::claims::{self, StudyFiles};
-use ropelab_analysis::dynamics::{score_run, summarize_heads, HeadStep, Purity, ScoreOptions};
+use ropelab_analysis::dynamics::{score_run, summarize_heads, HeadKind, HeadStep, ScoreOptions};
 use ropelab_analysis::lengthgen::{length_generalisation, to_csv, LengthOptions, LengthRow};
 use ropelab_tasks::{summarize, write_jsonl, Dataset, Split, Summary, Task, TaskKind};
 use ropelab_train::eval::{eval_checkpoint, EvalReport};
@@ -444,9 +444,9 @@ fn seed_summary(rows: &[Trained], gamma: f64) -> Result<String> {
                 psd,
                 q,
                 qsd,
-                count(Purity::Positional),
+                count(HeadKind::Positional),
                 heads.len(),
-                count(Purity::Symbolic),
+                count(HeadKind::Symbolic),
                 heads.len()
             );
         }

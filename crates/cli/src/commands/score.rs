@@ -9,6 +9,7 @@ use clap::Args;
 use ropelab_analysis::dynamics::{
     score_run, summarize_heads, HeadStep, QueryMode, RunScores, ScoreOptions,
 };
+use ropelab_analysis::swap::Tau;
 
 use super::progress;
 
@@ -19,15 +20,15 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub run: PathBuf,
     /// Test samples every checkpoint is scored on.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = ScoreOptions::default().samples as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub samples: u64,
     /// Query positions: `last` (the task's query), `hops` (every jumping chain position) or a
     /// position (at least 2).
     #[arg(long, default_value = "last", value_parser = |s: &str| s.parse::<QueryMode>().map_err(|e| e.to_string()))]
     pub query: QueryMode,
     /// Temperature of the swap weights alpha (positive).
-    #[arg(long, default_value_t = 1e-4)]
-    pub tau: f64,
+    #[arg(long, default_value_t = Tau::DEFAULT)]
+    pub tau: Tau,
     /// Also score block swaps: the keys before the query in this many equal blocks.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub blocks: Option<u64>,
@@ -35,10 +36,10 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub planes: bool,
     /// Purity tolerance of the summary table, in (0, 0.5) (scores.jsonl has 0.1 and 0.05).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = ropelab_analysis::dynamics::GAMMA)]
     pub gamma: f64,
     /// Memory budget of one captured batch in MiB (samples run in batches that fit it).
-    #[arg(long = "memory-mb", default_value = "256", value_parser = crate::output::parse_memory_mib)]
+    #[arg(long = "memory-mb", default_value_t = ropelab_train::data::EVAL_MEMORY >> 20, value_parser = crate::output::parse_memory_mib)]
     pub memory: usize,
 }
 

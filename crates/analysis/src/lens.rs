@@ -1,0 +1,310 @@
+//! The lens pointed at a real pretrained model (SmolLM2-135M): swap scores of every head on
+//! the tasks' natural-language prompts, and RoPE's failure statistics with the model's own
+//! query and key vectors.
+
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+use ropelab_model::{HookKind, HookPoint, Hooks};
+use ropelab_pretrained::llama::Llama;
+use ropelab_pretrained::tokenizer::GgufTokenizer;
+use ropelab_tasks::TaskKind;
+use ropelab_theory::failures::{failure_rows, FailureRow, Triple};
+use ropelab_theory::format::NumberFormat;
+use ropelab_theory::schedule::Schedule;
+use serde::Serialize;
+
+use crate::dynamics::{mean_plane, purity, score_captured, HeadKind, GAMMA, GAMMA_STRICT};
+use crate::swap::{SwapScores, Tau};
+use crate::{AnalysisError, Captured, Result};
+
+/// What [`score_prompts`] scores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptScoreOptions {
+    /// The task whose 1-hop prompt version is scored.
+    pub task: TaskKind,
+    /// Target-window size of the prompts.
+    pub size: usize,
+    /// Prompts (dataset seed 0, instances 0..n); scores are averaged over them.
+    pub prompts: usize,
+    /// Temperature of the swap weights.
+    pub tau: Tau,
+}
+
+impl PromptScoreOptions {
+    /// Default target-window size of the prompts.
+    pub const SIZE: usize = 16;
+    /// Default number of prompts.
+    pub const PROMPTS: usize = 10;
+}
+
+/// One head's scores averaged over the prompts (one JSON line of `pretrained score`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptHead {
+    /// Block.
+    pub layer: usize,
+    /// Head.
+    pub head: usize,
+    /// Mean positional score.
+    pub s_pos: f64,
+    /// Mean symbolic score.
+    pub s_sym: f64,
+    /// Mean attention entropy at the query.
+    pub entropy: f64,
+    /// Type at gamma 0.1 (of the mean scores).
+    pub pure_0_1: HeadKind,
+    /// Type at gamma 0.05.
+    pub pure_0_05: HeadKind,
+    /// Mean of the frequency-use weighted plane index.
+    pub freq_mean_plane: f64,
+}
+
+/// Swap scores of every head at the last token of `options.prompts` prompts of the task's
+/// natural-language version, averaged over prompts; `progress(done)` after each prompt.
+pub fn score_prompts(
+    model: &Llama,
+    tokenizer: &GgufTokenizer,
+    options: &PromptScoreOptions,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<PromptHead>> {
+    if options.prompts == 0 {
+        return Err(AnalysisError::Invalid("score at least one prompt".into()));
+    }
+    let c = model.config();
+    let (n_layers, n_heads) = (c.n_layers, c.n_heads);
+    let mut sums = vec![[0.0f64; 4]; n_layers * n_heads];
+    for i in 0..options.prompts {
+        let p = ropelab_tasks::prompt::prompt(options.task, options.size, 0, i)?;
+        let ids = tokenizer.encode(&p.prompt)?;
+        let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+        let mut hooks: Hooks = Captured::hooks(n_layers, false);
+        model.trunk(&input, &mut hooks)?;
+        let cap = Captured::from_hooks(&hooks, vec![model.position().clone(); n_layers], false)?;
+        let heads = score_captured(&cap, &[vec![ids.len() - 1]], options.tau, None, false)?;
+        for (slot, h) in sums.iter_mut().zip(&heads) {
+            let values = [
+                h.scores.s_pos,
+                h.scores.s_sym,
+                h.entropy,
+                mean_plane(&h.freq_use),
+            ];
+            for (s, v) in slot.iter_mut().zip(values) {
+                *s += v;
+            }
+        }
+        progress(i + 1);
+    }
+    let n = options.prompts as f64;
+    Ok(sums
+        .iter()
+        .enumerate()
+        .map(|(idx, s)| {
+            let scores = SwapScores {
+                s_pos: s[0] / n,
+                s_sym: s[1] / n,
+            };
+            PromptHead {
+                layer: idx / n_heads,
+                head: idx % n_heads,
+                s_pos: scores.s_pos,
+                s_sym: scores.s_sym,
+                entropy: s[2] / n,
+                pure_0_1: purity(scores, GAMMA),
+                pure_0_05: purity(scores, GAMMA_STRICT),
+                freq_mean_plane: s[3] / n,
+            }
+        })
+        .collect())
+}
+
+/// What [`model_rope_failures`] measures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRopeOptions {
+    /// Layers whose heads supply q and k.
+    pub layers: Vec<usize>,
+    /// Context lengths M (each at least 2).
+    pub lengths: Vec<usize>,
+    /// (q, k1, k2) triples per layer, drawn from the prompt's positions.
+    pub draws: usize,
+    /// Number format of the aliasing events.
+    pub format: NumberFormat,
+}
+
+impl Default for ModelRopeOptions {
+    fn default() -> Self {
+        Self {
+            layers: vec![0, 15, 29],
+            lengths: vec![256, 2048, 8192],
+            draws: 100,
+            format: NumberFormat::Bf16,
+        }
+    }
+}
+
+/// Tokens of the text whose q and k vectors are drawn.
+pub const ROPE_TEXT_TOKENS: usize = 256;
+
+/// One layer's failure rates at one context length (one CSV row of `pretrained rope-stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LayerFailureRow {
+    /// Block.
+    pub layer: usize,
+    /// Context length M.
+    pub length: usize,
+    /// Position inversion rate.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub position_inversion: f64,
+    /// Position aliasing rate.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub position_aliasing: f64,
+    /// Token inversion rate.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub token_inversion: f64,
+    /// Token aliasing rate.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub token_aliasing: f64,
+    /// Empirical mean of the scores.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub mu_empirical: f64,
+    /// Empirical standard deviation of the scores.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
+    pub sigma_empirical: f64,
+}
+
+impl LayerFailureRow {
+    fn new(layer: usize, r: &FailureRow) -> Self {
+        Self {
+            layer,
+            length: r.length,
+            position_inversion: r.position_inversion,
+            position_aliasing: r.position_aliasing,
+            token_inversion: r.token_inversion,
+            token_aliasing: r.token_aliasing,
+            mu_empirical: r.mu_empirical,
+            sigma_empirical: r.sigma_empirical,
+        }
+    }
+}
+
+/// RoPE failure statistics (the theory lab's four events) with the model's own pre-rotation
+/// q and k vectors: for each layer, `draws` triples (a query at one position, two keys at
+/// others, a random head) from a fixed English text of [`ROPE_TEXT_TOKENS`] tokens (seed 0).
+pub fn model_rope_failures(
+    model: &Llama,
+    tokenizer: &GgufTokenizer,
+    options: &ModelRopeOptions,
+) -> Result<Vec<LayerFailureRow>> {
+    let c = model.config();
+    if let Some(l) = options.layers.iter().find(|&&l| l >= c.n_layers) {
+        return Err(AnalysisError::Invalid(format!(
+            "layer {l} does not exist (the model has {} layers)",
+            c.n_layers
+        )));
+    }
+    if options.lengths.iter().any(|&m| m < 2) || options.draws == 0 {
+        return Err(AnalysisError::Invalid(
+            "context lengths must be at least 2 and draws at least 1".into(),
+        ));
+    }
+    let text = "Rotary position embeddings rotate each pair of query and key dimensions by an \
+                angle proportional to the position, so attention scores depend on relative \
+                distance. "
+        .repeat(40);
+    let mut ids = tokenizer.encode(&text)?;
+    ids.truncate(ROPE_TEXT_TOKENS);
+    let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+    let points: Vec<HookPoint> = options
+        .layers
+        .iter()
+        .flat_map(|&l| {
+            [
+                HookPoint::new(l, HookKind::Q),
+                HookPoint::new(l, HookKind::K),
+            ]
+        })
+        .collect();
+    let mut hooks = Hooks::new().capture(points);
+    model.trunk(&input, &mut hooks)?;
+    let freqs = Schedule::Plain { base: c.rope_base }.frequencies(c.rope_dim / 2)?;
+    let planes: Vec<(usize, usize)> = (0..c.rope_dim / 2)
+        .map(|p| model.position().plane_dims(p))
+        .collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let (t, hd) = (ids.len(), c.head_dim());
+    let mut rows = vec![];
+    for &layer in &options.layers {
+        let get = |kind| -> Result<Vec<f32>> {
+            let captured = hooks.get(HookPoint::new(layer, kind)).ok_or_else(|| {
+                AnalysisError::Invalid(format!("layer {layer}'s {kind:?} was not captured"))
+            })?;
+            Ok(captured.flatten_all()?.to_vec1()?)
+        };
+        let (q, k) = (get(HookKind::Q)?, get(HookKind::K)?); // [1, heads, pos, head_dim]
+                                                             // The theory's vectors, plane by plane (see `theory_vector`).
+        let vec_at = |data: &[f32], head: usize, pos: usize| -> Vec<f64> {
+            theory_vector(&data[(head * t + pos) * hd..][..hd], &planes)
+        };
+        let draws: Vec<Triple> = (0..options.draws)
+            .map(|_| {
+                let head = rng.random_range(0..c.n_heads);
+                let (i, j1, j2) = (
+                    rng.random_range(1..t),
+                    rng.random_range(1..t),
+                    rng.random_range(1..t),
+                );
+                Triple {
+                    q: vec_at(&q, head, i),
+                    k1: vec_at(&k, head, j1),
+                    k2: vec_at(&k, head, j2),
+                }
+            })
+            .collect();
+        rows.extend(
+            failure_rows(
+                &draws,
+                &freqs,
+                c.rope_base,
+                &options.lengths,
+                options.format,
+            )
+            .iter()
+            .map(|r| LayerFailureRow::new(layer, r)),
+        );
+    }
+    Ok(rows)
+}
+
+/// A head's q or k vector as the theory reads it: plane p is the pair (x[a], -x[b]) for the
+/// model's own plane dims (a, b). The theory numbers planes as consecutive pairs and scores
+/// S(m) = q^T R(m) k, while the model's logit at distance m = i - j is q . R(-m) k; negating the
+/// second dim of every plane in both vectors turns one into the other, whatever the layout.
+fn theory_vector(x: &[f32], planes: &[(usize, usize)]) -> Vec<f64> {
+    planes
+        .iter()
+        .flat_map(|&(a, b)| [f64::from(x[a]), -f64::from(x[b])])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ropelab_model::{PositionEncoding, RopeLayout};
+
+    /// Both layouts give the same theory vector for the same planes.
+    #[test]
+    fn theory_vectors_follow_the_models_plane_layout() {
+        let rope = |layout| PositionEncoding::Rope {
+            base: 10_000.0,
+            rotary_dim: 4,
+            layout,
+        };
+        let planes = |p: &PositionEncoding| (0..2).map(|i| p.plane_dims(i)).collect::<Vec<_>>();
+        // Plane 0 = (1, 2), plane 1 = (3, 4) in each layout's own dim order.
+        let interleaved = [1.0f32, 2.0, 3.0, 4.0];
+        let half_split = [1.0f32, 3.0, 2.0, 4.0];
+        let want = vec![1.0, -2.0, 3.0, -4.0];
+        let il = rope(RopeLayout::Interleaved);
+        let hs = rope(RopeLayout::HalfSplit);
+        assert_eq!(theory_vector(&interleaved, &planes(&il)), want);
+        assert_eq!(theory_vector(&half_split, &planes(&hs)), want);
+    }
+}
