@@ -2,7 +2,6 @@
 //! arguments and calls the library crates.
 
 mod commands;
-mod config;
 mod output;
 
 use std::process::ExitCode;

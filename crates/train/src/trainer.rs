@@ -173,6 +173,24 @@ impl Trainer {
         })
     }
 
+    /// Continues the run in `root` when it holds one with exactly `config` (from its latest
+    /// checkpoint), or starts it there; a run with another config is an error naming the
+    /// directory, so a study never mixes two runs.
+    pub fn start_or_resume(root: &Path, config: RunConfig, device: &Device) -> Result<Self> {
+        let dir = RunDir::new(root);
+        if !dir.config_path().exists() {
+            return Self::start(root, config, device);
+        }
+        let (_, existing) = RunDir::open(root)?;
+        if existing != config {
+            return Err(TrainError::Config(format!(
+                "{} holds a run with another config; delete it or choose another directory",
+                root.display()
+            )));
+        }
+        Self::resume(root, None, device)
+    }
+
     /// The model in its current state.
     pub fn model(&self) -> &GptJ {
         &self.model

@@ -17,8 +17,9 @@ use clap::Subcommand;
 /// The subcommands of `ropelab`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the study end to end from an embedded config (now: generate and validate both task
-    /// datasets and print a summary); `--paper` for the full-scale study.
+    /// Run the study end to end from an embedded config (datasets, one model per task and seed,
+    /// scores, length generalisation, theory, a verdict per claim); `--paper` for the
+    /// full-scale study.
     Reproduce(reproduce::ReproduceArgs),
     /// Generate a task dataset (or its natural-language prompt version) as JSON Lines.
     Gen(gen::GenArgs),
@@ -64,13 +65,47 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     styled(indicatif::ProgressBar::new(len), what)
 }
 
-/// A progress bar drawn as one line of `bars` (several jobs at once).
-pub fn progress_in(
-    bars: &indicatif::MultiProgress,
-    len: u64,
-    what: &str,
-) -> indicatif::ProgressBar {
-    styled(bars.add(indicatif::ProgressBar::new(len)), what)
+/// The study's progress as bars on standard error, one line per running stage.
+#[derive(Debug, Default)]
+pub struct Bars {
+    multi: indicatif::MultiProgress,
+}
+
+/// One stage's bar: cleared and removed from the display when dropped.
+struct StageBar<'a> {
+    bar: indicatif::ProgressBar,
+    multi: &'a indicatif::MultiProgress,
+}
+
+impl ropelab_study::Progress for Bars {
+    fn stage(&self, label: &str, total: u64) -> Box<dyn ropelab_study::Stage + '_> {
+        let bar = styled(self.multi.add(indicatif::ProgressBar::new(total)), label);
+        Box::new(StageBar {
+            bar,
+            multi: &self.multi,
+        })
+    }
+}
+
+impl ropelab_study::Stage for StageBar<'_> {
+    fn set(&self, done: u64) {
+        self.bar.set_position(done);
+    }
+
+    fn set_total(&self, total: u64) {
+        self.bar.set_length(total);
+    }
+
+    fn message(&self, message: String) {
+        self.bar.set_message(message);
+    }
+}
+
+impl Drop for StageBar<'_> {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+        self.multi.remove(&self.bar);
+    }
 }
 
 /// `bar` with ropelab's style and `what` as its message.

@@ -10,7 +10,7 @@ use ropelab_analysis::margin;
 use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
 use ropelab_theory::construct::{verify, ConstructOptions};
 use ropelab_theory::discrepancy::{self, DiscrepancyRow, Mechanism};
-use ropelab_theory::failures::{failure_table, trade_off, FailureConfig};
+use ropelab_theory::failures::{failure_table, trade_off, FailureConfig, FailureRow};
 use ropelab_theory::format::NumberFormat;
 use ropelab_theory::periodic::{f_large, mod_defaults, mod_table, offset_defaults, offset_table};
 use ropelab_train::data::EVAL_MEMORY;
@@ -356,8 +356,17 @@ pub fn rope_stats(config: &FailureConfig, out: &Path) -> Result<()> {
     let bar = progress(config.bases.len() as u64, "rope-stats");
     let rows = failure_table(config, |done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
+    println!("({:.1} s)", start.elapsed().as_secs_f64());
+    print_failures(config, &rows);
+    write_csv(out, &rows)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Prints the failure rates per (base, length) and the directions of the base trade-off.
+pub fn print_failures(config: &FailureConfig, rows: &[FailureRow]) {
     println!(
-        "RoPE failure rates, d {}, {} draws (rho {}), aliasing in {}{}: {:.1} s",
+        "RoPE failure rates, d {}, {} draws (rho {}), aliasing in {}{}:",
         config.d,
         config.draws,
         config.rho,
@@ -367,7 +376,6 @@ pub fn rope_stats(config: &FailureConfig, out: &Path) -> Result<()> {
         } else {
             ""
         },
-        start.elapsed().as_secs_f64()
     );
     let mut table = Table::new(&[
         ("base", Right),
@@ -381,7 +389,7 @@ pub fn rope_stats(config: &FailureConfig, out: &Path) -> Result<()> {
         ("sigma", Right),
         ("sig_emp", Right),
     ]);
-    for r in &rows {
+    for r in rows {
         table.row([
             format!("{:.0e}", r.base),
             r.length.to_string(),
@@ -397,11 +405,8 @@ pub fn rope_stats(config: &FailureConfig, out: &Path) -> Result<()> {
     }
     print!("{table}");
     let mut directions = Table::new(&[("event", Left), ("M grows", Right), ("B grows", Right)]);
-    for (event, by_m, by_b) in trade_off(&rows) {
+    for (event, by_m, by_b) in trade_off(rows) {
         directions.row([event, by_m, by_b]);
     }
     print!("{directions}");
-    write_csv(out, &rows)?;
-    println!("wrote {}", out.display());
-    Ok(())
 }

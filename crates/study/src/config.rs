@@ -221,6 +221,17 @@ impl TasksConfig {
 }
 
 impl StudyConfig {
+    /// Replaces the seeds (e.g. from `--seeds`): at least one, none twice.
+    pub fn set_seeds(&mut self, seeds: &[u64]) -> Result<()> {
+        anyhow::ensure!(!seeds.is_empty(), "--seeds: give at least one seed");
+        let mut seen = std::collections::BTreeSet::new();
+        for s in seeds {
+            anyhow::ensure!(seen.insert(s), "--seeds: seed {s} is listed twice");
+        }
+        self.seeds = seeds.to_vec();
+        Ok(())
+    }
+
     /// Parses a TOML study; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
         let config: Self =

@@ -1,0 +1,60 @@
+//! The theory lab's part of the study: the hand-built heads' discrepancy curves and RoPE's
+//! failure table, written to `out/theory/`.
+
+use std::path::Path;
+
+use anyhow::Result;
+use ropelab_io::write_csv;
+use ropelab_theory::discrepancy::{curve, DiscrepancyRow, Mechanism};
+use ropelab_theory::failures::{failure_table, FailureConfig, FailureRow};
+use ropelab_theory::format::NumberFormat;
+
+use crate::{Progress, StudyConfig};
+
+/// What the theory part measured.
+#[derive(Debug, Clone)]
+pub struct TheoryResults {
+    /// (head, its angle theta, its curve) for Index and Retrieval.
+    pub curves: Vec<(Mechanism, f64, Vec<DiscrepancyRow>)>,
+    /// The failure table's settings.
+    pub failures_config: FailureConfig,
+    /// The failure rates per (base, length).
+    pub failures: Vec<FailureRow>,
+}
+
+/// Computes both curves (`theory/discrepancy-{index,retrieval}.csv`) and the failure table
+/// (`theory/rope-failures.csv`, aliasing in bf16, draws seeded by the study's first seed).
+pub fn run(config: &StudyConfig, out: &Path, progress: &dyn Progress) -> Result<TheoryResults> {
+    let t = &config.theory;
+    let mut curves = vec![];
+    for (mechanism, theta) in [
+        (Mechanism::Index, t.index_theta),
+        (Mechanism::Retrieval, t.retrieval_theta),
+    ] {
+        let rows = curve(mechanism, theta, t.alphabet, t.max_n)?;
+        write_csv(
+            &out.join(format!("theory/discrepancy-{mechanism}.csv")),
+            &rows,
+        )?;
+        curves.push((mechanism, theta, rows));
+    }
+    let failures_config = FailureConfig {
+        d: t.d,
+        bases: t.bases.clone(),
+        llama3: false,
+        lengths: t.lengths.clone(),
+        draws: t.draws,
+        seed: config.seeds[0],
+        rho: t.rho,
+        format: NumberFormat::Bf16,
+    };
+    let stage = progress.stage("rope-stats", t.bases.len() as u64);
+    let failures = failure_table(&failures_config, |done, _| stage.set(done as u64))?;
+    drop(stage);
+    write_csv(&out.join("theory/rope-failures.csv"), &failures)?;
+    Ok(TheoryResults {
+        curves,
+        failures_config,
+        failures,
+    })
+}
