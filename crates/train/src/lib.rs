@@ -11,10 +11,12 @@ mod error;
 pub mod eval;
 pub mod optim;
 mod run_dir;
+pub mod step;
 mod trainer;
 
 pub use config::{DataConfig, OptimConfig, Preset, RunConfig};
 pub use data::{batch_for_budget, evaluate, forward_bytes, Accuracy, EVAL_BATCH, EVAL_MEMORY};
 pub use error::{Result, TrainError};
 pub use run_dir::{CheckpointState, RunDir};
-pub use trainer::{Engine, MetricsLine, Progress, Trainer};
+pub use step::{Engine, Stepper};
+pub use trainer::{MetricsLine, Progress, Trainer};

@@ -4,17 +4,14 @@
 use std::path::Path;
 
 use candle_core::Device;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use ropelab_model::kernel::{FlatParams, FusedStep};
-use ropelab_model::ops::{cross_entropy, Dropout};
-use ropelab_model::{GptJ, Hooks};
+use ropelab_model::GptJ;
 use ropelab_tasks::{Dataset, Split, Task};
 use serde::Serialize;
 
-use crate::data::{batch, batch_ids, evaluate, Accuracy, EVAL_MEMORY};
+use crate::data::{batch_ids, evaluate, Accuracy, EVAL_MEMORY};
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
+use crate::step::{batch_indices, step_dropout, Engine, Stepper};
 use crate::{Result, RunConfig, TrainError};
 
 /// One line of `metrics.jsonl`.
@@ -43,46 +40,6 @@ pub struct Progress {
     pub loss: f32,
     /// The latest validation accuracy.
     pub val_accuracy: Option<f64>,
-}
-
-/// How a training step is computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    /// The fused CPU kernel ([`FusedStep`]): same function, same dropout masks, hand-written
-    /// backward; the default on the CPU.
-    Fused,
-    /// candle ops and autograd (any device; the reference the fused kernel is tested against).
-    Composed,
-}
-
-impl std::str::FromStr for Engine {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "fused" => Ok(Engine::Fused),
-            "composed" => Ok(Engine::Composed),
-            other => Err(format!(
-                "unknown engine {other:?} (expected fused or composed)"
-            )),
-        }
-    }
-}
-
-impl Engine {
-    /// The default for `device`: fused on the CPU, composed elsewhere.
-    pub fn default_for(device: &Device) -> Self {
-        if device.is_cpu() {
-            Engine::Fused
-        } else {
-            Engine::Composed
-        }
-    }
-}
-
-/// The fused engine's state during [`Trainer::run`].
-struct FusedState {
-    params: FlatParams,
-    kernel: Option<FusedStep>,
 }
 
 /// A training run bound to its directory.
@@ -243,74 +200,29 @@ impl Trainer {
         })
     }
 
-    /// One optimizer step on the batch at `indices`; returns the loss before the update.
-    fn train_step(
-        &mut self,
-        step: usize,
-        indices: &[usize],
-        fused: Option<&mut FusedState>,
-        mut dropout: Option<Dropout>,
-    ) -> Result<f32> {
-        let lr = lr_at(step, &self.config.optim);
-        if let Some(f) = fused {
-            let (ids, targets) = batch_ids(&self.train, indices)?;
-            let kernel = match &mut f.kernel {
-                Some(k) => k,
-                slot => slot.insert(FusedStep::new(
-                    &self.config.model,
-                    indices.len(),
-                    ids.len() / indices.len().max(1),
-                )?),
-            };
-            let loss = kernel.loss_and_grads(&f.params, &ids, &targets, dropout.as_mut())?;
-            if !loss.is_finite() {
-                return Err(self.diverged(step, loss)?);
-            }
-            self.optimizer
-                .step_flat(&mut f.params.values, &kernel.grads().values, lr)?;
-            return Ok(loss);
-        }
-        let b = batch(&self.train, indices, self.model.device())?;
-        let logits = self
-            .model
-            .forward_last(&b.ids, &mut Hooks::new(), dropout.as_mut())?;
-        let loss = cross_entropy(&logits, &b.targets)?;
-        let loss_value: f32 = loss.to_scalar()?;
-        if !loss_value.is_finite() {
-            return Err(self.diverged(step, loss_value)?);
-        }
-        let grads = loss.backward()?;
-        self.optimizer.step(&self.model.named_vars(), &grads, lr)?;
-        Ok(loss_value)
-    }
-
     /// Trains until `optim.steps`, calling `observe` after every step. Returns the final
     /// validation accuracy.
     pub fn run(&mut self, mut observe: impl FnMut(&Progress)) -> Result<Option<Accuracy>> {
         let o = self.config.optim.clone();
-        let mut fused = match self.engine {
-            Engine::Fused => Some(FusedState {
-                params: FlatParams::from_model(&self.model)?,
-                kernel: None,
-            }),
-            Engine::Composed => None,
-        };
+        let mut stepper = Stepper::new(self.engine, &self.model)?;
         let mut last = None;
         while self.state.step < o.steps {
             let step = self.state.step + 1;
-            let n = self.train.len();
-            let indices: Vec<usize> = (0..o.batch_size)
-                .map(|j| ((step - 1) * o.batch_size + j) % n)
-                .collect();
-            let dropout = (self.config.model.dropout > 0.0).then(|| {
-                let mut key = [0u8; 32];
-                key[..8].copy_from_slice(&self.config.seed.to_le_bytes());
-                key[8..16].copy_from_slice(&(step as u64).to_le_bytes());
-                key[16] = 0xD7;
-                Dropout::new(self.config.model.dropout, ChaCha8Rng::from_seed(key))
-            });
-            let loss_value = self.train_step(step, &indices, fused.as_mut(), dropout)?;
+            let indices = batch_indices(step, o.batch_size, self.train.len());
+            let mut dropout = step_dropout(self.config.model.dropout, self.config.seed, step);
+            let (ids, targets) = batch_ids(&self.train, &indices)?;
             let lr = lr_at(step, &o);
+            let (loss_value, _) = stepper.step(
+                &self.model,
+                &mut self.optimizer,
+                &ids,
+                &targets,
+                dropout.as_mut(),
+                lr,
+            )?;
+            if !loss_value.is_finite() {
+                return Err(self.diverged(step, loss_value)?);
+            }
             self.state.step = step;
             self.state.adam_updates = self.optimizer.updates();
             self.state.pending_loss_sum += f64::from(loss_value);
@@ -319,8 +231,8 @@ impl Trainer {
             let is_last = step == o.steps;
             let eval_now = step % o.eval_every == 0 || is_last;
             let save_now = step % o.save_every == 0 || is_last;
-            if let Some(f) = fused.as_ref().filter(|_| eval_now || save_now) {
-                f.params.write_to(&self.model)?;
+            if eval_now || save_now {
+                stepper.sync(&self.model)?;
             }
             if eval_now || step % o.log_every == 0 {
                 let val = if eval_now {
@@ -351,9 +263,7 @@ impl Trainer {
                 val_accuracy: self.last_val,
             });
         }
-        if let Some(f) = &fused {
-            f.params.write_to(&self.model)?;
-        }
+        stepper.sync(&self.model)?;
         Ok(last)
     }
 }

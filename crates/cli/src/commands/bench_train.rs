@@ -5,17 +5,17 @@
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use clap::Args;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ropelab_model::kernel::{matmul, FlatParams, FusedStep, View};
-use ropelab_model::ops::{cross_entropy, Dropout};
-use ropelab_model::{GptJ, Hooks, ModelConfig, PositionEncoding};
+use ropelab_model::kernel::{matmul, View};
+use ropelab_model::{GptJ, ModelConfig, PositionEncoding};
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
 use ropelab_train::data::batch_ids;
 use ropelab_train::optim::{lr_at, AdamW};
-use ropelab_train::{Engine, Preset};
+use ropelab_train::step::{batch_indices, step_dropout, Engine, Stepper};
+use ropelab_train::Preset;
 
 /// Arguments of `ropelab bench train`.
 #[derive(Debug, Args)]
@@ -75,7 +75,8 @@ pub fn peak_gflops() -> f64 {
     2.0 * (n * n * n) as f64 / best / 1e9
 }
 
-/// The batches of the benchmark: task samples, or random tokens of a given length.
+/// The batches of the benchmark: the trainer's batches of task samples, or random tokens of a
+/// given length.
 struct Batches {
     data: Option<Dataset>,
     seq: usize,
@@ -86,9 +87,7 @@ struct Batches {
 impl Batches {
     fn get(&self, step: usize) -> Result<(Vec<u32>, Vec<u32>)> {
         if let Some(data) = &self.data {
-            let idx: Vec<usize> = (0..self.batch)
-                .map(|j| ((step - 1) * self.batch + j) % data.len())
-                .collect();
+            let idx = batch_indices(step, self.batch, data.len());
             return Ok(batch_ids(data, &idx)?);
         }
         let mut rng = ChaCha8Rng::seed_from_u64(step as u64);
@@ -120,7 +119,6 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
     }
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;
-    let vars = model.named_vars();
     let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
     let b = config.optim.batch_size;
     let batches = Batches {
@@ -142,13 +140,7 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
         batch: b,
     };
     let seq = batches.seq;
-    let mut fused = match args.engine {
-        Engine::Fused => Some((
-            FlatParams::from_model(&model)?,
-            FusedStep::new(&config.model, b, seq)?,
-        )),
-        Engine::Composed => None,
-    };
+    let mut stepper = Stepper::new(args.engine, &model)?;
     let (mut fwd, mut bwd, mut opt) = (0f64, 0f64, 0f64);
     let total = args.warmup + args.steps;
     let mut wall = Instant::now();
@@ -158,36 +150,12 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
             wall = Instant::now();
         }
         let (ids, targets) = batches.get(step)?;
-        let mut dropout = (config.model.dropout > 0.0)
-            .then(|| Dropout::new(config.model.dropout, ChaCha8Rng::seed_from_u64(step as u64)));
+        let mut dropout = step_dropout(config.model.dropout, config.seed, step);
         let lr = lr_at(step, &config.optim);
-        let t0 = Instant::now();
-        let (t1, t2) = match fused.as_mut() {
-            Some((params, kernel)) => {
-                kernel.forward(params, &ids, dropout.as_mut())?;
-                let t1 = Instant::now();
-                kernel.backward(params, &targets)?;
-                let t2 = Instant::now();
-                optimizer.step_flat(&mut params.values, &kernel.grads().values, lr)?;
-                (t1, t2)
-            }
-            None => {
-                let ids = Tensor::from_vec(ids, (b, seq), &device)?;
-                let targets = Tensor::from_vec(targets, b, &device)?;
-                let logits = model.forward_last(&ids, &mut Hooks::new(), dropout.as_mut())?;
-                let loss = cross_entropy(&logits, &targets)?;
-                let _: f32 = loss.to_scalar()?;
-                let t1 = Instant::now();
-                let grads = loss.backward()?;
-                let t2 = Instant::now();
-                optimizer.step(&vars, &grads, lr)?;
-                (t1, t2)
-            }
-        };
-        let t3 = Instant::now();
-        fwd += (t1 - t0).as_secs_f64();
-        bwd += (t2 - t1).as_secs_f64();
-        opt += (t3 - t2).as_secs_f64();
+        let (_, t) = stepper.step(&model, &mut optimizer, &ids, &targets, dropout.as_mut(), lr)?;
+        fwd += t.forward;
+        bwd += t.backward;
+        opt += t.optimizer;
     }
     let seconds = wall.elapsed().as_secs_f64();
     let n = args.steps as f64;
