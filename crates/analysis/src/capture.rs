@@ -9,7 +9,7 @@ use crate::{AnalysisError, Result};
 
 /// Captured tensors of one forward pass, per layer.
 pub struct Captured {
-    /// Pre-rotation queries per layer, [batch, heads, pos, d_head] as f64 rows.
+    /// Pre-rotation queries per layer: one flat f32 buffer [batch, heads, pos, d_head] each.
     q: Vec<Vec<f32>>,
     /// Pre-rotation keys per layer, same layout.
     k: Vec<Vec<f32>>,

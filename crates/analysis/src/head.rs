@@ -6,7 +6,7 @@
 //! plane-wise rotation), and `scale * q . k_b` without position encoding. Swapping block inputs
 //! moves only key contents; the query stays, so every swap is a re-pairing of these numbers.
 
-use ropelab_model::rope::plane_dims;
+use ropelab_model::rope::rotate_planes;
 use ropelab_model::PositionEncoding;
 
 /// A head at one query position, in f64.
@@ -39,13 +39,12 @@ impl HeadView {
     fn rotated_query(&self, shift: usize) -> Vec<f64> {
         let mut out = self.q.clone();
         if let Some(r) = self.encoding.rotation() {
-            for (k, &g) in r.freqs.iter().enumerate() {
-                let (i, j) = plane_dims(r.layout, r.rotary_dim, k);
-                let (s, c) = (shift as f64 * g).sin_cos();
-                let (a, b) = (self.q[i], self.q[j]);
-                out[i] = a * c - b * s;
-                out[j] = b * c + a * s;
-            }
+            let (sin, cos): (Vec<f64>, Vec<f64>) = r
+                .freqs
+                .iter()
+                .map(|&g| (shift as f64 * g).sin_cos())
+                .unzip();
+            rotate_planes(&mut out, &r.pairs(), &cos, &sin, false);
         }
         out
     }

@@ -1,6 +1,6 @@
 //! # ropelab-analysis
 //!
-//! The lens of ropelab (spec/metric.md): positional / symbolic swap scores of every attention
+//! The lens of ropelab (docs/metric.md): positional / symbolic swap scores of every attention
 //! head, computed exactly from a head's cached q and k (the fast path) and checked against a
 //! brute-force re-run of the block (the reference path); block swaps, per-plane projection
 //! heads, frequency use, purity, attention entropy, and the learning dynamics of a run.

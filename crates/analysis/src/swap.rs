@@ -1,4 +1,4 @@
-//! Swap scores (metric.md section 2): how a head's attention row at the query responds when the
+//! Swap scores (docs/metric.md, "Swap scores"): how a head's attention row at the query responds when the
 //! contents of two earlier positions (or two blocks of positions) are exchanged.
 //!
 //! With d the unpermuted row and d' the row after swap (i j):

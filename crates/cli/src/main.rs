@@ -41,7 +41,7 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 /// glibc hands large freed buffers straight back to the kernel, so every training step
-/// page-faults and zeroes them again (about 20% of CPU time: spec/performance.md). Keep
+/// page-faults and zeroes them again (about 20% of CPU time: docs/model.md, "Speed"). Keep
 /// buffers up to 32 MiB (glibc's maximum mmap threshold) on the heap and do not trim it.
 fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -52,6 +52,15 @@ pub struct Rotation {
     pub layout: RopeLayout,
 }
 
+impl Rotation {
+    /// The dims (i, j) of every rotated plane, in plane order.
+    pub fn pairs(&self) -> Vec<(usize, usize)> {
+        (0..self.freqs.len())
+            .map(|p| crate::rope::plane_dims(self.layout, self.rotary_dim, p))
+            .collect()
+    }
+}
+
 impl PositionEncoding {
     /// GPT-J's default: base 10,000, interleaved, `rotary_dim` dims.
     pub fn gptj(rotary_dim: usize) -> Self {

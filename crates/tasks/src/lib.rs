@@ -1,6 +1,6 @@
 //! # ropelab-tasks
 //!
-//! The two structurally equal multi-hop tasks of the main paper (spec/tasks.md):
+//! The two structurally equal multi-hop tasks of the main paper (docs/tasks.md):
 //! - the **number** task (positional): integers are backward offsets;
 //! - the **letter** task (symbolic): a token is found by its first letter.
 //!

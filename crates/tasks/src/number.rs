@@ -73,7 +73,7 @@ impl NumberTask {
         self.combo(combo).2
     }
 
-    /// The reference generator (spec/tasks.md section 1) for one combination, with `extra`
+    /// The reference generator (docs/tasks.md, "Number task") for one combination, with `extra`
     /// letters inserted before the target window. Draw order: hop positions, integer targets,
     /// letters, then the extension, so the core does not depend on `extra`.
     pub fn draw(&self, combo: usize, extra: usize, rng: &mut ChaCha8Rng) -> Sample {

@@ -1,6 +1,6 @@
 //! # ropelab-theory
 //!
-//! Theorems of the seed papers turned into computations (spec/theory.md); only [`construct`]
+//! Theorems of the seed papers turned into computations (docs/theory.md); only [`construct`]
 //! uses tensors:
 //! - [`construct`]: the Index and Retrieval heads of theorem 3.1 as real one-layer models run
 //!   through the model crate's attention code, verified on every input up to a length;

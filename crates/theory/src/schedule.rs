@@ -58,7 +58,8 @@ impl Schedule {
         if h == 0 {
             return invalid("a head needs at least one plane (h >= 1)");
         }
-        let plain = (0..h).map(|n| base.powf(-(n as f64) / h as f64));
+        // theta_n = B^(-n / h) = B^(-2n / d): the model's RoPE frequencies, from one home.
+        let plain = ropelab_model::rope::frequencies(base, 2 * h).into_iter();
         Ok(match *self {
             Schedule::Plain { .. } => plain.collect(),
             Schedule::Llama3 {

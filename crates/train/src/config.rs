@@ -77,7 +77,7 @@ pub struct RunConfig {
 /// A named starting configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
-    /// The paper's model and schedule (spec/model.md).
+    /// The paper's model and schedule (docs/model.md).
     Paper,
     /// The default study's model and schedule: 6 layers x 1 head, d_model 64, the paper's dropout
     /// and betas at 10x its learning rate; learns both tasks in minutes on 2 cores

@@ -1,6 +1,6 @@
 //! # ropelab-train
 //!
-//! Trains ropelab's GPT-J on a task (spec/model.md, spec/tasks.md section 3): last-token
+//! Trains ropelab's GPT-J on a task (docs/model.md, docs/tasks.md "Layout"): last-token
 //! cross-entropy, AdamW with linear warm-up and decay, validation every k steps, `metrics.jsonl`,
 //! checkpoints with Hugging Face names, exact resume, and evaluation (overall and per hop,
 //! optionally on length-extended inputs).

@@ -169,11 +169,6 @@ impl Trainer {
         Ok(())
     }
 
-    /// The engine in use.
-    pub fn engine(&self) -> Engine {
-        self.engine
-    }
-
     /// Steps done.
     pub fn step(&self) -> usize {
         self.state.step

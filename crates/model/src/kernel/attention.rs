@@ -19,22 +19,15 @@ pub struct RopeTable {
 
 impl RopeTable {
     /// Tables of `position` for `seq` positions (`None` without rotation). Angles are computed
-    /// in f64 and rounded once, as in [`rope::angles_of`].
+    /// in f64 and rounded once ([`rope::sin_cos_table`]).
     pub fn new(position: &PositionEncoding, seq: usize) -> Option<Self> {
         let r = position.rotation()?;
-        let planes = r.freqs.len();
-        let pairs = (0..planes)
-            .map(|p| rope::plane_dims(r.layout, r.rotary_dim, p))
-            .collect();
-        let (mut cos, mut sin) = (Vec::with_capacity(seq * planes), Vec::new());
-        for pos in 0..seq {
-            for &g in &r.freqs {
-                let (s, c) = (pos as f64 * g).sin_cos();
-                cos.push(c as f32);
-                sin.push(s as f32);
-            }
-        }
-        Some(Self { pairs, cos, sin })
+        let (cos, sin) = rope::sin_cos_table(0..seq, &r.freqs);
+        Some(Self {
+            pairs: r.pairs(),
+            cos,
+            sin,
+        })
     }
 
     /// Rotates one head vector `x` [d_head] to position `pos` (inverse: the transpose).
@@ -44,12 +37,7 @@ impl RopeTable {
             &self.cos[pos * planes..][..planes],
             &self.sin[pos * planes..][..planes],
         );
-        for (p, &(i, j)) in self.pairs.iter().enumerate() {
-            let (c, s) = (cos[p], if inverse { -sin[p] } else { sin[p] });
-            let (x0, x1) = (x[i], x[j]);
-            x[i] = x0 * c - x1 * s;
-            x[j] = x1 * c + x0 * s;
-        }
+        rope::rotate_planes(x, &self.pairs, cos, sin, inverse);
     }
 }
 
