@@ -12,9 +12,9 @@ use ropelab_model::PositionEncoding;
 /// A head at one query position, in f64.
 #[derive(Debug, Clone)]
 pub struct HeadView {
-    /// Pre-rotation query at the query position `n` [d_head].
+    /// Pre-rotation query at the query position `n` `[d_head]`.
     pub q: Vec<f64>,
-    /// Pre-rotation keys at positions 0..=n [n + 1][d_head].
+    /// Pre-rotation keys at positions 0..=n `[n + 1][d_head]`.
     pub keys: Vec<Vec<f64>>,
     /// The layer's position encoding.
     pub encoding: PositionEncoding,
@@ -56,7 +56,7 @@ impl HeadView {
         }
     }
 
-    /// cross[a][b] = logit of the content at position b moved to position a, for a, b in 0..n;
+    /// `cross[a][b]` = logit of the content at position b moved to position a, for a, b in 0..n;
     /// the diagonal holds the unpermuted logits. O(n^2 d).
     pub fn cross_logits(&self) -> Vec<Vec<f64>> {
         let n = self.n();

@@ -323,7 +323,7 @@ fn init(name: &str, shape: &[usize], seed: u64, index: u64, device: &Device) -> 
     Ok(Tensor::from_vec(values, shape, device)?)
 }
 
-/// Greedy answer ids: argmax of logits [batch, vocab] -> [batch] (u32).
+/// Greedy answer ids: argmax of logits `[batch, vocab]` -> `[batch]` (u32).
 pub fn argmax_last(logits: &Tensor) -> Result<Vec<u32>> {
     Ok(logits.argmax(D::Minus1)?.to_vec1()?)
 }

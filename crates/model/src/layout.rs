@@ -93,9 +93,9 @@ impl ParamLayout {
 /// for positions or offsets in a layout and with `T = Var` for the model's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockParams<T> {
-    /// ln_1.weight [d_model]
+    /// ln_1.weight `[d_model]`
     pub ln_w: T,
-    /// ln_1.bias [d_model]
+    /// ln_1.bias `[d_model]`
     pub ln_b: T,
     /// attn.q_proj.weight [heads * d_head, d_model]
     pub q: T,
@@ -107,11 +107,11 @@ pub struct BlockParams<T> {
     pub o: T,
     /// mlp.fc_in.weight [d_mlp, d_model]
     pub fc_in_w: T,
-    /// mlp.fc_in.bias [d_mlp]
+    /// mlp.fc_in.bias `[d_mlp]`
     pub fc_in_b: T,
     /// mlp.fc_out.weight [d_model, d_mlp]
     pub fc_out_w: T,
-    /// mlp.fc_out.bias [d_model]
+    /// mlp.fc_out.bias `[d_model]`
     pub fc_out_b: T,
 }
 
@@ -138,13 +138,13 @@ impl<T> BlockParams<T> {
 pub struct OuterParams<T> {
     /// transformer.wte.weight [vocab, d_model]
     pub wte: T,
-    /// transformer.ln_f.weight [d_model]
+    /// transformer.ln_f.weight `[d_model]`
     pub ln_f_w: T,
-    /// transformer.ln_f.bias [d_model]
+    /// transformer.ln_f.bias `[d_model]`
     pub ln_f_b: T,
     /// lm_head.weight [vocab, d_model]; None when tied to the embedding.
     pub lm_head_w: Option<T>,
-    /// lm_head.bias [vocab]
+    /// lm_head.bias `[vocab]`
     pub lm_head_b: T,
 }
 

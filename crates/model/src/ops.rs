@@ -31,7 +31,7 @@ pub fn log_softmax_last_dim(x: &Tensor) -> Result<Tensor> {
     Ok(shifted.broadcast_sub(&lse)?)
 }
 
-/// Mean cross-entropy of `logits` [batch, vocab] against `targets` [batch] (u32 ids).
+/// Mean cross-entropy of `logits` `[batch, vocab]` against `targets` `[batch]` (u32 ids).
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let logp = log_softmax_last_dim(logits)?;
     let picked = logp.gather(&targets.unsqueeze(1)?, 1)?; // [batch, 1]

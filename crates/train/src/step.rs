@@ -107,7 +107,7 @@ impl Stepper {
         self.engine
     }
 
-    /// One update on `batch` sequences `ids` [batch, seq] with last-token `targets` [batch] at
+    /// One update on `batch` sequences `ids` `[batch, seq]` with last-token `targets` `[batch]` at
     /// learning rate `lr`. Returns the loss before the update and the time of each part; a
     /// non-finite loss is returned without updating anything.
     #[allow(clippy::too_many_arguments)]

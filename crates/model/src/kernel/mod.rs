@@ -228,7 +228,7 @@ impl FusedStep {
     }
 
     /// One forward and backward pass: returns the mean last-token cross-entropy of `ids`
-    /// [batch, seq] against `targets` [batch]; the gradients are in [`FusedStep::grads`].
+    /// `[batch, seq]` against `targets` `[batch]`; the gradients are in [`FusedStep::grads`].
     pub fn loss_and_grads(
         &mut self,
         params: &FlatParams,
@@ -262,7 +262,7 @@ impl FusedStep {
     }
 
     /// The backward pass of the last [`FusedStep::forward`] (which must have run with the
-    /// same `params`): returns the mean cross-entropy against `targets` [batch] and leaves the
+    /// same `params`): returns the mean cross-entropy against `targets` `[batch]` and leaves the
     /// gradients in [`FusedStep::grads`]. The logits are consumed (they become their gradient).
     pub fn backward(&mut self, params: &FlatParams, targets: &[u32]) -> Result<f32> {
         self.check_targets(targets)?;
