@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::dynamics::{summarize_heads, HeadKind, HeadStep};
 use crate::lengthgen::{first_length_below, from_csv, LengthRow};
 use crate::{AnalysisError, Result};
+use ropelab_theory::discrepancy::DiscrepancyRow;
 
 /// The thresholds every verdict uses (config keys of the study's `[claims]` table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -240,18 +241,9 @@ pub fn load_curve(path: &Path) -> Result<Option<Curve>> {
     let Some(text) = read(path)? else {
         return Ok(None);
     };
-    let mut out = vec![];
-    for (i, line) in text.lines().enumerate().skip(1) {
-        let cells: Vec<&str> = line.split(',').collect();
-        let num = |j: usize| -> Result<f64> {
-            cells
-                .get(j)
-                .and_then(|c| c.parse().ok())
-                .ok_or_else(|| invalid(path, format!("line {}: expected n,delta,bound,...", i + 1)))
-        };
-        out.push((num(0)? as usize, num(1)?, num(2)?));
-    }
-    Ok(Some(out))
+    let rows: Vec<DiscrepancyRow> = ropelab_io::read_csv(&text, &path.display().to_string())
+        .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
+    Ok(Some(rows.iter().map(|r| (r.n, r.delta, r.bound)).collect()))
 }
 
 impl StudyFiles {

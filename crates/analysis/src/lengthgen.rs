@@ -199,9 +199,9 @@ fn last_rows(hooks: &Hooks, point: HookPoint) -> Result<Vec<Vec<f64>>> {
 
 /// The rows as CSV: `step,extra,length,n,accuracy,loss`, then `hop_H` per hop count, then
 /// `margin_LlHh` and `top_weight_LlHh` per head.
-pub fn to_csv(rows: &[LengthRow]) -> String {
+pub fn to_csv(rows: &[LengthRow]) -> Result<String> {
     let Some(first) = rows.first() else {
-        return String::new();
+        return Ok(String::new());
     };
     let mut header = vec![
         "step".to_owned(),
@@ -224,22 +224,24 @@ pub fn to_csv(rows: &[LengthRow]) -> String {
             .iter()
             .map(|m| format!("top_weight_L{}H{}", m.layer, m.head)),
     );
-    let mut out = header.join(",") + "\n";
-    for r in rows {
-        let mut cells = vec![
-            r.step.to_string(),
-            r.extra.to_string(),
-            r.length.to_string(),
-            r.n.to_string(),
-            r.accuracy.to_string(),
-            r.loss.to_string(),
-        ];
-        cells.extend(r.per_hop.values().map(f64::to_string));
-        cells.extend(r.heads.iter().map(|m| m.margin.to_string()));
-        cells.extend(r.heads.iter().map(|m| m.top_weight.to_string()));
-        out += &(cells.join(",") + "\n");
-    }
-    out
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut cells = vec![
+                r.step.to_string(),
+                r.extra.to_string(),
+                r.length.to_string(),
+                r.n.to_string(),
+                r.accuracy.to_string(),
+                r.loss.to_string(),
+            ];
+            cells.extend(r.per_hop.values().map(f64::to_string));
+            cells.extend(r.heads.iter().map(|m| m.margin.to_string()));
+            cells.extend(r.heads.iter().map(|m| m.top_weight.to_string()));
+            cells
+        })
+        .collect();
+    ropelab_io::records_to_csv(&header, &cells).map_err(|e| AnalysisError::Invalid(e.to_string()))
 }
 
 /// Parses a CSV written by [`to_csv`]; errors name `origin` and the bad line.
@@ -247,24 +249,13 @@ pub fn from_csv(text: &str, origin: &str) -> Result<Vec<LengthRow>> {
     let bad = |line: usize, what: String| {
         AnalysisError::Invalid(format!("{origin}: line {line}: {what}"))
     };
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .ok_or_else(|| bad(1, "empty file".into()))?
-        .split(',')
-        .collect();
-    if header.get(..6) != Some(&["step", "extra", "length", "n", "accuracy", "loss"]) {
+    let (header, records) =
+        ropelab_io::csv_records(text, origin).map_err(|e| AnalysisError::Invalid(e.to_string()))?;
+    if header.get(..6).map(|h| h.join(",")) != Some("step,extra,length,n,accuracy,loss".into()) {
         return Err(bad(1, "not a lengthgen CSV header".into()));
     }
     let mut rows = vec![];
-    for (i, line) in lines.enumerate() {
-        let cells: Vec<&str> = line.split(',').collect();
-        if cells.len() != header.len() {
-            return Err(bad(
-                i + 2,
-                format!("{} cells, header has {}", cells.len(), header.len()),
-            ));
-        }
+    for (i, cells) in records.iter().enumerate() {
         let num = |j: usize| -> Result<f64> {
             cells[j].parse::<f64>().map_err(|_| {
                 bad(
@@ -365,7 +356,7 @@ mod tests {
     #[test]
     fn csv_round_trips() {
         let rows = vec![row(17, 1.0), row(33, 0.75)];
-        let text = to_csv(&rows);
+        let text = to_csv(&rows).unwrap();
         assert!(text.starts_with("step,extra,length,n,accuracy,loss,hop_1,hop_2,margin_L0H0"));
         assert_eq!(from_csv(&text, "x.csv").unwrap(), rows);
         let err = from_csv(&text.replace("0.75", "abc"), "x.csv").unwrap_err();

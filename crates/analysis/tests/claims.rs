@@ -79,7 +79,7 @@ fn lengths(acc: &[(usize, f64)]) -> String {
             seconds: 0.0,
         })
         .collect();
-    to_csv(&rows)
+    to_csv(&rows).unwrap()
 }
 
 fn write(path: &Path, text: &str) {

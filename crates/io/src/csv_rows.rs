@@ -68,6 +68,41 @@ pub fn read_csv<T: DeserializeOwned>(text: &str, origin: &str) -> Result<Vec<T>,
         .collect()
 }
 
+/// The CSV text of a table whose columns are only known at run time (e.g. one column per
+/// head): a header and rows of cells, quoted where needed.
+pub fn records_to_csv(header: &[String], rows: &[Vec<String>]) -> Result<String, CsvError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(header).map_err(|e| error("CSV rows", e))?;
+    for r in rows {
+        w.write_record(r).map_err(|e| error("CSV rows", e))?;
+    }
+    let bytes = w.into_inner().map_err(|e| error("CSV rows", e))?;
+    String::from_utf8(bytes).map_err(|e| error("CSV rows", e))
+}
+
+/// The header and the rows of cells of CSV `text` (every row as long as the header); errors
+/// name `origin` and the line.
+pub fn csv_records(text: &str, origin: &str) -> Result<(Vec<String>, Vec<Vec<String>>), CsvError> {
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    let header = r
+        .headers()
+        .map_err(|e| error(origin, format!("line 1: {e}")))?
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    let mut rows = vec![];
+    for record in r.records() {
+        let record = record.map_err(|e| {
+            let line = e
+                .position()
+                .map_or(String::new(), |p| format!("line {}: ", p.line()));
+            error(origin, format!("{line}{e}"))
+        })?;
+        rows.push(record.iter().map(str::to_owned).collect());
+    }
+    Ok((header, rows))
+}
+
 /// Serializes an f64 as Rust's `{:e}` (shortest round-trip digits, scientific), for columns
 /// that span many decades. Use with `#[serde(serialize_with = "ropelab_io::csv_rows::sci")]`.
 pub fn sci<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {

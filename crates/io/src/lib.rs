@@ -10,5 +10,5 @@ pub mod csv_rows;
 pub mod table;
 
 pub use atomic::{write_atomic, write_atomic_with, AtomicFile};
-pub use csv_rows::{read_csv, to_csv, write_csv, CsvError};
+pub use csv_rows::{csv_records, read_csv, records_to_csv, to_csv, write_csv, CsvError};
 pub use table::{Align, Table};

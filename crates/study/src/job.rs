@@ -178,7 +178,7 @@ pub fn run_job(
         let stage = progress.stage(&format!("length {label}"), options.extras.len() as u64);
         let rows =
             length_generalisation(&dir, &options, &device, |done, _| stage.set(done as u64))?;
-        write_atomic(&lengths_path, to_csv(&rows).as_bytes())
+        write_atomic(&lengths_path, to_csv(&rows)?.as_bytes())
             .with_context(|| format!("cannot write {}", lengths_path.display()))?;
         rows
     };

@@ -26,7 +26,7 @@ pub struct EvalArgs {
     pub n: Option<u64>,
     /// Memory budget of one forward pass in MiB: samples run in batches sized to fit it, so
     /// peak memory does not grow with --n.
-    #[arg(long = "memory-mb", default_value = "256", value_parser = parse_memory_mib)]
+    #[arg(long = "memory-mb", default_value_t = ropelab_train::EVAL_MEMORY >> 20, value_parser = parse_memory_mib)]
     pub memory: usize,
 }
 

@@ -28,13 +28,13 @@ pub struct GenArgs {
     #[arg(long, default_value_t = 0)]
     pub extra: usize,
     /// Target-window size (for `--prompt`: the question's window size).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = Layout::default().target_window)]
     pub target_window: usize,
     /// Pre-target window size.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = Layout::default().pre_window)]
     pub pre_window: usize,
     /// Hop counts, comma-separated, balanced in equal shares.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4")]
+    #[arg(long, value_delimiter = ',', default_values_t = Layout::default().hops)]
     pub hops: Vec<usize>,
     /// Write the natural-language 1-hop prompt version (fields `prompt`, `answer`).
     #[arg(long, conflicts_with_all = ["extra", "pre_window", "hops", "split"])]

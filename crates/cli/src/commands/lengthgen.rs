@@ -1,14 +1,17 @@
 //! `ropelab lengthgen`: accuracy of a checkpoint on length-extended test inputs, overall and per
 //! hop count, with every head's discrepancy at the query (main paper, Fig. 5B).
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
-use ropelab_analysis::lengthgen::{length_generalisation, to_csv, LengthOptions, LengthRow};
+use ropelab_analysis::lengthgen::{
+    length_generalisation, to_csv, LengthOptions, LengthRow, PAPER_EXTRAS,
+};
+use ropelab_io::{Align::Left, Align::Right, Table};
+use ropelab_train::EVAL_MEMORY;
 
 use super::progress;
 use crate::output::{parse_memory_mib, peak_rss_mib, write_atomic};
@@ -24,14 +27,14 @@ pub struct LengthgenArgs {
     pub step: Option<usize>,
     /// Extra target-type tokens inserted before the target window, comma-separated
     /// (non-negative whole numbers; 0 is the training length).
-    #[arg(long, default_value = "0,16,32,64,128,256,512,850,1000", value_parser = parse_extras)]
+    #[arg(long, default_value_t = Extras(PAPER_EXTRAS.to_vec()), value_parser = parse_extras)]
     pub extras: Extras,
     /// Test samples per length (default: the run's test split).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub n: Option<u64>,
     /// Memory budget of one forward pass in MiB: samples run in batches that fit it, so peak
     /// memory does not grow with --n.
-    #[arg(long = "memory-mb", default_value = "256", value_parser = parse_memory_mib)]
+    #[arg(long = "memory-mb", default_value_t = EVAL_MEMORY >> 20, value_parser = parse_memory_mib)]
     pub memory: usize,
     /// CSV output (default: RUN/lengthgen.csv).
     #[arg(long)]
@@ -41,6 +44,13 @@ pub struct LengthgenArgs {
 /// A list of extension lengths.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Extras(pub Vec<usize>);
+
+impl std::fmt::Display for Extras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cells: Vec<String> = self.0.iter().map(usize::to_string).collect();
+        f.write_str(&cells.join(","))
+    }
+}
 
 /// Parses `0,16,32`: non-negative whole numbers, at least one, each at most 1,000,000.
 pub fn parse_extras(s: &str) -> Result<Extras, String> {
@@ -77,7 +87,7 @@ pub fn run(args: LengthgenArgs) -> Result<()> {
     let rows = measure_with_progress(&args.run, &options)?;
     let seconds = start.elapsed().as_secs_f64();
     println!("{}", table(&rows));
-    write_atomic(&out, to_csv(&rows).as_bytes())?;
+    write_atomic(&out, to_csv(&rows)?.as_bytes())?;
     let samples: usize = rows.iter().map(|r| r.n).sum();
     let tokens: usize = rows.iter().map(|r| r.n * r.length).sum();
     print!(
@@ -107,28 +117,31 @@ pub fn measure_with_progress(run: &Path, options: &LengthOptions) -> Result<Vec<
 
 /// Accuracy per length and hop, and each layer's mean discrepancy over its heads.
 pub fn table(rows: &[LengthRow]) -> String {
-    let mut s = format!(
-        "{:>6} {:>6} {:>6} {:>8}  {:<36} {:>7}  {}\n",
-        "extra", "length", "n", "accuracy", "per hop", "seconds", "discrepancy per layer"
-    );
+    let mut table = Table::new(&[
+        ("extra", Right),
+        ("length", Right),
+        ("n", Right),
+        ("accuracy", Right),
+        ("per hop", Left),
+        ("seconds", Right),
+        ("discrepancy per layer", Left),
+    ]);
     for r in rows {
-        let hops = r
+        let hops: Vec<String> = r
             .per_hop
             .iter()
             .map(|(h, a)| format!("{h}:{a:.3}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let margins = r
-            .heads
-            .iter()
-            .map(|m| format!("{:.2}", m.margin))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let _ = writeln!(
-            s,
-            "{:>6} {:>6} {:>6} {:>8.4}  {:<36} {:>7.2}  {margins}",
-            r.extra, r.length, r.n, r.accuracy, hops, r.seconds
-        );
+            .collect();
+        let margins: Vec<String> = r.heads.iter().map(|m| format!("{:.2}", m.margin)).collect();
+        table.row([
+            r.extra.to_string(),
+            r.length.to_string(),
+            r.n.to_string(),
+            format!("{:.4}", r.accuracy),
+            hops.join(" "),
+            format!("{:.2}", r.seconds),
+            margins.join(" "),
+        ]);
     }
-    s.trim_end().to_owned()
+    table.to_string().trim_end().to_owned()
 }
