@@ -1,49 +1,20 @@
-//! Learning dynamics of a run: every checkpoint scored on one fixed set of test samples, one
-//! line per (step, layer, head) in `scores.jsonl`, plus accuracy per hop at each step.
+//! The learning dynamics of a run (the scoring driver): every checkpoint scored on one fixed
+//! set of test samples, one line per (step, layer, head) in `scores.jsonl`, plus accuracy per
+//! hop at each step, and the per-head summary of a scored run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use candle_core::{Device, Tensor};
-use ropelab_model::GptJ;
 use ropelab_tasks::{Dataset, Split, Task};
-use ropelab_train::{evaluate, forward_bytes, RunDir, EVAL_MEMORY};
+use ropelab_train::{evaluate, RunDir, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
-use crate::capture::Captured;
-use crate::swap::{blocks, effects, entropy, row, scores, SwapScores, Tau};
+pub use crate::heads::{capture_bytes, mean_plane, score_captured, score_heads, HeadScores};
+pub use crate::purity::{check_gamma, purity, HeadKind, GAMMA, GAMMA_STRICT};
+pub use crate::query::QueryMode;
+use crate::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Result};
-
-/// Which query positions a head is scored at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueryMode {
-    /// The last input position (the task's query).
-    Last,
-    /// Every position on the chain that jumps: the query and the intermediate hops.
-    Hops,
-    /// A fixed position (at least 2, so that two earlier keys can be swapped).
-    At(usize),
-}
-
-impl FromStr for QueryMode {
-    type Err = AnalysisError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "last" => Ok(QueryMode::Last),
-            "hops" => Ok(QueryMode::Hops),
-            other => match other.parse::<usize>() {
-                Ok(p) if p >= 2 => Ok(QueryMode::At(p)),
-                Ok(p) => Err(AnalysisError::Invalid(format!(
-                    "query position {p} has fewer than two earlier keys to swap (use 2 or more)"
-                ))),
-                Err(_) => Err(AnalysisError::Invalid(format!(
-                    "unknown query {other:?} (expected last, hops or a position)"
-                ))),
-            },
-        }
-    }
-}
 
 /// Settings of a scoring pass.
 #[derive(Debug, Clone)]
@@ -75,48 +46,6 @@ impl Default for ScoreOptions {
             planes: false,
             memory: EVAL_MEMORY,
         }
-    }
-}
-
-/// The paper's purity tolerance: a head is pure positional when s_POS >= 1 - GAMMA and
-/// s_SYM <= GAMMA (and the other way round for symbolic).
-pub const GAMMA: f64 = 0.1;
-
-/// The stricter tolerance also written to scores.jsonl.
-pub const GAMMA_STRICT: f64 = 0.05;
-
-/// A head's type at a purity tolerance gamma.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HeadKind {
-    /// Neither pure type (written "none" in run files).
-    #[serde(rename = "none")]
-    Mixed,
-    /// s_POS >= 1 - gamma and s_SYM <= gamma.
-    Positional,
-    /// s_SYM >= 1 - gamma and s_POS <= gamma.
-    Symbolic,
-}
-
-/// The purity of scores at tolerance `gamma` (in (0, 0.5)).
-pub fn purity(s: SwapScores, gamma: f64) -> HeadKind {
-    if s.s_pos >= 1.0 - gamma && s.s_sym <= gamma {
-        HeadKind::Positional
-    } else if s.s_sym >= 1.0 - gamma && s.s_pos <= gamma {
-        HeadKind::Symbolic
-    } else {
-        HeadKind::Mixed
-    }
-}
-
-/// Checks a purity tolerance.
-pub fn check_gamma(gamma: f64) -> Result<()> {
-    if gamma > 0.0 && gamma < 0.5 {
-        Ok(())
-    } else {
-        Err(AnalysisError::Invalid(format!(
-            "gamma must be in (0, 0.5), got {gamma}"
-        )))
     }
 }
 
@@ -155,200 +84,6 @@ pub struct HeadStep {
     /// Scores of each plane alone (with `--planes`), plane order as `freq_use`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planes: Vec<SwapScores>,
-}
-
-/// The plane id averaged with weights `freq_use` (0 when every weight is 0).
-pub fn mean_plane(freq_use: &[f64]) -> f64 {
-    let total: f64 = freq_use.iter().sum();
-    if total > 0.0 {
-        freq_use
-            .iter()
-            .enumerate()
-            .map(|(p, f)| p as f64 * f)
-            .sum::<f64>()
-            / total
-    } else {
-        0.0
-    }
-}
-
-/// One head's scores averaged over a sample set.
-#[derive(Debug, Clone)]
-pub struct HeadScores {
-    /// Block index.
-    pub layer: usize,
-    /// Head index.
-    pub head: usize,
-    /// Mean swap scores.
-    pub scores: SwapScores,
-    /// Mean attention entropy at the query (nats).
-    pub entropy: f64,
-    /// Mean |logit contribution| per plane at the attended key.
-    pub freq_use: Vec<f64>,
-    /// Mean block-swap scores (when blocks were asked for).
-    pub block: Option<SwapScores>,
-    /// Mean scores of each plane alone (when asked for).
-    pub planes: Vec<SwapScores>,
-}
-
-fn mean_scores(sum: (f64, f64), count: f64) -> SwapScores {
-    SwapScores {
-        s_pos: sum.0 / count,
-        s_sym: sum.1 / count,
-    }
-}
-
-/// Bytes the score path keeps per sequence of `seq_len` tokens: a forward pass plus the captured
-/// q, k (f32) and attention pattern of every layer.
-pub fn capture_bytes(config: &ropelab_model::ModelConfig, seq_len: usize) -> usize {
-    let per_layer = 2 * seq_len * config.d_model + config.n_heads * seq_len * seq_len;
-    forward_bytes(config, seq_len) + 4 * config.n_layers * per_layer
-}
-
-/// Scores every head of `model` on `ids` [samples, pos] at the query positions of each row
-/// (optionally also `n_blocks` block swaps and every plane alone). Rows are captured in batches
-/// whose capture stays within `memory` bytes (see [`capture_bytes`]); the result is the mean over
-/// every (row, query) pair, whatever the batching.
-#[allow(clippy::too_many_arguments)]
-pub fn score_heads(
-    model: &GptJ,
-    ids: &Tensor,
-    queries: &[Vec<usize>],
-    tau: Tau,
-    n_blocks: Option<usize>,
-    planes: bool,
-    memory: usize,
-) -> Result<Vec<HeadScores>> {
-    let (rows, len) = ids.dims2()?;
-    let batch = (memory / capture_bytes(model.config(), len).max(1)).clamp(1, rows.max(1));
-    let mut parts = vec![];
-    for start in (0..rows).step_by(batch) {
-        let size = batch.min(rows - start);
-        let cap = Captured::run(model, &ids.narrow(0, start, size)?, false)?;
-        let chunk = &queries[start..start + size];
-        let count: usize = chunk.iter().map(Vec::len).sum();
-        parts.push((count, score_captured(&cap, chunk, tau, n_blocks, planes)?));
-    }
-    Ok(merge_weighted(parts))
-}
-
-/// The mean of per-batch head scores, weighted by each batch's number of queries.
-fn merge_weighted(parts: Vec<(usize, Vec<HeadScores>)>) -> Vec<HeadScores> {
-    let total: usize = parts.iter().map(|p| p.0).sum();
-    if parts.len() == 1 || total == 0 {
-        return parts.into_iter().next().map(|p| p.1).unwrap_or_default();
-    }
-    let mut iter = parts.into_iter();
-    let (w0, mut acc) = iter.next().expect("at least two parts");
-    let scale = |x: SwapScores, w: f64| SwapScores {
-        s_pos: x.s_pos * w,
-        s_sym: x.s_sym * w,
-    };
-    let add = |a: SwapScores, b: SwapScores| SwapScores {
-        s_pos: a.s_pos + b.s_pos,
-        s_sym: a.s_sym + b.s_sym,
-    };
-    let w0 = w0 as f64 / total as f64;
-    for h in acc.iter_mut() {
-        h.scores = scale(h.scores, w0);
-        h.entropy *= w0;
-        h.freq_use.iter_mut().for_each(|f| *f *= w0);
-        h.block = h.block.map(|b| scale(b, w0));
-        h.planes.iter_mut().for_each(|p| *p = scale(*p, w0));
-    }
-    for (w, part) in iter {
-        let w = w as f64 / total as f64;
-        for (a, h) in acc.iter_mut().zip(part) {
-            a.scores = add(a.scores, scale(h.scores, w));
-            a.entropy += h.entropy * w;
-            for (f, g) in a.freq_use.iter_mut().zip(&h.freq_use) {
-                *f += g * w;
-            }
-            a.block = match (a.block, h.block) {
-                (Some(x), Some(y)) => Some(add(x, scale(y, w))),
-                (x, _) => x,
-            };
-            for (p, q) in a.planes.iter_mut().zip(&h.planes) {
-                *p = add(*p, scale(*q, w));
-            }
-        }
-    }
-    acc
-}
-
-/// Scores every head of a capture (any hooked model) at the query positions of each row.
-pub fn score_captured(
-    cap: &Captured,
-    queries: &[Vec<usize>],
-    tau: Tau,
-    n_blocks: Option<usize>,
-    planes: bool,
-) -> Result<Vec<HeadScores>> {
-    let (_, heads, _, d_head) = cap.dims();
-    let n_planes = d_head / 2;
-    let mut out = vec![];
-    for layer in 0..cap.n_layers() {
-        for head in 0..heads {
-            let (mut sp, mut ss, mut ent, mut count) = (0.0, 0.0, 0.0, 0usize);
-            let mut freq = vec![0.0; n_planes];
-            let mut block_sum = (0.0, 0.0);
-            let mut plane_sums = vec![(0.0, 0.0); if planes { n_planes } else { 0 }];
-            for (b, row_queries) in queries.iter().enumerate() {
-                for &n in row_queries {
-                    let view = cap.head_view(layer, b, head, n)?;
-                    let cross = view.cross_logits();
-                    let self_logit = view.self_logit();
-                    let singles: Vec<_> = (0..n).map(|p| p..p + 1).collect();
-                    let s = scores(&effects(&cross, self_logit, &singles), tau);
-                    if let Some(m) = n_blocks {
-                        let b = scores(&effects(&cross, self_logit, &blocks(n, m)?), tau);
-                        block_sum.0 += b.s_pos;
-                        block_sum.1 += b.s_sym;
-                    }
-                    for (p, sum) in plane_sums.iter_mut().enumerate() {
-                        let plane = view.plane(p);
-                        let ps = scores(
-                            &effects(&plane.cross_logits(), plane.self_logit(), &singles),
-                            tau,
-                        );
-                        sum.0 += ps.s_pos;
-                        sum.1 += ps.s_sym;
-                    }
-                    let r = row(&cross, self_logit);
-                    let attended = r
-                        .iter()
-                        .enumerate()
-                        .max_by(|x, y| x.1.total_cmp(y.1))
-                        .map_or(0, |(i, _)| i);
-                    for (f, c) in freq
-                        .iter_mut()
-                        .zip(view.plane_contributions(attended, attended))
-                    {
-                        *f += c.abs();
-                    }
-                    sp += s.s_pos;
-                    ss += s.s_sym;
-                    ent += entropy(&r);
-                    count += 1;
-                }
-            }
-            let c = count.max(1) as f64;
-            freq.iter_mut().for_each(|f| *f /= c);
-            out.push(HeadScores {
-                layer,
-                head,
-                scores: SwapScores {
-                    s_pos: sp / c,
-                    s_sym: ss / c,
-                },
-                entropy: ent / c,
-                freq_use: freq,
-                block: n_blocks.map(|_| mean_scores(block_sum, c)),
-                planes: plane_sums.into_iter().map(|p| mean_scores(p, c)).collect(),
-            });
-        }
-    }
-    Ok(out)
 }
 
 /// The summary of a scored run.

@@ -13,7 +13,8 @@ use ropelab_theory::format::NumberFormat;
 use ropelab_theory::schedule::Schedule;
 use serde::Serialize;
 
-use crate::dynamics::{mean_plane, purity, score_captured, HeadKind, GAMMA, GAMMA_STRICT};
+use crate::heads::{mean_plane, score_captured};
+use crate::purity::{purity, HeadKind, GAMMA, GAMMA_STRICT};
 use crate::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Captured, Result};
 

@@ -9,9 +9,12 @@ pub mod capture;
 pub mod claims;
 pub mod dynamics;
 pub mod head;
+pub mod heads;
 pub mod lengthgen;
 pub mod lens;
 pub mod margin;
+pub mod purity;
+pub mod query;
 pub mod reference;
 pub mod swap;
 
