@@ -4,8 +4,9 @@
 use rayon::prelude::*;
 
 use super::attention::{self, Shape};
+use super::linear::{linear_backward_input, linear_backward_weight};
 use super::math::{self, column_sums};
-use super::{matmul, FlatParams, FusedStep, Rows, View};
+use super::{FlatParams, FusedStep, Rows, View};
 
 impl FusedStep {
     /// Backward pass from the logit gradients in `self.logits`.
@@ -27,24 +28,27 @@ impl FusedStep {
         let g = &mut self.grads.values;
 
         // Unembedding: dW = dlogits^T h_f, db = sum dlogits, dh_f = dlogits @ W.
-        matmul(
+        linear_backward_weight(
             g,
-            View::dense(lm_w, v, d),
+            lm_w,
+            v,
+            d,
             &self.logits,
-            View::dense(0, b, v).t(),
+            View::dense(0, b, v),
             &self.final_h,
             View::dense(0, b, d),
-            false,
         );
         column_sums(&self.logits, &mut g[lm_b..][..v]);
         let s = &mut self.scratch;
-        matmul(
+        linear_backward_input(
             &mut s.dhf,
             View::dense(0, b, d),
             &self.logits,
             View::dense(0, b, v),
             w,
-            View::dense(lm_w, v, d),
+            lm_w,
+            v,
+            d,
             false,
         );
         s.dxq.fill(0.0);
@@ -104,67 +108,76 @@ impl FusedStep {
             );
             // MLP.
             let hq = View::rows(rows.first * d, nq, d, rows.step * d);
-            matmul(
+            linear_backward_weight(
                 g,
-                View::dense(p.fc_out_w, d, m),
+                p.fc_out_w,
+                d,
+                m,
                 &s.dmo,
-                View::dense(0, nq, d).t(),
+                View::dense(0, nq, d),
                 &cache.g,
                 View::dense(0, nq, m),
-                false,
             );
             column_sums(&s.dmo[..nq * d], &mut g[p.fc_out_b..][..d]);
-            matmul(
+            linear_backward_input(
                 &mut s.dg,
                 View::dense(0, nq, m),
                 &s.dmo,
                 View::dense(0, nq, d),
                 w,
-                View::dense(p.fc_out_w, d, m),
+                p.fc_out_w,
+                d,
+                m,
                 false,
             );
             for (dg, gp) in s.dg[..nq * m].iter_mut().zip(&cache.gp) {
                 *dg *= gp;
             }
-            matmul(
+            linear_backward_weight(
                 g,
-                View::dense(p.fc_in_w, m, d),
+                p.fc_in_w,
+                m,
+                d,
                 &s.dg,
-                View::dense(0, nq, m).t(),
+                View::dense(0, nq, m),
                 &cache.h,
                 hq,
-                false,
             );
             column_sums(&s.dg[..nq * m], &mut g[p.fc_in_b..][..m]);
             if nq != n {
                 s.dh.fill(0.0);
             }
-            matmul(
+            linear_backward_input(
                 &mut s.dh,
                 hq,
                 &s.dg,
                 View::dense(0, nq, m),
                 w,
-                View::dense(p.fc_in_w, m, d),
+                p.fc_in_w,
+                m,
+                d,
                 false,
             );
             // Attention output projection.
-            matmul(
+            linear_backward_weight(
                 g,
-                View::dense(p.o, d, d),
+                p.o,
+                d,
+                d,
                 &s.da,
-                View::dense(0, nq, d).t(),
+                View::dense(0, nq, d),
                 &cache.z,
                 View::dense(0, nq, d),
-                false,
             );
-            matmul(
+            linear_backward_input(
                 &mut s.dz,
                 View::dense(0, nq, d),
                 &s.da,
                 View::dense(0, nq, d),
                 w,
-                View::dense(p.o, d, d),
+                p.o,
+                d,
+                d,
                 false,
             );
             let rope = self.ropes[l].as_ref();
@@ -189,22 +202,25 @@ impl FusedStep {
                     );
                 });
             // q, k, v projections: dW = dqkv^T h, dh += dqkv @ W.
-            matmul(
+            linear_backward_weight(
                 g,
-                View::dense(p.q, 3 * d, d),
+                p.q,
+                3 * d,
+                d,
                 &s.dqkv,
-                View::dense(0, n, 3 * d).t(),
+                View::dense(0, n, 3 * d),
                 &cache.h,
                 View::dense(0, n, d),
-                false,
             );
-            matmul(
+            linear_backward_input(
                 &mut s.dh,
                 View::dense(0, n, d),
                 &s.dqkv,
                 View::dense(0, n, 3 * d),
                 w,
-                View::dense(p.q, 3 * d, d),
+                p.q,
+                3 * d,
+                d,
                 true,
             );
             // Residual and LayerNorm: dx_in = dout (at the computed rows) + LN'(dh).

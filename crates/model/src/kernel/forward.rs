@@ -4,8 +4,9 @@
 use rayon::prelude::*;
 
 use super::attention::{self, Shape};
+use super::linear::linear_forward;
 use super::math::{self, for_rows, gelu_forward};
-use super::{matmul, FlatParams, FusedStep, Rows, View};
+use super::{FlatParams, FusedStep, Rows, View};
 use crate::ops::Dropout;
 use crate::Result;
 
@@ -73,33 +74,36 @@ impl FusedStep {
             );
             // q, k, v = h @ [Wq; Wk; Wv]^T (q at the computed rows only).
             if rows.n == n {
-                matmul(
+                linear_forward(
                     &mut cache.qkv,
                     View::dense(0, n, 3 * d),
                     &cache.h,
                     View::dense(0, n, d),
                     w,
-                    View::dense(wq, 3 * d, d).t(),
-                    false,
+                    wq,
+                    3 * d,
+                    d,
                 );
             } else {
-                matmul(
+                linear_forward(
                     &mut cache.qkv,
                     View::rows(d, n, 2 * d, 3 * d),
                     &cache.h,
                     View::dense(0, n, d),
                     w,
-                    View::dense(wq + d * d, 2 * d, d).t(),
-                    false,
+                    wq + d * d,
+                    2 * d,
+                    d,
                 );
-                matmul(
+                linear_forward(
                     &mut cache.qkv,
                     View::rows(rows.first * 3 * d, rows.n, d, rows.step * 3 * d),
                     &cache.h,
                     View::rows(rows.first * d, rows.n, d, rows.step * d),
                     w,
-                    View::dense(wq, d, d).t(),
-                    false,
+                    wq,
+                    d,
+                    d,
                 );
             }
             if let Some(drop) = dropout.as_deref_mut() {
@@ -128,23 +132,25 @@ impl FusedStep {
             let hq = View::rows(rows.first * d, nq, d, rows.step * d);
             // attn = z @ Wo^T; hidden = GELU(hq @ Win^T + b_in); mlp = hidden @ Wout^T + b_out.
             let a = &mut self.scratch.a;
-            matmul(
+            linear_forward(
                 a,
                 View::dense(0, nq, d),
                 &cache.z,
                 View::dense(0, nq, d),
                 w,
-                View::dense(wo, d, d).t(),
-                false,
+                wo,
+                d,
+                d,
             );
-            matmul(
+            linear_forward(
                 &mut cache.g,
                 View::dense(0, nq, m),
                 &cache.h,
                 hq,
                 w,
-                View::dense(win, m, d).t(),
-                false,
+                win,
+                m,
+                d,
             );
             let b_in = &w[bin..][..m];
             for_rows(&mut cache.g, m, |_, row| {
@@ -154,14 +160,15 @@ impl FusedStep {
             });
             gelu_forward(&mut cache.g, &mut cache.gp);
             let mo = &mut self.scratch.mo;
-            matmul(
+            linear_forward(
                 mo,
                 View::dense(0, nq, d),
                 &cache.g,
                 View::dense(0, nq, m),
                 w,
-                View::dense(wout, d, m).t(),
-                false,
+                wout,
+                d,
+                m,
             );
             let b_out = &w[bout..][..d];
             let am = cache.attn_mask.as_deref().filter(|_| on);
@@ -203,14 +210,15 @@ impl FusedStep {
             &mut self.final_h,
             &mut self.final_stats,
         );
-        matmul(
+        linear_forward(
             &mut self.logits,
             View::dense(0, b, v),
             &self.final_h,
             View::dense(0, b, d),
             w,
-            View::dense(lm_w, v, d).t(),
-            false,
+            lm_w,
+            v,
+            d,
         );
         let bias = &w[lm_b..][..v];
         for row in self.logits.chunks_exact_mut(v) {

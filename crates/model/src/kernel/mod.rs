@@ -14,6 +14,7 @@ mod attention;
 mod backward;
 mod forward;
 mod gemm;
+mod linear;
 mod math;
 mod params;
 
