@@ -26,6 +26,16 @@ pub enum HeadKind {
     Symbolic,
 }
 
+impl std::fmt::Display for HeadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HeadKind::Mixed => "mixed",
+            HeadKind::Positional => "positional",
+            HeadKind::Symbolic => "symbolic",
+        })
+    }
+}
+
 /// The purity of scores at tolerance `gamma` (in (0, 0.5)).
 pub fn purity(s: SwapScores, gamma: f64) -> HeadKind {
     if s.s_pos >= 1.0 - gamma && s.s_sym <= gamma {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
+use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::eval::eval_checkpoint;
 
 use crate::output::{parse_memory_mib, peak_rss_mib, write_atomic};
@@ -40,26 +41,31 @@ pub fn run(args: EvalArgs) -> Result<()> {
         args.memory,
         &Device::Cpu,
     )?;
-    println!(
-        "{:<6} {:>6} {:>5} {:>7} {:>9} {:>8}  per hop",
-        "step", "extra", "len", "n", "accuracy", "loss"
-    );
     let hops: Vec<String> = report
         .accuracy
         .per_hop
         .iter()
         .map(|(h, a)| format!("{h}:{a:.4}"))
         .collect();
-    println!(
-        "{:<6} {:>6} {:>5} {:>7} {:>9.4} {:>8.4}  {}",
-        report.step,
-        report.extra,
-        report.seq_len,
-        report.accuracy.n,
-        report.accuracy.accuracy,
-        report.accuracy.loss,
-        hops.join(" ")
-    );
+    let mut table = Table::new(&[
+        ("step", Left),
+        ("extra", Right),
+        ("len", Right),
+        ("n", Right),
+        ("accuracy", Right),
+        ("loss", Right),
+        ("per hop", Left),
+    ]);
+    table.row([
+        report.step.to_string(),
+        report.extra.to_string(),
+        report.seq_len.to_string(),
+        report.accuracy.n.to_string(),
+        format!("{:.4}", report.accuracy.accuracy),
+        format!("{:.4}", report.accuracy.loss),
+        hops.join(" "),
+    ]);
+    print!("{table}");
     let path = args.run.join("eval").join(format!(
         "step-{:06}-extra-{}.json",
         report.step, report.extra

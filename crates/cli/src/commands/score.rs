@@ -10,6 +10,7 @@ use ropelab_analysis::dynamics::{
     score_run, summarize_heads, HeadStep, QueryMode, RunScores, ScoreOptions,
 };
 use ropelab_analysis::swap::Tau;
+use ropelab_io::{Align::Left, Align::Right, Table};
 
 use super::progress;
 
@@ -81,21 +82,25 @@ pub fn score_with_progress(run: &Path, options: &ScoreOptions) -> Result<RunScor
 /// The per-head table: final scores and type, and the step from which each head stays pure.
 pub fn head_table(lines: &[HeadStep], gamma: f64) -> Result<String> {
     let mut heads = summarize_heads(lines, gamma)?;
-    let mut s = format!(
-        "{:<6} {:<5} {:>7} {:>7}  {:<11} {:>10}\n",
-        "layer", "head", "s_pos", "s_sym", "type", "pure from"
-    );
+    let mut table = Table::new(&[
+        ("layer", Left),
+        ("head", Left),
+        ("s_pos", Right),
+        ("s_sym", Right),
+        ("type", Left),
+        ("pure from", Right),
+    ]);
     for h in &heads {
-        s.push_str(&format!(
-            "{:<6} {:<5} {:>7.3} {:>7.3}  {:<11} {:>10}\n",
-            h.layer,
-            h.head,
-            h.s_pos,
-            h.s_sym,
-            format!("{:?}", h.kind).to_lowercase(),
-            h.pure_from.map_or("-".into(), |p| p.to_string())
-        ));
+        table.row([
+            h.layer.to_string(),
+            h.head.to_string(),
+            format!("{:.3}", h.s_pos),
+            format!("{:.3}", h.s_sym),
+            h.kind.to_string(),
+            h.pure_from.map_or("-".into(), |p| p.to_string()),
+        ]);
     }
+    let mut s = table.to_string();
     heads.retain(|h| h.pure_from.is_some());
     heads.sort_by_key(|h| (h.pure_from, h.layer, h.head));
     let order: Vec<String> = heads
