@@ -108,6 +108,8 @@ pub fn score_run(
         ));
     }
     let (dir, config) = RunDir::open(root)?;
+    // One writer: scores.jsonl is not written while the run trains or is scored elsewhere.
+    let _lock = ropelab_io::DirLock::acquire(root).map_err(ropelab_train::TrainError::from)?;
     let steps = dir.checkpoints()?;
     if steps.is_empty() {
         return Err(ropelab_train::TrainError::run_dir(root, "has no checkpoints to score").into());

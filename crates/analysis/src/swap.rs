@@ -128,7 +128,7 @@ pub fn row(cross: &[Vec<f64>], self_logit: f64) -> Vec<f64> {
 
 /// Contiguous blocks of the n keys before the query: m blocks of n / m positions each.
 pub fn blocks(n: usize, m: usize) -> Result<Vec<std::ops::Range<usize>>, AnalysisError> {
-    if m == 0 || n % m != 0 {
+    if m == 0 || !n.is_multiple_of(m) {
         return Err(AnalysisError::Invalid(format!(
             "{n} keys before the query do not split into {m} equal blocks"
         )));

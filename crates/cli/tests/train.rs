@@ -291,3 +291,102 @@ fn bad_training_input_gives_clear_errors() {
         "no checkpoint at step 7",
     );
 }
+
+/// Two `train` processes started together on one run directory: one trains, the other is
+/// refused with one line naming the holder's pid, and the run is the winner's alone. While
+/// it trains, `train --resume` and `score` on the same directory are refused too; after it
+/// exits (its lock released by the OS), they run.
+#[test]
+fn one_writer_per_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let spawn = |seed: &str| {
+        Command::new(env!("CARGO_BIN_EXE_ropelab"))
+            .args([
+                "train",
+                "--task",
+                "number",
+                "--preset",
+                "tiny",
+                "--steps",
+                "1500",
+                "--seed",
+                seed,
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .env("RAYON_NUM_THREADS", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("1"), spawn("2"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let (won, lost) = match (a.status.success(), b.status.success()) {
+        (true, false) => ("1", b),
+        (false, true) => ("2", a),
+        other => panic!("exactly one train must succeed, got {other:?}"),
+    };
+    let err = String::from_utf8_lossy(&lost.stderr);
+    assert!(
+        err.contains("in use by another ropelab process (pid ")
+            || err.contains("already holds a run"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let config = String::from_utf8_lossy(&read(&out.join("config.toml"))).into_owned();
+    assert!(config.contains(&format!("seed = {won}")), "{config}");
+    let metrics = String::from_utf8_lossy(&read(&out.join("metrics.jsonl"))).into_owned();
+    let steps: Vec<u64> = metrics
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        steps.windows(2).all(|w| w[0] < w[1]),
+        "steps out of order: {steps:?}"
+    );
+
+    // A run that is training refuses a second writer; a finished one does not.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args([
+            "train",
+            "--resume",
+            "--steps",
+            "4000",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("RAYON_NUM_THREADS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let lock = out.join(".ropelab.lock");
+    let holder = child.id().to_string();
+    while String::from_utf8_lossy(&read(&lock)).trim() != holder {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the resume never took the lock"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let refused = ropelab(&["score", "--run", out.to_str().unwrap(), "--samples", "4"]);
+    one_line_error(&refused, &format!("pid {holder}"));
+    let refused = ropelab(&["train", "--resume", "--out", out.to_str().unwrap()]);
+    one_line_error(&refused, &format!("pid {holder}"));
+    child.kill().unwrap(); // a dead holder's lock must not block
+    child.wait().unwrap();
+    ok(ropelab(&[
+        "score",
+        "--run",
+        out.to_str().unwrap(),
+        "--samples",
+        "4",
+    ]));
+}

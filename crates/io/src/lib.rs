@@ -2,13 +2,15 @@
 //!
 //! The one home of how ropelab writes files and tables: every file is written to a temporary
 //! name beside its target and renamed into place ([`atomic`]), every CSV goes through the `csv`
-//! crate with serde rows ([`csv_rows`]), and every terminal table through one printer
-//! ([`table`]).
+//! crate with serde rows ([`csv_rows`]), every terminal table through one printer ([`table`]),
+//! and a directory has one writer at a time ([`lock`]).
 
 pub mod atomic;
 pub mod csv_rows;
+pub mod lock;
 pub mod table;
 
 pub use atomic::{write_atomic, write_atomic_with, AtomicFile};
 pub use csv_rows::{csv_records, read_csv, records_to_csv, to_csv, write_csv, CsvError};
+pub use lock::{DirLock, LockError};
 pub use table::{Align, Table};

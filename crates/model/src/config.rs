@@ -200,7 +200,7 @@ impl ModelConfig {
         if self.n_heads == 0 {
             return bad("n_heads must be at least 1".into());
         }
-        if self.d_model == 0 || self.d_model % self.n_heads != 0 {
+        if self.d_model == 0 || !self.d_model.is_multiple_of(self.n_heads) {
             return bad(format!(
                 "d_model {} must be a positive multiple of n_heads {}",
                 self.d_model, self.n_heads

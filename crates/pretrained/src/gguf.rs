@@ -165,13 +165,16 @@ impl GgufFile {
             context_length: self.usize("llama.context_length")?,
         };
         let bad = |m: String| Err(PretrainedError::gguf(&self.path, m));
-        if c.n_heads == 0 || c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0 {
+        if c.n_heads == 0 || c.n_kv_heads == 0 || !c.n_heads.is_multiple_of(c.n_kv_heads) {
             return bad(format!(
                 "{} query heads do not group over {} key/value heads",
                 c.n_heads, c.n_kv_heads
             ));
         }
-        if c.d_model % c.n_heads != 0 || c.rope_dim > c.head_dim() || c.rope_dim % 2 != 0 {
+        if !c.d_model.is_multiple_of(c.n_heads)
+            || c.rope_dim > c.head_dim()
+            || !c.rope_dim.is_multiple_of(2)
+        {
             return bad(format!(
                 "d_model {} / {} heads with rope dim {} is not a valid head layout",
                 c.d_model, c.n_heads, c.rope_dim

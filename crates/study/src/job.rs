@@ -136,6 +136,7 @@ pub fn run_job(
         }
     })?;
     drop(stage);
+    drop(trainer); // releases the run directory's lock for the scoring below
     let train_seconds = start.elapsed().as_secs_f64();
     let test = eval_checkpoint(&dir, None, 0, None, EVAL_MEMORY, &device)?;
     let eval_path = dir

@@ -172,7 +172,7 @@ pub struct FailureRow {
 impl FailureConfig {
     /// Checks every parameter.
     pub fn check(&self) -> Result<()> {
-        if self.d < 2 || self.d % 2 != 0 {
+        if self.d < 2 || !self.d.is_multiple_of(2) {
             return invalid(format!(
                 "the head dimension d must be even and at least 2, got {}",
                 self.d

@@ -226,7 +226,7 @@ mod tests {
     fn without_slack_rounding_can_break_the_edge_case() {
         // At C = 2 f_large / delta_m exactly, the rival's exp(-f_large) may not round to 0.
         let c = 2.0 * f_large(NumberFormat::F32) / delta(2);
-        let want = |i: usize| f64::from(u8::from(i % 2 == 0));
+        let want = |i: usize| f64::from(u8::from(i.is_multiple_of(2)));
         let edge = ModHead::new(2, 0, c, NumberFormat::F32).unwrap();
         let slack = ModHead::new(2, 0, C_SLACK * c, NumberFormat::F32).unwrap();
         let exact = (1..=10).all(|i| edge.output(i) == want(i));

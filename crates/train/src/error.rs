@@ -45,6 +45,9 @@ pub enum TrainError {
     /// A tensor op failed.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// Another process is writing the run directory.
+    #[error(transparent)]
+    Lock(#[from] ropelab_io::LockError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

@@ -8,6 +8,8 @@ use ropelab_model::GptJ;
 use ropelab_tasks::{Dataset, Split, Task};
 use serde::Serialize;
 
+use ropelab_io::DirLock;
+
 use crate::data::{batch_ids, evaluate, Accuracy, EVAL_MEMORY};
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
@@ -42,8 +44,9 @@ pub struct Progress {
     pub val_accuracy: Option<f64>,
 }
 
-/// A training run bound to its directory.
+/// A training run bound to its directory, which it holds locked (one writer) for its life.
 pub struct Trainer {
+    _lock: DirLock,
     dir: RunDir,
     config: RunConfig,
     model: GptJ,
@@ -74,11 +77,13 @@ impl Trainer {
     /// evaluates it and saves checkpoint 0.
     pub fn start(root: &Path, config: RunConfig, device: &Device) -> Result<Self> {
         config.check()?;
+        let lock = DirLock::acquire(root)?;
         let dir = RunDir::create(root, &config)?;
         let model = GptJ::new(config.model.clone(), config.seed, device)?;
         let optimizer = AdamW::new(model.layout().params(), &config.optim);
         let (train, val) = datasets(&config)?;
         let mut trainer = Self {
+            _lock: lock,
             engine: Engine::default_for(device),
             dir,
             config,
@@ -108,6 +113,10 @@ impl Trainer {
 
     /// Resumes the run in `root` from its latest checkpoint; `steps` may extend the run.
     pub fn resume(root: &Path, steps: Option<usize>, device: &Device) -> Result<Self> {
+        if !root.is_dir() {
+            return Err(TrainError::run_dir(root, "no such directory"));
+        }
+        let lock = DirLock::acquire(root)?;
         let (dir, mut config) = RunDir::open(root)?;
         if let Some(steps) = steps {
             config.optim.steps = steps;
@@ -118,6 +127,7 @@ impl Trainer {
         dir.truncate_metrics(step)?;
         let (train, val) = datasets(&config)?;
         Ok(Self {
+            _lock: lock,
             engine: Engine::default_for(device),
             dir,
             config,
@@ -224,12 +234,12 @@ impl Trainer {
             self.state.pending_loss_count += 1;
 
             let is_last = step == o.steps;
-            let eval_now = step % o.eval_every == 0 || is_last;
-            let save_now = step % o.save_every == 0 || is_last;
+            let eval_now = step.is_multiple_of(o.eval_every) || is_last;
+            let save_now = step.is_multiple_of(o.save_every) || is_last;
             if eval_now || save_now {
                 stepper.sync(&self.model)?;
             }
-            if eval_now || step % o.log_every == 0 {
+            if eval_now || step.is_multiple_of(o.log_every) {
                 let val = if eval_now {
                     let acc = evaluate(&self.model, &self.val, EVAL_MEMORY)?;
                     self.last_val = Some(acc.accuracy);

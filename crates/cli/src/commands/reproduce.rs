@@ -50,6 +50,8 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     if let Some(seeds) = &args.seeds {
         config.set_seeds(seeds)?;
     }
+    // One writer per study directory, taken before anything is written.
+    let _lock = ropelab_io::DirLock::acquire(&args.out)?;
     println!(
         "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
         config.name,

@@ -64,12 +64,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
         );
         t
     } else {
-        let mut config = match &args.config {
-            Some(path) => RunConfig::load(path)?,
-            None => args
-                .preset
-                .config(args.task.expect("clap requires --task here")),
-        };
+        let mut config =
+            match &args.config {
+                Some(path) => RunConfig::load(path)?,
+                None => args.preset.config(args.task.ok_or_else(|| {
+                    anyhow::anyhow!("--task is needed without --config or --resume")
+                })?),
+            };
         if let Some(s) = steps {
             config.optim.steps = s;
         }
