@@ -17,6 +17,7 @@ fn every_checkpoint_head_is_scored() {
     config.optim.steps = 20;
     let mut trainer = Trainer::start(&root, config, &Device::Cpu).unwrap();
     trainer.run(|_| {}).unwrap();
+    drop(trainer); // the trainer holds the run directory's lock while it lives
     for query in [QueryMode::Last, QueryMode::Hops, QueryMode::At(9)] {
         let blocks = (query == QueryMode::Last).then_some(4);
         let options = ScoreOptions {

@@ -171,6 +171,7 @@ fn a_trained_run_is_measured_at_every_length_and_bad_input_is_an_error() {
     config.optim.steps = 10;
     let mut trainer = Trainer::start(&root, config, &Device::Cpu).unwrap();
     trainer.run(|_| {}).unwrap();
+    drop(trainer); // the trainer holds the run directory's lock while it lives
     let options = LengthOptions {
         extras: vec![0, 5, 40],
         samples: Some(16),

@@ -85,11 +85,20 @@ impl DirLock {
                 })
             }
             Err(TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                let pid = file
-                    .read_to_string(&mut text)
-                    .ok()
-                    .and_then(|_| text.trim().parse().ok());
+                // The holder writes its pid just after locking: give it a moment to appear.
+                let mut pid = None;
+                for _ in 0..50 {
+                    let mut text = String::new();
+                    pid = file
+                        .rewind()
+                        .and_then(|_| file.read_to_string(&mut text))
+                        .ok()
+                        .and_then(|_| text.trim().parse().ok());
+                    if pid.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(4));
+                }
                 Err(LockError::Busy {
                     dir: dir.to_owned(),
                     pid,
