@@ -278,6 +278,37 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     ]);
     assert!(again.status.success(), "{}", stderr(&again));
 
+    // A rerun with another config is refused before anything is written.
+    let before: Vec<Vec<u8>> = ["config.toml", "tasks.json", "seed-3/data/number-test.jsonl"]
+        .iter()
+        .map(|f| std::fs::read(run.join(f)).unwrap())
+        .collect();
+    let changed = dir.path().join("changed.toml");
+    std::fs::write(&changed, SMALL_STUDY.replace("steps = 5", "steps = 6")).unwrap();
+    let refused = ropelab(&[
+        "reproduce",
+        "--config",
+        changed.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("holds a study with another config"),
+        "{}",
+        stderr(&refused)
+    );
+    for (f, bytes) in ["config.toml", "tasks.json", "seed-3/data/number-test.jsonl"]
+        .iter()
+        .zip(&before)
+    {
+        assert_eq!(
+            &std::fs::read(run.join(f)).unwrap(),
+            bytes,
+            "{f} was rewritten"
+        );
+    }
+
     // Models trained side by side give the same files as one at a time.
     let parallel = dir.path().join("parallel");
     let out = ropelab(&[

@@ -139,9 +139,39 @@ fn same_seed_gives_identical_metrics_and_weights() {
     ]));
     assert!(text.contains("accuracy"), "{text}");
     let report: serde_json::Value =
-        serde_json::from_slice(&read(&a.join("eval/step-000040-extra-3.json"))).unwrap();
+        serde_json::from_slice(&read(&a.join("eval/step-000040-extra-3-n50.json"))).unwrap();
     assert_eq!(report["seq_len"], 20);
     assert_eq!(report["n"], 50);
+    // The whole test split and a part of it are kept apart.
+    ok(ropelab(&[
+        "eval",
+        "--run",
+        a.to_str().unwrap(),
+        "--extra",
+        "3",
+    ]));
+    ok(ropelab(&[
+        "eval",
+        "--run",
+        a.to_str().unwrap(),
+        "--extra",
+        "3",
+        "--n",
+        "8",
+    ]));
+    let whole: serde_json::Value =
+        serde_json::from_slice(&read(&a.join("eval/step-000040-extra-3.json"))).unwrap();
+    let part: serde_json::Value =
+        serde_json::from_slice(&read(&a.join("eval/step-000040-extra-3-n8.json"))).unwrap();
+    assert_eq!(part["n"], 8);
+    assert!(whole["n"].as_u64().unwrap() > 8, "{whole}");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&read(
+            &a.join("eval/step-000040-extra-3-n50.json")
+        ))
+        .unwrap()["n"],
+        50
+    );
 }
 
 #[test]
@@ -389,4 +419,53 @@ fn one_writer_per_run_directory() {
         "--samples",
         "4",
     ]));
+}
+
+/// A run stopped before its step-0 checkpoint (config.toml and an empty checkpoints/ are all
+/// there is) is started again by `--resume` and ends exactly like an uninterrupted run.
+#[test]
+fn a_run_stopped_before_its_first_checkpoint_resumes_from_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stopped, whole) = (dir.path().join("stopped"), dir.path().join("whole"));
+    let args = |out: &Path| {
+        vec![
+            "train".to_owned(),
+            "--task".into(),
+            "letter".into(),
+            "--preset".into(),
+            "tiny".into(),
+            "--steps".into(),
+            "20".into(),
+            "--out".into(),
+            out.to_str().unwrap().to_owned(),
+        ]
+    };
+    for out in [&stopped, &whole] {
+        ok(ropelab(
+            &args(out).iter().map(String::as_str).collect::<Vec<_>>(),
+        ));
+    }
+    // What a kill during model set-up leaves behind.
+    std::fs::remove_dir_all(stopped.join("checkpoints")).unwrap();
+    std::fs::create_dir(stopped.join("checkpoints")).unwrap();
+    std::fs::write(stopped.join("metrics.jsonl"), "").unwrap();
+    let fresh = ropelab(
+        &args(&stopped)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    one_line_error(&fresh, "--resume");
+    ok(ropelab(&[
+        "train",
+        "--resume",
+        "--out",
+        stopped.to_str().unwrap(),
+    ]));
+    let weights = "checkpoints/step-000020/model.safetensors";
+    assert_eq!(read(&stopped.join(weights)), read(&whole.join(weights)));
+    assert_eq!(
+        read(&stopped.join("metrics.jsonl")),
+        read(&whole.join("metrics.jsonl"))
+    );
 }

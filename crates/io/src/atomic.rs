@@ -23,9 +23,10 @@ impl AtomicFile {
             _ => Path::new("."),
         };
         std::fs::create_dir_all(dir)?;
-        let tmp = tempfile::Builder::new()
-            .prefix(".ropelab-")
-            .tempfile_in(dir)?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".ropelab-");
+        with_mode(&mut builder, 0o666);
+        let tmp = builder.tempfile_in(dir)?;
         Ok(Self {
             tmp: BufWriter::new(tmp),
             path: path.to_owned(),
@@ -69,6 +70,27 @@ pub fn write_atomic_with(
     Ok(())
 }
 
+/// A temporary directory in `dir` that becomes a permanent one when renamed into place (e.g. a
+/// checkpoint built whole): created with 0777 less the user's umask, like any directory the
+/// user makes, not the 0700 of a private temporary directory.
+pub fn staging_dir_in(dir: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix);
+    with_mode(&mut builder, 0o777);
+    builder.tempdir_in(dir)
+}
+
+/// Sets the mode a temporary file or directory is created with (the kernel applies the umask).
+fn with_mode(builder: &mut tempfile::Builder, mode: u32) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(mode));
+    }
+    #[cfg(not(unix))]
+    let _ = (builder, mode);
+}
+
 /// Writes `contents` to `path` atomically.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
     let mut file = AtomicFile::create(path)?;
@@ -95,6 +117,21 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"third");
         // No temporary file is left behind.
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// Files get the umask's permissions, like any file the user creates (not 0600).
+    #[cfg(unix)]
+    #[test]
+    fn files_are_created_with_the_users_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        fs::write(&plain, b"x").unwrap();
+        let ours = dir.path().join("ours");
+        write_atomic(&ours, b"x").unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&ours), mode(&plain));
+        assert_ne!(mode(&ours), 0o600, "a private temporary file's mode leaked");
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub mod csv_rows;
 pub mod lock;
 pub mod table;
 
-pub use atomic::{write_atomic, write_atomic_with, AtomicFile};
+pub use atomic::{staging_dir_in, write_atomic, write_atomic_with, AtomicFile};
 pub use csv_rows::{csv_records, read_csv, records_to_csv, to_csv, write_csv, CsvError};
 pub use lock::{DirLock, LockError};
 pub use table::{Align, Table};

@@ -289,6 +289,24 @@ impl StudyConfig {
         Self::parse(&text, &path.display().to_string())
     }
 
+    /// Fails when `out` already holds a study whose config differs from this one in anything
+    /// but its seeds (adding seeds to a study reuses the finished ones). Checked before the
+    /// study writes anything, so a refused rerun leaves the existing study untouched.
+    pub fn check_matches_existing(&self, out: &Path) -> Result<()> {
+        let path = out.join("config.toml");
+        if !path.exists() {
+            return Ok(());
+        }
+        let mut existing = Self::load(&path)?;
+        existing.seeds = self.seeds.clone();
+        anyhow::ensure!(
+            existing == *self,
+            "{} holds a study with another config; delete it or choose another --out",
+            out.display()
+        );
+        Ok(())
+    }
+
     /// The embedded default or paper study.
     pub fn embedded(paper: bool) -> Self {
         let (text, origin) = if paper {

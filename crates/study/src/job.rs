@@ -139,9 +139,7 @@ pub fn run_job(
     drop(trainer); // releases the run directory's lock for the scoring below
     let train_seconds = start.elapsed().as_secs_f64();
     let test = eval_checkpoint(&dir, None, 0, None, EVAL_MEMORY, &device)?;
-    let eval_path = dir
-        .join("eval")
-        .join(format!("step-{:06}-extra-0.json", test.step));
+    let eval_path = dir.join("eval").join(test.file_name(true));
     write_atomic(&eval_path, serde_json::to_string_pretty(&test)?.as_bytes())
         .with_context(|| format!("cannot write {}", eval_path.display()))?;
 

@@ -23,6 +23,20 @@ pub struct EvalReport {
     pub accuracy: Accuracy,
 }
 
+impl EvalReport {
+    /// The report's file name in `RUN/eval/`: `step-S-extra-E.json` for the whole test split,
+    /// `step-S-extra-E-nN.json` for its first N samples, so a partial evaluation never replaces
+    /// the full one.
+    pub fn file_name(&self, whole_split: bool) -> String {
+        let base = format!("step-{:06}-extra-{}", self.step, self.extra);
+        if whole_split {
+            format!("{base}.json")
+        } else {
+            format!("{base}-n{}.json", self.accuracy.n)
+        }
+    }
+}
+
 /// Evaluates checkpoint `step` (default: the latest) of the run in `root` on `n` test samples
 /// (default: the config's test size) with `extra` extension tokens, in batches whose forward
 /// pass stays within `memory` bytes (see [`crate::batch_for_budget`]).

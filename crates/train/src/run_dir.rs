@@ -78,7 +78,7 @@ impl RunDir {
         if dir.config_path().exists() || dir.checkpoints_dir().exists() {
             return Err(TrainError::run_dir(
                 &dir.root,
-                "already holds a run; resume it with --resume or choose another --out",
+                "already holds a run; continue it with --resume (a run stopped before its first checkpoint starts again) or choose another --out",
             ));
         }
         fs::create_dir_all(dir.checkpoints_dir()).map_err(|e| TrainError::io(&dir.root, e))?;
@@ -141,9 +141,7 @@ impl RunDir {
         let step = state.step;
         let parent = self.checkpoints_dir();
         fs::create_dir_all(&parent).map_err(|e| TrainError::io(&parent, e))?;
-        let tmp = tempfile::Builder::new()
-            .prefix(".tmp-step-")
-            .tempdir_in(&parent)
+        let tmp = ropelab_io::staging_dir_in(&parent, ".tmp-step-")
             .map_err(|e| TrainError::io(&parent, e))?;
         save_weights(model, &tmp.path().join("model.safetensors"))?;
         save_tensors(
@@ -221,6 +219,11 @@ impl RunDir {
             })
             .collect();
         write_atomic(&path, kept.as_bytes())
+    }
+
+    /// Empties `metrics.jsonl` (a run restarted from step 0).
+    pub fn clear_metrics(&self) -> Result<()> {
+        write_atomic(&self.metrics_path(), b"")
     }
 
     /// Appends one JSON line to `metrics.jsonl` and flushes it.

@@ -79,6 +79,12 @@ impl Trainer {
         config.check()?;
         let lock = DirLock::acquire(root)?;
         let dir = RunDir::create(root, &config)?;
+        Self::initialise(lock, dir, config, device)
+    }
+
+    /// Step 0 of a run whose directory holds its config: the model from the seed, its
+    /// evaluation, checkpoint 0.
+    fn initialise(lock: DirLock, dir: RunDir, config: RunConfig, device: &Device) -> Result<Self> {
         let model = GptJ::new(config.model.clone(), config.seed, device)?;
         let optimizer = AdamW::new(model.layout().params(), &config.optim);
         let (train, val) = datasets(&config)?;
@@ -121,6 +127,12 @@ impl Trainer {
         if let Some(steps) = steps {
             config.optim.steps = steps;
             config.check()?;
+        }
+        if dir.checkpoints()?.is_empty() {
+            // Stopped before its step-0 checkpoint: nothing was trained, so start it again
+            // from its own config (the metrics of the lost start are dropped).
+            dir.clear_metrics()?;
+            return Self::initialise(lock, dir, config, device);
         }
         let step = dir.latest_checkpoint()?;
         let (model, optimizer, state) = dir.load_training_state(step, &config, device)?;

@@ -66,10 +66,10 @@ pub fn run(args: EvalArgs) -> Result<()> {
         hops.join(" "),
     ]);
     print!("{table}");
-    let path = args.run.join("eval").join(format!(
-        "step-{:06}-extra-{}.json",
-        report.step, report.extra
-    ));
+    let path = args
+        .run
+        .join("eval")
+        .join(report.file_name(args.n.is_none()));
     write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
     println!("wrote {}", path.display());
     if let Some(peak) = peak_rss_mib() {

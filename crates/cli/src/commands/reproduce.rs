@@ -52,6 +52,7 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     }
     // One writer per study directory, taken before anything is written.
     let _lock = ropelab_io::DirLock::acquire(&args.out)?;
+    config.check_matches_existing(&args.out)?;
     println!(
         "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
         config.name,
