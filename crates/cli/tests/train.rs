@@ -469,3 +469,62 @@ fn a_run_stopped_before_its_first_checkpoint_resumes_from_scratch() {
         read(&whole.join("metrics.jsonl"))
     );
 }
+
+/// A checkpoint describes itself: an edited config.toml (another RoPE base) is refused by
+/// `eval` and `train --resume` in one line naming the setting and both values, and a state.json
+/// whose step disagrees with its folder is not a resume point.
+#[test]
+fn an_edited_run_config_or_a_misplaced_state_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "10",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let config_path = out.join("config.toml");
+    let original = String::from_utf8_lossy(&read(&config_path)).into_owned();
+    assert!(original.contains("base = 10000.0"), "{original}");
+    std::fs::write(
+        &config_path,
+        original.replace("base = 10000.0", "base = 10.0"),
+    )
+    .unwrap();
+    for args in [
+        vec!["eval", "--run", out.to_str().unwrap()],
+        vec![
+            "train",
+            "--resume",
+            "--steps",
+            "20",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ] {
+        let refused = ropelab(&args);
+        one_line_error(
+            &refused,
+            "base = 10.0 but checkpoint step-000010 was trained with",
+        );
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("10000"));
+    }
+    std::fs::write(&config_path, &original).unwrap();
+    let state = out.join("checkpoints/step-000010/state.json");
+    let text = String::from_utf8_lossy(&read(&state)).into_owned();
+    std::fs::write(&state, text.replace("\"step\": 10", "\"step\": 7")).unwrap();
+    let refused = ropelab(&[
+        "train",
+        "--resume",
+        "--steps",
+        "20",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    one_line_error(&refused, "records step 7 but sits in the folder of step 10");
+}

@@ -172,10 +172,43 @@ impl RunDir {
         Ok(self.load_trainable(step, config, device)?.frozen())
     }
 
-    /// Loads the weights of checkpoint `step` as trainable parameters (to resume training).
+    /// Loads the weights of checkpoint `step` as trainable parameters (to resume training),
+    /// after checking that `config` describes the model the checkpoint holds.
     fn load_trainable(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
+        self.check_checkpoint_config(step, config)?;
         let path = self.checkpoint_dir(step).join("model.safetensors");
         Ok(load_weights(config.model.clone(), &path, device)?)
+    }
+
+    /// The run config checkpoint `step` was written with (its `ropelab.json`): a checkpoint
+    /// describes itself.
+    pub fn checkpoint_config(&self, step: usize) -> Result<RunConfig> {
+        let path = self.checkpoint_dir(step).join("ropelab.json");
+        let text = fs::read_to_string(&path).map_err(|e| TrainError::io(&path, e))?;
+        serde_json::from_str(&text)
+            .map_err(|e| TrainError::run_dir(&path, format!("unreadable: {e}")))
+    }
+
+    /// Fails, naming the first setting and both values, when `config` (e.g. an edited
+    /// config.toml) disagrees with the config checkpoint `step` was trained with in anything but
+    /// its number of steps (which `--resume --steps` may extend).
+    pub fn check_checkpoint_config(&self, step: usize, config: &RunConfig) -> Result<()> {
+        let saved = self.checkpoint_config(step)?;
+        let mut ours = config.clone();
+        ours.optim.steps = saved.optim.steps;
+        let (a, b) = (
+            serde_json::to_value(&ours).map_err(|e| TrainError::Config(e.to_string()))?,
+            serde_json::to_value(&saved).map_err(|e| TrainError::Config(e.to_string()))?,
+        );
+        match first_difference(&a, &b, "") {
+            None => Ok(()),
+            Some((key, run, checkpoint)) => Err(TrainError::run_dir(
+                &self.root,
+                format!(
+                    "config.toml says {key} = {run} but checkpoint step-{step:06} was trained with {key} = {checkpoint}; restore the run's config"
+                ),
+            )),
+        }
     }
 
     /// Loads model and optimizer of checkpoint `step`.
@@ -191,6 +224,15 @@ impl RunDir {
         let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
         let state: CheckpointState = serde_json::from_str(&text)
             .map_err(|e| TrainError::run_dir(&state_path, format!("unreadable: {e}")))?;
+        if state.step != step {
+            return Err(TrainError::run_dir(
+                &state_path,
+                format!(
+                    "records step {} but sits in the folder of step {step}: not a resume point",
+                    state.step
+                ),
+            ));
+        }
         let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
         let tensors = load_tensors(&dir.join("optimizer.safetensors"), device)?;
         optimizer
@@ -244,4 +286,34 @@ impl RunDir {
 /// Pretty JSON of checkpoint metadata.
 fn pretty(value: &impl Serialize) -> String {
     serde_json::to_string_pretty(value).expect("checkpoint metadata serialises")
+}
+
+/// The first key (dotted path) whose values differ between two JSON values, with both values.
+fn first_difference(
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    path: &str,
+) -> Option<(String, String, String)> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter().find_map(|k| {
+                let sub = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                first_difference(
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                    &sub,
+                )
+            })
+        }
+        _ if a == b => None,
+        _ => Some((path.to_owned(), a.to_string(), b.to_string())),
+    }
 }
