@@ -518,6 +518,60 @@ fn an_edited_run_config_or_a_misplaced_state_is_refused() {
     let state = out.join("checkpoints/step-000010/state.json");
     let text = String::from_utf8_lossy(&read(&state)).into_owned();
     std::fs::write(&state, text.replace("\"step\": 10", "\"step\": 7")).unwrap();
+    let resume = [
+        "train",
+        "--resume",
+        "--steps",
+        "20",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    // The manifest catches the edit first; without one (a checkpoint from before manifests)
+    // the step check does.
+    one_line_error(&ropelab(&resume), "state.json does not match its checksum");
+    std::fs::remove_file(out.join("checkpoints/step-000010/manifest.json")).unwrap();
+    one_line_error(
+        &ropelab(&resume),
+        "records step 7 but sits in the folder of step 10",
+    );
+}
+
+/// Every checkpoint is sealed by a manifest of checksums: flipped bytes in its weights are
+/// reported as corruption by `eval` (which writes nothing) and `train --resume`.
+#[test]
+fn corrupted_checkpoints_are_reported_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "letter",
+        "--preset",
+        "tiny",
+        "--steps",
+        "10",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let ckpt = out.join("checkpoints/step-000010");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&read(&ckpt.join("manifest.json"))).unwrap();
+    assert_eq!(
+        manifest["sha256"].as_object().unwrap().len(),
+        5,
+        "{manifest}"
+    );
+    let weights = ckpt.join("model.safetensors");
+    let mut bytes = read(&weights);
+    let at = bytes.len() - 100; // inside the tensor data
+    bytes[at] ^= 0x5a;
+    std::fs::write(&weights, &bytes).unwrap();
+    let refused = ropelab(&["eval", "--run", out.to_str().unwrap()]);
+    one_line_error(
+        &refused,
+        "checkpoint is corrupted: model.safetensors does not match its checksum",
+    );
+    assert!(!out.join("eval").exists(), "a failed eval wrote a report");
     let refused = ropelab(&[
         "train",
         "--resume",
@@ -526,5 +580,5 @@ fn an_edited_run_config_or_a_misplaced_state_is_refused() {
         "--out",
         out.to_str().unwrap(),
     ]);
-    one_line_error(&refused, "records step 7 but sits in the folder of step 10");
+    one_line_error(&refused, "checkpoint is corrupted");
 }

@@ -6,11 +6,13 @@
 //! and a directory has one writer at a time ([`lock`]).
 
 pub mod atomic;
+pub mod checksum;
 pub mod csv_rows;
 pub mod lock;
 pub mod table;
 
 pub use atomic::{staging_dir_in, write_atomic, write_atomic_with, AtomicFile};
+pub use checksum::{sha256_file, Manifest};
 pub use csv_rows::{csv_records, read_csv, records_to_csv, to_csv, write_csv, CsvError};
 pub use lock::{DirLock, LockError};
 pub use table::{Align, Table};

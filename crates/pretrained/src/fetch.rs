@@ -43,23 +43,7 @@ pub fn model_path() -> PathBuf {
 
 /// sha256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = fs::File::open(path).map_err(|e| PretrainedError::io(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| PretrainedError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    ropelab_io::sha256_file(path).map_err(|e| PretrainedError::io(path, e))
 }
 
 /// Serialises fetches within a process (tests fetch from several threads).

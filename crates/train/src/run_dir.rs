@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
+use ropelab_io::Manifest;
 use ropelab_model::checkpoint::{
     hf_config, load_tensors, load_weights, save_tensors, save_weights,
 };
@@ -30,6 +31,15 @@ pub struct CheckpointState {
     /// Number of losses in `pending_loss_sum`.
     pub pending_loss_count: usize,
 }
+
+/// The files of a checkpoint folder, sealed by its manifest.
+pub const CHECKPOINT_FILES: [&str; 5] = [
+    "model.safetensors",
+    "optimizer.safetensors",
+    "config.json",
+    "ropelab.json",
+    "state.json",
+];
 
 /// A run directory on disk.
 #[derive(Debug, Clone)]
@@ -154,6 +164,8 @@ impl RunDir {
         )?;
         write_atomic(&tmp.path().join("ropelab.json"), pretty(config).as_bytes())?;
         write_atomic(&tmp.path().join("state.json"), pretty(state).as_bytes())?;
+        // The manifest is written last, inside the folder that is renamed into place whole.
+        Manifest::seal(tmp.path(), &CHECKPOINT_FILES).map_err(|e| TrainError::io(tmp.path(), e))?;
         let target = self.checkpoint_dir(step);
         if target.exists() {
             let old = tempfile::Builder::new()
@@ -175,9 +187,23 @@ impl RunDir {
     /// Loads the weights of checkpoint `step` as trainable parameters (to resume training),
     /// after checking that `config` describes the model the checkpoint holds.
     fn load_trainable(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
+        self.verify_checkpoint(step, &["model.safetensors", "ropelab.json"])?;
         self.check_checkpoint_config(step, config)?;
         let path = self.checkpoint_dir(step).join("model.safetensors");
         Ok(load_weights(config.model.clone(), &path, device)?)
+    }
+
+    /// Fails when one of `files` of checkpoint `step` does not match the checksum its manifest
+    /// recorded when it was written (a checkpoint from before manifests is not checked).
+    pub fn verify_checkpoint(&self, step: usize, files: &[&str]) -> Result<()> {
+        let dir = self.checkpoint_dir(step);
+        match Manifest::verify(&dir, files).map_err(|e| TrainError::io(&dir, e))? {
+            None => Ok(()),
+            Some(why) => Err(TrainError::run_dir(
+                &dir,
+                format!("checkpoint is corrupted: {why}"),
+            )),
+        }
     }
 
     /// The run config checkpoint `step` was written with (its `ropelab.json`): a checkpoint
@@ -219,6 +245,7 @@ impl RunDir {
         device: &Device,
     ) -> Result<(GptJ, AdamW, CheckpointState)> {
         let dir = self.checkpoint_dir(step);
+        self.verify_checkpoint(step, &["optimizer.safetensors", "state.json"])?;
         let model = self.load_trainable(step, config, device)?;
         let state_path = dir.join("state.json");
         let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
