@@ -32,6 +32,30 @@ fn one_line(err: &clap::Error) -> String {
         .join(" ")
 }
 
+/// The error chain on one line: some causes (candle's, when RUST_BACKTRACE is set) append a
+/// backtrace to their message, which is dropped here; the chain itself is kept.
+fn error_line(err: &anyhow::Error) -> String {
+    err.chain()
+        .map(|cause| {
+            cause
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        })
+        .filter(|line| !line.is_empty())
+        .fold(Vec::<String>::new(), |mut parts, line| {
+            // A cause that repeats its context adds nothing ("X: X").
+            if !parts.last().is_some_and(|last| last.ends_with(&line)) {
+                parts.push(line);
+            }
+            parts
+        })
+        .join(": ")
+}
+
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause
@@ -75,8 +99,31 @@ fn main() -> ExitCode {
         // A closed stdout (`ropelab gen ... --out - | head`) is not a failure.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_line(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cause whose message carries a backtrace (candle's, under RUST_BACKTRACE) and a cause
+    /// that repeats its context both print as one short line.
+    #[test]
+    fn errors_print_on_one_line_without_backtraces() {
+        let inner = anyhow::anyhow!("empty tensor for reduce\n   0: bt\n      at src/error.rs:260");
+        let err = inner.context("tokenizer: bad prompt");
+        assert_eq!(
+            error_line(&err),
+            "tokenizer: bad prompt: empty tensor for reduce"
+        );
+        let io = std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "Not a directory (os error 20)",
+        );
+        let err = anyhow::Error::new(io).context("Not a directory (os error 20)");
+        assert_eq!(error_line(&err), "Not a directory (os error 20)");
     }
 }

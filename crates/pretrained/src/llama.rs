@@ -197,6 +197,11 @@ impl Llama {
 
     /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at `stop`.
     pub fn generate(&self, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Vec<u32>> {
+        if prompt.is_empty() {
+            return Err(crate::PretrainedError::Tokenizer(
+                "the prompt is empty: give at least one token to continue".into(),
+            ));
+        }
         let mut ids = prompt.to_vec();
         let mut out = vec![];
         for _ in 0..max_new {
