@@ -10,6 +10,7 @@ pub mod checksum;
 pub mod csv_rows;
 pub mod lock;
 pub mod table;
+pub mod toml_error;
 
 pub use atomic::{staging_dir_in, write_atomic, write_atomic_with, AtomicFile};
 pub use checksum::{sha256_file, Manifest};

@@ -234,8 +234,9 @@ impl StudyConfig {
 
     /// Parses a TOML study; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
-        let config: Self =
-            toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {}", e.message()))?;
+        let config: Self = toml::from_str(text).map_err(|e| {
+            anyhow::anyhow!("{origin}: {}", ropelab_io::toml_error::describe(text, &e))
+        })?;
         config
             .tasks
             .layout()

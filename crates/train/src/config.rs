@@ -297,7 +297,7 @@ impl RunConfig {
     pub fn from_toml(text: &str, path: &Path) -> Result<Self> {
         let config: Self = toml::from_str(text).map_err(|e| TrainError::ConfigFile {
             path: path.to_owned(),
-            message: e.message().to_owned(),
+            message: ropelab_io::toml_error::describe(text, &e),
         })?;
         config.check().map_err(|e| TrainError::ConfigFile {
             path: path.to_owned(),

@@ -1,0 +1,68 @@
+//! TOML errors on one line with their place: `line L, column C: [section] key: message`.
+
+/// Where `err` happened in `text` and what it is, on one line (no source snippet): the line and
+/// column, the section and key of that line when it is a `key = value` line, and the message.
+pub fn describe(text: &str, err: &toml::de::Error) -> String {
+    let message = err.message().trim_end_matches('\n').replace('\n', " ");
+    let Some(span) = err.span() else {
+        return message;
+    };
+    let start = span.start.min(text.len());
+    let before = &text[..start];
+    let line_no = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = text[line_start..start].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or_default();
+    let section = before
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && l.ends_with(']'));
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    let place = match (section, key) {
+        (Some(s), Some(k)) => format!("{s} {k}: "),
+        (None, Some(k)) => format!("{k}: "),
+        _ => String::new(),
+    };
+    format!("line {line_no}, column {column}: {place}{message}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Model {
+        n_layers: usize,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Config {
+        name: String,
+        model: Model,
+    }
+
+    #[test]
+    fn errors_name_the_line_the_section_and_the_key() {
+        let text = "name = \"x\"\n\n[model]\nn_layers = \"two\"\n";
+        let err = toml::from_str::<Config>(text).unwrap_err();
+        let line = describe(text, &err);
+        assert!(
+            line.starts_with("line 4, column 12: [model] n_layers: invalid type"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
+        let text = "name = \n";
+        let err = toml::from_str::<Config>(text).unwrap_err();
+        assert!(
+            describe(text, &err).starts_with("line 1,"),
+            "{}",
+            describe(text, &err)
+        );
+    }
+}
