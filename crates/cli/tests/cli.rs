@@ -429,8 +429,35 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         ],
         "n0",
     );
+    bad(
+        &[
+            "discrepancy",
+            "--mechanism",
+            "retrieval",
+            "--theta",
+            "0.1",
+            "--max-n",
+            "10000000000",
+        ],
+        "between 1 and 20000",
+    );
+    bad(
+        &[
+            "discrepancy",
+            "--mechanism",
+            "retrieval",
+            "--theta",
+            "0.1",
+            "--alphabet",
+            "100000000000",
+        ],
+        "alphabet",
+    );
     bad(&["rope-stats", "--bases", "0"], "base must be positive");
-    bad(&["rope-stats", "--lengths", "1"], "at least 2");
+    bad(&["rope-stats", "--lengths", "1"], "between 2 and");
+    // Sizes that would take tens of gigabytes are refused up front, not attempted.
+    bad(&["rope-stats", "--lengths", "10000000000"], "between 2 and");
+    bad(&["rope-stats", "--d", "1048576"], "at most");
     bad(&["rope-stats", "--format", "fp8"], "unknown number format");
     bad(&["periodic", "--m", "1"], "at least 2");
     bad(&["offset-range", "--g", "0"], "g must be positive");

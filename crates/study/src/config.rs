@@ -6,6 +6,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use ropelab_analysis::claims::Thresholds;
 use ropelab_tasks::Layout;
+use ropelab_theory::discrepancy::{self, Mechanism};
+use ropelab_theory::failures::FailureConfig;
 use serde::{Deserialize, Serialize};
 
 /// The embedded default study: minutes on 2 CPU cores.
@@ -280,7 +282,36 @@ impl StudyConfig {
         ] {
             anyhow::ensure!(n > 0, "{origin}: [tasks] {split} must be at least 1");
         }
+        // The theory part runs last: its settings are checked now, before any training.
+        let t = &config.theory;
+        for (mechanism, theta) in [
+            (Mechanism::Index, t.index_theta),
+            (Mechanism::Retrieval, t.retrieval_theta),
+        ] {
+            discrepancy::check(mechanism, theta, t.alphabet, t.max_n)
+                .with_context(|| format!("{origin}: [theory] ({mechanism} head)"))?;
+        }
+        config
+            .failure_config()
+            .check()
+            .with_context(|| format!("{origin}: [theory]"))?;
         Ok(config)
+    }
+
+    /// The settings of the study's RoPE failure table (aliasing in bf16, draws seeded by the
+    /// first seed).
+    pub fn failure_config(&self) -> FailureConfig {
+        let t = &self.theory;
+        FailureConfig {
+            d: t.d,
+            bases: t.bases.clone(),
+            llama3: false,
+            lengths: t.lengths.clone(),
+            draws: t.draws,
+            seed: self.seeds[0],
+            rho: t.rho,
+            format: ropelab_theory::format::NumberFormat::Bf16,
+        }
     }
 
     /// Reads a TOML study from a file.
@@ -369,6 +400,19 @@ mod tests {
                 "[lengthgen]",
             ),
             ("gamma = 0.1", "gamma = 0.1\nbogus = 2", "bogus"),
+            // The theory part runs last; its settings are refused before any training.
+            ("d = 128", "d = 7", "head dimension d must be even"),
+            (
+                "max_n = 1000",
+                "max_n = 10000000000",
+                "largest query position",
+            ),
+            ("alphabet = 8", "alphabet = 1", "alphabet"),
+            (
+                "index_theta = 0.866",
+                "index_theta = -1.0",
+                "theta must be positive",
+            ),
         ] {
             assert!(QUICK.contains(from), "{from}");
             let err = format!(

@@ -7,7 +7,6 @@ use anyhow::Result;
 use ropelab_io::write_csv;
 use ropelab_theory::discrepancy::{curve, DiscrepancyRow, Mechanism};
 use ropelab_theory::failures::{failure_table, FailureConfig, FailureRow};
-use ropelab_theory::format::NumberFormat;
 
 use crate::{Progress, StudyConfig};
 
@@ -38,16 +37,7 @@ pub fn run(config: &StudyConfig, out: &Path, progress: &dyn Progress) -> Result<
         )?;
         curves.push((mechanism, theta, rows));
     }
-    let failures_config = FailureConfig {
-        d: t.d,
-        bases: t.bases.clone(),
-        llama3: false,
-        lengths: t.lengths.clone(),
-        draws: t.draws,
-        seed: config.seeds[0],
-        rho: t.rho,
-        format: NumberFormat::Bf16,
-    };
+    let failures_config = config.failure_config();
     let stage = progress.stage("rope-stats", t.bases.len() as u64);
     let failures = failure_table(&failures_config, |done, _| stage.set(done as u64))?;
     drop(stage);

@@ -98,13 +98,27 @@ pub fn curve(
     }
 }
 
+/// Largest query position a curve is computed to (the Retrieval curve is exact over every
+/// input, O(n0^2 |ALPH|) work; this keeps it to seconds).
+pub const MAX_QUERY_POSITION: usize = 20_000;
+
+/// Largest Retrieval alphabet.
+pub const MAX_ALPHABET: usize = 1 << 12;
+
 fn check_n(max_n: usize) -> Result<()> {
-    if max_n < 1 {
+    if !(1..=MAX_QUERY_POSITION).contains(&max_n) {
         return invalid(format!(
-            "the largest query position n0 must be at least 1, got {max_n}"
+            "the largest query position n0 must be between 1 and {MAX_QUERY_POSITION}, got {max_n}"
         ));
     }
     Ok(())
+}
+
+/// Checks the settings of a curve without computing it (e.g. a study config, before any
+/// training): the same errors as [`curve`] would give.
+pub fn check(mechanism: Mechanism, theta: f64, alphabet: usize, max_n: usize) -> Result<()> {
+    check_n(max_n)?;
+    curve(mechanism, theta, alphabet, 1).map(|_| ())
 }
 
 /// Index-head margins for n = 1..=max_n with angle `theta` (> 0).
@@ -144,9 +158,9 @@ pub fn retrieval(theta: f64, alphabet: usize, max_n: usize) -> Result<Vec<Discre
             "theta must be non-negative for the Retrieval head, got {theta}"
         ));
     }
-    if alphabet < 2 {
+    if !(2..=MAX_ALPHABET).contains(&alphabet) {
         return invalid(format!(
-            "the alphabet needs at least 2 symbols, got {alphabet}"
+            "the alphabet needs between 2 and {MAX_ALPHABET} symbols, got {alphabet}"
         ));
     }
     check_n(max_n)?;

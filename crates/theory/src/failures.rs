@@ -132,6 +132,12 @@ impl Default for FailureConfig {
     }
 }
 
+/// Longest context of the failure statistics (each score curve holds M values per draw).
+pub const MAX_CONTEXT: usize = 1 << 22;
+
+/// Largest head dimension of the failure statistics.
+pub const MAX_HEAD_DIM: usize = 1 << 14;
+
 /// Mean failure rates over the draws for one (B, M).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FailureRow {
@@ -181,8 +187,20 @@ impl FailureConfig {
         if let Some(b) = self.bases.iter().find(|b| !(b.is_finite() && **b > 0.0)) {
             return invalid(format!("base must be positive, got {b}"));
         }
-        if let Some(m) = self.lengths.iter().find(|&&m| m < 2) {
-            return invalid(format!("context length M must be at least 2, got {m}"));
+        if let Some(m) = self
+            .lengths
+            .iter()
+            .find(|&&m| !(2..=MAX_CONTEXT).contains(&m))
+        {
+            return invalid(format!(
+                "context length M must be between 2 and {MAX_CONTEXT}, got {m}"
+            ));
+        }
+        if self.d > MAX_HEAD_DIM {
+            return invalid(format!(
+                "the head dimension d must be at most {MAX_HEAD_DIM}, got {}",
+                self.d
+            ));
         }
         if self.bases.is_empty() || self.lengths.is_empty() {
             return invalid("give at least one base and one context length");
@@ -430,7 +448,9 @@ mod tests {
             c.check().unwrap_err().to_string()
         };
         assert!(err(&|c| c.bases = vec![0.0]).contains("base"));
-        assert!(err(&|c| c.lengths = vec![1]).contains("at least 2"));
+        assert!(err(&|c| c.lengths = vec![1]).contains("between 2 and"));
+        assert!(err(&|c| c.lengths = vec![10_000_000_000]).contains("between 2 and"));
+        assert!(err(&|c| c.d = 1 << 20).contains("at most"));
         assert!(err(&|c| c.d = 7).contains("even"));
         assert!(err(&|c| c.rho = 2.0).contains("rho"));
         assert!(err(&|c| c.draws = 0).contains("draws"));
