@@ -78,6 +78,11 @@ fn tune_allocator() {
 
 fn main() -> ExitCode {
     tune_allocator();
+    // Ctrl-C / SIGTERM: remove the temporary files being written, then exit as interrupted.
+    let _ = ctrlc::set_handler(|| {
+        ropelab_io::atomic::remove_live_temporaries();
+        std::process::exit(130);
+    });
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err)

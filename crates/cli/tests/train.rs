@@ -449,6 +449,9 @@ fn a_run_stopped_before_its_first_checkpoint_resumes_from_scratch() {
     std::fs::remove_dir_all(stopped.join("checkpoints")).unwrap();
     std::fs::create_dir(stopped.join("checkpoints")).unwrap();
     std::fs::write(stopped.join("metrics.jsonl"), "").unwrap();
+    // And what a kill during a checkpoint save or a file write leaves (removed on resume).
+    std::fs::create_dir(stopped.join("checkpoints/.tmp-step-x1y2")).unwrap();
+    std::fs::write(stopped.join(".ropelab-abc123"), b"half").unwrap();
     let fresh = ropelab(
         &args(&stopped)
             .iter()
@@ -462,6 +465,8 @@ fn a_run_stopped_before_its_first_checkpoint_resumes_from_scratch() {
         "--out",
         stopped.to_str().unwrap(),
     ]));
+    assert!(!stopped.join("checkpoints/.tmp-step-x1y2").exists());
+    assert!(!stopped.join(".ropelab-abc123").exists());
     let weights = "checkpoints/step-000020/model.safetensors";
     assert_eq!(read(&stopped.join(weights)), read(&whole.join(weights)));
     assert_eq!(
@@ -581,4 +586,50 @@ fn corrupted_checkpoints_are_reported_as_such() {
         out.to_str().unwrap(),
     ]);
     one_line_error(&refused, "checkpoint is corrupted");
+}
+
+/// Ctrl-C (SIGINT) while a large file is being written removes its temporary file: nothing is
+/// left behind and the target never appears half-written.
+#[test]
+fn an_interrupted_write_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("big.jsonl");
+    let child = Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args([
+            "gen",
+            "number",
+            "--n",
+            "50000000",
+            "--out",
+            target.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let hidden = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".ropelab-"))
+            .count()
+    };
+    let start = Instant::now();
+    while hidden() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no temporary file appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert_eq!(hidden(), 0, "a temporary file was left behind");
+    assert!(!target.exists(), "a half-written target appeared");
 }

@@ -4,14 +4,49 @@
 
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use tempfile::NamedTempFile;
+use tempfile::{NamedTempFile, TempDir};
+
+/// Temporary files and folders that exist right now, so that a signal handler can remove
+/// them before the process exits ([`remove_live_temporaries`]).
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn register(path: &Path) {
+    if let Ok(mut live) = LIVE.lock() {
+        live.push(path.to_owned());
+    }
+}
+
+fn unregister(path: &Path) {
+    if let Ok(mut live) = LIVE.lock() {
+        live.retain(|p| p != path);
+    }
+}
+
+/// Removes every temporary file and folder ropelab is writing right now. Call it from a
+/// SIGINT / SIGTERM handler just before exiting: an interrupted run leaves nothing behind
+/// (the targets themselves are untouched, as always).
+pub fn remove_live_temporaries() {
+    let live = match LIVE.lock() {
+        Ok(mut live) => std::mem::take(&mut *live),
+        Err(_) => return,
+    };
+    for path in live {
+        if path.is_dir() {
+            let _ = std::fs::remove_dir_all(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
 
 /// A file being written under a temporary name; [`AtomicFile::commit`] renames it into place.
 /// Dropped without a commit, the temporary file is removed and the target left untouched.
 #[derive(Debug)]
 pub struct AtomicFile {
-    tmp: BufWriter<NamedTempFile>,
+    tmp: Option<BufWriter<NamedTempFile>>,
+    tmp_path: PathBuf,
     path: PathBuf,
 }
 
@@ -27,8 +62,11 @@ impl AtomicFile {
         builder.prefix(".ropelab-");
         with_mode(&mut builder, 0o666);
         let tmp = builder.tempfile_in(dir)?;
+        let tmp_path = tmp.path().to_owned();
+        register(&tmp_path);
         Ok(Self {
-            tmp: BufWriter::new(tmp),
+            tmp: Some(BufWriter::new(tmp)),
+            tmp_path,
             path: path.to_owned(),
         })
     }
@@ -38,22 +76,51 @@ impl AtomicFile {
         &self.path
     }
 
+    /// The temporary file, flushed (still registered until renamed or dropped).
+    fn into_temp(mut self) -> io::Result<(NamedTempFile, PathBuf)> {
+        let writer = self
+            .tmp
+            .take()
+            .ok_or_else(|| io::Error::other("already committed"))?;
+        let tmp = writer.into_inner().map_err(|e| e.into_error())?;
+        Ok((tmp, std::mem::take(&mut self.path)))
+    }
+
     /// Flushes, syncs and renames the file into place.
     pub fn commit(self) -> io::Result<()> {
-        let tmp = self.tmp.into_inner().map_err(|e| e.into_error())?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(&self.path).map_err(|e| e.error)?;
-        Ok(())
+        let (tmp, path) = self.into_temp()?;
+        // Registered again until renamed: `into_temp` ended the `AtomicFile`.
+        let tmp_path = tmp.path().to_owned();
+        register(&tmp_path);
+        let result = tmp
+            .as_file()
+            .sync_all()
+            .and_then(|_| tmp.persist(&path).map(|_| ()).map_err(|e| e.error));
+        unregister(&tmp_path);
+        result
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        // The temporary file itself is removed by `NamedTempFile`'s own drop.
+        unregister(&self.tmp_path);
     }
 }
 
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.tmp.write(buf)
+        match self.tmp.as_mut() {
+            Some(w) => w.write(buf),
+            None => Err(io::Error::other("already committed")),
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.tmp.flush()
+        match self.tmp.as_mut() {
+            Some(w) => w.flush(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -63,21 +130,64 @@ pub fn write_atomic_with(
     path: &Path,
     write: impl FnOnce(&Path) -> io::Result<()>,
 ) -> io::Result<()> {
-    let file = AtomicFile::create(path)?;
-    let tmp = file.tmp.into_inner().map_err(|e| e.into_error())?;
-    write(tmp.path())?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    let (tmp, _) = AtomicFile::create(path)?.into_temp()?;
+    let tmp_path = tmp.path().to_owned();
+    register(&tmp_path);
+    let result = write(&tmp_path).and_then(|_| tmp.persist(path).map(|_| ()).map_err(|e| e.error));
+    unregister(&tmp_path);
+    result
+}
+
+/// A folder built under a temporary name and renamed into place whole (e.g. a checkpoint):
+/// removed if dropped unfinished, and by [`remove_live_temporaries`] on a signal.
+#[derive(Debug)]
+pub struct StagingDir {
+    dir: Option<TempDir>,
+    path: PathBuf,
+}
+
+impl StagingDir {
+    /// The folder being built.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the folder to `target` (which must not exist).
+    pub fn persist(mut self, target: &Path) -> io::Result<()> {
+        let dir = self
+            .dir
+            .take()
+            .ok_or_else(|| io::Error::other("already persisted"))?;
+        let kept = dir.keep();
+        let result = std::fs::rename(&kept, target);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&kept);
+        }
+        unregister(&self.path);
+        result
+    }
+}
+
+impl Drop for StagingDir {
+    fn drop(&mut self) {
+        unregister(&self.path);
+    }
 }
 
 /// A temporary directory in `dir` that becomes a permanent one when renamed into place (e.g. a
 /// checkpoint built whole): created with 0777 less the user's umask, like any directory the
 /// user makes, not the 0700 of a private temporary directory.
-pub fn staging_dir_in(dir: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+pub fn staging_dir_in(dir: &Path, prefix: &str) -> io::Result<StagingDir> {
     let mut builder = tempfile::Builder::new();
     builder.prefix(prefix);
     with_mode(&mut builder, 0o777);
-    builder.tempdir_in(dir)
+    let tmp = builder.tempdir_in(dir)?;
+    let path = tmp.path().to_owned();
+    register(&path);
+    Ok(StagingDir {
+        dir: Some(tmp),
+        path,
+    })
 }
 
 /// Sets the mode a temporary file or directory is created with (the kernel applies the umask).

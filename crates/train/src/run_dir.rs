@@ -174,8 +174,8 @@ impl RunDir {
                 .map_err(|e| TrainError::io(&parent, e))?;
             fs::rename(&target, old.path().join("x")).map_err(|e| TrainError::io(&target, e))?;
         }
-        let kept = tmp.keep();
-        fs::rename(&kept, &target).map_err(|e| TrainError::io(&target, e))?;
+        tmp.persist(&target)
+            .map_err(|e| TrainError::io(&target, e))?;
         Ok(target)
     }
 
@@ -288,6 +288,34 @@ impl RunDir {
             })
             .collect();
         write_atomic(&path, kept.as_bytes())
+    }
+
+    /// Removes what a killed writer of this directory left behind: half-built checkpoint
+    /// folders (`checkpoints/.tmp-step-*`, `.old-step-*`) and temporary files (`.ropelab-*`).
+    /// Only called by the holder of the directory's lock, so no live writer is affected.
+    pub fn remove_stale_temporaries(&self) -> Result<()> {
+        for (dir, prefixes) in [
+            (self.checkpoints_dir(), &[".tmp-step-", ".old-step-"][..]),
+            (self.root.clone(), &[".ropelab-"][..]),
+        ] {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !prefixes.iter().any(|p| name.starts_with(p)) {
+                    continue;
+                }
+                let path = entry.path();
+                let removed = if path.is_dir() {
+                    fs::remove_dir_all(&path)
+                } else {
+                    fs::remove_file(&path)
+                };
+                removed.map_err(|e| TrainError::io(&path, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Empties `metrics.jsonl` (a run restarted from step 0).

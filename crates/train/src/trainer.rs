@@ -124,6 +124,7 @@ impl Trainer {
         }
         let lock = DirLock::acquire(root)?;
         let (dir, mut config) = RunDir::open(root)?;
+        dir.remove_stale_temporaries()?;
         if let Some(steps) = steps {
             config.optim.steps = steps;
             config.check()?;
