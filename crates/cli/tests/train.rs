@@ -633,3 +633,47 @@ fn an_interrupted_write_leaves_nothing_behind() {
     assert_eq!(hidden(), 0, "a temporary file was left behind");
     assert!(!target.exists(), "a half-written target appeared");
 }
+
+/// `--keep-last` / `--keep-every` bound the checkpoints on disk; the run still resumes.
+#[test]
+fn checkpoint_retention_bounds_the_disk_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "100",
+        "--save-every",
+        "10",
+        "--keep-last",
+        "2",
+        "--keep-every",
+        "50",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let mut kept: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        ["step-000000", "step-000050", "step-000090", "step-000100"]
+    );
+    ok(ropelab(&[
+        "train",
+        "--resume",
+        "--steps",
+        "120",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(out.join("checkpoints/step-000120").is_dir());
+    assert!(!out.join("checkpoints/step-000090").exists());
+}

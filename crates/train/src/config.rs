@@ -48,6 +48,41 @@ pub struct OptimConfig {
     pub save_every: usize,
     /// Log the training loss every this many steps.
     pub log_every: usize,
+    /// Checkpoints kept on disk (default: every saved one, as `score` reads them all).
+    #[serde(default, skip_serializing_if = "Retention::keeps_all")]
+    pub keep: Retention,
+}
+
+/// Which saved checkpoints stay on disk: step 0, the latest (to resume from), the last `last`,
+/// and every step that is a multiple of `every`; both unset keeps all of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    /// The most recent checkpoints kept (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<usize>,
+    /// Checkpoints whose step is a multiple of this are kept too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<usize>,
+}
+
+impl Retention {
+    /// Whether every checkpoint is kept.
+    pub fn keeps_all(&self) -> bool {
+        self.last.is_none() && self.every.is_none()
+    }
+
+    /// Whether checkpoint `step` stays, given every saved step (ascending).
+    pub fn keeps(&self, step: usize, steps: &[usize]) -> bool {
+        if self.keeps_all() || step == 0 || steps.last() == Some(&step) {
+            return true;
+        }
+        let recent = self
+            .last
+            .is_some_and(|k| steps.iter().rev().take(k).any(|&s| s == step));
+        let periodic = self.every.is_some_and(|m| m > 0 && step.is_multiple_of(m));
+        recent || periodic
+    }
 }
 
 fn default_eps() -> f64 {
@@ -144,6 +179,7 @@ impl Preset {
                     eval_every: 500,
                     save_every: 500,
                     log_every: 50,
+                    keep: Retention::default(),
                 },
                 DataConfig {
                     train: 432_000,
@@ -176,6 +212,7 @@ impl Preset {
                     eval_every: 100,
                     save_every: 150,
                     log_every: 25,
+                    keep: Retention::default(),
                 },
                 DataConfig {
                     train: 432_000,
@@ -208,6 +245,7 @@ impl Preset {
                     eval_every: 10,
                     save_every: 10,
                     log_every: 5,
+                    keep: Retention::default(),
                 },
                 DataConfig {
                     train: 4_096,
@@ -261,6 +299,8 @@ impl RunConfig {
             ("data.train", self.data.train),
             ("data.val", self.data.val),
             ("data.test", self.data.test),
+            ("optim.keep.last", o.keep.last.unwrap_or(1)),
+            ("optim.keep.every", o.keep.every.unwrap_or(1)),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(TrainError::Config(format!("{name} must be at least 1")));
@@ -321,6 +361,32 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retention_keeps_step_0_the_latest_the_last_k_and_every_mth() {
+        let steps: Vec<usize> = (0..=100).step_by(10).collect();
+        let kept = |r: Retention| -> Vec<usize> {
+            steps
+                .iter()
+                .copied()
+                .filter(|&s| r.keeps(s, &steps))
+                .collect()
+        };
+        assert_eq!(kept(Retention::default()), steps);
+        let r = Retention {
+            last: Some(2),
+            every: Some(50),
+        };
+        assert_eq!(kept(r), vec![0, 50, 90, 100]);
+        let r = Retention {
+            last: None,
+            every: Some(30),
+        };
+        assert_eq!(kept(r), vec![0, 30, 60, 90, 100]);
+        // A config without the table keeps everything and writes no `keep` key.
+        let c = Preset::Tiny.config(TaskKind::Number);
+        assert!(!c.to_toml().contains("keep"));
+    }
 
     #[test]
     fn presets_are_valid_and_round_trip() {

@@ -14,7 +14,7 @@ mod run_dir;
 pub mod step;
 mod trainer;
 
-pub use config::{DataConfig, OptimConfig, Preset, RunConfig};
+pub use config::{DataConfig, OptimConfig, Preset, Retention, RunConfig};
 pub use data::{batch_for_budget, evaluate, forward_bytes, Accuracy, EVAL_BATCH, EVAL_MEMORY};
 pub use error::{Result, TrainError};
 pub use run_dir::{CheckpointState, RunDir};

@@ -290,6 +290,21 @@ impl RunDir {
         write_atomic(&path, kept.as_bytes())
     }
 
+    /// Deletes the saved checkpoints that `keep` does not keep (see [`crate::Retention`]).
+    pub fn prune_checkpoints(&self, keep: &crate::Retention) -> Result<()> {
+        if keep.keeps_all() {
+            return Ok(());
+        }
+        let steps = self.checkpoints()?;
+        for &step in &steps {
+            if !keep.keeps(step, &steps) {
+                let dir = self.checkpoint_dir(step);
+                fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Removes what a killed writer of this directory left behind: half-built checkpoint
     /// folders (`checkpoints/.tmp-step-*`, `.old-step-*`) and temporary files (`.ropelab-*`).
     /// Only called by the holder of the directory's lock, so no live writer is affected.

@@ -200,7 +200,7 @@ impl Trainer {
     fn save(&self) -> Result<()> {
         self.dir
             .save_checkpoint(&self.state, &self.model, &self.optimizer, &self.config)?;
-        Ok(())
+        self.dir.prune_checkpoints(&self.config.optim.keep)
     }
 
     /// The error for a non-finite loss at `step`, naming the last good checkpoint.

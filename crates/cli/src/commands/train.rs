@@ -8,6 +8,7 @@ use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
 use ropelab_tasks::TaskKind;
+use ropelab_train::Retention;
 use ropelab_train::{Engine, Preset, RunConfig, Trainer};
 
 use super::progress;
@@ -36,6 +37,13 @@ pub struct TrainArgs {
     /// Run directory (config.toml, metrics.jsonl, checkpoints/).
     #[arg(long)]
     pub out: PathBuf,
+    /// Keep only the last K checkpoints on disk (plus step 0 and those kept by --keep-every;
+    /// default: every checkpoint, as `score` reads them all).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep_last: Option<u64>,
+    /// Also keep every checkpoint whose step is a multiple of M.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep_every: Option<u64>,
     /// Continue the run in --out from its latest checkpoint.
     #[arg(long, conflicts_with_all = ["task", "config", "seed", "save_every"])]
     pub resume: bool,
@@ -79,6 +87,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         if let Some(k) = args.save_every {
             config.optim.save_every = k as usize;
+        }
+        if args.keep_last.is_some() || args.keep_every.is_some() {
+            config.optim.keep = Retention {
+                last: args.keep_last.map(|k| k as usize),
+                every: args.keep_every.map(|m| m as usize),
+            };
         }
         println!(
             "training {} on the {} task ({} preset): {} layers x {} heads, d_model {}, {} parameters, {} steps of {}",
