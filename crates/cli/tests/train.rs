@@ -35,6 +35,23 @@ fn one_line_error(out: &Output, needle: &str) {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// `ropelab train --task TASK --preset tiny --steps STEPS --out OUT`, then `more` flags.
+fn train_tiny(task: &str, steps: &str, out: &Path, more: &[&str]) -> Output {
+    let mut args = vec![
+        "train",
+        "--task",
+        task,
+        "--preset",
+        "tiny",
+        "--steps",
+        steps,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(more);
+    ropelab(&args)
+}
+
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -482,17 +499,7 @@ fn a_run_stopped_before_its_first_checkpoint_resumes_from_scratch() {
 fn an_edited_run_config_or_a_misplaced_state_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    ok(ropelab(&[
-        "train",
-        "--task",
-        "number",
-        "--preset",
-        "tiny",
-        "--steps",
-        "10",
-        "--out",
-        out.to_str().unwrap(),
-    ]));
+    ok(train_tiny("number", "10", &out, &[]));
     let config_path = out.join("config.toml");
     let original = String::from_utf8_lossy(&read(&config_path)).into_owned();
     assert!(original.contains("base = 10000.0"), "{original}");
@@ -547,17 +554,7 @@ fn an_edited_run_config_or_a_misplaced_state_is_refused() {
 fn corrupted_checkpoints_are_reported_as_such() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    ok(ropelab(&[
-        "train",
-        "--task",
-        "letter",
-        "--preset",
-        "tiny",
-        "--steps",
-        "10",
-        "--out",
-        out.to_str().unwrap(),
-    ]));
+    ok(train_tiny("letter", "10", &out, &[]));
     let ckpt = out.join("checkpoints/step-000010");
     let manifest: serde_json::Value =
         serde_json::from_slice(&read(&ckpt.join("manifest.json"))).unwrap();
@@ -639,23 +636,19 @@ fn an_interrupted_write_leaves_nothing_behind() {
 fn checkpoint_retention_bounds_the_disk_use() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    ok(ropelab(&[
-        "train",
-        "--task",
+    ok(train_tiny(
         "number",
-        "--preset",
-        "tiny",
-        "--steps",
         "100",
-        "--save-every",
-        "10",
-        "--keep-last",
-        "2",
-        "--keep-every",
-        "50",
-        "--out",
-        out.to_str().unwrap(),
-    ]));
+        &out,
+        &[
+            "--save-every",
+            "10",
+            "--keep-last",
+            "2",
+            "--keep-every",
+            "50",
+        ],
+    ));
     let mut kept: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
         .unwrap()
         .flatten()
