@@ -11,10 +11,12 @@
 pub mod config;
 pub mod datasets;
 pub mod job;
+pub mod run;
 pub mod summary;
 pub mod theory;
 
 pub use config::StudyConfig;
+pub use run::{reproduce, Milestone};
 
 /// Where a long stage reports progress (the command line draws a bar per stage).
 pub trait Progress: Sync {

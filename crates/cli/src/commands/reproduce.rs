@@ -8,16 +8,15 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use ropelab_analysis::claims::{self, StudyFiles};
+use ropelab_analysis::claims;
 use ropelab_io::{Align::Left, Align::Right, Table};
-use ropelab_study::datasets::{self, DatasetRow};
-use ropelab_study::job::{self, Trained};
-use ropelab_study::summary::{over_seeds, TaskOverSeeds};
-use ropelab_study::StudyConfig;
+use ropelab_study::datasets::DatasetRow;
+use ropelab_study::job::Trained;
+use ropelab_study::summary::TaskOverSeeds;
+use ropelab_study::{Milestone, StudyConfig};
 
 use super::score::head_table;
 use super::Bars;
-use crate::output::write_atomic;
 
 /// Arguments of `ropelab reproduce`.
 #[derive(Debug, Args)]
@@ -50,70 +49,55 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     if let Some(seeds) = &args.seeds {
         config.set_seeds(seeds)?;
     }
-    // One writer per study directory, taken before anything is written.
-    let _lock = ropelab_io::DirLock::acquire(&args.out)?;
-    config.check_matches_existing(&args.out)?;
-    println!(
-        "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
-        config.name,
-        config.seeds,
-        args.out.display()
-    );
-    write_atomic(&args.out.join("config.toml"), config.to_toml().as_bytes())?;
-    let bars = Bars::default();
-
-    let rows = datasets::generate(&config, &args.out, &bars)?;
-    print!("{}", dataset_table(&rows));
-    write_atomic(
-        &args.out.join("tasks.json"),
-        serde_json::to_string_pretty(&rows)?.as_bytes(),
-    )?;
-    let invalid = datasets::invalid(&rows);
-    anyhow::ensure!(
-        invalid == 0,
-        "{invalid} generated samples failed validation"
-    );
-
-    let jobs = job::jobs(&config);
+    let gamma = config.claims.gamma;
     let parallel = args.jobs.map(|j| j as usize);
-    let trained = job::run_jobs(&config, &jobs, &args.out, parallel, &bars)?;
-    print!("{}", training_table(&trained));
-    write_atomic(
-        &args.out.join("training.json"),
-        serde_json::to_string_pretty(&trained)?.as_bytes(),
-    )?;
-    for t in &trained {
-        println!(
-            "\nseed {} {} task: heads at the last checkpoint ({})",
-            t.seed,
-            t.task,
-            Path::new(&t.run).join("scores.jsonl").display()
-        );
-        println!("{}", head_table(&t.scores, config.claims.gamma)?);
-        println!(
-            "length generalisation ({}):",
-            Path::new(&t.run).join("lengthgen.csv").display()
-        );
-        println!("{}", super::lengthgen::table(&t.lengths));
-    }
-    println!();
-    for task in over_seeds(&trained, config.claims.gamma)? {
-        print!("{}", seed_table(&task));
-    }
-
-    let theory = ropelab_study::theory::run(&config, &args.out, &bars)?;
-    for (mechanism, theta, rows) in &theory.curves {
-        println!("discrepancy of the hand-built {mechanism} head (theta {theta}):");
-        print!("{}", super::theory::discrepancy_table(rows));
-    }
-    super::theory::print_failures(&theory.failures_config, &theory.failures);
-
-    let files = StudyFiles::load(&args.out, &config.seeds)?;
-    let verdicts = claims::verdicts(&files, &config.claims);
-    println!("\nclaims of the paper, as measured by this study:");
-    println!("{}", claims::table(&verdicts));
-    let path = args.out.join("claims.json");
-    write_atomic(&path, serde_json::to_string_pretty(&verdicts)?.as_bytes())?;
+    let verdicts =
+        ropelab_study::reproduce(&config, &args.out, parallel, &Bars::default(), |stage| {
+            match stage {
+                Milestone::Start => println!(
+                    "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
+                    config.name,
+                    config.seeds,
+                    args.out.display()
+                ),
+                Milestone::Datasets(rows) => print!("{}", dataset_table(rows)),
+                Milestone::Trained(trained) => {
+                    print!("{}", training_table(trained));
+                    for t in trained {
+                        println!(
+                            "\nseed {} {} task: heads at the last checkpoint ({})",
+                            t.seed,
+                            t.task,
+                            Path::new(&t.run).join("scores.jsonl").display()
+                        );
+                        println!("{}", head_table(&t.scores, gamma)?);
+                        println!(
+                            "length generalisation ({}):",
+                            Path::new(&t.run).join("lengthgen.csv").display()
+                        );
+                        println!("{}", super::lengthgen::table(&t.lengths));
+                    }
+                    println!();
+                }
+                Milestone::OverSeeds(tasks) => {
+                    for task in tasks {
+                        print!("{}", seed_table(task));
+                    }
+                }
+                Milestone::Theory(theory) => {
+                    for (mechanism, theta, rows) in &theory.curves {
+                        println!("discrepancy of the hand-built {mechanism} head (theta {theta}):");
+                        print!("{}", super::theory::discrepancy_table(rows));
+                    }
+                    super::theory::print_failures(&theory.failures_config, &theory.failures);
+                }
+                Milestone::Claims(verdicts) => {
+                    println!("\nclaims of the paper, as measured by this study:");
+                    println!("{}", claims::table(verdicts));
+                }
+            }
+            Ok(())
+        })?;
     let holding = verdicts
         .iter()
         .filter(|c| c.verdict == claims::Verdict::Holds)
@@ -121,7 +105,7 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     println!(
         "{holding} of {} claims hold; wrote {} ({:.0} s in all)",
         verdicts.len(),
-        path.display(),
+        args.out.join("claims.json").display(),
         start.elapsed().as_secs_f64()
     );
     Ok(())
