@@ -165,6 +165,15 @@ impl GgufFile {
             context_length: self.usize("llama.context_length")?,
         };
         let bad = |m: String| Err(PretrainedError::gguf(&self.path, m));
+        // Each block has its own tensors: a block count beyond the tensors in the file is a
+        // corrupted header (and must not size any allocation).
+        let tensors = self.content.tensor_infos.len();
+        if c.n_layers == 0 || c.n_layers > tensors {
+            return bad(format!(
+                "llama.block_count {} does not fit the {tensors} tensors in the file",
+                c.n_layers
+            ));
+        }
         if c.n_heads == 0 || c.n_kv_heads == 0 || !c.n_heads.is_multiple_of(c.n_kv_heads) {
             return bad(format!(
                 "{} query heads do not group over {} key/value heads",
