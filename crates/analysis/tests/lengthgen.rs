@@ -97,26 +97,11 @@ fn results_do_not_depend_on_the_memory_budget() {
     // Scores averaged over batches equal scores of one batch.
     let ids = ids_of(&data(10, 0));
     let queries: Vec<Vec<usize>> = (0..10).map(|i| vec![16 - 4 * (i % 2)]).collect();
-    let all = score_heads(
-        &model,
-        &ids,
-        &queries,
-        ropelab_analysis::swap::Tau::DEFAULT,
-        Some(4),
-        true,
-        1 << 30,
-    )
-    .unwrap();
-    let split = score_heads(
-        &model,
-        &ids,
-        &queries,
-        ropelab_analysis::swap::Tau::DEFAULT,
-        Some(4),
-        true,
-        1,
-    )
-    .unwrap();
+    let score = |memory| {
+        let tau = ropelab_analysis::swap::Tau::DEFAULT;
+        score_heads(&model, &ids, &queries, tau, Some(4), true, memory).unwrap()
+    };
+    let (all, split) = (score(1 << 30), score(1));
     for (a, b) in all.iter().zip(&split) {
         let close = |x: f64, y: f64| (x - y).abs() < 1e-9;
         assert!(close(a.scores.s_pos, b.scores.s_pos) && close(a.scores.s_sym, b.scores.s_sym));

@@ -76,8 +76,10 @@ impl AtomicFile {
         &self.path
     }
 
-    /// The temporary file, flushed (still registered until renamed or dropped).
+    /// The flushed temporary file and the target. The file stays registered (this value's drop
+    /// no longer owns it): the caller unregisters it once it is renamed.
     fn into_temp(mut self) -> io::Result<(NamedTempFile, PathBuf)> {
+        self.tmp_path = PathBuf::new();
         let writer = self
             .tmp
             .take()
@@ -89,9 +91,7 @@ impl AtomicFile {
     /// Flushes, syncs and renames the file into place.
     pub fn commit(self) -> io::Result<()> {
         let (tmp, path) = self.into_temp()?;
-        // Registered again until renamed: `into_temp` ended the `AtomicFile`.
         let tmp_path = tmp.path().to_owned();
-        register(&tmp_path);
         let result = tmp
             .as_file()
             .sync_all()
@@ -132,7 +132,6 @@ pub fn write_atomic_with(
 ) -> io::Result<()> {
     let (tmp, _) = AtomicFile::create(path)?.into_temp()?;
     let tmp_path = tmp.path().to_owned();
-    register(&tmp_path);
     let result = write(&tmp_path).and_then(|_| tmp.persist(path).map(|_| ()).map_err(|e| e.error));
     unregister(&tmp_path);
     result
