@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
+use ropelab_io::resources::{bytes, Need};
 use ropelab_tasks::{Dataset, Split, Task};
-use ropelab_train::{evaluate, RunDir, EVAL_MEMORY};
+use ropelab_train::{evaluate, inference_need, RunConfig, RunDir, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
 pub use crate::heads::{capture_bytes, mean_plane, score_captured, score_heads, HeadScores};
@@ -46,6 +47,44 @@ impl Default for ScoreOptions {
             planes: false,
             memory: EVAL_MEMORY,
         }
+    }
+}
+
+/// Upper estimate of one `scores.jsonl` line without per-plane scores; each plane adds
+/// [`PLANE_LINE_BYTES`].
+const LINE_BYTES: usize = 1024;
+
+/// Upper estimate of one plane's share of a `scores.jsonl` line (its frequency use, and its
+/// swap scores with `planes`).
+const PLANE_LINE_BYTES: usize = 96;
+
+impl ScoreOptions {
+    /// Memory and disk of scoring `checkpoints` checkpoints of the run `config` in `root`: the
+    /// test samples' ids, one captured batch, the accuracy pass; `scores.jsonl`.
+    pub fn need(&self, config: &RunConfig, root: &Path, checkpoints: usize) -> Need {
+        let m = &config.model;
+        let len = config.layout.core_len();
+        let fit = self.memory as u64 / capture_bytes(m, len).max(1);
+        let batch = usize::try_from(fit)
+            .unwrap_or(usize::MAX)
+            .clamp(1, self.samples.max(1));
+        let planes = m.layer_position(0).rotation().map_or(0, |r| r.freqs.len());
+        let lines = bytes(&[checkpoints, m.n_layers, m.n_heads]);
+        let line = LINE_BYTES + PLANE_LINE_BYTES * planes;
+        inference_need(m, len, EVAL_MEMORY)
+            .memory(
+                bytes(&[self.samples, 4 * len + 32]),
+                format!("the ids of {} samples", self.samples),
+            )
+            .memory(
+                capture_bytes(m, len).saturating_mul(batch as u64),
+                format!("captures of {batch} samples"),
+            )
+            .disk(
+                root,
+                lines.saturating_mul(line as u64),
+                format!("{lines} lines of scores.jsonl"),
+            )
     }
 }
 

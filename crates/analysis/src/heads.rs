@@ -53,9 +53,13 @@ fn mean_scores(sum: (f64, f64), count: f64) -> SwapScores {
 
 /// Bytes the score path keeps per sequence of `seq_len` tokens: a forward pass plus the captured
 /// q, k (f32) and attention pattern of every layer.
-pub fn capture_bytes(config: &ropelab_model::ModelConfig, seq_len: usize) -> usize {
-    let per_layer = 2 * seq_len * config.d_model + config.n_heads * seq_len * seq_len;
-    forward_bytes(config, seq_len) + 4 * config.n_layers * per_layer
+/// Saturating, like [`forward_bytes`].
+pub fn capture_bytes(config: &ropelab_model::ModelConfig, seq_len: usize) -> u64 {
+    use ropelab_io::resources::bytes;
+    let (l, t) = (config.n_layers, seq_len);
+    forward_bytes(config, seq_len)
+        .saturating_add(bytes(&[4, l, 2, t, config.d_model]))
+        .saturating_add(bytes(&[4, l, config.n_heads, t, t]))
 }
 
 /// Scores every head of `model` on `ids` [samples, pos] at the query positions of each row
@@ -73,7 +77,8 @@ pub fn score_heads(
     memory: usize,
 ) -> Result<Vec<HeadScores>> {
     let (rows, len) = ids.dims2()?;
-    let batch = (memory / capture_bytes(model.config(), len).max(1)).clamp(1, rows.max(1));
+    let fit = memory as u64 / capture_bytes(model.config(), len).max(1);
+    let batch = usize::try_from(fit).unwrap_or(rows).clamp(1, rows.max(1));
     let mut parts = vec![];
     for start in (0..rows).step_by(batch) {
         let size = batch.min(rows - start);

@@ -13,10 +13,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use candle_core::Device;
+use ropelab_io::resources::{bytes, Need};
 use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
 use ropelab_tasks::{Dataset, Split, Task};
 use ropelab_train::data::Tally;
-use ropelab_train::{batch_for_budget, RunDir};
+use ropelab_train::{batch_for_budget, inference_need, RunConfig, RunDir};
 use serde::{Deserialize, Serialize};
 
 use crate::margin::top_gap;
@@ -33,6 +34,21 @@ pub struct LengthOptions {
     pub step: Option<usize>,
     /// Memory budget of one forward pass, in bytes.
     pub memory: usize,
+}
+
+impl LengthOptions {
+    /// Memory of this measurement on a run with `config` (see [`ropelab_train::inference_need`]):
+    /// the weights and one batch at the longest length, with the last query rows it captures.
+    pub fn need(&self, config: &RunConfig) -> Need {
+        let longest = self.extras.iter().max().copied().unwrap_or(0);
+        let len = config.layout.core_len().saturating_add(longest);
+        let m = &config.model;
+        let batch = batch_for_budget(m, len, self.memory);
+        inference_need(m, len, self.memory).memory(
+            bytes(&[4, 2, m.n_layers, batch, m.n_heads, len]),
+            "the captured query rows",
+        )
+    }
 }
 
 /// The paper's lengths (Fig. 5B): extension tokens 0 .. 1,000 (inputs of 17 .. 1,017 tokens).
@@ -140,9 +156,9 @@ pub fn measure(model: &GptJ, data: &Dataset, memory: usize) -> Result<LengthRow>
     let mut margin = vec![0f64; c.n_layers * heads];
     let mut top = vec![0f64; c.n_layers * heads];
     let mut tally = Tally::default();
-    let indices: Vec<usize> = (0..data.len()).collect();
-    for chunk in indices.chunks(batch) {
-        let b = ropelab_train::data::batch(data, chunk, model.device())?;
+    for start in (0..data.len()).step_by(batch) {
+        let chunk: Vec<usize> = (start..data.len().min(start + batch)).collect();
+        let b = ropelab_train::data::batch(data, &chunk, model.device())?;
         let mut hooks = Hooks::new().capture_last(points.iter().copied());
         let x = model.trunk(&b.ids, &mut hooks, None)?; // [batch, pos, d_model]
         let last = x.narrow(1, len - 1, 1)?.squeeze(1)?; // [batch, d_model]

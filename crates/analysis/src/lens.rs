@@ -8,7 +8,7 @@ use ropelab_model::{HookKind, HookPoint, Hooks};
 use ropelab_pretrained::llama::Llama;
 use ropelab_pretrained::tokenizer::GgufTokenizer;
 use ropelab_tasks::TaskKind;
-use ropelab_theory::failures::{failure_rows, FailureRow, Triple};
+use ropelab_theory::failures::{failure_rows, FailureConfig, FailureRow, Triple};
 use ropelab_theory::format::NumberFormat;
 use ropelab_theory::schedule::Schedule;
 use serde::Serialize;
@@ -138,6 +138,20 @@ impl Default for ModelRopeOptions {
             draws: 100,
             format: NumberFormat::Bf16,
         }
+    }
+}
+
+impl ModelRopeOptions {
+    /// Memory of [`model_rope_failures`] on heads of `head_dim` dims, beyond the model and its
+    /// forward pass over [`ROPE_TEXT_TOKENS`] tokens (see [`FailureConfig::need`]).
+    pub fn need(&self, head_dim: usize) -> ropelab_io::Need {
+        FailureConfig {
+            d: head_dim,
+            lengths: self.lengths.clone(),
+            draws: self.draws,
+            ..FailureConfig::default()
+        }
+        .need()
     }
 }
 

@@ -80,7 +80,7 @@ fn last_row_margins_equal_full_captures_recomputed_in_f64() {
 fn results_do_not_depend_on_the_memory_budget() {
     let model = random_model(2, 3);
     let d = data(23, 30);
-    let one = forward_bytes(model.config(), d.seq_len());
+    let one = forward_bytes(model.config(), d.seq_len()) as usize;
     let whole = measure(&model, &d, 1 << 30).unwrap();
     for budget in [1, one, 3 * one] {
         let batched = measure(&model, &d, budget).unwrap();

@@ -19,6 +19,10 @@ use commands::Command;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Run even when the up-front estimate of memory or disk exceeds what this machine has
+    /// available (every command estimates both from its arguments before it starts).
+    #[arg(long, global = true)]
+    force: bool,
 }
 
 /// Clap's multi-line error as one line: the message and its details, without the usage block.
@@ -99,7 +103,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli.command.run() {
+    match cli.command.run(cli.force) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed stdout (`ropelab gen ... --out - | head`) is not a failure.
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,

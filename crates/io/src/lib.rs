@@ -3,12 +3,14 @@
 //! The one home of how ropelab writes files and tables: every file is written to a temporary
 //! name beside its target and renamed into place ([`atomic`]), every CSV goes through the `csv`
 //! crate with serde rows ([`csv_rows`]), every terminal table through one printer ([`table`]),
-//! and a directory has one writer at a time ([`lock`]).
+//! a directory has one writer at a time ([`lock`]), and a command's memory and disk are
+//! estimated before it starts ([`resources`]).
 
 pub mod atomic;
 pub mod checksum;
 pub mod csv_rows;
 pub mod lock;
+pub mod resources;
 pub mod table;
 pub mod toml_error;
 
@@ -16,4 +18,5 @@ pub use atomic::{staging_dir_in, write_atomic, write_atomic_with, AtomicFile};
 pub use checksum::{sha256_file, Manifest};
 pub use csv_rows::{csv_records, read_csv, records_to_csv, to_csv, write_csv, CsvError};
 pub use lock::{DirLock, LockError};
+pub use resources::{Available, Need, ResourceError, Size};
 pub use table::{Align, Table};

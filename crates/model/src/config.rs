@@ -229,16 +229,33 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// Number of parameters.
+    /// Number of parameters (saturating: an absurd config counts `usize::MAX`, never wraps).
     pub fn n_params(&self) -> usize {
-        let d = self.d_model;
-        let per_layer = 2 * d + 4 * d * d + 2 * d * self.d_mlp + self.d_mlp + d;
+        use ropelab_io::resources::bytes;
+        let (d, m, v) = (self.d_model, self.d_mlp, self.vocab_size);
+        let per_layer = [
+            bytes(&[2, d]),
+            bytes(&[4, d, d]),
+            bytes(&[2, d, m]),
+            bytes(&[m]),
+            bytes(&[d]),
+        ];
+        let per_layer = per_layer.into_iter().fold(0u64, u64::saturating_add);
         let unembed = if self.tied_embeddings {
             0
         } else {
-            self.vocab_size * d
+            bytes(&[v, d])
         };
-        self.vocab_size * d + self.n_layers * per_layer + 2 * d + unembed + self.vocab_size
+        let total = [
+            bytes(&[v, d]),
+            per_layer.saturating_mul(self.n_layers as u64),
+            bytes(&[2, d]),
+            unembed,
+            bytes(&[v]),
+        ]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
+        usize::try_from(total).unwrap_or(usize::MAX)
     }
 
     /// Whether `transformers.GPTJForCausalLM` computes exactly this model: every layer uses

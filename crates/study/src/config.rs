@@ -298,6 +298,24 @@ impl StudyConfig {
         Ok(config)
     }
 
+    /// How every model of the study is scored.
+    pub fn score_options(&self) -> ropelab_analysis::dynamics::ScoreOptions {
+        ropelab_analysis::dynamics::ScoreOptions {
+            samples: self.score.samples,
+            ..Default::default()
+        }
+    }
+
+    /// How every model's length generalisation is measured (latest checkpoint).
+    pub fn length_options(&self) -> ropelab_analysis::lengthgen::LengthOptions {
+        ropelab_analysis::lengthgen::LengthOptions {
+            extras: self.lengthgen.extras.clone(),
+            samples: Some(self.lengthgen.samples),
+            step: None,
+            memory: ropelab_train::EVAL_MEMORY,
+        }
+    }
+
     /// The settings of the study's RoPE failure table (aliasing in bf16, draws seeded by the
     /// first seed).
     pub fn failure_config(&self) -> FailureConfig {

@@ -10,10 +10,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use candle_core::Device;
-use ropelab_analysis::dynamics::{score_run, HeadStep, ScoreOptions};
-use ropelab_analysis::lengthgen::{
-    from_csv, length_generalisation, to_csv, LengthOptions, LengthRow,
-};
+use ropelab_analysis::dynamics::{score_run, HeadStep};
+use ropelab_analysis::lengthgen::{from_csv, length_generalisation, to_csv, LengthRow};
 use ropelab_io::write_atomic;
 use ropelab_tasks::TaskKind;
 use ropelab_train::eval::{eval_checkpoint, EvalReport};
@@ -58,6 +56,13 @@ pub fn jobs(config: &StudyConfig) -> Vec<(u64, TaskKind)> {
         .collect()
 }
 
+/// Models trained at once for `jobs` jobs: `parallel`, default one per core, at most one per
+/// job.
+pub fn workers(parallel: Option<usize>, jobs: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    parallel.unwrap_or(cores).clamp(1, jobs.max(1))
+}
+
 /// Runs every (seed, task) job, `parallel` at a time (default: one per core), each on a rayon
 /// pool of its share of the cores; results come back in job order. The first failure stops
 /// handing out jobs and is returned with its seed and task.
@@ -69,7 +74,7 @@ pub fn run_jobs(
     progress: &dyn Progress,
 ) -> Result<Vec<Trained>> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = parallel.unwrap_or(cores).clamp(1, jobs.len().max(1));
+    let workers = workers(parallel, jobs.len());
     let threads = (cores / workers).max(1);
     let pools = (0..workers)
         .map(|_| rayon::ThreadPoolBuilder::new().num_threads(threads).build())
@@ -149,10 +154,7 @@ pub fn run_job(
         read_scores(&scores_path)?
     } else {
         let stage = progress.stage(&format!("score {label}"), 0);
-        let options = ScoreOptions {
-            samples: config.score.samples,
-            ..ScoreOptions::default()
-        };
+        let options = config.score_options();
         score_run(&dir, &options, &device, |done, total| {
             stage.set_total(total as u64);
             stage.set(done as u64);
@@ -168,12 +170,7 @@ pub fn run_job(
             .with_context(|| format!("cannot read {}", lengths_path.display()))?;
         from_csv(&text, &lengths_path.display().to_string())?
     } else {
-        let options = LengthOptions {
-            extras: config.lengthgen.extras.clone(),
-            samples: Some(config.lengthgen.samples),
-            step: None,
-            memory: EVAL_MEMORY,
-        };
+        let options = config.length_options();
         let stage = progress.stage(&format!("length {label}"), options.extras.len() as u64);
         let rows =
             length_generalisation(&dir, &options, &device, |done, _| stage.set(done as u64))?;

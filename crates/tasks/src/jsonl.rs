@@ -15,6 +15,28 @@ pub enum WriteError {
     Io(#[from] io::Error),
 }
 
+/// Fixed part of a line: the field names, index, answer id, hops, target position, braces.
+const LINE_OVERHEAD: u64 = 160;
+
+/// Upper estimate of the bytes of one line `write_jsonl` writes for `dataset`: per input
+/// token its string (the vocabulary's longest, quoted) and its id (the largest id's digits),
+/// plus the answer and the fixed fields. Saturating; computed without drawing a sample.
+pub fn line_bytes(dataset: &Dataset) -> u64 {
+    let vocab = dataset.task().vocab();
+    let longest = vocab.tokens().iter().map(String::len).max().unwrap_or(0) as u64;
+    let digits = vocab.len().max(1).to_string().len() as u64;
+    let per_token = (longest + 3) + (digits + 1);
+    (dataset.seq_len() as u64)
+        .saturating_mul(per_token)
+        .saturating_add(LINE_OVERHEAD + longest)
+}
+
+/// Upper estimate of the memory one sample takes while it is drawn and written: its ids and
+/// its tokens' string slices (about 24 bytes a token), rounded up to 32.
+pub fn sample_bytes(dataset: &Dataset) -> u64 {
+    (dataset.seq_len() as u64).saturating_mul(32)
+}
+
 /// Writes every sample of `dataset` as one JSON object per line, calling `tick` after each.
 pub fn write_jsonl(
     dataset: &Dataset,
@@ -31,4 +53,34 @@ pub fn write_jsonl(
     }
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Layout, Split, Task, TaskKind};
+
+    /// The estimate bounds every written line from above, and is not loose by more than 2x.
+    #[test]
+    fn line_estimates_bound_the_written_lines() {
+        for kind in [TaskKind::Number, TaskKind::Letter] {
+            for extra in [0, 37] {
+                let task = Task::new(kind, Layout::default()).unwrap();
+                let data = Dataset::new(task, 3, Split::Val, 40, extra).unwrap();
+                let mut out = vec![];
+                write_jsonl(&data, &mut out, || {}).unwrap();
+                let text = String::from_utf8(out).unwrap();
+                let longest = text.lines().map(str::len).max().unwrap() as u64;
+                let estimate = line_bytes(&data);
+                assert!(
+                    longest < estimate,
+                    "{kind} +{extra}: {longest} vs {estimate}"
+                );
+                assert!(
+                    estimate < 2 * longest,
+                    "{kind} +{extra}: {longest} vs {estimate}"
+                );
+            }
+        }
+    }
 }

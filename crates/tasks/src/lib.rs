@@ -23,7 +23,7 @@ mod vocab;
 
 pub use dataset::{summarize, Dataset, Split, Summary};
 pub use error::{Invalid, TaskError};
-pub use jsonl::{write_jsonl, WriteError};
+pub use jsonl::{line_bytes, sample_bytes, write_jsonl, WriteError};
 pub use layout::Layout;
 pub use letter::LetterTask;
 pub use number::NumberTask;

@@ -437,6 +437,18 @@ impl Default for ConstructOptions {
     }
 }
 
+impl ConstructOptions {
+    /// Memory of [`verify`]: the random inputs, held together (the exhaustive inputs up to
+    /// `n0` are bounded by the limits on `n0` and `letters`).
+    pub fn need(&self) -> ropelab_io::Need {
+        use ropelab_io::resources::bytes;
+        ropelab_io::Need::new().memory(
+            bytes(&[self.samples, 8 * self.long + 24]),
+            format!("{} random inputs of {} tokens", self.samples, self.long),
+        )
+    }
+}
+
 /// One verified input set: what it was and the outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConstructReport {

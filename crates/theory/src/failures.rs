@@ -132,6 +132,24 @@ impl Default for FailureConfig {
     }
 }
 
+impl FailureConfig {
+    /// Memory of [`failure_table`] on this config: the draws (three d-vectors each, held for
+    /// one base at a time) and the score curves and their sorted copies at the longest length.
+    pub fn need(&self) -> ropelab_io::Need {
+        use ropelab_io::resources::bytes;
+        let longest = self.lengths.iter().copied().max().unwrap_or(0);
+        ropelab_io::Need::new()
+            .memory(
+                bytes(&[self.draws, 3, 8 * self.d + 24]),
+                format!("{} draws of three {}-dim vectors", self.draws, self.d),
+            )
+            .memory(
+                bytes(&[4, 8, longest]),
+                format!("score curves of {longest} positions"),
+            )
+    }
+}
+
 /// Longest context of the failure statistics (each score curve holds M values per draw).
 pub const MAX_CONTEXT: usize = 1 << 22;
 

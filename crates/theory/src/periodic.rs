@@ -263,8 +263,25 @@ mod tests {
     }
 }
 
+/// Largest period m of [`mod_table`]: a table has m rows, each a head with an m-entry
+/// rotation table.
+pub const MAX_PERIOD: usize = 1 << 12;
+
+/// Most positions [`mod_table`] checks per head.
+pub const MAX_POSITIONS: usize = 1 << 24;
+
 /// [`check_mod`] for every format, period m and residue r in 0..m (one CSV row each).
 pub fn mod_table(periods: &[usize], formats: &[NumberFormat], len: usize) -> Result<Vec<ModCheck>> {
+    if let Some(m) = periods.iter().find(|&&m| m > MAX_PERIOD) {
+        return invalid(format!(
+            "the period m must be at most {MAX_PERIOD} (one row per residue), got {m}"
+        ));
+    }
+    if len > MAX_POSITIONS {
+        return invalid(format!(
+            "check at most {MAX_POSITIONS} positions per head, got {len}"
+        ));
+    }
     let mut rows = vec![];
     for &format in formats {
         for &m in periods {

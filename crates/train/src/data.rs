@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
+use ropelab_io::resources::bytes;
 use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, Hooks, ModelConfig};
 use ropelab_tasks::Dataset;
 use serde::{Deserialize, Serialize};
@@ -75,17 +76,26 @@ pub const EVAL_MEMORY: usize = 256 << 20;
 /// `seq_len` tokens (f32, no autograd graph): the residual stream and q/k/v and their rotations
 /// (about 12 x pos x d_model), the MLP's hidden layer before and after GELU (3 x pos x d_mlp),
 /// and the attention scores, masked scores, softmax and pattern (5 x heads x pos^2).
-pub fn forward_bytes(config: &ModelConfig, seq_len: usize) -> usize {
+/// Saturating: an absurd length gives a huge estimate, never an overflow.
+pub fn forward_bytes(config: &ModelConfig, seq_len: usize) -> u64 {
     let t = seq_len;
-    let floats = 12 * t * config.d_model + 3 * t * config.d_mlp + 5 * config.n_heads * t * t;
-    4 * floats
+    [
+        bytes(&[4, 12, t, config.d_model]),
+        bytes(&[4, 3, t, config.d_mlp]),
+        bytes(&[4, 5, config.n_heads, t, t]),
+    ]
+    .into_iter()
+    .fold(0, u64::saturating_add)
 }
 
 /// Sequences per inference batch so that one forward pass stays within `budget` bytes:
 /// between 1 and [`EVAL_BATCH`]. Peak memory therefore does not grow with the number of
 /// samples evaluated.
 pub fn batch_for_budget(config: &ModelConfig, seq_len: usize, budget: usize) -> usize {
-    (budget / forward_bytes(config, seq_len).max(1)).clamp(1, EVAL_BATCH)
+    let fit = budget as u64 / forward_bytes(config, seq_len).max(1);
+    usize::try_from(fit)
+        .unwrap_or(EVAL_BATCH)
+        .clamp(1, EVAL_BATCH)
 }
 
 /// Evaluates `model` on every sample of `dataset` without dropout, in batches sized so that a
@@ -95,9 +105,9 @@ pub fn evaluate(model: &GptJ, dataset: &Dataset, memory: usize) -> Result<Accura
     let model = &model.clone().frozen();
     let batch_size = batch_for_budget(model.config(), dataset.seq_len(), memory);
     let mut tally = Tally::default();
-    let indices: Vec<usize> = (0..dataset.len()).collect();
-    for chunk in indices.chunks(batch_size) {
-        let b = batch(dataset, chunk, model.device())?;
+    for start in (0..dataset.len()).step_by(batch_size) {
+        let chunk: Vec<usize> = (start..dataset.len().min(start + batch_size)).collect();
+        let b = batch(dataset, &chunk, model.device())?;
         let logits = model.forward_last(&b.ids, &mut Hooks::new(), None)?;
         tally.add(&logits, &b)?;
     }

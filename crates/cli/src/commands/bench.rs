@@ -61,11 +61,11 @@ pub struct BenchGenArgs {
 }
 
 /// Runs a benchmark.
-pub fn run(cmd: BenchCommand) -> Result<()> {
+pub fn run(cmd: BenchCommand, guard: super::Guard) -> Result<()> {
     match cmd {
         BenchCommand::Gen(args) => bench_gen(args),
-        BenchCommand::Train(args) => super::bench_train::run(args),
-        BenchCommand::Rope(args) => bench_rope(args),
+        BenchCommand::Train(args) => super::bench_train::run(args, guard),
+        BenchCommand::Rope(args) => bench_rope(args, guard),
         BenchCommand::Prefill(args) => bench_prefill(args),
     }
 }
@@ -144,7 +144,7 @@ fn bench_gen(args: BenchGenArgs) -> Result<()> {
     Ok(())
 }
 
-fn bench_rope(args: BenchRopeArgs) -> Result<()> {
+fn bench_rope(args: BenchRopeArgs, guard: super::Guard) -> Result<()> {
     use rand::SeedableRng;
     use ropelab_theory::product::{coefficients, normal_vector, score_curve};
     use ropelab_theory::schedule::Schedule;
@@ -156,6 +156,11 @@ fn bench_rope(args: BenchRopeArgs) -> Result<()> {
     anyhow::ensure!(args.draws >= 1, "draws must be at least 1");
     let freqs = Schedule::Plain { base: args.base }.frequencies(args.h)?;
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let need = ropelab_io::Need::new().memory(
+        ropelab_io::resources::bytes(&[threads, 8, args.m]),
+        format!("{threads} score curves of {} positions", args.m),
+    );
+    guard.check("bench rope", &need)?;
     let start = Instant::now();
     let checksum: f64 = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)

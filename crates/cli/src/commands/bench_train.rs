@@ -102,7 +102,7 @@ impl Batches {
 }
 
 /// Runs `ropelab bench train`.
-pub fn run(args: BenchTrainArgs) -> Result<()> {
+pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     let mut config = args.preset.config(args.task);
     if let Some(l) = args.layers {
         config.model.n_layers = l as usize;
@@ -117,6 +117,10 @@ pub fn run(args: BenchTrainArgs) -> Result<()> {
     if let Err(e) = config.model.check() {
         bail!("bench train: {e}");
     }
+    let seq = args.seq.map_or(config.layout.core_len(), |s| s as usize);
+    let need =
+        ropelab_train::training_memory(&config.model, config.optim.batch_size, seq, args.engine);
+    guard.check("bench train", &need)?;
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;
     let mut optimizer = AdamW::new(model.layout().params(), &config.optim);

@@ -7,6 +7,9 @@ use candle_core::Device;
 use clap::Args;
 use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::eval::eval_checkpoint;
+use ropelab_train::{inference_need, RunDir};
+
+use super::Guard;
 
 use crate::output::{parse_memory_mib, peak_rss_mib, write_atomic};
 
@@ -32,7 +35,12 @@ pub struct EvalArgs {
 }
 
 /// Runs `ropelab eval`.
-pub fn run(args: EvalArgs) -> Result<()> {
+pub fn run(args: EvalArgs, guard: Guard) -> Result<()> {
+    if let Ok((_, config)) = RunDir::open(&args.run) {
+        let len = config.layout.core_len().saturating_add(args.extra);
+        let need = inference_need(&config.model, len, args.memory);
+        guard.check(&format!("eval --extra {}", args.extra), &need)?;
+    }
     let report = eval_checkpoint(
         &args.run,
         args.step,

@@ -5,9 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ropelab_tasks::{prompt, write_jsonl, Dataset, Layout, Split, Task, TaskKind};
+use ropelab_io::Need;
+use ropelab_tasks::{
+    line_bytes, prompt, sample_bytes, write_jsonl, Dataset, Layout, Split, Task, TaskKind,
+};
 
-use super::progress;
+use super::{progress, Guard};
 use crate::output::Output;
 
 /// Arguments of `ropelab gen`.
@@ -45,9 +48,21 @@ pub struct GenArgs {
 }
 
 /// Runs `ropelab gen`.
-pub fn run(args: GenArgs) -> Result<()> {
+pub fn run(args: GenArgs, guard: Guard) -> Result<()> {
     let n = args.n as usize;
+    let to_file = args.out.as_os_str() != "-";
     if args.prompt {
+        // Prompts are built in memory before the file is written: estimate both from the first.
+        let first = prompt::prompt(args.task, args.target_window, args.seed, 0)?;
+        let each = serde_json::to_string(&first)?.len() as u64 + 1;
+        let total = each
+            .saturating_mul(args.n)
+            .saturating_add(each.saturating_mul(args.n) / 4);
+        let mut need = Need::new().memory(total, format!("{} prompts", args.n));
+        if to_file {
+            need = need.disk(&args.out, total, format!("{} prompts", args.n));
+        }
+        guard.check(&format!("gen --prompt --n {}", args.n), &need)?;
         // Build every prompt before touching the output, so a bad size leaves nothing behind.
         let prompts = (0..n)
             .map(|i| prompt::prompt(args.task, args.target_window, args.seed, i))
@@ -67,6 +82,18 @@ pub fn run(args: GenArgs) -> Result<()> {
     };
     let task = Task::new(args.task, layout)?;
     let data = Dataset::new(task, args.seed, args.split, n, args.extra)?;
+    let mut need = Need::new().memory(
+        sample_bytes(&data),
+        format!("one sample of {} tokens", data.seq_len()),
+    );
+    if to_file {
+        need = need.disk(
+            &args.out,
+            line_bytes(&data).saturating_mul(args.n),
+            format!("{} lines of {} tokens", args.n, data.seq_len()),
+        );
+    }
+    guard.check(&format!("gen --n {} --extra {}", args.n, args.extra), &need)?;
     let mut out = Output::create(&args.out)?;
     let bar = progress(n as u64, &format!("{} {}", args.task, args.split));
     write_jsonl(&data, &mut out, || bar.inc(1))

@@ -11,9 +11,9 @@ use ropelab_analysis::lengthgen::{
     length_generalisation, to_csv, LengthOptions, LengthRow, PAPER_EXTRAS,
 };
 use ropelab_io::{Align::Left, Align::Right, Table};
-use ropelab_train::EVAL_MEMORY;
+use ropelab_train::{RunDir, EVAL_MEMORY};
 
-use super::progress;
+use super::{progress, Guard};
 use crate::output::{parse_memory_mib, peak_rss_mib, write_atomic};
 
 /// Arguments of `ropelab lengthgen`.
@@ -72,7 +72,7 @@ pub fn parse_extras(s: &str) -> Result<Extras, String> {
 }
 
 /// Runs `ropelab lengthgen`.
-pub fn run(args: LengthgenArgs) -> Result<()> {
+pub fn run(args: LengthgenArgs, guard: Guard) -> Result<()> {
     let options = LengthOptions {
         extras: args.extras.0.clone(),
         samples: args.n.map(|n| n as usize),
@@ -83,6 +83,9 @@ pub fn run(args: LengthgenArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| args.run.join("lengthgen.csv"));
+    if let Ok((_, config)) = RunDir::open(&args.run) {
+        guard.check("lengthgen", &options.need(&config))?;
+    }
     let start = Instant::now();
     let rows = measure_with_progress(&args.run, &options)?;
     let seconds = start.elapsed().as_secs_f64();

@@ -44,19 +44,34 @@ pub enum Command {
 }
 
 impl Command {
-    /// Runs the subcommand.
-    pub fn run(self) -> Result<()> {
+    /// Runs the subcommand; `force` skips the up-front memory and disk check.
+    pub fn run(self, force: bool) -> Result<()> {
+        let guard = Guard { force };
         match self {
-            Command::Reproduce(args) => reproduce::run(args),
-            Command::Gen(args) => gen::run(args),
-            Command::Train(args) => train::run(args),
-            Command::Eval(args) => eval::run(args),
-            Command::Score(args) => score::run(args),
-            Command::Lengthgen(args) => lengthgen::run(args),
-            Command::Theory(cmd) => theory::run(cmd),
-            Command::Pretrained(cmd) => pretrained::run(cmd),
-            Command::Bench(cmd) => bench::run(cmd),
+            Command::Reproduce(args) => reproduce::run(args, guard),
+            Command::Gen(args) => gen::run(args, guard),
+            Command::Train(args) => train::run(args, guard),
+            Command::Eval(args) => eval::run(args, guard),
+            Command::Score(args) => score::run(args, guard),
+            Command::Lengthgen(args) => lengthgen::run(args, guard),
+            Command::Theory(cmd) => theory::run(cmd, guard),
+            Command::Pretrained(cmd) => pretrained::run(cmd, guard),
+            Command::Bench(cmd) => bench::run(cmd, guard),
         }
+    }
+}
+
+/// The up-front resource check of one command (see `ropelab_io::resources`).
+#[derive(Debug, Clone, Copy)]
+pub struct Guard {
+    force: bool,
+}
+
+impl Guard {
+    /// Refuses `command` (as the user would name it) when `need` exceeds this machine's
+    /// available memory or disk, unless `--force` was given.
+    pub fn check(self, command: &str, need: &ropelab_io::Need) -> Result<()> {
+        Ok(need.check(command, self.force)?)
     }
 }
 

@@ -11,13 +11,19 @@ use ropelab_analysis::lens::{
     model_rope_failures, score_prompts, ModelRopeOptions, PromptScoreOptions,
 };
 use ropelab_analysis::swap::Tau;
-use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
 use ropelab_pretrained::fetch::fetch;
 use ropelab_pretrained::load_smollm2;
-use ropelab_pretrained::tasks::{accuracy_table, index_accuracy, index_defaults, table_defaults};
+use ropelab_pretrained::tasks::{
+    accuracy_table, index_accuracy, index_defaults, index_prompt, table_defaults,
+};
 use ropelab_tasks::TaskKind;
 
-use super::progress;
+use super::{progress, Guard};
+
+/// Longest array of `pretrained index-task`: its prompt is built (and tokenized) before the
+/// memory estimate of its forward pass, so it is bounded first.
+const MAX_INDEX_LENGTH: usize = 100_000;
 use crate::output::write_atomic;
 
 /// Pretrained-model subcommands.
@@ -125,7 +131,7 @@ pub struct GenerateArgs {
 }
 
 /// Runs a pretrained subcommand.
-pub fn run(cmd: PretrainedCommand) -> Result<()> {
+pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
     match cmd {
         PretrainedCommand::Fetch => {
             let path = fetch()?;
@@ -137,6 +143,12 @@ pub fn run(cmd: PretrainedCommand) -> Result<()> {
             let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
             let load = start.elapsed().as_secs_f64();
             let ids = tokenizer.encode(&a.prompt)?;
+            let tokens = ids.len().saturating_add(a.max_new);
+            let need = Need::new().memory(
+                model.config().forward_bytes(tokens, false, 0),
+                format!("a forward pass over {tokens} tokens"),
+            );
+            guard.check("pretrained generate", &need)?;
             let start = Instant::now();
             let new = model.generate(&ids, a.max_new, tokenizer.eos)?;
             let seconds = start.elapsed().as_secs_f64();
@@ -149,13 +161,24 @@ pub fn run(cmd: PretrainedCommand) -> Result<()> {
             Ok(())
         }
         PretrainedCommand::Score(a) => score(&a),
-        PretrainedCommand::RopeStats(a) => rope_stats(&a),
+        PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
         PretrainedCommand::IndexTask(a) => {
             anyhow::ensure!(
-                a.lengths.iter().all(|&l| l >= 1),
-                "array lengths must be at least 1"
+                a.lengths
+                    .iter()
+                    .all(|&l| (1..=MAX_INDEX_LENGTH).contains(&l)),
+                "array lengths must be between 1 and {MAX_INDEX_LENGTH}"
             );
             let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
+            // The longest prompt's tokens: one forward pass with logits at every position.
+            let longest = a.lengths.iter().copied().max().unwrap_or(1);
+            let (prompt, answer) = index_prompt(longest, 0, 0);
+            let tokens = tokenizer.encode(&format!("{prompt}{answer}"))?.len();
+            let need = Need::new().memory(
+                model.config().forward_bytes(tokens, true, 0),
+                format!("a forward pass over {tokens} tokens (length {longest})"),
+            );
+            guard.check("pretrained index-task", &need)?;
             let bar = progress(a.lengths.len() as u64 * a.n, "index prompts");
             let rows = index_accuracy(&model, &tokenizer, &a.lengths, a.n as usize, |d| {
                 bar.set_position(d as u64)
@@ -276,7 +299,7 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
     Ok(())
 }
 
-fn rope_stats(a: &PretrainedRopeArgs) -> Result<()> {
+fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
     let options = ModelRopeOptions {
         layers: a.layers.clone(),
@@ -284,6 +307,10 @@ fn rope_stats(a: &PretrainedRopeArgs) -> Result<()> {
         draws: a.draws as usize,
         format: a.format,
     };
+    guard.check(
+        "pretrained rope-stats",
+        &options.need(model.config().head_dim()),
+    )?;
     let rows = model_rope_failures(&model, &tokenizer, &options)?;
     let mut table = Table::new(&[
         ("layer", Right),

@@ -40,7 +40,7 @@ pub struct ReproduceArgs {
 }
 
 /// Runs `ropelab reproduce`.
-pub fn run(args: ReproduceArgs) -> Result<()> {
+pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
     let start = Instant::now();
     let mut config = match &args.config {
         Some(path) => StudyConfig::load(path)?,
@@ -51,6 +51,10 @@ pub fn run(args: ReproduceArgs) -> Result<()> {
     }
     let gamma = config.claims.gamma;
     let parallel = args.jobs.map(|j| j as usize);
+    guard.check(
+        "reproduce",
+        &ropelab_study::resources::need(&config, &args.out, parallel)?,
+    )?;
     let verdicts =
         ropelab_study::reproduce(&config, &args.out, parallel, &Bars::default(), |stage| {
             match stage {

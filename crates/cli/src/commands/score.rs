@@ -11,8 +11,9 @@ use ropelab_analysis::dynamics::{
 };
 use ropelab_analysis::swap::Tau;
 use ropelab_io::{Align::Left, Align::Right, Table};
+use ropelab_train::RunDir;
 
-use super::progress;
+use super::{progress, Guard};
 
 /// Arguments of `ropelab score`.
 #[derive(Debug, Args)]
@@ -45,7 +46,7 @@ pub struct ScoreArgs {
 }
 
 /// Runs `ropelab score`.
-pub fn run(args: ScoreArgs) -> Result<()> {
+pub fn run(args: ScoreArgs, guard: Guard) -> Result<()> {
     let options = ScoreOptions {
         samples: args.samples as usize,
         query: args.query,
@@ -56,6 +57,11 @@ pub fn run(args: ScoreArgs) -> Result<()> {
         ..ScoreOptions::default()
     };
     ropelab_analysis::dynamics::check_gamma(args.gamma)?;
+    if let Ok((dir, config)) = RunDir::open(&args.run) {
+        let checkpoints = dir.checkpoints().map_or(1, |c| c.len());
+        let need = options.need(&config, &args.run, checkpoints);
+        guard.check(&format!("score --samples {}", args.samples), &need)?;
+    }
     let start = Instant::now();
     let scored = score_with_progress(&args.run, &options)?;
     println!("{}", head_table(&scored.lines, args.gamma)?);

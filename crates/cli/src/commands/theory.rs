@@ -15,7 +15,7 @@ use ropelab_theory::format::NumberFormat;
 use ropelab_theory::periodic::{f_large, mod_defaults, mod_table, offset_defaults, offset_table};
 use ropelab_train::data::EVAL_MEMORY;
 
-use super::progress;
+use super::{progress, Guard};
 
 /// Theory subcommands.
 #[derive(Debug, Subcommand)]
@@ -197,7 +197,7 @@ pub struct RopeStatsArgs {
 }
 
 /// Runs a theory subcommand.
-pub fn run(cmd: TheoryCommand) -> Result<()> {
+pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
     match cmd {
         TheoryCommand::Discrepancy(a) => {
             let rows = discrepancy::curve(a.mechanism.into(), a.theta, a.alphabet, a.max_n)?;
@@ -217,6 +217,8 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
                 rho: a.rho,
                 format: a.format,
             };
+            config.check()?;
+            guard.check("theory rope-stats", &config.need())?;
             rope_stats(&config, &a.out)
         }
         TheoryCommand::Construct(a) => {
@@ -228,6 +230,8 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
                 long: a.long,
                 samples: a.samples,
             };
+            options.check()?;
+            guard.check("theory construct", &options.need())?;
             for r in verify(&options)? {
                 let c = r.check;
                 println!(
@@ -294,6 +298,15 @@ pub fn run(cmd: TheoryCommand) -> Result<()> {
             Ok(())
         }
         TheoryCommand::Margins(a) => {
+            if let Ok((_, config)) = ropelab_train::RunDir::open(&a.run) {
+                let options = ropelab_analysis::lengthgen::LengthOptions {
+                    extras: a.extras.clone(),
+                    samples: Some(a.samples),
+                    step: a.step,
+                    memory: a.memory,
+                };
+                guard.check("theory margins", &options.need(&config))?;
+            }
             let rows = ropelab_analysis::margin::margins(
                 &a.run,
                 a.step,

@@ -9,9 +9,9 @@ use candle_core::Device;
 use clap::Args;
 use ropelab_tasks::TaskKind;
 use ropelab_train::Retention;
-use ropelab_train::{Engine, Preset, RunConfig, Trainer};
+use ropelab_train::{training_need, Engine, Preset, RunConfig, RunDir, Trainer};
 
-use super::progress;
+use super::{progress, Guard};
 
 /// Arguments of `ropelab train`.
 #[derive(Debug, Args)]
@@ -59,10 +59,20 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
 }
 
 /// Runs `ropelab train`.
-pub fn run(args: TrainArgs) -> Result<()> {
+pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
     let device = Device::Cpu;
     let steps = args.steps.map(|s| s as usize);
     let mut trainer = if args.resume {
+        // The estimate of the rest of the run; a directory that cannot be read is reported by
+        // `Trainer::resume` itself.
+        if let Ok((dir, mut config)) = RunDir::open(&args.out) {
+            let from = dir.latest_checkpoint().unwrap_or(0);
+            config.optim.steps = steps.unwrap_or(config.optim.steps);
+            guard.check(
+                "train --resume",
+                &training_need(&config, &args.out, from, args.engine),
+            )?;
+        }
         let t = Trainer::resume(&args.out, steps, &device)?;
         println!(
             "resuming {} at step {} of {}",
@@ -106,6 +116,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
             config.optim.steps,
             config.optim.batch_size
         );
+        config.check()?;
+        guard.check("train", &training_need(&config, &args.out, 0, args.engine))?;
         Trainer::start(&args.out, config, &device)?
     };
     trainer.set_engine(args.engine)?;

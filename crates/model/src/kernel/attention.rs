@@ -18,6 +18,12 @@ pub struct RopeTable {
 }
 
 impl RopeTable {
+    /// Floats held by the cos and sin tables.
+    #[cfg(test)]
+    pub fn floats(&self) -> usize {
+        self.cos.len() + self.sin.len()
+    }
+
     /// Tables of `position` for `seq` positions (`None` without rotation). Angles are computed
     /// in f64 and rounded once ([`rope::sin_cos_table`]).
     pub fn new(position: &PositionEncoding, seq: usize) -> Option<Self> {

@@ -182,6 +182,112 @@ impl FusedStep {
         })
     }
 
+    /// Bytes of the buffers [`FusedStep::new`] allocates for `batch` sequences of `seq` tokens,
+    /// plus the dropout masks the first step with dropout adds: the up-front estimate of a
+    /// training run's activation memory. Saturating: absurd shapes give a huge number, never
+    /// an overflow.
+    pub fn bytes(config: &ModelConfig, batch: usize, seq: usize) -> u64 {
+        use ropelab_io::resources::bytes;
+        let (d, m, h, v) = (
+            config.d_model,
+            config.d_mlp,
+            config.n_heads,
+            config.vocab_size,
+        );
+        let n = bytes(&[batch, seq]);
+        let layer = |nq: u64| {
+            [
+                2 * n,
+                n.saturating_mul(d as u64),
+                n.saturating_mul(3 * d as u64),
+                bytes(&[batch, h, seq, seq]),
+                nq.saturating_mul(d as u64),
+                nq.saturating_mul(2 * m as u64),
+            ]
+            .iter()
+            .fold(0u64, |a, &x| a.saturating_add(x))
+        };
+        let layers = config.n_layers as u64;
+        let mut floats = layer(n)
+            .saturating_mul(layers.saturating_sub(1))
+            .saturating_add(layer(batch as u64));
+        // The residual stream per layer, and the final row.
+        floats = floats
+            .saturating_add(n.saturating_mul(d as u64).saturating_mul(layers))
+            .saturating_add(bytes(&[batch, d]));
+        // RoPE tables: cos and sin of every rotated plane at every position, per layer.
+        let tables: u64 = (0..config.n_layers)
+            .map(|l| {
+                let planes = config
+                    .layer_position(l)
+                    .rotation()
+                    .map_or(0, |r| r.freqs.len());
+                bytes(&[2, seq, planes])
+            })
+            .fold(0, u64::saturating_add);
+        floats = floats.saturating_add(tables);
+        // Token ids (u32), final LayerNorm, logits, gradients (the parameters' size).
+        floats = floats
+            .saturating_add(n)
+            .saturating_add(bytes(&[batch, 2 + d + v]))
+            .saturating_add(config.n_params() as u64);
+        // Scratch: eight [N, d]-sized rows, one [N, m], two [B, d], one [B, T].
+        floats = floats
+            .saturating_add(n.saturating_mul(10 * d as u64))
+            .saturating_add(n.saturating_mul(m as u64))
+            .saturating_add(bytes(&[batch, 2 * d + seq]));
+        if config.dropout > 0.0 {
+            // Embedding mask, and per layer the pattern, attention and MLP masks.
+            let per_layer =
+                bytes(&[batch, h, seq, seq]).saturating_add(n.saturating_mul(2 * d as u64));
+            floats = floats
+                .saturating_add(n.saturating_mul(d as u64))
+                .saturating_add(per_layer.saturating_mul(layers));
+        }
+        floats.saturating_mul(4)
+    }
+
+    /// Bytes of the buffers this step holds now (test helper for [`FusedStep::bytes`]).
+    #[cfg(test)]
+    fn held_bytes(&self) -> u64 {
+        let opt = |v: &Option<Vec<f32>>| v.as_ref().map_or(0, Vec::len);
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|c| {
+                c.stats.len()
+                    + c.h.len()
+                    + c.qkv.len()
+                    + c.pattern.len()
+                    + c.z.len()
+                    + c.g.len()
+                    + c.gp.len()
+                    + opt(&c.pattern_mask)
+                    + opt(&c.attn_mask)
+                    + opt(&c.mlp_mask)
+            })
+            .sum();
+        let tables: usize = self.ropes.iter().flatten().map(RopeTable::floats).sum();
+        let s = &self.scratch;
+        let scratch = [
+            &s.a, &s.mo, &s.dx, &s.dh, &s.dqkv, &s.dz, &s.da, &s.dmo, &s.dg, &s.dhf, &s.dxq, &s.dp,
+        ]
+        .iter()
+        .map(|v| v.len())
+        .sum::<usize>();
+        let floats = layers
+            + tables
+            + self.resid.iter().map(Vec::len).sum::<usize>()
+            + opt(&self.emb_mask)
+            + self.ids.len()
+            + self.final_stats.len()
+            + self.final_h.len()
+            + self.logits.len()
+            + self.grads.values.len()
+            + scratch;
+        4 * floats as u64
+    }
+
     /// Gradients of the last [`FusedStep::loss_and_grads`], laid out as the parameters.
     pub fn grads(&self) -> &FlatParams {
         &self.grads
@@ -276,5 +382,56 @@ impl FusedStep {
         let loss = cross_entropy_backward(&mut self.logits, self.config.vocab_size, targets);
         self.backward_pass(params);
         Ok(loss)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::ops::Dropout;
+    use crate::PositionEncoding;
+
+    fn config(dropout: f32, last: PositionEncoding) -> ModelConfig {
+        ModelConfig {
+            vocab_size: 19,
+            n_layers: 3,
+            n_heads: 2,
+            d_model: 16,
+            d_mlp: 12,
+            ln_eps: 1e-5,
+            dropout,
+            tied_embeddings: false,
+            position: PositionEncoding::gptj(4),
+            layer_positions: vec![PositionEncoding::gptj(4), PositionEncoding::None, last],
+        }
+    }
+
+    /// The up-front estimate counts exactly the buffers a step holds, before and after a step
+    /// with dropout (which adds the masks), for mixed position encodings.
+    #[test]
+    fn the_byte_estimate_is_what_the_step_holds() {
+        for (dropout, last) in [
+            (0.0, PositionEncoding::gptj(8)),
+            (0.1, PositionEncoding::gptj(2)),
+        ] {
+            let c = config(dropout, last);
+            let (batch, seq) = (3, 5);
+            let mut step = FusedStep::new(&c, batch, seq).unwrap();
+            let params = FlatParams::zeros(&c);
+            let ids: Vec<u32> = (0..(batch * seq) as u32).map(|i| i % 19).collect();
+            let mut drop =
+                (dropout > 0.0).then(|| Dropout::new(dropout, ChaCha8Rng::seed_from_u64(1)));
+            step.loss_and_grads(&params, &ids, &[1, 2, 3], drop.as_mut())
+                .unwrap();
+            assert_eq!(FusedStep::bytes(&c, batch, seq), step.held_bytes());
+        }
+        // Absurd shapes saturate.
+        assert_eq!(
+            FusedStep::bytes(&config(0.0, PositionEncoding::None), 1, usize::MAX),
+            u64::MAX
+        );
     }
 }

@@ -1,0 +1,307 @@
+//! Up-front resource estimates. A command works out from its arguments what it will need
+//! (peak memory, bytes written) before it allocates or writes anything, and is refused with
+//! one line naming the estimate, its largest part and what this machine has available, instead
+//! of allocating until the machine dies or filling the disk. `--force` skips the check.
+//!
+//! Estimates are sums of saturating products ([`bytes`]), so absurd arguments (a length of
+//! 10^10, squared) give a huge estimate, never an overflow.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// `factors` multiplied in 64 bits, saturating at `u64::MAX` (an estimate never wraps).
+pub fn bytes(factors: &[usize]) -> u64 {
+    factors
+        .iter()
+        .fold(1u64, |acc, &f| acc.saturating_mul(f as u64))
+}
+
+/// One part of an estimate: its size and what it is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Part {
+    bytes: u64,
+    what: String,
+}
+
+/// What a command needs: peak memory and bytes written to disk, each a sum of named parts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Need {
+    memory: Vec<Part>,
+    disk: Vec<Part>,
+    disk_at: Option<PathBuf>,
+}
+
+impl Need {
+    /// Nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `bytes` of memory for `what` ("the attention pattern of one 100017-token sequence").
+    pub fn memory(mut self, bytes: u64, what: impl Into<String>) -> Self {
+        self.memory.push(Part {
+            bytes,
+            what: what.into(),
+        });
+        self
+    }
+
+    /// Adds `bytes` written under `at` for `what`.
+    pub fn disk(mut self, at: &Path, bytes: u64, what: impl Into<String>) -> Self {
+        self.disk_at.get_or_insert_with(|| at.to_owned());
+        self.disk.push(Part {
+            bytes,
+            what: what.into(),
+        });
+        self
+    }
+
+    /// Total memory, bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        total(&self.memory)
+    }
+
+    /// Total disk, bytes.
+    pub fn disk_bytes(&self) -> u64 {
+        total(&self.disk)
+    }
+
+    /// Checks the estimate against this machine ([`Available::of_machine`]); `force` skips it.
+    pub fn check(&self, command: &str, force: bool) -> Result<(), ResourceError> {
+        if force {
+            return Ok(());
+        }
+        self.check_against(command, &Available::of_machine(self.disk_at.as_deref()))
+    }
+
+    /// Checks the estimate against `available`: refused when the memory or the disk it needs
+    /// exceeds what is available (an unknown amount is not checked).
+    pub fn check_against(&self, command: &str, available: &Available) -> Result<(), ResourceError> {
+        let refuse = |kind: Kind, parts: &[Part], have: u64| ResourceError {
+            command: command.to_owned(),
+            kind,
+            need: total(parts),
+            largest: largest(parts),
+            available: have,
+            at: self.disk_at.clone(),
+        };
+        if let Some(have) = available.memory {
+            if self.memory_bytes() > have {
+                return Err(refuse(Kind::Memory, &self.memory, have));
+            }
+        }
+        if let Some(have) = available.disk {
+            if self.disk_bytes() > have {
+                return Err(refuse(Kind::Disk, &self.disk, have));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn total(parts: &[Part]) -> u64 {
+    parts
+        .iter()
+        .fold(0u64, |acc, p| acc.saturating_add(p.bytes))
+}
+
+fn largest(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .max_by_key(|p| p.bytes)
+        .map(|p| format!("{} for {}", Size(p.bytes), p.what))
+        .unwrap_or_default()
+}
+
+/// What this machine has free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Available {
+    /// Memory available to a new process, bytes (`None`: unknown, not checked).
+    pub memory: Option<u64>,
+    /// Free disk space where the output goes, bytes (`None`: unknown, not checked).
+    pub disk: Option<u64>,
+}
+
+impl Available {
+    /// Linux's `MemAvailable` and the free space of the file system holding `disk_at` (its
+    /// nearest existing ancestor, as the output folder may not exist yet).
+    pub fn of_machine(disk_at: Option<&Path>) -> Self {
+        Self {
+            memory: available_memory(),
+            disk: disk_at.and_then(available_disk),
+        }
+    }
+}
+
+/// Memory available to a new process (Linux `/proc/meminfo` `MemAvailable`; `None` elsewhere).
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
+/// Free space, for an unprivileged user, of the file system holding `path` or its nearest
+/// existing ancestor (`None` where it cannot be read).
+pub fn available_disk(path: &Path) -> Option<u64> {
+    let absolute = std::path::absolute(path).ok()?;
+    let existing = absolute.ancestors().find(|p| p.exists())?;
+    free_space(existing)
+}
+
+#[cfg(unix)]
+fn free_space(path: &Path) -> Option<u64> {
+    let stat = rustix::fs::statvfs(path).ok()?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+#[cfg(not(unix))]
+fn free_space(_path: &Path) -> Option<u64> {
+    None
+}
+
+/// Which resource an estimate exceeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Peak memory.
+    Memory,
+    /// Disk space.
+    Disk,
+}
+
+/// A command refused up front: it would need more memory or disk than is available.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
+pub struct ResourceError {
+    /// The command, as the user would name it (`eval --extra 100000`).
+    pub command: String,
+    /// Memory or disk.
+    pub kind: Kind,
+    /// The estimate, bytes.
+    pub need: u64,
+    /// Its largest part, described.
+    pub largest: String,
+    /// What is available, bytes.
+    pub available: u64,
+    /// Where the output goes (disk).
+    pub at: Option<PathBuf>,
+}
+
+impl ResourceError {
+    fn message(&self) -> String {
+        let (what, have) = match (self.kind, &self.at) {
+            (Kind::Memory, _) => ("of memory", "available".to_owned()),
+            (Kind::Disk, Some(at)) => ("of disk", format!("free at {}", at.display())),
+            (Kind::Disk, None) => ("of disk", "free".to_owned()),
+        };
+        format!(
+            "{} would need about {} {what} ({}), but {} is {have}; \
+             make it smaller, or pass --force to try anyway",
+            self.command,
+            Size(self.need),
+            self.largest,
+            Size(self.available),
+        )
+    }
+}
+
+/// A byte count for people: `80.0 GB`, `512.0 MB`, `3.1 kB`, `12 B` (decimal units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, f64); 6] = [
+            ("EB", 1e18),
+            ("PB", 1e15),
+            ("TB", 1e12),
+            ("GB", 1e9),
+            ("MB", 1e6),
+            ("kB", 1e3),
+        ];
+        let b = self.0 as f64;
+        match UNITS.iter().find(|(_, scale)| b >= *scale) {
+            Some((unit, scale)) => write!(f, "{:.1} {unit}", b / scale),
+            None => write!(f, "{} B", self.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_saturate_instead_of_wrapping() {
+        assert_eq!(bytes(&[4, 3, 2]), 24);
+        assert_eq!(bytes(&[]), 1);
+        let length = 10_000_000_000usize;
+        assert_eq!(bytes(&[4, 8, length, length]), u64::MAX);
+        let need = Need::new().memory(u64::MAX, "a").memory(5, "b");
+        assert_eq!(need.memory_bytes(), u64::MAX);
+    }
+
+    #[test]
+    fn sizes_print_in_decimal_units() {
+        assert_eq!(Size(12).to_string(), "12 B");
+        assert_eq!(Size(3_100).to_string(), "3.1 kB");
+        assert_eq!(Size(80_027_202_312).to_string(), "80.0 GB");
+        assert_eq!(Size(u64::MAX).to_string(), "18.4 EB");
+    }
+
+    #[test]
+    fn an_estimate_over_the_machine_is_refused_naming_both_numbers() {
+        let need = Need::new()
+            .memory(80_000_000_000, "one forward pass over 100017 tokens")
+            .memory(1_000_000, "the model");
+        let machine = Available {
+            memory: Some(23_000_000_000),
+            disk: Some(1 << 40),
+        };
+        let err = need
+            .check_against("eval --extra 100000", &machine)
+            .unwrap_err();
+        assert_eq!(err.kind, Kind::Memory);
+        let line = err.to_string();
+        assert!(line.starts_with("eval --extra 100000 would need about 80.0 GB of memory"));
+        assert!(line.contains("80.0 GB for one forward pass over 100017 tokens"));
+        assert!(line.contains("23.0 GB is available"));
+        assert!(line.contains("--force"));
+        assert!(!line.contains('\n'));
+
+        // Within the machine, or unknown, passes.
+        let small = Need::new().memory(1 << 20, "x");
+        assert!(small.check_against("c", &machine).is_ok());
+        assert!(need.check_against("c", &Available::default()).is_ok());
+        assert!(need.check("c", true).is_ok());
+    }
+
+    #[test]
+    fn disk_estimates_name_the_folder() {
+        let need = Need::new().disk(
+            Path::new("out/data.jsonl"),
+            450_000_000_000,
+            "10^10 samples",
+        );
+        let machine = Available {
+            memory: Some(1 << 40),
+            disk: Some(60_000_000_000),
+        };
+        let err = need.check_against("gen", &machine).unwrap_err();
+        assert_eq!(err.kind, Kind::Disk);
+        assert!(err.to_string().contains("450.0 GB of disk"));
+        assert!(err
+            .to_string()
+            .contains("60.0 GB is free at out/data.jsonl"));
+    }
+
+    #[test]
+    fn this_machine_reports_memory_and_disk() {
+        // Linux CI machines have /proc/meminfo and a file system under the working directory.
+        if cfg!(target_os = "linux") {
+            assert!(available_memory().is_some_and(|m| m > 0));
+            let free = available_disk(Path::new("no/such/folder/yet/file.txt"));
+            assert!(free.is_some_and(|d| d > 0));
+        }
+    }
+}

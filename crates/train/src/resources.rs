@@ -1,0 +1,189 @@
+//! Up-front estimates of what training and evaluation need (see [`ropelab_io::resources`]):
+//! computed from the config alone, before a model is built or a file written.
+
+use std::path::Path;
+
+use ropelab_io::resources::{bytes, Need};
+use ropelab_model::kernel::FusedStep;
+use ropelab_model::ModelConfig;
+
+use crate::data::{batch_for_budget, forward_bytes};
+use crate::step::Engine;
+use crate::{RunConfig, EVAL_MEMORY};
+
+/// Bytes held per parameter while training, besides the gradients (counted with the step's
+/// buffers): the model's weights, the fused kernel's flat copy, and AdamW's two moments.
+const TRAIN_BYTES_PER_PARAM: usize = 16;
+
+/// Bytes per parameter in a checkpoint: the weights and AdamW's two moments (f32).
+const CHECKPOINT_BYTES_PER_PARAM: usize = 12;
+
+/// A checkpoint's small files (config, state, manifest), an upper estimate.
+const CHECKPOINT_OVERHEAD: usize = 8 << 10;
+
+/// One line of `metrics.jsonl` with its validation accuracies, an upper estimate.
+const METRICS_LINE_BYTES: usize = 512;
+
+/// The composed engine keeps every op's output for autograd and a gradient per output: about
+/// this many forward passes' worth of activations.
+const AUTOGRAD_FACTOR: usize = 3;
+
+/// Memory of inference with `config` on sequences of `seq_len` tokens in batches sized to
+/// `budget` bytes: the weights and one batch's forward pass (at least one sequence's, which
+/// may exceed the budget).
+pub fn inference_need(config: &ModelConfig, seq_len: usize, budget: usize) -> Need {
+    let batch = batch_for_budget(config, seq_len, budget);
+    Need::new()
+        .memory(
+            bytes(&[4, config.n_params()]),
+            format!("the weights of {} parameters", config.n_params()),
+        )
+        .memory(
+            forward_bytes(config, seq_len).saturating_mul(batch as u64),
+            format!("a forward pass over {batch} sequence(s) of {seq_len} tokens"),
+        )
+}
+
+/// Memory of training `model` on batches of `batch` sequences of `seq` tokens with
+/// `engine`: weights and AdamW moments, one step's activations and gradients, and the
+/// validation forward pass.
+pub fn training_memory(model: &ModelConfig, batch: usize, seq: usize, engine: Engine) -> Need {
+    let params = model.n_params();
+    let activations = match engine {
+        Engine::Fused => FusedStep::bytes(model, batch, seq),
+        Engine::Composed => {
+            forward_bytes(model, seq).saturating_mul(bytes(&[AUTOGRAD_FACTOR, batch]))
+        }
+    };
+    let validation = inference_need(model, seq, EVAL_MEMORY);
+    Need::new()
+        .memory(
+            bytes(&[TRAIN_BYTES_PER_PARAM, params]),
+            format!("weights and AdamW moments of {params} parameters"),
+        )
+        .memory(
+            activations,
+            format!("one training step on {batch} x {seq} tokens"),
+        )
+        .memory(validation.memory_bytes(), "the validation forward pass")
+}
+
+/// Memory and disk of training the run `config` in `root` from step `from` to its last step:
+/// [`training_memory`]; checkpoints kept on disk (its retention policy) and `metrics.jsonl`
+/// lines.
+pub fn training_need(config: &RunConfig, root: &Path, from: usize, engine: Engine) -> Need {
+    let o = &config.optim;
+    let seq = config.layout.core_len();
+    let steps = o.steps.saturating_sub(from);
+    let checkpoint = bytes(&[CHECKPOINT_BYTES_PER_PARAM, config.model.n_params()])
+        .saturating_add(CHECKPOINT_OVERHEAD as u64);
+    let kept = kept_checkpoints(config, from);
+    let lines = steps / o.log_every.max(1) + steps / o.eval_every.max(1) + 2;
+    training_memory(&config.model, o.batch_size, seq, engine)
+        .disk(
+            root,
+            checkpoint.saturating_mul(kept as u64),
+            format!("{kept} checkpoints kept"),
+        )
+        .disk(
+            root,
+            bytes(&[METRICS_LINE_BYTES, lines]),
+            format!("{lines} metrics lines"),
+        )
+}
+
+/// Checkpoints that training from step `from` leaves on disk at the end, at most: every save
+/// (one per `save_every` steps and the last) unless the retention policy keeps fewer (step 0,
+/// the last `last`, the multiples of `every`).
+fn kept_checkpoints(config: &RunConfig, from: usize) -> usize {
+    let o = &config.optim;
+    let saves = o.steps.saturating_sub(from) / o.save_every.max(1) + 2;
+    if o.keep.keeps_all() {
+        return saves;
+    }
+    let every = o
+        .keep
+        .every
+        .map_or(0, |e| o.steps / lcm(e.max(1), o.save_every.max(1)) + 1);
+    saves.min(2 + o.keep.last.unwrap_or(1) + every)
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    (a / gcd(a, b)).saturating_mul(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Preset, Retention};
+    use ropelab_tasks::TaskKind;
+
+    #[test]
+    fn the_tiny_preset_fits_a_laptop_and_absurd_configs_do_not() {
+        let root = Path::new("run");
+        let tiny = Preset::Tiny.config(TaskKind::Number);
+        let need = training_need(&tiny, root, 0, Engine::Fused);
+        assert!(need.memory_bytes() < 64 << 20, "{need:?}");
+        assert!(need.disk_bytes() < 64 << 20, "{need:?}");
+
+        let mut wide = tiny.clone();
+        wide.model.n_layers = 100;
+        wide.model.d_model = 4096;
+        wide.model.n_heads = 32;
+        wide.model.d_mlp = 16384;
+        wide.model.vocab_size = 100_000_000;
+        // 100 layers x 200 M + 2 x 409.6 G embedding parameters: terabytes.
+        assert!(training_need(&wide, root, 0, Engine::Fused).memory_bytes() > 1 << 40);
+
+        // 10^10 steps with a checkpoint every 10 keep 10^9 checkpoints unless retention says
+        // otherwise.
+        let mut long = tiny.clone();
+        long.optim.steps = 10_000_000_000;
+        long.optim.eval_every = 10_000_000;
+        long.optim.log_every = 10_000_000;
+        let all = training_need(&long, root, 0, Engine::Fused).disk_bytes();
+        assert!(all > 1 << 40, "{all}");
+        long.optim.keep = Retention {
+            last: Some(3),
+            every: None,
+        };
+        let kept = training_need(&long, root, 0, Engine::Fused).disk_bytes();
+        assert!(kept < 4 << 20, "{kept}");
+    }
+
+    #[test]
+    fn retention_bounds_the_count_of_kept_checkpoints() {
+        let mut c = Preset::Tiny.config(TaskKind::Letter);
+        c.optim.steps = 1000;
+        c.optim.save_every = 10;
+        assert_eq!(kept_checkpoints(&c, 0), 102);
+        c.optim.keep = Retention {
+            last: Some(5),
+            every: Some(250),
+        };
+        // Step 0, the latest, 5 recent, multiples of 250 (0, 250, ..., 1000): at most 12.
+        assert_eq!(kept_checkpoints(&c, 0), 12);
+        // Brute force: the steps the policy keeps are fewer than the bound.
+        let steps: Vec<usize> = (0..=1000).step_by(10).collect();
+        let kept = steps
+            .iter()
+            .filter(|&&s| c.optim.keep.keeps(s, &steps))
+            .count();
+        assert!((8..=12).contains(&kept), "{kept}");
+        assert_eq!(lcm(4, 6), 12);
+    }
+
+    #[test]
+    fn inference_of_a_long_sequence_needs_its_attention_pattern() {
+        let c = Preset::Tiny.config(TaskKind::Number).model;
+        let need = inference_need(&c, 100_017, EVAL_MEMORY);
+        // 5 x heads x T^2 floats alone: 2 x 10^11 bytes for 2 heads.
+        assert!(need.memory_bytes() > 200_000_000_000);
+    }
+}
