@@ -221,9 +221,12 @@ mod tests {
         assert_eq!(got.unwrap(), path);
         assert!(said.is_empty());
         // Good: used, not fetched.
-        let got = ensure_cached(&path, HELLO, || panic!("fetched a good file"), |_| {
-            panic!("reported a good file")
-        });
+        let got = ensure_cached(
+            &path,
+            HELLO,
+            || panic!("fetched a good file"),
+            |_| panic!("reported a good file"),
+        );
         assert_eq!(got.unwrap(), path);
         // Damaged: reported, then fetched again.
         fs::write(&path, "hellO").unwrap();
