@@ -231,6 +231,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         "seed-3/number/eval/step-000005-extra-0.json",
         "seed-3/letter/lengthgen.csv",
         "claims.json",
+        "report.html",
         "theory/discrepancy-index.csv",
         "theory/discrepancy-retrieval.csv",
         "theory/rope-failures.csv",

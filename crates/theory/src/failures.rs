@@ -157,7 +157,7 @@ pub const MAX_CONTEXT: usize = 1 << 22;
 pub const MAX_HEAD_DIM: usize = 1 << 14;
 
 /// Mean failure rates over the draws for one (B, M).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct FailureRow {
     /// Frequency base.
     #[serde(serialize_with = "display")]

@@ -6,6 +6,7 @@ mod eval;
 mod gen;
 mod lengthgen;
 mod pretrained;
+mod report;
 mod reproduce;
 mod score;
 mod theory;
@@ -38,6 +39,8 @@ pub enum Command {
     /// The theory lab: exact discrepancy curves and RoPE failure statistics (CSV).
     #[command(subcommand)]
     Theory(theory::TheoryCommand),
+    /// One self-contained HTML report (every figure, inline) of a run or study directory.
+    Report(report::ReportArgs),
     /// Measure the speed of ropelab's hot paths on this machine.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -56,6 +59,7 @@ impl Command {
             Command::Lengthgen(args) => lengthgen::run(args, guard),
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),
+            Command::Report(args) => report::run(args),
             Command::Bench(cmd) => bench::run(cmd, guard),
         }
     }

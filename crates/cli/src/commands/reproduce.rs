@@ -106,10 +106,13 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
         .iter()
         .filter(|c| c.verdict == claims::Verdict::Holds)
         .count();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = super::report::write_report(&args.out, &args.out.join("report.html"), &command)?;
     println!(
-        "{holding} of {} claims hold; wrote {} ({:.0} s in all)",
+        "{holding} of {} claims hold; wrote {} and {} ({:.0} s in all)",
         verdicts.len(),
         args.out.join("claims.json").display(),
+        report.display(),
         start.elapsed().as_secs_f64()
     );
     Ok(())

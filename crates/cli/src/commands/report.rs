@@ -1,0 +1,39 @@
+//! `ropelab report`: one self-contained HTML page with every figure of a run or study
+//! directory.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::output::write_atomic;
+
+/// Arguments of `ropelab report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A run directory (`train`) or a study directory (`reproduce`).
+    pub dir: PathBuf,
+    /// Output file (default: DIR/report.html).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `ropelab report`.
+pub fn run(args: ReportArgs) -> Result<()> {
+    let out = args.out.unwrap_or_else(|| args.dir.join("report.html"));
+    let command = format!(
+        "ropelab report {} --out {}",
+        args.dir.display(),
+        out.display()
+    );
+    let path = write_report(&args.dir, &out, &command)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Writes the report of `dir` to `out` (atomically); `command` is shown in it.
+pub fn write_report(dir: &Path, out: &Path, command: &str) -> Result<PathBuf> {
+    let html = ropelab_report::report(dir, command)?;
+    write_atomic(out, html.as_bytes())?;
+    Ok(out.to_owned())
+}

@@ -1,0 +1,100 @@
+//! `ropelab report` on a tiny trained, scored and length-tested run, and on a run with nothing
+//! but its training: one self-contained page, every expected section, nothing fetched.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn ropelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every `src=`, `href=` and CSS `url(` value of `html`.
+fn references(html: &str) -> Vec<String> {
+    let mut out = vec![];
+    for key in ["src=\"", "href=\"", "url("] {
+        for (at, _) in html.match_indices(key) {
+            let rest = &html[at + key.len()..];
+            let end = rest.find(['"', ')']).unwrap_or(rest.len());
+            out.push(rest[..end].to_owned());
+        }
+    }
+    out
+}
+
+fn assert_self_contained(html: &str) {
+    for r in references(html) {
+        assert!(r.starts_with('#'), "external reference {r:?}");
+    }
+    assert!(!html.contains("<script src"), "a script is loaded");
+    assert!(!html.contains("<link"), "a stylesheet is loaded");
+}
+
+#[test]
+fn the_report_of_a_scored_run_holds_every_figure_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let run_s = run.to_str().unwrap();
+    ok(ropelab(&[
+        "train", "--task", "number", "--preset", "tiny", "--steps", "20", "--out", run_s,
+    ]));
+    ok(ropelab(&["score", "--run", run_s, "--samples", "8"]));
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        run_s,
+        "--extras",
+        "0,8",
+        "--n",
+        "8",
+    ]));
+    let stdout = ok(ropelab(&["report", run_s]));
+    assert!(stdout.contains("report.html"), "{stdout}");
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert_self_contained(&html);
+    for id in ["contents", "run-dynamics", "run-length", "about"] {
+        assert!(
+            html.contains(&format!("id=\"{id}\"")),
+            "section {id} missing"
+        );
+    }
+    // Four dynamics figures and one length figure, inline.
+    assert_eq!(html.matches("<svg").count(), 5);
+    assert!(!html.contains("not run"), "a figure is missing");
+    // The page names its inputs: the config and the command.
+    assert!(html.contains("preset = &quot;tiny&quot;"));
+    assert!(html.contains("ropelab report"));
+}
+
+#[test]
+fn missing_inputs_are_listed_as_not_run_and_bad_directories_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let run_s = run.to_str().unwrap();
+    ok(ropelab(&[
+        "train", "--task", "letter", "--preset", "tiny", "--steps", "2", "--out", run_s,
+    ]));
+    let out = dir.path().join("page.html");
+    ok(ropelab(&["report", run_s, "--out", out.to_str().unwrap()]));
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("not run: scores.jsonl is missing"));
+    assert!(html.contains("not run: lengthgen.csv is missing"));
+    assert_self_contained(&html);
+
+    let missing = ropelab(&["report", dir.path().join("nothing").to_str().unwrap()]);
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("is not a directory"), "{err}");
+    assert!(!Path::new(&dir.path().join("nothing")).exists());
+}

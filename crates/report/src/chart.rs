@@ -1,0 +1,240 @@
+//! One line chart as SVG, drawn with plotters and the bundled DejaVu Sans (no system fonts):
+//! the building block of every figure. Non-finite points (and non-positive ones on a log axis)
+//! are dropped; a chart with nothing left to draw is a labelled empty panel, never an error.
+
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+/// The bundled font (DejaVu Sans, its licence beside it in `fonts/`).
+const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+
+/// Registers the bundled font as plotters' `sans-serif` (once per process).
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is compiled in; a failure here is a build defect, caught by every test.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// Width and height of one chart, pixels.
+pub const SIZE: (u32, u32) = (560, 340);
+
+/// Colours of successive series (Tableau 10).
+pub const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// One named line of (x, y) points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend entry.
+    pub name: String,
+    /// Points in drawing order.
+    pub points: Vec<(f64, f64)>,
+    /// Dashed (e.g. a bound or a reference next to a measurement).
+    pub dashed: bool,
+}
+
+impl Series {
+    /// A solid line.
+    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            name: name.into(),
+            points,
+            dashed: false,
+        }
+    }
+
+    /// The same line, dashed.
+    pub fn dashed(mut self) -> Self {
+        self.dashed = true;
+        self
+    }
+}
+
+/// A series to draw: its index (colour), itself, its drawable points.
+type Drawable<'a> = (usize, &'a Series, Vec<(f64, f64)>);
+
+/// A line chart: title, axis labels and scales, series.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Chart {
+    /// Title above the plot.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// Logarithmic x axis.
+    pub log_x: bool,
+    /// Logarithmic y axis.
+    pub log_y: bool,
+    /// Fixed y range (else the data's, padded).
+    pub y_range: Option<(f64, f64)>,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+impl Chart {
+    /// The points of `s` that can be drawn on this chart's axes.
+    fn drawable(&self, s: &Series) -> Vec<(f64, f64)> {
+        s.points
+            .iter()
+            .copied()
+            .filter(|&(x, y)| x.is_finite() && y.is_finite())
+            .filter(|&(x, y)| (!self.log_x || x > 0.0) && (!self.log_y || y > 0.0))
+            .collect()
+    }
+
+    /// The chart as a standalone SVG document.
+    pub fn to_svg(&self) -> String {
+        register_font();
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+            // Drawing into a string cannot fail for I/O reasons; a plotters error leaves a
+            // partial SVG, which the empty-panel fallback below replaces.
+            if self.draw(&root).is_err() {
+                let _ = root.fill(&WHITE);
+            }
+            let _ = root.present();
+        }
+        svg
+    }
+
+    fn draw(&self, root: &DrawingArea<SVGBackend<'_>, Shift>) -> Result<(), String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let lines: Vec<Drawable<'_>> = self
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s, self.drawable(s)))
+            .filter(|(_, _, p)| !p.is_empty())
+            .collect();
+        if lines.is_empty() {
+            return empty_panel(root, &self.title);
+        }
+        let all = || lines.iter().flat_map(|(_, _, p)| p.iter().copied());
+        let (x0, x1) = padded(all().map(|p| p.0), self.log_x, false);
+        let (y0, y1) = self
+            .y_range
+            .unwrap_or_else(|| padded(all().map(|p| p.1), self.log_y, true));
+        let mut builder = ChartBuilder::on(root);
+        builder
+            .caption(&self.title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(52);
+        macro_rules! finish {
+            ($chart:expr) => {{
+                let mut chart = $chart;
+                chart
+                    .configure_mesh()
+                    .x_desc(self.x_label.as_str())
+                    .y_desc(self.y_label.as_str())
+                    .label_style(("sans-serif", 12))
+                    .light_line_style(RGBColor(235, 235, 235))
+                    .draw()
+                    .map_err(|e| err(&e))?;
+                for (i, s, points) in &lines {
+                    let color = PALETTE[i % PALETTE.len()];
+                    let style = color.stroke_width(2);
+                    if s.dashed {
+                        chart
+                            .draw_series(DashedLineSeries::new(points.iter().copied(), 6, 4, style))
+                            .map_err(|e| err(&e))?
+                    } else {
+                        chart
+                            .draw_series(LineSeries::new(points.iter().copied(), style))
+                            .map_err(|e| err(&e))?
+                    }
+                    .label(s.name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                    });
+                }
+                chart
+                    .configure_series_labels()
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(RGBColor(200, 200, 200))
+                    .label_font(("sans-serif", 11))
+                    .position(SeriesLabelPosition::LowerRight)
+                    .draw()
+                    .map_err(|e| err(&e))?;
+            }};
+        }
+        match (self.log_x, self.log_y) {
+            (false, false) => finish!(builder
+                .build_cartesian_2d(x0..x1, y0..y1)
+                .map_err(|e| err(&e))?),
+            (true, false) => finish!(builder
+                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+                .map_err(|e| err(&e))?),
+            (false, true) => finish!(builder
+                .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+                .map_err(|e| err(&e))?),
+            (true, true) => finish!(builder
+                .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+                .map_err(|e| err(&e))?),
+        }
+        Ok(())
+    }
+}
+
+/// The range of `values`, padded by 5% (linear) or a factor 1.2 (log); a single value gets a
+/// range around it.
+fn padded(values: impl Iterator<Item = f64>, log: bool, pad: bool) -> (f64, f64) {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+        (a.min(v), b.max(v))
+    });
+    if log {
+        let (lo, hi) = if lo == hi {
+            (lo / 2.0, hi * 2.0)
+        } else {
+            (lo, hi)
+        };
+        return if pad { (lo / 1.2, hi * 1.2) } else { (lo, hi) };
+    }
+    let (lo, hi) = if lo == hi {
+        (lo - 0.5, hi + 0.5)
+    } else {
+        (lo, hi)
+    };
+    let margin = if pad { 0.05 * (hi - lo) } else { 0.0 };
+    (lo - margin, hi + margin)
+}
+
+/// A framed panel saying there is nothing to draw.
+fn empty_panel(root: &DrawingArea<SVGBackend<'_>, Shift>, title: &str) -> Result<(), String> {
+    let (w, h) = SIZE;
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    root.draw(&Rectangle::new(
+        [(1, 1), (w as i32 - 2, h as i32 - 2)],
+        RGBColor(200, 200, 200).stroke_width(1),
+    ))
+    .map_err(|e| err(&e))?;
+    root.draw(&Text::new(title.to_owned(), (16, 24), ("sans-serif", 16)))
+        .map_err(|e| err(&e))?;
+    root.draw(&Text::new(
+        "no data to draw".to_owned(),
+        (w as i32 / 2 - 50, h as i32 / 2),
+        ("sans-serif", 14)
+            .into_font()
+            .color(&RGBColor(120, 120, 120)),
+    ))
+    .map_err(|e| err(&e))?;
+    Ok(())
+}

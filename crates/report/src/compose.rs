@@ -1,0 +1,201 @@
+//! The report of a directory: a study written by `reproduce` (seeds, claims, theory) or one run
+//! written by `train` (and `score`, `lengthgen`). Every figure the directory's files allow is
+//! drawn; a missing input is listed as "not run".
+
+use std::path::Path;
+
+use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
+use ropelab_analysis::dynamics::GAMMA;
+use ropelab_theory::discrepancy::DiscrepancyRow;
+use ropelab_theory::failures::FailureRow;
+
+use crate::figures::{self, Rate, Score};
+use crate::html::{page, Section};
+use crate::{ReportError, Result};
+
+/// The HTML report of `dir` (a study or a single run); `command` is how it was produced,
+/// shown verbatim.
+pub fn report(dir: &Path, command: &str) -> Result<String> {
+    if !dir.is_dir() {
+        return Err(ReportError::Input(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    let name = dir.display().to_string();
+    let mut sections = vec![];
+    let study = is_study(dir);
+    let mut about = Section::new("about", "How this was produced");
+    about.text("Command:");
+    about.pre(command);
+    match read_text(&dir.join("config.toml"))? {
+        Some(config) => {
+            about.text("Config (config.toml):");
+            about.pre(&config);
+        }
+        None => about.not_run("config.toml is missing"),
+    }
+    if study {
+        let seeds = seeds_of(dir)?;
+        let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
+        sections.push(claims_section(dir)?);
+        for seed in &files.seeds {
+            sections.extend(seed_sections(seed));
+        }
+        sections.push(theory_section(dir)?);
+    } else {
+        let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
+        sections.extend(run_sections("run", "this run", &files));
+    }
+    sections.push(about);
+    let kind = if study { "study" } else { "run" };
+    Ok(page(
+        &format!("ropelab report: {name}"),
+        &format!("Every figure of the {kind} in {name}, drawn from its files."),
+        &sections,
+    ))
+}
+
+/// A study directory holds `seed-S/` folders or a `claims.json`.
+fn is_study(dir: &Path) -> bool {
+    dir.join("claims.json").exists() || seeds_of(dir).is_ok_and(|s| !s.is_empty())
+}
+
+/// The seeds of the `seed-S/` folders of a study, ascending.
+fn seeds_of(dir: &Path) -> Result<Vec<u64>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| ReportError::io(dir, e))?;
+    let mut seeds: Vec<u64> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("seed-"))
+                .and_then(|s| s.parse().ok())
+        })
+        .collect();
+    seeds.sort_unstable();
+    Ok(seeds)
+}
+
+fn read_text(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ReportError::io(path, e)),
+    }
+}
+
+fn claims_section(dir: &Path) -> Result<Section> {
+    let mut s = Section::new("claims", "Claims of the paper, as measured");
+    let path = dir.join("claims.json");
+    let Some(text) = read_text(&path)? else {
+        s.not_run("claims.json is missing (the study has not finished)");
+        return Ok(s);
+    };
+    let claims: Vec<Claim> = serde_json::from_str(&text)
+        .map_err(|e| ReportError::Input(format!("{}: {e}", path.display())))?;
+    let holding = claims
+        .iter()
+        .filter(|c| c.verdict == ropelab_analysis::claims::Verdict::Holds)
+        .count();
+    s.text(&format!("{holding} of {} claims hold.", claims.len()));
+    let rows: Vec<Vec<String>> = claims
+        .iter()
+        .map(|c| {
+            vec![
+                c.id.clone(),
+                c.verdict.to_string(),
+                c.paper.clone(),
+                c.threshold.clone(),
+                c.measured.join("; "),
+            ]
+        })
+        .collect();
+    s.table(
+        &["claim", "verdict", "the paper", "threshold", "measured"],
+        &rows,
+    );
+    Ok(s)
+}
+
+fn seed_sections(seed: &SeedFiles) -> Vec<Section> {
+    let mut out = vec![];
+    for (task, run) in [("number", &seed.number), ("letter", &seed.letter)] {
+        let id = format!("seed-{}-{task}", seed.seed);
+        let title = format!("seed {}, {task} task", seed.seed);
+        match run {
+            Some(files) => out.extend(run_sections(&id, &title, files)),
+            None => {
+                let mut s = Section::new(id, title);
+                s.not_run("the run directory is missing");
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Learning dynamics, purity and length generalisation of one run.
+fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
+    let mut dynamics = Section::new(
+        format!("{id}-dynamics"),
+        format!("{title}: learning dynamics"),
+    );
+    if let Some(test) = &files.test {
+        dynamics.text(&format!(
+            "Test accuracy of the last checkpoint: {:.4} on {} samples.",
+            test.accuracy, test.n
+        ));
+    }
+    if files.scores.is_empty() {
+        dynamics.not_run("scores.jsonl is missing (run `ropelab score`)");
+    } else {
+        dynamics.figures(&[
+            figures::accuracy_by_hop(&files.scores, title),
+            figures::purity_counts(&files.scores, title, GAMMA),
+            figures::head_scores(&files.scores, title, Score::Positional),
+            figures::head_scores(&files.scores, title, Score::Symbolic),
+        ]);
+    }
+    let mut length = Section::new(
+        format!("{id}-length"),
+        format!("{title}: length generalisation"),
+    );
+    if files.lengths.is_empty() {
+        length.not_run("lengthgen.csv is missing (run `ropelab lengthgen`)");
+    } else {
+        length.figures(&[figures::accuracy_vs_length(&files.lengths, title)]);
+    }
+    vec![dynamics, length]
+}
+
+fn theory_section(dir: &Path) -> Result<Section> {
+    let mut s = Section::new("theory", "Theory: discrepancy and RoPE failures");
+    let mut svgs = vec![];
+    for (mechanism, file) in [
+        ("Index head", "discrepancy-index.csv"),
+        ("Retrieval head", "discrepancy-retrieval.csv"),
+    ] {
+        let path = dir.join("theory").join(file);
+        match read_text(&path)? {
+            Some(text) => {
+                let rows: Vec<DiscrepancyRow> =
+                    ropelab_io::read_csv(&text, &path.display().to_string())
+                        .map_err(ReportError::from_display)?;
+                svgs.push(figures::discrepancy(&rows, mechanism));
+            }
+            None => s.not_run(&format!("theory/{file} is missing")),
+        }
+    }
+    let path = dir.join("theory/rope-failures.csv");
+    match read_text(&path)? {
+        Some(text) => {
+            let rows: Vec<FailureRow> = ropelab_io::read_csv(&text, &path.display().to_string())
+                .map_err(ReportError::from_display)?;
+            svgs.extend(Rate::ALL.map(|r| figures::failure_rates(&rows, r)));
+        }
+        None => s.not_run("theory/rope-failures.csv is missing"),
+    }
+    s.figures(&svgs);
+    Ok(s)
+}

@@ -1,0 +1,250 @@
+//! One function per figure: parsed run-file rows in, SVG out. Nothing is recomputed that a
+//! run file already holds; the paper's figure each one mirrors is named in its doc.
+
+use std::collections::BTreeMap;
+
+use ropelab_analysis::dynamics::{HeadKind, HeadStep};
+use ropelab_analysis::lengthgen::LengthRow;
+use ropelab_analysis::purity::purity;
+use ropelab_analysis::swap::SwapScores;
+use ropelab_theory::discrepancy::DiscrepancyRow;
+use ropelab_theory::failures::FailureRow;
+
+use crate::chart::{Chart, Series};
+
+/// Accuracy per hop count and overall versus training step, at every scored checkpoint
+/// (the paper's Fig. 2, top): `title` names the run.
+pub fn accuracy_by_hop(lines: &[HeadStep], title: &str) -> String {
+    // One row per step: the first line of each step carries the step's accuracies.
+    let mut by_step: BTreeMap<usize, &HeadStep> = BTreeMap::new();
+    for l in lines {
+        by_step.entry(l.step).or_insert(l);
+    }
+    let mut hops: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut overall = vec![];
+    for (&step, l) in &by_step {
+        overall.push((step as f64, l.accuracy));
+        for (&h, &a) in &l.accuracy_per_hop {
+            hops.entry(h).or_default().push((step as f64, a));
+        }
+    }
+    let mut series: Vec<Series> = hops
+        .into_iter()
+        .map(|(h, p)| Series::new(format!("{h} hop{}", if h == 1 { "" } else { "s" }), p))
+        .collect();
+    series.push(Series::new("overall", overall).dashed());
+    Chart {
+        title: format!("{title}: test accuracy per hop count"),
+        x_label: "training step".into(),
+        y_label: "accuracy".into(),
+        y_range: Some((0.0, 1.02)),
+        series,
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// One score of every head versus step (the paper's Fig. 2, bottom): `which` picks s_pos or
+/// s_sym; one line per (layer, head), named `L{layer}H{head}`.
+pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
+    let mut heads: BTreeMap<(usize, usize), Vec<(f64, f64)>> = BTreeMap::new();
+    for l in lines {
+        let v = match which {
+            Score::Positional => l.s_pos,
+            Score::Symbolic => l.s_sym,
+        };
+        heads
+            .entry((l.layer, l.head))
+            .or_default()
+            .push((l.step as f64, v));
+    }
+    Chart {
+        title: format!("{title}: {} of every head", which.name()),
+        x_label: "training step".into(),
+        y_label: which.name().into(),
+        y_range: Some((0.0, 1.02)),
+        series: heads
+            .into_iter()
+            .map(|((l, h), p)| Series::new(format!("L{l}H{h}"), p))
+            .collect(),
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// Which swap score a figure shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Score {
+    /// s_pos.
+    Positional,
+    /// s_sym.
+    Symbolic,
+}
+
+impl Score {
+    fn name(self) -> &'static str {
+        match self {
+            Score::Positional => "s_pos",
+            Score::Symbolic => "s_sym",
+        }
+    }
+}
+
+/// Number of pure positional and pure symbolic heads at each step, at purity threshold
+/// `gamma` (the paper's Fig. 7).
+pub fn purity_counts(lines: &[HeadStep], title: &str, gamma: f64) -> String {
+    let mut counts: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    for l in lines {
+        let c = counts.entry(l.step).or_default();
+        match purity(
+            SwapScores {
+                s_pos: l.s_pos,
+                s_sym: l.s_sym,
+            },
+            gamma,
+        ) {
+            HeadKind::Positional => c.0 += 1,
+            HeadKind::Symbolic => c.1 += 1,
+            HeadKind::Mixed => {}
+        }
+    }
+    let line = |f: fn(&(usize, usize)) -> usize| {
+        counts
+            .iter()
+            .map(|(&s, c)| (s as f64, f(c) as f64))
+            .collect::<Vec<_>>()
+    };
+    let heads = lines
+        .iter()
+        .map(|l| (l.layer, l.head))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    Chart {
+        title: format!("{title}: pure heads (gamma {gamma})"),
+        x_label: "training step".into(),
+        y_label: "heads".into(),
+        y_range: Some((0.0, heads as f64 + 0.5)),
+        series: vec![
+            Series::new("pure positional", line(|c| c.0)),
+            Series::new("pure symbolic", line(|c| c.1)),
+        ],
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// Accuracy per hop count and overall versus input length (the paper's Fig. 5B), from
+/// `lengthgen.csv`.
+pub fn accuracy_vs_length(rows: &[LengthRow], title: &str) -> String {
+    let mut hops: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rows {
+        for (&h, &a) in &r.per_hop {
+            hops.entry(h).or_default().push((r.length as f64, a));
+        }
+    }
+    let mut series: Vec<Series> = hops
+        .into_iter()
+        .map(|(h, p)| Series::new(format!("{h} hop{}", if h == 1 { "" } else { "s" }), p))
+        .collect();
+    series.push(
+        Series::new(
+            "overall",
+            rows.iter().map(|r| (r.length as f64, r.accuracy)).collect(),
+        )
+        .dashed(),
+    );
+    Chart {
+        title: format!("{title}: accuracy versus input length"),
+        x_label: "input length (tokens)".into(),
+        y_label: "accuracy".into(),
+        log_x: true,
+        y_range: Some((0.0, 1.02)),
+        series,
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// The exact worst-case discrepancy of a hand-built head versus n, with the theorem's bound,
+/// on log-log axes (the paper's Fig. 5A).
+pub fn discrepancy(rows: &[DiscrepancyRow], title: &str) -> String {
+    Chart {
+        title: format!("{title}: discrepancy versus n"),
+        x_label: "query position n".into(),
+        y_label: "discrepancy (worst input)".into(),
+        log_x: true,
+        log_y: true,
+        series: vec![
+            Series::new(
+                "measured",
+                rows.iter().map(|r| (r.n as f64, r.delta)).collect(),
+            ),
+            Series::new(
+                "bound",
+                rows.iter().map(|r| (r.n as f64, r.bound)).collect(),
+            )
+            .dashed(),
+        ],
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// One failure rate of the RoPE failure table versus context length, one line per base.
+pub fn failure_rates(rows: &[FailureRow], rate: Rate) -> String {
+    let mut bases: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rows {
+        let v = match rate {
+            Rate::PositionInversion => r.position_inversion,
+            Rate::PositionAliasing => r.position_aliasing,
+            Rate::TokenInversion => r.token_inversion,
+            Rate::TokenAliasing => r.token_aliasing,
+        };
+        bases
+            .entry(format!("base {}", r.base))
+            .or_default()
+            .push((r.length as f64, v));
+    }
+    Chart {
+        title: format!("RoPE failures: {}", rate.name()),
+        x_label: "context length M".into(),
+        y_label: "rate".into(),
+        log_x: true,
+        series: bases.into_iter().map(|(b, p)| Series::new(b, p)).collect(),
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// A failure event of the RoPE failure table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// Position inversion.
+    PositionInversion,
+    /// Position aliasing.
+    PositionAliasing,
+    /// Token inversion.
+    TokenInversion,
+    /// Token aliasing.
+    TokenAliasing,
+}
+
+impl Rate {
+    /// Every event.
+    pub const ALL: [Rate; 4] = [
+        Rate::PositionInversion,
+        Rate::PositionAliasing,
+        Rate::TokenInversion,
+        Rate::TokenAliasing,
+    ];
+
+    /// The event's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rate::PositionInversion => "position inversion",
+            Rate::PositionAliasing => "position aliasing",
+            Rate::TokenInversion => "token inversion",
+            Rate::TokenAliasing => "token aliasing",
+        }
+    }
+}

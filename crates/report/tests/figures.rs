@@ -1,0 +1,190 @@
+//! The figure functions on small hand-made rows: well-formed SVG, one line per series with one
+//! vertex per data point inside the canvas, labelled empty panels for empty or NaN input.
+
+use std::collections::BTreeMap;
+
+use ropelab_analysis::dynamics::{HeadKind, HeadStep};
+use ropelab_analysis::lengthgen::LengthRow;
+use ropelab_report::chart::{Chart, Series, PALETTE, SIZE};
+use ropelab_report::figures;
+use ropelab_theory::discrepancy::DiscrepancyRow;
+
+/// The vertices of every `<polyline>` stroked with `color` (#RRGGBB).
+fn lines_of(svg: &str, color: &str) -> Vec<Vec<(f64, f64)>> {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .filter(|n| {
+            n.attribute("stroke")
+                .is_some_and(|s| s.eq_ignore_ascii_case(color))
+        })
+        .map(|n| {
+            n.attribute("points")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(|p| {
+                    let (x, y) = p.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn hex(i: usize) -> String {
+    let c = PALETTE[i];
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+}
+
+#[test]
+fn each_series_is_one_line_with_a_vertex_per_point_inside_the_canvas() {
+    let chart = Chart {
+        title: "t".into(),
+        series: vec![
+            Series::new("a", vec![(0.0, 1.0), (1.0, 3.0), (2.0, 2.0)]),
+            Series::new("b", vec![(0.0, -5.0), (10.0, 40.0)]),
+            Series::new("nan", vec![(f64::NAN, 1.0), (1.0, f64::INFINITY)]),
+        ],
+        ..Chart::default()
+    };
+    let svg = chart.to_svg();
+    for (i, n) in [(0, 3), (1, 2)] {
+        // The data line, and the legend's short line.
+        let lines = lines_of(&svg, &hex(i));
+        assert_eq!(lines.len(), 2, "series {i}: {lines:?}");
+        let data = lines.iter().find(|l| l.len() == n).expect("the data line");
+        for &(x, y) in data {
+            assert!((0.0..=f64::from(SIZE.0)).contains(&x), "{x}");
+            assert!((0.0..=f64::from(SIZE.1)).contains(&y), "{y}");
+        }
+    }
+    // Nothing drawable: no line, no legend entry.
+    assert!(lines_of(&svg, &hex(2)).is_empty());
+    assert!(
+        !svg.contains(">\nnan\n<"),
+        "legend lists an undrawable series"
+    );
+}
+
+#[test]
+fn higher_values_are_drawn_higher_and_ranges_cover_the_data() {
+    let svg = Chart {
+        series: vec![Series::new(
+            "a",
+            vec![(1.0, 10.0), (2.0, 1000.0), (3.0, 100.0)],
+        )],
+        log_y: true,
+        ..Chart::default()
+    }
+    .to_svg();
+    let lines = lines_of(&svg, &hex(0));
+    let data = lines.iter().find(|l| l.len() == 3).unwrap();
+    // SVG y grows downwards: 1000 is the top vertex, 10 the bottom.
+    assert!(data[1].1 < data[2].1 && data[2].1 < data[0].1, "{data:?}");
+    assert!(data[0].0 < data[1].0 && data[1].0 < data[2].0);
+}
+
+#[test]
+fn empty_or_unplottable_input_gives_a_labelled_empty_panel() {
+    for chart in [
+        Chart::default(),
+        Chart {
+            title: "log".into(),
+            log_x: true,
+            series: vec![Series::new("zero", vec![(0.0, 1.0), (-1.0, 2.0)])],
+            ..Chart::default()
+        },
+    ] {
+        let svg = chart.to_svg();
+        roxmltree::Document::parse(&svg).unwrap();
+        assert!(svg.contains("no data to draw"), "{svg}");
+    }
+    assert!(figures::accuracy_by_hop(&[], "run").contains("no data to draw"));
+    assert!(figures::discrepancy(&[], "Index").contains("no data to draw"));
+}
+
+fn line(step: usize, layer: usize, s_pos: f64, s_sym: f64, acc: f64) -> HeadStep {
+    HeadStep {
+        step,
+        layer,
+        head: 0,
+        s_pos,
+        s_sym,
+        entropy: 1.0,
+        entropy_norm: 0.5,
+        pure_0_1: HeadKind::Mixed,
+        pure_0_05: HeadKind::Mixed,
+        freq_use: vec![],
+        freq_mean_plane: 0.0,
+        accuracy: acc,
+        accuracy_per_hop: BTreeMap::from([(1, acc), (2, acc / 2.0)]),
+        block: None,
+        planes: vec![],
+    }
+}
+
+#[test]
+fn run_figures_draw_one_line_per_hop_and_per_head() {
+    let lines: Vec<HeadStep> = (0..4)
+        .flat_map(|s| {
+            [
+                line(s * 10, 0, 0.95, 0.02, 0.25 * s as f64),
+                line(s * 10, 1, 0.1, 0.5 + 0.1 * s as f64, 0.25 * s as f64),
+            ]
+        })
+        .collect();
+    let acc = figures::accuracy_by_hop(&lines, "run");
+    // Two hop counts (solid, 4 points each) and the overall line.
+    for i in 0..2 {
+        assert!(
+            lines_of(&acc, &hex(i)).iter().any(|l| l.len() == 4),
+            "hop {i}"
+        );
+    }
+    let heads = figures::head_scores(&lines, "run", figures::Score::Positional);
+    assert_eq!(
+        lines_of(&heads, &hex(0))
+            .iter()
+            .filter(|l| l.len() == 4)
+            .count(),
+        1
+    );
+    assert_eq!(
+        lines_of(&heads, &hex(1))
+            .iter()
+            .filter(|l| l.len() == 4)
+            .count(),
+        1
+    );
+    // Layer 0 is pure positional at every step: one pure positional head throughout.
+    let purity = figures::purity_counts(&lines, "run", 0.1);
+    roxmltree::Document::parse(&purity).unwrap();
+    let rows = vec![LengthRow {
+        step: 30,
+        extra: 0,
+        length: 17,
+        n: 8,
+        accuracy: 1.0,
+        loss: 0.1,
+        per_hop: BTreeMap::from([(1, 1.0)]),
+        heads: vec![],
+        seconds: 0.0,
+    }];
+    roxmltree::Document::parse(&figures::accuracy_vs_length(&rows, "run")).unwrap();
+    let d = vec![
+        DiscrepancyRow {
+            n: 1,
+            delta: 1.0,
+            bound: 2.0,
+            delta_max: 1.0,
+        },
+        DiscrepancyRow {
+            n: 10,
+            delta: 0.01,
+            bound: 0.02,
+            delta_max: 0.01,
+        },
+    ];
+    let svg = figures::discrepancy(&d, "Index");
+    assert!(lines_of(&svg, &hex(0)).iter().any(|l| l.len() == 2));
+}
