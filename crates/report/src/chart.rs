@@ -146,6 +146,9 @@ impl Chart {
                     .x_desc(self.x_label.as_str())
                     .y_desc(self.y_label.as_str())
                     .label_style(("sans-serif", 12))
+                    .x_labels(8)
+                    .x_label_formatter(&|x| tick(*x))
+                    .y_label_formatter(&|y| tick(*y))
                     .light_line_style(RGBColor(235, 235, 235))
                     .draw()
                     .map_err(|e| err(&e))?;
@@ -191,6 +194,23 @@ impl Chart {
                 .map_err(|e| err(&e))?),
         }
         Ok(())
+    }
+}
+
+/// A tick label: whole numbers without decimals, others with up to three significant digits,
+/// very small or large ones in scientific notation.
+pub fn tick(v: f64) -> String {
+    let a = v.abs();
+    if v == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e6).contains(&a) {
+        format!("{v:.0e}")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        let digits = (2 - a.log10().floor() as i32).clamp(0, 4) as usize;
+        let s = format!("{v:.digits$}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
     }
 }
 

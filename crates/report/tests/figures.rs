@@ -188,3 +188,14 @@ fn run_figures_draw_one_line_per_hop_and_per_head() {
     let svg = figures::discrepancy(&d, "Index");
     assert!(lines_of(&svg, &hex(0)).iter().any(|l| l.len() == 2));
 }
+
+#[test]
+fn tick_labels_are_short() {
+    use ropelab_report::chart::tick;
+    assert_eq!(tick(0.0), "0");
+    assert_eq!(tick(500.0), "500");
+    assert_eq!(tick(0.25), "0.25");
+    assert_eq!(tick(0.1 + 0.2), "0.3");
+    assert_eq!(tick(1.6e-7), "2e-7");
+    assert_eq!(tick(2.0e6), "2e6");
+}
