@@ -69,8 +69,8 @@ fn the_report_of_a_scored_run_holds_every_figure_inline() {
             "section {id} missing"
         );
     }
-    // Four dynamics figures and one length figure, inline.
-    assert_eq!(html.matches("<svg").count(), 5);
+    // Five dynamics figures (with the frequency-use map) and one length figure, inline.
+    assert_eq!(html.matches("<svg").count(), 6);
     assert!(!html.contains("not run"), "a figure is missing");
     // The page names its inputs: the config and the command.
     assert!(html.contains("preset = &quot;tiny&quot;"));
@@ -97,4 +97,46 @@ fn missing_inputs_are_listed_as_not_run_and_bad_directories_refused() {
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("is not a directory"), "{err}");
     assert!(!Path::new(&dir.path().join("nothing")).exists());
+}
+
+#[test]
+fn plot_writes_one_figure_and_names_a_missing_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let run_s = run.to_str().unwrap();
+    ok(ropelab(&[
+        "train", "--task", "number", "--preset", "tiny", "--steps", "10", "--out", run_s,
+    ]));
+    ok(ropelab(&["score", "--run", run_s, "--samples", "4"]));
+    for kind in ["accuracy", "purity", "s-pos", "s-sym", "frequency"] {
+        let out = dir.path().join(format!("{kind}.svg"));
+        ok(ropelab(&[
+            "plot",
+            kind,
+            "--dir",
+            run_s,
+            "--out",
+            out.to_str().unwrap(),
+        ]));
+        let svg = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{kind}"
+        );
+    }
+    let out = dir.path().join("length.svg");
+    let missing = ropelab(&[
+        "plot",
+        "length",
+        "--dir",
+        run_s,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("lengthgen.csv is missing"), "{err}");
+    assert!(!out.exists());
+    let bad = ropelab(&["plot", "nonsense", "--dir", run_s, "--out", "x.svg"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("choose one of"));
 }

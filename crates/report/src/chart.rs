@@ -12,7 +12,7 @@ use plotters::style::FontStyle;
 const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 
 /// Registers the bundled font as plotters' `sans-serif` (once per process).
-fn register_font() {
+pub(crate) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // The font is compiled in; a failure here is a build defect, caught by every test.
@@ -235,6 +235,19 @@ fn padded(values: impl Iterator<Item = f64>, log: bool, pad: bool) -> (f64, f64)
     };
     let margin = if pad { 0.05 * (hi - lo) } else { 0.0 };
     (lo - margin, hi + margin)
+}
+
+/// A standalone SVG of an empty panel titled `title`.
+pub(crate) fn empty_chart(title: &str) -> String {
+    register_font();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let _ = empty_panel(&root, title);
+        let _ = root.present();
+    }
+    svg
 }
 
 /// A framed panel saying there is nothing to draw.

@@ -155,6 +155,7 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
             figures::purity_counts(&files.scores, title, GAMMA),
             figures::head_scores(&files.scores, title, Score::Positional),
             figures::head_scores(&files.scores, title, Score::Symbolic),
+            figures::frequency_use(&files.scores, title),
         ]);
     }
     let mut length = Section::new(
@@ -198,4 +199,107 @@ fn theory_section(dir: &Path) -> Result<Section> {
     }
     s.figures(&svgs);
     Ok(s)
+}
+
+/// A single figure `ropelab plot` renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlotKind {
+    /// Accuracy per hop and overall versus step (a run's `scores.jsonl`).
+    Accuracy,
+    /// Pure-head counts versus step (`scores.jsonl`).
+    Purity,
+    /// s_pos of every head versus step (`scores.jsonl`).
+    SPos,
+    /// s_sym of every head versus step (`scores.jsonl`).
+    SSym,
+    /// Frequency use per layer at the last step (`scores.jsonl`).
+    Frequency,
+    /// Accuracy versus input length (`lengthgen.csv`).
+    Length,
+    /// The hand-built Index head's discrepancy (a study's `theory/discrepancy-index.csv`).
+    DiscrepancyIndex,
+    /// The hand-built Retrieval head's discrepancy (`theory/discrepancy-retrieval.csv`).
+    DiscrepancyRetrieval,
+    /// Position inversion rate versus context length (`theory/rope-failures.csv`).
+    Failures,
+}
+
+impl PlotKind {
+    /// Every kind with its command-line name.
+    pub const ALL: [(PlotKind, &'static str); 9] = [
+        (PlotKind::Accuracy, "accuracy"),
+        (PlotKind::Purity, "purity"),
+        (PlotKind::SPos, "s-pos"),
+        (PlotKind::SSym, "s-sym"),
+        (PlotKind::Frequency, "frequency"),
+        (PlotKind::Length, "length"),
+        (PlotKind::DiscrepancyIndex, "discrepancy-index"),
+        (PlotKind::DiscrepancyRetrieval, "discrepancy-retrieval"),
+        (PlotKind::Failures, "failures"),
+    ];
+}
+
+impl std::str::FromStr for PlotKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        PlotKind::ALL
+            .iter()
+            .find(|(_, name)| *name == s)
+            .map(|(k, _)| *k)
+            .ok_or_else(|| {
+                let names: Vec<&str> = PlotKind::ALL.iter().map(|(_, n)| *n).collect();
+                format!("unknown figure {s:?}: choose one of {}", names.join(", "))
+            })
+    }
+}
+
+/// One figure of `dir` (a run directory, or a study directory for the theory figures) as SVG;
+/// the file it needs must exist (an explicit request, unlike the report's "not run").
+pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
+    let title = dir.display().to_string();
+    let need = |file: &str| -> Result<String> {
+        let path = dir.join(file);
+        read_text(&path)?.ok_or_else(|| {
+            ReportError::Input(format!(
+                "{} is missing: this figure is drawn from it",
+                path.display()
+            ))
+        })
+    };
+    let scores = || -> Result<Vec<ropelab_analysis::dynamics::HeadStep>> {
+        need("scores.jsonl")?;
+        Ok(RunFiles::load(dir)
+            .map_err(ReportError::from_display)?
+            .scores)
+    };
+    let csv = |file: &str| need(file).map(|text| (text, dir.join(file).display().to_string()));
+    Ok(match kind {
+        PlotKind::Accuracy => figures::accuracy_by_hop(&scores()?, &title),
+        PlotKind::Purity => figures::purity_counts(&scores()?, &title, GAMMA),
+        PlotKind::SPos => figures::head_scores(&scores()?, &title, Score::Positional),
+        PlotKind::SSym => figures::head_scores(&scores()?, &title, Score::Symbolic),
+        PlotKind::Frequency => figures::frequency_use(&scores()?, &title),
+        PlotKind::Length => {
+            need("lengthgen.csv")?;
+            let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
+            figures::accuracy_vs_length(&files.lengths, &title)
+        }
+        PlotKind::DiscrepancyIndex | PlotKind::DiscrepancyRetrieval => {
+            let (file, name) = if kind == PlotKind::DiscrepancyIndex {
+                ("theory/discrepancy-index.csv", "Index head")
+            } else {
+                ("theory/discrepancy-retrieval.csv", "Retrieval head")
+            };
+            let (text, origin) = csv(file)?;
+            let rows: Vec<DiscrepancyRow> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            figures::discrepancy(&rows, name)
+        }
+        PlotKind::Failures => {
+            let (text, origin) = csv("theory/rope-failures.csv")?;
+            let rows: Vec<FailureRow> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            figures::failure_rates(&rows, Rate::PositionInversion)
+        }
+    })
 }

@@ -133,6 +133,47 @@ pub fn purity_counts(lines: &[HeadStep], title: &str, gamma: f64) -> String {
     .to_svg()
 }
 
+/// Frequency use per layer at the last scored step (the paper's Fig. 4C / Fig. 8): a layer x
+/// RoPE-plane map of each plane's share of the layer's |logit contribution| at the attended
+/// key (heads averaged, each layer's row normalised to sum 1), and each layer's weighted mean
+/// plane in its row name (low plane ids are high frequencies).
+pub fn frequency_use(lines: &[HeadStep], title: &str) -> String {
+    let last = lines.iter().map(|l| l.step).max();
+    let mut layers: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for l in lines.iter().filter(|l| Some(l.step) == last) {
+        let row = layers
+            .entry(l.layer)
+            .or_insert_with(|| vec![0.0; l.freq_use.len()]);
+        if row.len() == l.freq_use.len() {
+            for (r, f) in row.iter_mut().zip(&l.freq_use) {
+                *r += f;
+            }
+        }
+    }
+    let mut names = vec![];
+    let mut rows = vec![];
+    for (layer, row) in layers {
+        let total: f64 = row.iter().sum();
+        let row: Vec<f64> = row
+            .iter()
+            .map(|f| if total > 0.0 { f / total } else { 0.0 })
+            .collect();
+        names.push(format!(
+            "L{layer} ({:.1})",
+            ropelab_analysis::dynamics::mean_plane(&row)
+        ));
+        rows.push(row);
+    }
+    crate::heatmap::Heatmap {
+        title: format!("{title}: frequency use per layer (mean plane)"),
+        x_label: "RoPE plane (0 = highest frequency)".into(),
+        y_label: "layer".into(),
+        row_names: names,
+        rows,
+    }
+    .to_svg()
+}
+
 /// Accuracy per hop count and overall versus input length (the paper's Fig. 5B), from
 /// `lengthgen.csv`.
 pub fn accuracy_vs_length(rows: &[LengthRow], title: &str) -> String {

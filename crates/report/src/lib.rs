@@ -9,11 +9,12 @@
 pub mod chart;
 pub mod compose;
 pub mod figures;
+pub mod heatmap;
 pub mod html;
 
 use std::path::{Path, PathBuf};
 
-pub use compose::report;
+pub use compose::{plot, report, PlotKind};
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]

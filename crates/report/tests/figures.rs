@@ -199,3 +199,39 @@ fn tick_labels_are_short() {
     assert_eq!(tick(1.6e-7), "2e-7");
     assert_eq!(tick(2.0e6), "2e6");
 }
+
+#[test]
+fn heatmap_cells_take_the_colour_of_their_value() {
+    use ropelab_report::heatmap::{shade, Heatmap};
+    let map = Heatmap {
+        title: "map".into(),
+        row_names: vec!["L0".into(), "L1".into()],
+        rows: vec![vec![0.0, 0.5, 1.0], vec![0.25, f64::NAN, 0.0]],
+        ..Heatmap::default()
+    };
+    let svg = map.to_svg();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let fills: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect"))
+        .filter_map(|n| n.attribute("fill").map(str::to_uppercase))
+        .collect();
+    let hex = |c: plotters::style::RGBColor| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+    // The largest value is the darkest cell, once; NaN is grey, once.
+    assert_eq!(
+        fills.iter().filter(|f| **f == hex(shade(1.0, 1.0))).count(),
+        1
+    );
+    assert_eq!(
+        fills
+            .iter()
+            .filter(|f| **f == hex(shade(f64::NAN, 1.0)))
+            .count(),
+        1
+    );
+    assert_eq!(
+        fills.iter().filter(|f| **f == hex(shade(0.5, 1.0))).count(),
+        1
+    );
+    assert!(Heatmap::default().to_svg().contains("no data to draw"));
+}

@@ -41,6 +41,8 @@ pub enum Command {
     Theory(theory::TheoryCommand),
     /// One self-contained HTML report (every figure, inline) of a run or study directory.
     Report(report::ReportArgs),
+    /// One figure of a run or study directory as an SVG file.
+    Plot(report::PlotArgs),
     /// Measure the speed of ropelab's hot paths on this machine.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -60,6 +62,7 @@ impl Command {
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),
             Command::Report(args) => report::run(args),
+            Command::Plot(args) => report::plot(args),
             Command::Bench(cmd) => bench::run(cmd, guard),
         }
     }

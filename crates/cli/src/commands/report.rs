@@ -37,3 +37,25 @@ pub fn write_report(dir: &Path, out: &Path, command: &str) -> Result<PathBuf> {
     write_atomic(out, html.as_bytes())?;
     Ok(out.to_owned())
 }
+
+/// Arguments of `ropelab plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// The figure: accuracy, purity, s-pos, s-sym, frequency, length (from a run directory),
+    /// discrepancy-index, discrepancy-retrieval, failures (from a study directory).
+    pub kind: ropelab_report::PlotKind,
+    /// The run or study directory holding the figure's file.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Output SVG file.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Runs `ropelab plot`.
+pub fn plot(args: PlotArgs) -> Result<()> {
+    let svg = ropelab_report::plot(args.kind, &args.dir)?;
+    write_atomic(&args.out, svg.as_bytes())?;
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
