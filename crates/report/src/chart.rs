@@ -93,8 +93,7 @@ impl Chart {
         s.points
             .iter()
             .copied()
-            .filter(|&(x, y)| x.is_finite() && y.is_finite())
-            .filter(|&(x, y)| (!self.log_x || x > 0.0) && (!self.log_y || y > 0.0))
+            .filter(|&(x, y)| drawable(x, self.log_x) && drawable(y, self.log_y))
             .collect()
     }
 
@@ -108,6 +107,7 @@ impl Chart {
             // partial SVG, which the empty-panel fallback below replaces.
             if self.draw(&root).is_err() {
                 let _ = root.fill(&WHITE);
+                let _ = empty_panel(&root, &self.title);
             }
             let _ = root.present();
         }
@@ -214,22 +214,39 @@ pub fn tick(v: f64) -> String {
     }
 }
 
-/// The range of `values`, padded by 5% (linear) or a factor 1.2 (log); a single value gets a
-/// range around it.
+/// Largest magnitude drawn (and smallest, on a log axis): beyond it plotters' tick search
+/// does not finish, so such points are dropped like non-finite ones.
+const LIMIT: f64 = 1e100;
+
+/// Whether `v` can be drawn on a linear (or log) axis.
+fn drawable(v: f64, log: bool) -> bool {
+    if log {
+        (1.0 / LIMIT..=LIMIT).contains(&v)
+    } else {
+        v.is_finite() && v.abs() <= LIMIT
+    }
+}
+
+/// The range of `values`, padded by 5% (linear) or a factor 1.2 (log). A range narrower than
+/// a billionth of its magnitude (one value, or values equal to rounding) is widened around its
+/// middle, so the axis always has room for ticks.
 fn padded(values: impl Iterator<Item = f64>, log: bool, pad: bool) -> (f64, f64) {
     let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
         (a.min(v), b.max(v))
     });
     if log {
-        let (lo, hi) = if lo == hi {
+        let (lo, hi) = if hi / lo < 1.0 + 1e-9 {
             (lo / 2.0, hi * 2.0)
         } else {
             (lo, hi)
         };
         return if pad { (lo / 1.2, hi * 1.2) } else { (lo, hi) };
     }
-    let (lo, hi) = if lo == hi {
-        (lo - 0.5, hi + 0.5)
+    let scale = lo.abs().max(hi.abs());
+    let (lo, hi) = if hi - lo <= 1e-9 * scale || scale == 0.0 {
+        let half = if scale == 0.0 { 0.5 } else { 0.5 * scale };
+        let mid = 0.5 * (lo + hi);
+        (mid - half, mid + half)
     } else {
         (lo, hi)
     };
