@@ -464,11 +464,15 @@ impl ConstructOptions {
         if self.n0 < 1 {
             return crate::invalid(format!("n0 must be at least 1, got {}", self.n0));
         }
-        if self.long < 2 {
+        let max = crate::discrepancy::MAX_QUERY_POSITION;
+        if !(2..=max).contains(&self.long) {
             return crate::invalid(format!(
-                "the random inputs' length must be at least 2, got {}",
+                "the random inputs' length (--long) must be between 2 and {max}, got {}",
                 self.long
             ));
+        }
+        if self.n0 > max {
+            return crate::invalid(format!("n0 must be at most {max}, got {}", self.n0));
         }
         Ok(())
     }
