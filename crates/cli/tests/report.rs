@@ -69,8 +69,9 @@ fn the_report_of_a_scored_run_holds_every_figure_inline() {
             "section {id} missing"
         );
     }
-    // Five dynamics figures (with the frequency-use map) and one length figure, inline.
-    assert_eq!(html.matches("<svg").count(), 6);
+    // Five dynamics figures (with the frequency-use map) and two length figures (accuracy,
+    // the heads' discrepancy), inline.
+    assert_eq!(html.matches("<svg").count(), 7);
     assert!(!html.contains("not run"), "a figure is missing");
     // The page names its inputs: the config and the command.
     assert!(html.contains("preset = &quot;tiny&quot;"));

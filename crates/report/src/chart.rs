@@ -46,6 +46,9 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Dashed (e.g. a bound or a reference next to a measurement).
     pub dashed: bool,
+    /// Palette index (default: the series' position), so a reference can share its
+    /// measurement's colour.
+    pub color: Option<usize>,
 }
 
 impl Series {
@@ -55,7 +58,14 @@ impl Series {
             name: name.into(),
             points,
             dashed: false,
+            color: None,
         }
+    }
+
+    /// The same line in palette colour `i`.
+    pub fn colored(mut self, i: usize) -> Self {
+        self.color = Some(i);
+        self
     }
 
     /// The same line, dashed.
@@ -153,7 +163,7 @@ impl Chart {
                     .draw()
                     .map_err(|e| err(&e))?;
                 for (i, s, points) in &lines {
-                    let color = PALETTE[i % PALETTE.len()];
+                    let color = PALETTE[s.color.unwrap_or(*i) % PALETTE.len()];
                     let style = color.stroke_width(2);
                     if s.dashed {
                         chart

@@ -9,7 +9,7 @@ use ropelab_analysis::dynamics::GAMMA;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
 
-use crate::figures::{self, Rate, Score};
+use crate::figures::{self, Moment, Rate, Score};
 use crate::html::{page, Section};
 use crate::{ReportError, Result};
 
@@ -165,7 +165,10 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
     if files.lengths.is_empty() {
         length.not_run("lengthgen.csv is missing (run `ropelab lengthgen`)");
     } else {
-        length.figures(&[figures::accuracy_vs_length(&files.lengths, title)]);
+        length.figures(&[
+            figures::accuracy_vs_length(&files.lengths, title),
+            figures::margins_vs_length(&files.lengths, title),
+        ]);
     }
     vec![dynamics, length]
 }
@@ -194,6 +197,8 @@ fn theory_section(dir: &Path) -> Result<Section> {
             let rows: Vec<FailureRow> = ropelab_io::read_csv(&text, &path.display().to_string())
                 .map_err(ReportError::from_display)?;
             svgs.extend(Rate::ALL.map(|r| figures::failure_rates(&rows, r)));
+            svgs.push(figures::moments(&rows, Moment::Mean));
+            svgs.push(figures::moments(&rows, Moment::Sd));
         }
         None => s.not_run("theory/rope-failures.csv is missing"),
     }

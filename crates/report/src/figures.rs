@@ -63,13 +63,18 @@ pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
         x_label: "training step".into(),
         y_label: which.name().into(),
         y_range: Some((0.0, 1.02)),
-        series: heads
-            .into_iter()
-            .map(|((l, h), p)| Series::new(format!("L{l}H{h}"), p))
-            .collect(),
+        series: head_lines(heads),
         ..Chart::default()
     }
     .to_svg()
+}
+
+/// One line per (layer, head), named `L{layer}H{head}`.
+fn head_lines(heads: BTreeMap<(usize, usize), Vec<(f64, f64)>>) -> Vec<Series> {
+    heads
+        .into_iter()
+        .map(|((l, h), p)| Series::new(format!("L{l}H{h}"), p))
+        .collect()
 }
 
 /// Which swap score a figure shows.
@@ -204,6 +209,81 @@ pub fn accuracy_vs_length(rows: &[LengthRow], title: &str) -> String {
         ..Chart::default()
     }
     .to_svg()
+}
+
+/// Each trained head's discrepancy at the query (largest minus second-largest attention logit,
+/// mean over the test inputs) versus input length, one line per (layer, head), from
+/// `lengthgen.csv`: the trained counterpart of the hand-built heads' curves.
+pub fn margins_vs_length(rows: &[LengthRow], title: &str) -> String {
+    let mut heads: BTreeMap<(usize, usize), Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rows {
+        for h in &r.heads {
+            heads
+                .entry((h.layer, h.head))
+                .or_default()
+                .push((r.length as f64, h.margin));
+        }
+    }
+    Chart {
+        title: format!("{title}: trained heads' discrepancy versus length"),
+        x_label: "input length (tokens)".into(),
+        y_label: "mean top-1 minus top-2 logit".into(),
+        log_x: true,
+        series: head_lines(heads),
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// The RoPE score's measured mean (`Moment::Mean`) or standard deviation over positions
+/// against the normal approximation's, versus context length: per base, measured solid and
+/// approximation dashed.
+pub fn moments(rows: &[FailureRow], moment: Moment) -> String {
+    let mut measured: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut approx: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rows {
+        let (m, a) = match moment {
+            Moment::Mean => (r.mu_empirical, r.mu_approx),
+            Moment::Sd => (r.sigma_empirical, r.sigma_approx),
+        };
+        let base = format!("base {}", r.base);
+        measured
+            .entry(base.clone())
+            .or_default()
+            .push((r.length as f64, m));
+        approx.entry(base).or_default().push((r.length as f64, a));
+    }
+    let mut series = vec![];
+    for (i, ((base, m), (_, a))) in measured.into_iter().zip(approx).enumerate() {
+        series.push(Series::new(format!("{base} measured"), m).colored(i));
+        series.push(
+            Series::new(format!("{base} normal approx."), a)
+                .dashed()
+                .colored(i),
+        );
+    }
+    let name = match moment {
+        Moment::Mean => "mean",
+        Moment::Sd => "standard deviation",
+    };
+    Chart {
+        title: format!("RoPE scores: {name}, measured and approximated"),
+        x_label: "context length M".into(),
+        y_label: name.into(),
+        log_x: true,
+        series,
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// A moment of the RoPE scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    /// The mean.
+    Mean,
+    /// The standard deviation.
+    Sd,
 }
 
 /// The exact worst-case discrepancy of a hand-built head versus n, with the theorem's bound,

@@ -178,6 +178,23 @@ fn run_figures_draw_one_line_per_hop_and_per_head() {
         seconds: 0.0,
     }];
     roxmltree::Document::parse(&figures::accuracy_vs_length(&rows, "run")).unwrap();
+    // One head measured at two lengths: one line of two vertices.
+    let mut two = rows.clone();
+    two.push(LengthRow {
+        length: 40,
+        extra: 23,
+        ..rows[0].clone()
+    });
+    for r in &mut two {
+        r.heads = vec![ropelab_analysis::lengthgen::HeadMargin {
+            layer: 0,
+            head: 0,
+            margin: 1.0 / r.length as f64,
+            top_weight: 0.5,
+        }];
+    }
+    let margins = figures::margins_vs_length(&two, "run");
+    assert!(lines_of(&margins, &hex(0)).iter().any(|l| l.len() == 2));
     let d = vec![
         DiscrepancyRow {
             n: 1,
@@ -280,5 +297,43 @@ mod random {
             let map = Heatmap { rows: cells, ..Heatmap::default() };
             roxmltree::Document::parse(&map.to_svg()).unwrap();
         }
+    }
+}
+
+#[test]
+fn moments_draw_measured_and_approximated_lines_per_base() {
+    use ropelab_theory::failures::FailureRow;
+    let row = |base: f64, length: usize| FailureRow {
+        base,
+        length,
+        position_inversion: 0.1,
+        position_aliasing: 0.0,
+        position_alias_pairs: 0.0,
+        token_inversion: 0.2,
+        token_aliasing: 0.0,
+        mu_approx: 1.0 / length as f64,
+        mu_empirical: 1.1 / length as f64,
+        sigma_approx: 0.5,
+        sigma_empirical: 0.6,
+    };
+    let rows = vec![
+        row(100.0, 256),
+        row(100.0, 2048),
+        row(1e4, 256),
+        row(1e4, 2048),
+    ];
+    for moment in [figures::Moment::Mean, figures::Moment::Sd] {
+        let svg = figures::moments(&rows, moment);
+        // Per base one colour: measured solid (one 2-vertex line), approximated dashed (more
+        // pieces), and the legend's two entries.
+        for base in 0..2 {
+            let lines = lines_of(&svg, &hex(base));
+            assert!(lines.iter().any(|l| l.len() == 2), "base {base}");
+            assert!(lines.len() > 4, "base {base}: {} pieces", lines.len());
+        }
+        assert!(lines_of(&svg, &hex(2)).is_empty());
+    }
+    for rate in figures::Rate::ALL {
+        roxmltree::Document::parse(&figures::failure_rates(&rows, rate)).unwrap();
     }
 }
