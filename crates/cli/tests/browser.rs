@@ -3,24 +3,11 @@
 //! screenshot is not blank. Needs Chromium (`chromium` on PATH or `$ROPELAB_CHROMIUM`), so it
 //! is ignored by default; `.ci/run` installs Debian's `chromium` and runs it with `--ignored`.
 
+mod common;
+
+use common::{ok, ropelab};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn ropelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ropelab"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn chromium() -> PathBuf {
     if let Some(p) = std::env::var_os("ROPELAB_CHROMIUM") {

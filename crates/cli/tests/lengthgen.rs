@@ -1,23 +1,10 @@
 //! `ropelab lengthgen` and `eval` at long lengths: the CSV, bounded memory, one-line errors.
 
+mod common;
+
+use common::{ok, ropelab};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn ropelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ropelab"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use std::process::Output;
 
 fn one_line_error(out: &Output, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);

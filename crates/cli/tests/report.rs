@@ -1,24 +1,10 @@
 //! `ropelab report` on a tiny trained, scored and length-tested run, and on a run with nothing
 //! but its training: one self-contained page, every expected section, nothing fetched.
 
+mod common;
+
+use common::{ok, ropelab};
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn ropelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ropelab"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Every `src=`, `href=` and CSS `url(` value of `html`.
 fn references(html: &str) -> Vec<String> {

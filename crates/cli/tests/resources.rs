@@ -3,6 +3,9 @@
 //! and what the machine has, before allocating (each command here runs under a 2 GB address
 //! space limit, so a real attempt would abort instead of printing the refusal) or writing.
 
+mod common;
+
+use common::ok;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -15,15 +18,6 @@ fn limited(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("sh runs")
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A one-line refusal by the estimate of `kind` ("memory" or "disk").
@@ -133,7 +127,7 @@ fn huge_models_are_refused_before_anything_is_written() {
         .replace("n_layers = 2", "n_layers = 100")
         .replace("d_model = 16", "d_model = 4096")
         .replace("d_mlp = 32", "d_mlp = 16384");
-    let text = regex_free_vocab(&text, 100_000_000);
+    let text = with_vocab(&text, 100_000_000);
     std::fs::write(&config, text).unwrap();
     let run = dir.path().join("huge-run");
     let err = refused(
@@ -151,7 +145,7 @@ fn huge_models_are_refused_before_anything_is_written() {
 }
 
 /// `text` with its `vocab_size = N` line set to `vocab`.
-fn regex_free_vocab(text: &str, vocab: usize) -> String {
+fn with_vocab(text: &str, vocab: usize) -> String {
     text.lines()
         .map(|l| {
             if l.starts_with("vocab_size = ") {

@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use ropelab_io::Need;
 use ropelab_tasks::{line_bytes, Dataset, Split, Task};
+use ropelab_train::resources::kept_checkpoints;
 use ropelab_train::{training_need, Engine};
 
 use crate::job::{jobs, workers};
@@ -26,7 +27,7 @@ pub fn need(config: &StudyConfig, out: &Path, parallel: Option<usize>) -> Result
         let train = training_need(&run, &dir, 0, Engine::Fused);
         let score = config
             .score_options()
-            .need(&run, &dir, train_checkpoints(&run));
+            .need(&run, &dir, kept_checkpoints(&run, 0));
         let lengths = config.length_options().need(&run);
         for (bytes, what) in [
             (train.memory_bytes(), "training"),
@@ -60,11 +61,6 @@ pub fn need(config: &StudyConfig, out: &Path, parallel: Option<usize>) -> Result
     } else {
         need.memory(memory, format!("{at_once} x {largest} at once"))
     })
-}
-
-/// Checkpoints a run saves from step 0 (every `save_every` steps and the last).
-fn train_checkpoints(run: &ropelab_train::RunConfig) -> usize {
-    run.optim.steps / run.optim.save_every.max(1) + 2
 }
 
 #[cfg(test)]

@@ -95,7 +95,7 @@ pub fn training_need(config: &RunConfig, root: &Path, from: usize, engine: Engin
 /// Checkpoints that training from step `from` leaves on disk at the end, at most: every save
 /// (one per `save_every` steps and the last) unless the retention policy keeps fewer (step 0,
 /// the last `last`, the multiples of `every`).
-fn kept_checkpoints(config: &RunConfig, from: usize) -> usize {
+pub fn kept_checkpoints(config: &RunConfig, from: usize) -> usize {
     let o = &config.optim;
     let saves = o.steps.saturating_sub(from) / o.save_every.max(1) + 2;
     if o.keep.keeps_all() {
