@@ -12,6 +12,7 @@ use ropelab_tasks::TaskKind;
 use ropelab_train::Accuracy;
 use serde::{Deserialize, Serialize};
 
+use crate::attention::AttentionView;
 use crate::dynamics::{summarize_heads, HeadKind, HeadStep};
 use crate::lengthgen::{first_length_below, from_csv, LengthRow};
 use crate::{AnalysisError, Result};
@@ -122,6 +123,8 @@ pub struct RunFiles {
     pub test: Option<Accuracy>,
     /// `lengthgen.csv`.
     pub lengths: Vec<LengthRow>,
+    /// `attention/*.json`, in file-name order.
+    pub attention: Vec<AttentionView>,
 }
 
 /// One seed of the study: the number and the letter model.
@@ -231,6 +234,19 @@ impl RunFiles {
         let lengths = dir.join("lengthgen.csv");
         if let Some(text) = read(&lengths)? {
             out.lengths = from_csv(&text, &lengths.display().to_string())?;
+        }
+        if let Ok(entries) = std::fs::read_dir(dir.join("attention")) {
+            let mut paths: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .collect();
+            paths.sort();
+            for path in paths {
+                let Some(text) = read(&path)? else { continue };
+                out.attention
+                    .push(serde_json::from_str(&text).map_err(|e| invalid(&path, e))?);
+            }
         }
         Ok(out)
     }

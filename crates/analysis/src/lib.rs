@@ -5,6 +5,7 @@
 //! brute-force re-run of the block (the reference path); block swaps, per-plane projection
 //! heads, frequency use, purity, attention entropy, and the learning dynamics of a run.
 
+pub mod attention;
 pub mod capture;
 pub mod claims;
 pub mod dynamics;

@@ -45,11 +45,23 @@ fn the_report_of_a_scored_run_holds_every_figure_inline() {
         "--n",
         "8",
     ]));
+    let shown = ok(ropelab(&["attention", "--run", run_s, "--sample", "1"]));
+    assert!(shown.contains("attention/step-20-sample-1.json"), "{shown}");
+    assert!(shown.contains("top key"), "{shown}");
     let stdout = ok(ropelab(&["report", run_s]));
     assert!(stdout.contains("report.html"), "{stdout}");
     let html = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert_self_contained(&html);
-    for id in ["contents", "run-dynamics", "run-length", "about"] {
+    // The viewer's data and its inline script.
+    assert_eq!(html.matches("class=\"attn\"").count(), 1);
+    assert_eq!(html.matches("<script>").count(), 1);
+    for id in [
+        "contents",
+        "run-dynamics",
+        "run-length",
+        "run-attention",
+        "about",
+    ] {
         assert!(
             html.contains(&format!("id=\"{id}\"")),
             "section {id} missing"
@@ -77,6 +89,17 @@ fn missing_inputs_are_listed_as_not_run_and_bad_directories_refused() {
     let html = std::fs::read_to_string(&out).unwrap();
     assert!(html.contains("not run: scores.jsonl is missing"));
     assert!(html.contains("not run: lengthgen.csv is missing"));
+    assert!(html.contains("not run: attention/*.json is missing"));
+    // A bad attention request is one line naming the problem.
+    for (args, message) in [
+        (vec!["--sample", "100000000"], "past the test split"),
+        (vec!["--step", "1"], "no checkpoint at step 1"),
+    ] {
+        let out = ropelab(&[&["attention", "--run", run_s][..], &args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(message), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
     assert_self_contained(&html);
 
     let missing = ropelab(&["report", dir.path().join("nothing").to_str().unwrap()]);

@@ -170,7 +170,17 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
             figures::margins_vs_length(&files.lengths, title),
         ]);
     }
-    vec![dynamics, length]
+    let mut attention = Section::new(
+        format!("{id}-attention"),
+        format!("{title}: attention on a test input"),
+    );
+    if files.attention.is_empty() {
+        attention.not_run("attention/*.json is missing (run `ropelab attention`)");
+    }
+    for (i, view) in files.attention.iter().enumerate() {
+        attention.viewer(view, &format!("{id}-{i}"));
+    }
+    vec![dynamics, length, attention]
 }
 
 fn theory_section(dir: &Path) -> Result<Section> {

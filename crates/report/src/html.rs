@@ -1,6 +1,6 @@
 //! The self-contained HTML page: a title, a table of contents, sections with inline SVG
-//! figures and tables. Everything is inline (no script, stylesheet, font or image is loaded
-//! from anywhere), so the file opens from `file://` with the network off.
+//! figures, tables and attention viewers. Everything is inline (no script, stylesheet, font or
+//! image is loaded from anywhere), so the file opens from `file://` with the network off.
 
 use std::fmt::Write;
 
@@ -65,6 +65,11 @@ impl Section {
         self.body.push_str("</table>\n");
     }
 
+    /// Appends an attention viewer (see [`crate::viewer`]); `id` is unique within the page.
+    pub fn viewer(&mut self, view: &ropelab_analysis::attention::AttentionView, id: &str) {
+        self.body.push_str(&crate::viewer::viewer(view, id));
+    }
+
     /// Appends preformatted text (a config, a command).
     pub fn pre(&mut self, text: &str) {
         let _ = writeln!(self.body, "<pre>{}</pre>", escape(text));
@@ -110,10 +115,11 @@ pub fn page(title: &str, subtitle: &str, sections: &[Section]) -> String {
     let _ = write!(
         html,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <title>{t}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{t}</h1>\n<p>{s}</p>\n\
+         <title>{t}</title>\n<style>{STYLE}{viewer}</style>\n</head>\n<body>\n<h1>{t}</h1>\n<p>{s}</p>\n\
          <nav id=\"contents\"><h2>Contents</h2><ol>\n",
         t = escape(title),
-        s = escape(subtitle)
+        s = escape(subtitle),
+        viewer = crate::viewer::STYLE
     );
     for s in sections {
         let _ = writeln!(
@@ -132,6 +138,12 @@ pub fn page(title: &str, subtitle: &str, sections: &[Section]) -> String {
             escape(&s.title),
             s.body
         );
+    }
+    if sections
+        .iter()
+        .any(|s| s.body.contains("<div class=\"attn\""))
+    {
+        let _ = writeln!(html, "<script>{}</script>", crate::viewer::SCRIPT);
     }
     html.push_str("</body>\n</html>\n");
     html

@@ -2,8 +2,9 @@
 //!
 //! Figures and one self-contained HTML report of a run or study directory: every figure is
 //! drawn by ropelab itself ([`chart`], with plotters and a bundled font) from the parsed rows
-//! of the directory's files ([`figures`]: one function per figure), and the page inlines
-//! every SVG and style ([`html`]), so it opens anywhere, offline. [`compose`] decides what a
+//! of the directory's files ([`figures`]: one function per figure), the attention viewer
+//! ([`viewer`]) shows one test input's attention, and the page inlines every SVG, style and
+//! script ([`html`]), so it opens anywhere, offline. [`compose`] decides what a
 //! directory's files allow.
 
 pub mod chart;
@@ -11,6 +12,7 @@ pub mod compose;
 pub mod figures;
 pub mod heatmap;
 pub mod html;
+pub mod viewer;
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! One model of the study per (seed, task): trained (or resumed, or reused), evaluated on the
-//! test split, scored at every checkpoint and tested on longer inputs; each result reused when
+//! test split, scored at every checkpoint, tested on longer inputs and its attention on one
+//! test input kept for the report; each result reused when
 //! its file exists. Jobs run side by side, each on a rayon pool of its share of the cores, and
 //! their files do not depend on how many run at once.
 
@@ -10,6 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use candle_core::Device;
+use ropelab_analysis::attention::{attention_view, write_view, AttentionView};
 use ropelab_analysis::dynamics::{score_run, HeadStep};
 use ropelab_analysis::lengthgen::{from_csv, length_generalisation, to_csv, LengthRow};
 use ropelab_io::write_atomic;
@@ -178,6 +180,16 @@ pub fn run_job(
             .with_context(|| format!("cannot write {}", lengths_path.display()))?;
         rows
     };
+    let lengthgen_seconds = start.elapsed().as_secs_f64();
+    // The report's attention viewer: every head on the first test input, last checkpoint.
+    let last = test.step;
+    let view_path = dir
+        .join("attention")
+        .join(AttentionView::file_name(last, 0));
+    if !view_path.exists() {
+        let view = attention_view(&dir, Some(last), 0, &device)?;
+        write_view(&dir, &view)?;
+    }
     Ok(Trained {
         seed,
         task: kind,
@@ -185,7 +197,7 @@ pub fn run_job(
         steps: total,
         train_seconds,
         score_seconds,
-        lengthgen_seconds: start.elapsed().as_secs_f64(),
+        lengthgen_seconds,
         test,
         scores,
         lengths,

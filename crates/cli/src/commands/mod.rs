@@ -1,5 +1,6 @@
 //! One file per subcommand; each parses its arguments and calls the library crates.
 
+mod attention;
 mod bench;
 mod bench_train;
 mod eval;
@@ -39,6 +40,9 @@ pub enum Command {
     /// The theory lab: exact discrepancy curves and RoPE failure statistics (CSV).
     #[command(subcommand)]
     Theory(theory::TheoryCommand),
+    /// Every head's attention on one test input of a run, with its swap scores (for the
+    /// report's attention viewer).
+    Attention(attention::AttentionArgs),
     /// One self-contained HTML report (every figure, inline) of a run or study directory.
     Report(report::ReportArgs),
     /// One figure of a run or study directory as an SVG file.
@@ -61,6 +65,7 @@ impl Command {
             Command::Lengthgen(args) => lengthgen::run(args, guard),
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),
+            Command::Attention(args) => attention::run(args, guard),
             Command::Report(args) => report::run(args),
             Command::Plot(args) => report::plot(args),
             Command::Bench(cmd) => bench::run(cmd, guard),
