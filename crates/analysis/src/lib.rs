@@ -17,6 +17,7 @@ pub mod margin;
 pub mod purity;
 pub mod query;
 pub mod reference;
+pub mod seeds;
 pub mod swap;
 
 pub use capture::Captured;

@@ -1,6 +1,6 @@
 //! One line chart as SVG, drawn with plotters and the bundled DejaVu Sans (no system fonts):
-//! the building block of every figure. Non-finite points (and non-positive ones on a log axis)
-//! are dropped; a chart with nothing left to draw is a labelled empty panel, never an error.
+//! the building block of every figure, with optional shaded bands (mean +- sd) and markers.
+//! Non-finite points (and non-positive ones on a log axis) are dropped; a chart with nothing left to draw is a labelled empty panel, never an error.
 
 use std::sync::Once;
 
@@ -49,6 +49,10 @@ pub struct Series {
     /// Palette index (default: the series' position), so a reference can share its
     /// measurement's colour.
     pub color: Option<usize>,
+    /// A shaded band around the line, (x, low, high) per x (e.g. mean +- one sd over seeds).
+    pub band: Vec<(f64, f64, f64)>,
+    /// Points marked with a dot in the line's colour (e.g. where a head becomes pure).
+    pub markers: Vec<(f64, f64)>,
 }
 
 impl Series {
@@ -59,7 +63,21 @@ impl Series {
             points,
             dashed: false,
             color: None,
+            band: vec![],
+            markers: vec![],
         }
+    }
+
+    /// The same line with a shaded band, (x, low, high) per x.
+    pub fn with_band(mut self, band: Vec<(f64, f64, f64)>) -> Self {
+        self.band = band;
+        self
+    }
+
+    /// The same line with dots at `markers`.
+    pub fn with_markers(mut self, markers: Vec<(f64, f64)>) -> Self {
+        self.markers = markers;
+        self
     }
 
     /// The same line in palette colour `i`.
@@ -77,6 +95,12 @@ impl Series {
 
 /// A series to draw: its index (colour), itself, its drawable points.
 type Drawable<'a> = (usize, &'a Series, Vec<(f64, f64)>);
+
+/// The drawable parts of a series besides its line: band polygon and markers.
+struct Extras {
+    band: Vec<(f64, f64)>,
+    markers: Vec<(f64, f64)>,
+}
 
 /// A line chart: title, axis labels and scales, series.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -105,6 +129,26 @@ impl Chart {
             .copied()
             .filter(|&(x, y)| drawable(x, self.log_x) && drawable(y, self.log_y))
             .collect()
+    }
+
+    /// The drawable band (as a closed polygon: upper edge, then lower edge backwards) and
+    /// markers of `s`; a band with any undrawable edge point is left out whole.
+    fn extras(&self, s: &Series) -> Extras {
+        let ok = |x: f64, y: f64| drawable(x, self.log_x) && drawable(y, self.log_y);
+        let band = if s.band.iter().all(|&(x, lo, hi)| ok(x, lo) && ok(x, hi)) {
+            let upper = s.band.iter().map(|&(x, _, hi)| (x, hi));
+            let lower = s.band.iter().rev().map(|&(x, lo, _)| (x, lo));
+            upper.chain(lower).collect()
+        } else {
+            vec![]
+        };
+        let markers = s
+            .markers
+            .iter()
+            .copied()
+            .filter(|&(x, y)| ok(x, y))
+            .collect();
+        Extras { band, markers }
     }
 
     /// The chart as a standalone SVG document.
@@ -137,7 +181,14 @@ impl Chart {
         if lines.is_empty() {
             return empty_panel(root, &self.title);
         }
-        let all = || lines.iter().flat_map(|(_, _, p)| p.iter().copied());
+        let extras: Vec<Extras> = lines.iter().map(|(_, s, _)| self.extras(s)).collect();
+        let all = || {
+            lines
+                .iter()
+                .flat_map(|(_, _, p)| p.iter().copied())
+                .chain(extras.iter().flat_map(|e| e.band.iter().copied()))
+                .chain(extras.iter().flat_map(|e| e.markers.iter().copied()))
+        };
         let (x0, x1) = padded(all().map(|p| p.0), self.log_x, false);
         let (y0, y1) = self
             .y_range
@@ -162,6 +213,18 @@ impl Chart {
                     .light_line_style(RGBColor(235, 235, 235))
                     .draw()
                     .map_err(|e| err(&e))?;
+                // Bands first, under every line.
+                for ((i, s, _), e) in lines.iter().zip(&extras) {
+                    if e.band.len() >= 3 {
+                        let color = PALETTE[s.color.unwrap_or(*i) % PALETTE.len()];
+                        chart
+                            .draw_series(std::iter::once(Polygon::new(
+                                e.band.clone(),
+                                color.mix(0.18).filled(),
+                            )))
+                            .map_err(|e| err(&e))?;
+                    }
+                }
                 for (i, s, points) in &lines {
                     let color = PALETTE[s.color.unwrap_or(*i) % PALETTE.len()];
                     let style = color.stroke_width(2);
@@ -179,6 +242,12 @@ impl Chart {
                         PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
                     });
                 }
+                for ((i, s, _), e) in lines.iter().zip(&extras) {
+                    let color = PALETTE[s.color.unwrap_or(*i) % PALETTE.len()];
+                    chart
+                        .draw_series(e.markers.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                        .map_err(|e| err(&e))?;
+                }
                 chart
                     .configure_series_labels()
                     .background_style(WHITE.mix(0.85))
@@ -194,13 +263,22 @@ impl Chart {
                 .build_cartesian_2d(x0..x1, y0..y1)
                 .map_err(|e| err(&e))?),
             (true, false) => finish!(builder
-                .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+                .build_cartesian_2d(
+                    (x0..x1).log_scale().with_key_points(log_ticks(x0, x1)),
+                    y0..y1
+                )
                 .map_err(|e| err(&e))?),
             (false, true) => finish!(builder
-                .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+                .build_cartesian_2d(
+                    x0..x1,
+                    (y0..y1).log_scale().with_key_points(log_ticks(y0, y1))
+                )
                 .map_err(|e| err(&e))?),
             (true, true) => finish!(builder
-                .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+                .build_cartesian_2d(
+                    (x0..x1).log_scale().with_key_points(log_ticks(x0, x1)),
+                    (y0..y1).log_scale().with_key_points(log_ticks(y0, y1))
+                )
                 .map_err(|e| err(&e))?),
         }
         Ok(())
@@ -221,6 +299,32 @@ pub fn tick(v: f64) -> String {
         let digits = (2 - a.log10().floor() as i32).clamp(0, 4) as usize;
         let s = format!("{v:.digits$}");
         s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// Tick values of a log axis over [lo, hi] (positive): 1, 2 and 5 times each power of ten
+/// across up to three decades, powers of ten alone across more (every other power beyond
+/// eight decades); at least the two ends when no such value falls inside.
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi > lo && hi.is_finite()) {
+        return vec![];
+    }
+    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let decades = last - first;
+    let (mantissas, step): (&[f64], usize) = match decades {
+        ..=3 => (&[1.0, 2.0, 5.0], 1),
+        4..=8 => (&[1.0], 1),
+        _ => (&[1.0], 2),
+    };
+    let ticks: Vec<f64> = (first..=last)
+        .step_by(step)
+        .flat_map(|e| mantissas.iter().map(move |m| m * 10f64.powi(e)))
+        .filter(|v| (lo..=hi).contains(v))
+        .collect();
+    if ticks.len() >= 2 {
+        ticks
+    } else {
+        vec![lo, hi]
     }
 }
 

@@ -39,6 +39,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         let seeds = seeds_of(dir)?;
         let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
         sections.push(claims_section(dir)?);
+        sections.push(seeds_section(&files));
         for seed in &files.seeds {
             sections.extend(seed_sections(seed));
         }
@@ -133,6 +134,55 @@ fn seed_sections(seed: &SeedFiles) -> Vec<Section> {
         }
     }
     out
+}
+
+/// Each task over seeds: accuracy, pure-head counts and length generalisation as the mean with
+/// a band of one standard deviation.
+fn seeds_section(files: &StudyFiles) -> Section {
+    let mut s = Section::new("seeds", "Over seeds: mean and one standard deviation");
+    if files.seeds.len() < 2 {
+        s.not_run("one seed only (run `reproduce --seeds 0,1,2` for bands over seeds)");
+        return s;
+    }
+    let mut svgs = vec![];
+    for task in ["number", "letter"] {
+        let runs: Vec<&RunFiles> = files
+            .seeds
+            .iter()
+            .filter_map(|seed| {
+                if task == "number" {
+                    seed.number.as_ref()
+                } else {
+                    seed.letter.as_ref()
+                }
+            })
+            .collect();
+        let seeds = runs.len();
+        let title = format!("{task} task, {seeds} seeds");
+        let scores: Vec<&[_]> = runs
+            .iter()
+            .map(|r| r.scores.as_slice())
+            .filter(|l| !l.is_empty())
+            .collect();
+        if scores.len() == seeds && seeds >= 2 {
+            svgs.push(figures::accuracy_over_seeds(&scores, &title));
+            svgs.push(figures::purity_over_seeds(&scores, &title, GAMMA));
+        } else {
+            s.not_run(&format!("{task} task: scores.jsonl of every seed"));
+        }
+        let lengths: Vec<&[_]> = runs
+            .iter()
+            .map(|r| r.lengths.as_slice())
+            .filter(|l| !l.is_empty())
+            .collect();
+        if lengths.len() == seeds && seeds >= 2 {
+            svgs.push(figures::length_over_seeds(&lengths, &title));
+        } else {
+            s.not_run(&format!("{task} task: lengthgen.csv of every seed"));
+        }
+    }
+    s.figures(&svgs);
+    s
 }
 
 /// Learning dynamics, purity and length generalisation of one run.

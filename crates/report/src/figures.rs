@@ -3,19 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use ropelab_analysis::dynamics::{HeadKind, HeadStep};
+use ropelab_analysis::dynamics::{summarize_heads, HeadKind, HeadStep, GAMMA};
 use ropelab_analysis::lengthgen::LengthRow;
 use ropelab_analysis::purity::purity;
+use ropelab_analysis::seeds::band;
 use ropelab_analysis::swap::SwapScores;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
 
 use crate::chart::{Chart, Series};
 
-/// Accuracy per hop count and overall versus training step, at every scored checkpoint
-/// (the paper's Fig. 2, top): `title` names the run.
-pub fn accuracy_by_hop(lines: &[HeadStep], title: &str) -> String {
-    // One row per step: the first line of each step carries the step's accuracies.
+/// Test accuracy per hop count and overall, versus step: one (step, accuracy) curve per hop
+/// count and the overall curve (the first line of each step carries the step's accuracies).
+fn accuracy_curves(lines: &[HeadStep]) -> (BTreeMap<usize, Vec<(f64, f64)>>, Vec<(f64, f64)>) {
     let mut by_step: BTreeMap<usize, &HeadStep> = BTreeMap::new();
     for l in lines {
         by_step.entry(l.step).or_insert(l);
@@ -28,9 +28,21 @@ pub fn accuracy_by_hop(lines: &[HeadStep], title: &str) -> String {
             hops.entry(h).or_default().push((step as f64, a));
         }
     }
+    (hops, overall)
+}
+
+/// Legend name of hop count `h`.
+fn hop_name(h: usize) -> String {
+    format!("{h} hop{}", if h == 1 { "" } else { "s" })
+}
+
+/// Accuracy per hop count and overall versus training step, at every scored checkpoint
+/// (the paper's Fig. 2, top): `title` names the run.
+pub fn accuracy_by_hop(lines: &[HeadStep], title: &str) -> String {
+    let (hops, overall) = accuracy_curves(lines);
     let mut series: Vec<Series> = hops
         .into_iter()
-        .map(|(h, p)| Series::new(format!("{h} hop{}", if h == 1 { "" } else { "s" }), p))
+        .map(|(h, p)| Series::new(hop_name(h), p))
         .collect();
     series.push(Series::new("overall", overall).dashed());
     Chart {
@@ -45,7 +57,8 @@ pub fn accuracy_by_hop(lines: &[HeadStep], title: &str) -> String {
 }
 
 /// One score of every head versus step (the paper's Fig. 2, bottom): `which` picks s_pos or
-/// s_sym; one line per (layer, head), named `L{layer}H{head}`.
+/// s_sym; one line per (layer, head), named `L{layer}H{head}`, with a dot at the step from
+/// which a head that ends pure stays pure.
 pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
     let mut heads: BTreeMap<(usize, usize), Vec<(f64, f64)>> = BTreeMap::new();
     for l in lines {
@@ -58,12 +71,30 @@ pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
             .or_default()
             .push((l.step as f64, v));
     }
+    // A dot where each head that ends pure becomes pure for good (gamma 0.1).
+    let pure_from: BTreeMap<(usize, usize), usize> = summarize_heads(lines, GAMMA)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|h| h.pure_from.map(|s| ((h.layer, h.head), s)))
+        .collect();
+    let series = heads
+        .into_iter()
+        .map(|((l, h), p)| {
+            let dot = pure_from
+                .get(&(l, h))
+                .and_then(|&s| p.iter().find(|q| q.0 == s as f64).copied());
+            Series::new(format!("L{l}H{h}"), p).with_markers(dot.into_iter().collect())
+        })
+        .collect();
     Chart {
-        title: format!("{title}: {} of every head", which.name()),
+        title: format!(
+            "{title}: {} of every head (dot: pure from here, gamma {GAMMA})",
+            which.name()
+        ),
         x_label: "training step".into(),
         y_label: which.name().into(),
         y_range: Some((0.0, 1.02)),
-        series: head_lines(heads),
+        series,
         ..Chart::default()
     }
     .to_svg()
@@ -95,9 +126,9 @@ impl Score {
     }
 }
 
-/// Number of pure positional and pure symbolic heads at each step, at purity threshold
-/// `gamma` (the paper's Fig. 7).
-pub fn purity_counts(lines: &[HeadStep], title: &str, gamma: f64) -> String {
+/// Pure positional and pure symbolic head counts at each step at tolerance `gamma`: two
+/// (step, count) curves.
+fn purity_curves(lines: &[HeadStep], gamma: f64) -> [Vec<(f64, f64)>; 2] {
     let mut counts: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     for l in lines {
         let c = counts.entry(l.step).or_default();
@@ -119,20 +150,142 @@ pub fn purity_counts(lines: &[HeadStep], title: &str, gamma: f64) -> String {
             .map(|(&s, c)| (s as f64, f(c) as f64))
             .collect::<Vec<_>>()
     };
-    let heads = lines
+    [line(|c| c.0), line(|c| c.1)]
+}
+
+/// Number of (layer, head) pairs in `lines`.
+fn head_count(lines: &[HeadStep]) -> usize {
+    lines
         .iter()
         .map(|l| (l.layer, l.head))
         .collect::<std::collections::BTreeSet<_>>()
-        .len();
+        .len()
+}
+
+/// Number of pure positional and pure symbolic heads at each step, at purity threshold
+/// `gamma` (the paper's Fig. 7).
+pub fn purity_counts(lines: &[HeadStep], title: &str, gamma: f64) -> String {
+    let [positional, symbolic] = purity_curves(lines, gamma);
     Chart {
         title: format!("{title}: pure heads (gamma {gamma})"),
         x_label: "training step".into(),
         y_label: "heads".into(),
-        y_range: Some((0.0, heads as f64 + 0.5)),
+        y_range: Some((0.0, head_count(lines) as f64 + 0.5)),
         series: vec![
-            Series::new("pure positional", line(|c| c.0)),
-            Series::new("pure symbolic", line(|c| c.1)),
+            Series::new("pure positional", positional),
+            Series::new("pure symbolic", symbolic),
         ],
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// A mean line over replicates with its band of one standard deviation, the band clipped to
+/// `clip` (e.g. accuracies to [0, 1]); `name` gets the replicate count.
+fn band_series(name: &str, curves: &[Vec<(f64, f64)>], clip: (f64, f64)) -> Series {
+    let points = band(curves);
+    Series::new(
+        format!("{name} (mean +- sd, n={})", curves.len()),
+        points.iter().map(|p| (p.x, p.mean)).collect(),
+    )
+    .with_band(
+        points
+            .iter()
+            .map(|p| {
+                let lo = (p.mean - p.sd).clamp(clip.0, clip.1);
+                let hi = (p.mean + p.sd).clamp(clip.0, clip.1);
+                (p.x, lo, hi)
+            })
+            .collect(),
+    )
+}
+
+/// Curves of every replicate grouped by key: `per_run` maps one replicate to keyed curves.
+fn grouped<K: Ord>(
+    runs: usize,
+    per_run: impl Iterator<Item = BTreeMap<K, Vec<(f64, f64)>>>,
+) -> BTreeMap<K, Vec<Vec<(f64, f64)>>> {
+    let mut out: BTreeMap<K, Vec<Vec<(f64, f64)>>> = BTreeMap::new();
+    for curves in per_run {
+        for (k, c) in curves {
+            out.entry(k).or_default().push(c);
+        }
+    }
+    // A key missing from some replicate has no band over all of them.
+    out.retain(|_, c| c.len() == runs);
+    out
+}
+
+/// Test accuracy per hop count and overall versus step over seeds: the mean with a band of one
+/// standard deviation (clipped to [0, 1]) at the steps every seed scored; `runs` holds each
+/// seed's `scores.jsonl` lines.
+pub fn accuracy_over_seeds(runs: &[&[HeadStep]], title: &str) -> String {
+    let curves: Vec<_> = runs.iter().map(|l| accuracy_curves(l)).collect();
+    let hops = grouped(runs.len(), curves.iter().map(|c| c.0.clone()));
+    let mut series: Vec<Series> = hops
+        .into_iter()
+        .map(|(h, c)| band_series(&hop_name(h), &c, (0.0, 1.0)))
+        .collect();
+    let overall: Vec<_> = curves.into_iter().map(|c| c.1).collect();
+    series.push(band_series("overall", &overall, (0.0, 1.0)).dashed());
+    Chart {
+        title: format!("{title}: test accuracy over seeds"),
+        x_label: "training step".into(),
+        y_label: "accuracy".into(),
+        y_range: Some((0.0, 1.02)),
+        series,
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// Pure positional and pure symbolic head counts versus step over seeds (mean +- sd).
+pub fn purity_over_seeds(runs: &[&[HeadStep]], title: &str, gamma: f64) -> String {
+    let curves: Vec<[Vec<(f64, f64)>; 2]> = runs.iter().map(|l| purity_curves(l, gamma)).collect();
+    let heads = runs.iter().map(|l| head_count(l)).max().unwrap_or(0) as f64;
+    let kind = |i: usize| curves.iter().map(|c| c[i].clone()).collect::<Vec<_>>();
+    Chart {
+        title: format!("{title}: pure heads over seeds (gamma {gamma})"),
+        x_label: "training step".into(),
+        y_label: "heads".into(),
+        y_range: Some((0.0, heads + 0.5)),
+        series: vec![
+            band_series("pure positional", &kind(0), (0.0, heads)),
+            band_series("pure symbolic", &kind(1), (0.0, heads)),
+        ],
+        ..Chart::default()
+    }
+    .to_svg()
+}
+
+/// Accuracy per hop count and overall versus input length over seeds (mean +- sd, clipped to
+/// [0, 1]); `runs` holds each seed's `lengthgen.csv` rows.
+pub fn length_over_seeds(runs: &[&[LengthRow]], title: &str) -> String {
+    let per_run = runs.iter().map(|rows| {
+        let mut hops: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+        for r in rows.iter() {
+            for (&h, &a) in &r.per_hop {
+                hops.entry(h).or_default().push((r.length as f64, a));
+            }
+        }
+        hops
+    });
+    let mut series: Vec<Series> = grouped(runs.len(), per_run)
+        .into_iter()
+        .map(|(h, c)| band_series(&hop_name(h), &c, (0.0, 1.0)))
+        .collect();
+    let overall: Vec<Vec<(f64, f64)>> = runs
+        .iter()
+        .map(|rows| rows.iter().map(|r| (r.length as f64, r.accuracy)).collect())
+        .collect();
+    series.push(band_series("overall", &overall, (0.0, 1.0)).dashed());
+    Chart {
+        title: format!("{title}: accuracy versus input length over seeds"),
+        x_label: "input length (tokens)".into(),
+        y_label: "accuracy".into(),
+        log_x: true,
+        y_range: Some((0.0, 1.02)),
+        series,
         ..Chart::default()
     }
     .to_svg()
@@ -190,7 +343,7 @@ pub fn accuracy_vs_length(rows: &[LengthRow], title: &str) -> String {
     }
     let mut series: Vec<Series> = hops
         .into_iter()
-        .map(|(h, p)| Series::new(format!("{h} hop{}", if h == 1 { "" } else { "s" }), p))
+        .map(|(h, p)| Series::new(hop_name(h), p))
         .collect();
     series.push(
         Series::new(

@@ -337,3 +337,108 @@ fn moments_draw_measured_and_approximated_lines_per_base() {
         roxmltree::Document::parse(&figures::failure_rates(&rows, rate)).unwrap();
     }
 }
+
+/// Every `<polygon>` filled with `color` (#RRGGBB): its vertices.
+fn polygons_of(svg: &str, color: &str) -> Vec<Vec<(f64, f64)>> {
+    let doc = roxmltree::Document::parse(svg).expect("the SVG is well-formed XML");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("polygon"))
+        .filter(|n| {
+            n.attribute("fill")
+                .is_some_and(|s| s.eq_ignore_ascii_case(color))
+        })
+        .map(|n| {
+            n.attribute("points")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(|p| {
+                    let (x, y) = p.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn a_band_surrounds_its_line_and_markers_are_dots() {
+    let chart = Chart {
+        title: "band".into(),
+        series: vec![Series::new("m", vec![(0.0, 1.0), (1.0, 2.0), (2.0, 1.5)])
+            .with_band(vec![(0.0, 0.5, 1.5), (1.0, 1.0, 3.0), (2.0, 1.5, 1.5)])
+            .with_markers(vec![(1.0, 2.0)])],
+        ..Chart::default()
+    };
+    let svg = chart.to_svg();
+    let bands = polygons_of(&svg, &hex(0));
+    assert_eq!(bands.len(), 1, "{svg}");
+    // Upper edge then lower edge: six vertices; at every x the line lies between them.
+    let band = &bands[0];
+    assert_eq!(band.len(), 6);
+    let line = lines_of(&svg, &hex(0))
+        .into_iter()
+        .find(|l| l.len() == 3)
+        .unwrap();
+    for (i, &(x, y)) in line.iter().enumerate() {
+        let (upper, lower) = (band[i], band[5 - i]);
+        assert!((upper.0 - x).abs() < 1.0 && (lower.0 - x).abs() < 1.0);
+        // SVG y grows downwards.
+        assert!(
+            upper.1 <= y + 0.5 && y <= lower.1 + 0.5,
+            "{upper:?} {y} {lower:?}"
+        );
+    }
+    // The range covers the band (3.0 at x = 1 is above every line point).
+    let top = band.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+    assert!(top >= 0.0);
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let dots = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("circle"))
+        .count();
+    assert_eq!(dots, 1);
+}
+
+#[test]
+fn log_axes_get_ticks_in_every_decade() {
+    use ropelab_report::chart::log_ticks;
+    assert_eq!(log_ticks(17.0, 867.0), [20.0, 50.0, 100.0, 200.0, 500.0]);
+    assert_eq!(log_ticks(1.0, 1e6), [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]);
+    assert_eq!(log_ticks(1.0, 1e12).len(), 7);
+    assert_eq!(log_ticks(3.0, 4.0), [3.0, 4.0]);
+    assert!(log_ticks(0.0, 1.0).is_empty());
+    assert!(log_ticks(5.0, 1.0).is_empty());
+}
+
+#[test]
+fn seed_figures_draw_a_mean_line_and_a_band_per_series() {
+    let run = |shift: f64| -> Vec<HeadStep> {
+        (0..4)
+            .map(|s| line(s * 100, 0, 0.5, 0.5, (0.2 * s as f64 + shift).min(1.0)))
+            .collect()
+    };
+    let (a, b, c) = (run(0.0), run(0.1), run(0.2));
+    let runs: Vec<&[HeadStep]> = vec![&a, &b, &c];
+    let svg = figures::accuracy_over_seeds(&runs, "number task");
+    // Hop 1 is the first series: one band in its colour.
+    let bands = polygons_of(&svg, &hex(0));
+    assert_eq!(bands.len(), 1);
+    assert!(svg.contains("n=3"));
+    let mean = lines_of(&svg, &hex(0))
+        .into_iter()
+        .find(|l| l.len() == 4)
+        .expect("the mean line, one vertex per step");
+    assert_eq!(mean.len(), 4);
+    // One seed: no band drawn for a missing step; an empty input is an empty panel.
+    let short: Vec<HeadStep> = a[..2].to_vec();
+    let svg = figures::accuracy_over_seeds(&[&a, &short], "t");
+    let mean = lines_of(&svg, &hex(0))
+        .into_iter()
+        .find(|l| l.len() > 2)
+        .map(|l| l.len());
+    assert_eq!(mean, None, "only the two common steps are drawn");
+    assert!(figures::accuracy_over_seeds(&[], "t").contains("no data to draw"));
+    let svg = figures::purity_over_seeds(&runs, "t", 0.1);
+    assert_eq!(polygons_of(&svg, &hex(0)).len(), 1);
+    assert_eq!(polygons_of(&svg, &hex(1)).len(), 1);
+}

@@ -7,17 +7,7 @@ use ropelab_tasks::TaskKind;
 
 use crate::job::Trained;
 
-/// Mean and sample standard deviation (0 for one value).
-pub fn mean_sd(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let var = if v.len() > 1 {
-        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
-    (mean, var.sqrt())
-}
+use ropelab_analysis::seeds::mean_sd;
 
 /// One head over seeds.
 #[derive(Debug, Clone, PartialEq)]
