@@ -13,9 +13,12 @@ use ropelab_theory::failures::FailureRow;
 
 use crate::chart::{Chart, Series};
 
+/// (x, y) points of one line.
+type Curve = Vec<(f64, f64)>;
+
 /// Test accuracy per hop count and overall, versus step: one (step, accuracy) curve per hop
 /// count and the overall curve (the first line of each step carries the step's accuracies).
-fn accuracy_curves(lines: &[HeadStep]) -> (BTreeMap<usize, Vec<(f64, f64)>>, Vec<(f64, f64)>) {
+fn accuracy_curves(lines: &[HeadStep]) -> (BTreeMap<usize, Curve>, Curve) {
     let mut by_step: BTreeMap<usize, &HeadStep> = BTreeMap::new();
     for l in lines {
         by_step.entry(l.step).or_insert(l);
