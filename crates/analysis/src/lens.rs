@@ -11,7 +11,7 @@ use ropelab_tasks::TaskKind;
 use ropelab_theory::failures::{failure_rows, FailureConfig, FailureRow, Triple};
 use ropelab_theory::format::NumberFormat;
 use ropelab_theory::schedule::Schedule;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::heads::{mean_plane, score_captured};
 use crate::purity::{purity, HeadKind, GAMMA, GAMMA_STRICT};
@@ -39,7 +39,7 @@ impl PromptScoreOptions {
 }
 
 /// One head's scores averaged over the prompts (one JSON line of `pretrained score`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PromptHead {
     /// Block.
     pub layer: usize,
@@ -159,7 +159,7 @@ impl ModelRopeOptions {
 pub const ROPE_TEXT_TOKENS: usize = 256;
 
 /// One layer's failure rates at one context length (one CSV row of `pretrained rope-stats`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LayerFailureRow {
     /// Block.
     pub layer: usize,

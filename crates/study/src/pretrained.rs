@@ -1,0 +1,106 @@
+//! The study's optional pretrained-model stage (`reproduce --pretrained`): the same lens on
+//! SmolLM2-135M, written to `pretrained/` in the study directory as the `ropelab pretrained`
+//! commands write it: every head's swap scores on both tasks' prompt versions
+//! (`score-{task}.jsonl`), both prompt tasks' accuracy per window size (`tasks-{task}.csv`) and
+//! the RoPE failure events of the model's own q and k (`rope-stats.csv`). Each file is reused
+//! when it exists.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use ropelab_analysis::lens::{
+    model_rope_failures, score_prompts, ModelRopeOptions, PromptScoreOptions,
+};
+use ropelab_analysis::swap::Tau;
+use ropelab_io::write_atomic;
+use ropelab_pretrained::tasks::accuracy_table;
+use ropelab_tasks::TaskKind;
+
+use crate::Progress;
+
+/// How much of the pretrained model the stage measures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PretrainedPlan {
+    /// Prompts whose head scores are averaged, per task.
+    pub score_prompts: usize,
+    /// Target-window sizes of the prompt tasks.
+    pub sizes: Vec<usize>,
+    /// Runs (dataset seeds) per size.
+    pub runs: usize,
+    /// Prompts per run and size.
+    pub prompts: usize,
+}
+
+impl Default for PretrainedPlan {
+    /// About three minutes on two cores: 10 prompts scored per task, 4 sizes x 3 runs x 10
+    /// prompts per task.
+    fn default() -> Self {
+        Self {
+            score_prompts: 10,
+            sizes: vec![12, 16, 32, 64],
+            runs: 3,
+            prompts: 10,
+        }
+    }
+}
+
+/// Runs the stage into `out/pretrained/` (fetching the model if needed); returns the files.
+pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result<Vec<PathBuf>> {
+    let dir = out.join("pretrained");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let scores = TaskKind::ALL.map(|t| dir.join(format!("score-{t}.jsonl")));
+    let tasks = TaskKind::ALL.map(|t| dir.join(format!("tasks-{t}.csv")));
+    let stats = dir.join("rope-stats.csv");
+    let files: Vec<PathBuf> = scores
+        .iter()
+        .chain(&tasks)
+        .chain([&stats])
+        .cloned()
+        .collect();
+    if files.iter().all(|f| f.exists()) {
+        return Ok(files);
+    }
+    let (m, tokenizer) = &ropelab_pretrained::load_smollm2(&Device::Cpu)?;
+    for (task, path) in TaskKind::ALL.into_iter().zip(&scores) {
+        if !path.exists() {
+            let stage = progress.stage(&format!("smollm2 score {task}"), plan.score_prompts as u64);
+            let options = PromptScoreOptions {
+                task,
+                size: PromptScoreOptions::SIZE,
+                prompts: plan.score_prompts,
+                tau: Tau::default(),
+            };
+            let heads = score_prompts(m, tokenizer, &options, |d| stage.set(d as u64))?;
+            let mut text = String::new();
+            for h in &heads {
+                text.push_str(&serde_json::to_string(h)?);
+                text.push('\n');
+            }
+            write_atomic(path, text.as_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    for (task, path) in TaskKind::ALL.into_iter().zip(&tasks) {
+        if !path.exists() {
+            let total = plan.sizes.len() * plan.runs * plan.prompts;
+            let stage = progress.stage(&format!("smollm2 {task} prompts"), total as u64);
+            let rows = accuracy_table(
+                m,
+                tokenizer,
+                task,
+                &plan.sizes,
+                plan.runs,
+                plan.prompts,
+                |d| stage.set(d as u64),
+            )?;
+            ropelab_io::write_csv(path, &rows)?;
+        }
+    }
+    if !stats.exists() {
+        let _stage = progress.stage("smollm2 rope stats", 0);
+        let rows = model_rope_failures(m, tokenizer, &ModelRopeOptions::default())?;
+        ropelab_io::write_csv(&stats, &rows)?;
+    }
+    Ok(files)
+}
