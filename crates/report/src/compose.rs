@@ -56,7 +56,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         sections.push(pretrained.unwrap_or_else(|| {
             let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
             s.not_run(
-                "pretrained/ holds no `ropelab pretrained` output (run `reproduce --pretrained`)",
+                "pretrained/ holds no `ropelab pretrained` output (the study's [pretrained] stage was skipped or could not fetch the model: see reproduce's output)",
             );
             s
         }));

@@ -38,6 +38,9 @@ pub struct StudyConfig {
     /// Thresholds of the verdict per claim.
     #[serde(default)]
     pub claims: Thresholds,
+    /// The same lens on the pretrained SmolLM2-135M (absent: no pretrained stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pretrained: Option<crate::pretrained::PretrainedPlan>,
 }
 
 /// How every checkpoint is scored.
@@ -295,6 +298,10 @@ impl StudyConfig {
             .failure_config()
             .check()
             .with_context(|| format!("{origin}: [theory]"))?;
+        if let Some(plan) = &config.pretrained {
+            plan.check()
+                .with_context(|| format!("{origin}: [pretrained]"))?;
+        }
         Ok(config)
     }
 
@@ -431,6 +438,9 @@ mod tests {
                 "index_theta = -1.0",
                 "theta must be positive",
             ),
+            ("sizes = [12, 32]", "sizes = [0, 32]", "[pretrained]"),
+            ("runs = 3", "runs = 0", "must be at least 1"),
+            ("prompts = 5", "prompts = 5\nmodel = \"gpt2\"", "model"),
         ] {
             assert!(QUICK.contains(from), "{from}");
             let err = format!(

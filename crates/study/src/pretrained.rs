@@ -19,8 +19,9 @@ use ropelab_tasks::TaskKind;
 
 use crate::Progress;
 
-/// How much of the pretrained model the stage measures.
-#[derive(Debug, Clone, PartialEq)]
+/// How much of the pretrained model the stage measures (the study config's `[pretrained]`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PretrainedPlan {
     /// Prompts whose head scores are averaged, per task.
     pub score_prompts: usize,
@@ -32,16 +33,18 @@ pub struct PretrainedPlan {
     pub prompts: usize,
 }
 
-impl Default for PretrainedPlan {
-    /// About three minutes on two cores: 10 prompts scored per task, 4 sizes x 3 runs x 10
-    /// prompts per task.
-    fn default() -> Self {
-        Self {
-            score_prompts: 10,
-            sizes: vec![12, 16, 32, 64],
-            runs: 3,
-            prompts: 10,
-        }
+impl PretrainedPlan {
+    /// Every count is at least 1 and there is at least one window size of at least 1.
+    pub fn check(&self) -> Result<()> {
+        anyhow::ensure!(
+            self.score_prompts > 0 && self.runs > 0 && self.prompts > 0,
+            "score_prompts, runs and prompts must be at least 1"
+        );
+        anyhow::ensure!(
+            !self.sizes.is_empty() && self.sizes.iter().all(|&s| s > 0),
+            "sizes must list at least one window size, each at least 1"
+        );
+        Ok(())
     }
 }
 
