@@ -32,6 +32,9 @@ pub enum PretrainedError {
     /// The tokenizer could not be built or used.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A request the model cannot serve (an empty prompt, more tokens than its context).
+    #[error("{0}")]
+    Input(String),
     /// A model error.
     #[error(transparent)]
     Model(#[from] ropelab_model::ModelError),

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor, D};
 use ropelab_model::attention::attend;
-use ropelab_model::{HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout};
+use ropelab_model::ops::softmax_last_dim;
+use ropelab_model::{rope, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout};
 
 use crate::gguf::{GgufFile, LlamaConfig};
 use crate::Result;
@@ -195,25 +196,157 @@ impl Llama {
         Ok((x + mlp)?)
     }
 
-    /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at `stop`.
+    /// Logits at the last of `ids` [1, new] given every earlier token in `cache`, which gains
+    /// their keys and values: [1, vocab]. Prefill passes the whole prompt once; decoding passes
+    /// one token at a time, so each new token costs O(context) instead of a whole forward.
+    /// The same function as [`Llama::forward_last`] on the concatenated sequence (no hooks).
+    pub fn forward_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, t) = ids.dims2()?;
+        if b != 1 || t == 0 {
+            return Err(crate::PretrainedError::Input(format!(
+                "a cached forward takes one sequence of at least one token, got [{b}, {t}]"
+            )));
+        }
+        if cache.layers.len() != c.n_layers {
+            *cache = KvCache::new(c.n_layers);
+        }
+        let start = cache.len;
+        let mut x = self
+            .embed
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((1, t, c.d_model))?;
+        let positions: Vec<usize> = (start..start + t).collect();
+        let rotation = self.position.rotation();
+        let angles = match &rotation {
+            Some(r) => Some(rope::angles_of(&positions, &r.freqs, &self.device)?),
+            None => None,
+        };
+        let total = start + t;
+        // Query i (position start + i) sees keys 0..=start + i.
+        let mask: Vec<f32> = (0..t)
+            .flat_map(|i| {
+                (0..total).map(move |j| {
+                    if j <= start + i {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, (t, total), &self.device)?; // [q, k]
+        let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
+        let group = nh / nkv;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (layer, blk) in self.blocks.iter().enumerate() {
+            let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
+            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
+                Ok(linear(&h, w)?
+                    .reshape((1, t, n, hd))?
+                    .transpose(1, 2)?
+                    .contiguous()?) // [1, n, t, hd]
+            };
+            let (mut q, mut k) = (heads(&blk.q, nh)?, heads(&blk.k, nkv)?);
+            if let (Some(r), Some((cos, sin))) = (&rotation, &angles) {
+                q = rope::rotate(&q, cos, sin, r.rotary_dim, r.layout)?;
+                k = rope::rotate(&k, cos, sin, r.rotary_dim, r.layout)?;
+            }
+            let v = heads(&blk.v, nkv)?;
+            let (k, v) = cache.append(layer, k, v)?; // [1, nkv, total, hd]
+                                                     // Query heads grouped by their key/value head (head h uses kv head h / group):
+                                                     // [1, nkv, group * t, hd].
+            let q = q.reshape((1, nkv, group * t, hd))?;
+            let scores = (q.matmul(&k.t()?)? * scale)?; // [1, nkv, group * t, total]
+            let scores = scores
+                .reshape((1, nkv, group, t, total))?
+                .broadcast_add(&mask)?
+                .reshape((1, nkv, group * t, total))?;
+            let z = softmax_last_dim(&scores)?.matmul(&v)?; // [1, nkv, group * t, hd]
+            let merged = z
+                .reshape((1, nh, t, hd))?
+                .transpose(1, 2)?
+                .reshape((1, t, nh * hd))?;
+            x = (x + linear(&merged, &blk.o)?)?;
+            let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
+            let gated = (linear(&h, &blk.gate)?.silu()? * linear(&h, &blk.up)?)?;
+            x = (&x + linear(&gated, &blk.down)?)?;
+        }
+        cache.len = total;
+        let last = x.narrow(1, t - 1, 1)?.squeeze(1)?;
+        let h = rms_norm(&last, &self.norm, c.rms_eps)?;
+        linear(&h, &self.unembed)
+    }
+
+    /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at `stop`. The
+    /// prompt is run once and each new token reuses the keys and values of every earlier one
+    /// ([`Llama::forward_cached`]); prompt and continuation must fit the model's context.
     pub fn generate(&self, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Vec<u32>> {
         if prompt.is_empty() {
-            return Err(crate::PretrainedError::Tokenizer(
+            return Err(crate::PretrainedError::Input(
                 "the prompt is empty: give at least one token to continue".into(),
             ));
         }
-        let mut ids = prompt.to_vec();
+        let context = self.config.context_length;
+        if prompt.len().saturating_add(max_new) > context {
+            return Err(crate::PretrainedError::Input(format!(
+                "{} prompt tokens and {max_new} new tokens exceed the model's context of {context}",
+                prompt.len()
+            )));
+        }
+        let mut cache = KvCache::new(self.config.n_layers);
+        let mut input = Tensor::from_vec(prompt.to_vec(), (1, prompt.len()), &self.device)?;
         let mut out = vec![];
         for _ in 0..max_new {
-            let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &self.device)?;
-            let logits = self.forward_last(&input, &mut Hooks::new())?;
+            let logits = self.forward_cached(&input, &mut cache)?;
             let next: u32 = logits.argmax(D::Minus1)?.to_vec1::<u32>()?[0];
             if Some(next) == stop {
                 break;
             }
-            ids.push(next);
             out.push(next);
+            input = Tensor::from_vec(vec![next], (1, 1), &self.device)?;
         }
         Ok(out)
+    }
+}
+
+/// The rotated keys and the values of every token a [`Llama`] has seen, per layer, so that
+/// the next token attends to them without recomputing them.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    /// Per layer: keys [1, kv_heads, len, head_dim] (rotated) and values, same shape.
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    /// Tokens held.
+    len: usize,
+}
+
+impl KvCache {
+    /// An empty cache for `n_layers` layers.
+    pub fn new(n_layers: usize) -> Self {
+        Self {
+            layers: vec![None; n_layers],
+            len: 0,
+        }
+    }
+
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `k`, `v` [1, kv_heads, t, hd] to layer `layer`; returns the whole keys and
+    /// values.
+    fn append(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        let joined = match self.layers[layer].take() {
+            None => (k, v),
+            Some((ck, cv)) => (Tensor::cat(&[&ck, &k], 2)?, Tensor::cat(&[&cv, &v], 2)?),
+        };
+        self.layers[layer] = Some(joined.clone());
+        Ok(joined)
     }
 }

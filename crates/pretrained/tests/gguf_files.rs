@@ -360,3 +360,75 @@ fn teacher_forced_answers_equal_greedy_decoding() {
         "{correct} of {agreed}: both outcomes must occur"
     );
 }
+
+/// Greedy decoding without a cache: the whole sequence again for every new token.
+fn generate_uncached(model: &Llama, prompt: &[u32], max_new: usize) -> Vec<u32> {
+    let mut ids = prompt.to_vec();
+    for _ in 0..max_new {
+        let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu).unwrap();
+        let logits = model.forward_last(&input, &mut Hooks::new()).unwrap();
+        let next: Vec<u32> = logits.argmax(1).unwrap().to_vec1().unwrap();
+        ids.push(next[0]);
+    }
+    ids[prompt.len()..].to_vec()
+}
+
+#[test]
+fn cached_decoding_equals_recomputing_the_whole_sequence() {
+    use ropelab_pretrained::llama::KvCache;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let n = tokens().len() as u32;
+    for prompt in [vec![2u32], vec![2, 5, 7], vec![1, 9, 10, 11, 3, 4, 8]] {
+        // Tokens: the same continuation (grouped-query attention: 2 query heads, 1 kv head).
+        assert_eq!(
+            model.generate(&prompt, 12, None).unwrap(),
+            generate_uncached(&model, &prompt, 12),
+            "{prompt:?}"
+        );
+    }
+    // Logits: prefill in two chunks, then one token at a time, against the full forward.
+    let ids: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % n).collect();
+    let full = model
+        .forward(
+            &Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu).unwrap(),
+            &mut Hooks::new(),
+        )
+        .unwrap(); // [1, pos, vocab]
+    let mut cache = KvCache::new(model.config().n_layers);
+    let mut end = 0;
+    for chunk in [5, 4, 1, 1, 1, 8] {
+        let part =
+            Tensor::from_vec(ids[end..end + chunk].to_vec(), (1, chunk), &Device::Cpu).unwrap();
+        let got: Vec<f32> = model
+            .forward_cached(&part, &mut cache)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        end += chunk;
+        assert_eq!(cache.len(), end);
+        let want: Vec<f32> = full
+            .get(0)
+            .unwrap()
+            .get(end - 1)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "position {}: {g} vs {w}",
+                end - 1
+            );
+        }
+    }
+    // Bad requests are one-line errors.
+    let err = model.generate(&[], 3, None).unwrap_err().to_string();
+    assert!(err.contains("prompt is empty"), "{err}");
+    let err = model.generate(&[2, 5], 255, None).unwrap_err().to_string();
+    assert!(err.contains("exceed the model's context of 256"), "{err}");
+}

@@ -19,6 +19,22 @@ pub enum BenchCommand {
     Rope(BenchRopeArgs),
     /// Prefill speed of the pretrained model (SmolLM2) on a prompt of --tokens tokens.
     Prefill(BenchPrefillArgs),
+    /// Greedy decoding speed of SmolLM2 with its KV cache (and, for reference, without it).
+    Decode(BenchDecodeArgs),
+}
+
+/// Arguments of `ropelab bench decode`.
+#[derive(Debug, Args)]
+pub struct BenchDecodeArgs {
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub prompt: u64,
+    /// New tokens to generate.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub new: u64,
+    /// Also time decoding without the cache (the whole sequence again per token).
+    #[arg(long)]
+    pub uncached: bool,
 }
 
 /// Arguments of `ropelab bench prefill`.
@@ -67,6 +83,7 @@ pub fn run(cmd: BenchCommand, guard: super::Guard) -> Result<()> {
         BenchCommand::Train(args) => super::bench_train::run(args, guard),
         BenchCommand::Rope(args) => bench_rope(args, guard),
         BenchCommand::Prefill(args) => bench_prefill(args),
+        BenchCommand::Decode(args) => bench_decode(args),
     }
 }
 
@@ -196,23 +213,68 @@ fn bench_rope(args: BenchRopeArgs, guard: super::Guard) -> Result<()> {
     Ok(())
 }
 
-fn bench_prefill(args: BenchPrefillArgs) -> Result<()> {
-    use candle_core::{Device, Tensor};
-    use ropelab_model::Hooks;
+/// SmolLM2 and the first `tokens` tokens of a fixed English text.
+fn smollm2_and_text(tokens: usize) -> Result<(ropelab_pretrained::llama::Llama, Vec<u32>)> {
+    use candle_core::Device;
     use ropelab_pretrained::{
         fetch::ensure_model, gguf::GgufFile, llama::Llama, tokenizer::GgufTokenizer,
     };
     let path = ensure_model()?;
     let model = Llama::load(&path, &Device::Cpu)?;
     let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path)?)?;
-    let text =
-        "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. ".repeat(64);
+    let text = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. "
+        .repeat(tokens / 16 + 4);
     let mut ids = tokenizer.encode(&text)?;
-    anyhow::ensure!(
-        ids.len() >= args.tokens as usize,
-        "the bench text is too short"
+    anyhow::ensure!(ids.len() >= tokens, "the bench text is too short");
+    ids.truncate(tokens);
+    Ok((model, ids))
+}
+
+fn bench_decode(args: BenchDecodeArgs) -> Result<()> {
+    use candle_core::{Device, Tensor, D};
+    use ropelab_model::Hooks;
+    let (model, prompt) = smollm2_and_text(args.prompt as usize)?;
+    let new = args.new as usize;
+    // Cached: prefill once, then one token per step (model.generate).
+    let start = Instant::now();
+    let out = black_box(model.generate(&prompt, new, None)?);
+    let cached = start.elapsed().as_secs_f64();
+    println!(
+        "ropelab bench decode: SmolLM2-135M (f32), {} prompt + {} new tokens, {} threads: \
+         {:.1} tokens/s with the KV cache ({:.2} s, prefill included)",
+        prompt.len(),
+        out.len(),
+        candle_core::utils::get_num_threads(),
+        out.len() as f64 / cached,
+        cached
     );
-    ids.truncate(args.tokens as usize);
+    if args.uncached {
+        let start = Instant::now();
+        let mut ids = prompt.clone();
+        for _ in 0..new {
+            let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+            let logits = model.forward_last(&input, &mut Hooks::new())?;
+            ids.push(logits.argmax(D::Minus1)?.to_vec1::<u32>()?[0]);
+        }
+        let uncached = start.elapsed().as_secs_f64();
+        anyhow::ensure!(
+            ids[prompt.len()..] == out[..],
+            "cached and uncached decoding disagree"
+        );
+        println!(
+            "  without the cache: {:.1} tokens/s ({:.2} s); the cache is {:.1}x faster, same tokens",
+            new as f64 / uncached,
+            uncached,
+            uncached / cached
+        );
+    }
+    Ok(())
+}
+
+fn bench_prefill(args: BenchPrefillArgs) -> Result<()> {
+    use candle_core::{Device, Tensor};
+    use ropelab_model::Hooks;
+    let (model, ids) = smollm2_and_text(args.tokens as usize)?;
     let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
     model.forward_last(&input, &mut Hooks::new())?;
     let mut times = vec![];
