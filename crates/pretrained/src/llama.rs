@@ -201,6 +201,24 @@ impl Llama {
     /// one token at a time, so each new token costs O(context) instead of a whole forward.
     /// The same function as [`Llama::forward_last`] on the concatenated sequence (no hooks).
     pub fn forward_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let x = self.trunk_cached(ids, cache)?; // [1, new, d_model]
+        let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
+        let h = rms_norm(&last, &self.norm, self.config.rms_eps)?;
+        linear(&h, &self.unembed)
+    }
+
+    /// Logits at every position of `ids` [1, new] given the tokens in `cache` (which gains
+    /// them): [new, vocab]. [`Llama::forward`] of the concatenated sequence, restricted to the
+    /// new positions.
+    pub fn forward_cached_all(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let x = self.trunk_cached(ids, cache)?.squeeze(0)?; // [new, d_model]
+        let h = rms_norm(&x, &self.norm, self.config.rms_eps)?;
+        linear(&h, &self.unembed)
+    }
+
+    /// The residual stream after the last block at the positions of `ids` [1, new], attending
+    /// to the keys and values in `cache` as well; appends this call's to it: [1, new, d_model].
+    fn trunk_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let c = &self.config;
         let (b, t) = ids.dims2()?;
         if b != 1 || t == 0 {
@@ -273,9 +291,7 @@ impl Llama {
             x = (&x + linear(&gated, &blk.down)?)?;
         }
         cache.len = total;
-        let last = x.narrow(1, t - 1, 1)?.squeeze(1)?;
-        let h = rms_norm(&last, &self.norm, c.rms_eps)?;
-        linear(&h, &self.unembed)
+        Ok(x)
     }
 
     /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at `stop`. The

@@ -11,7 +11,7 @@ use ropelab_model::Hooks;
 use ropelab_tasks::{prompt::prompt, TaskKind};
 use serde::{Deserialize, Serialize};
 
-use crate::llama::Llama;
+use crate::llama::{KvCache, Llama};
 use crate::tokenizer::GgufTokenizer;
 use crate::{PretrainedError, Result};
 
@@ -104,6 +104,73 @@ pub fn answers(
     Ok((ok, ids.len()))
 }
 
+/// Teacher-forced answers with the keys and values of shared prompt heads computed once: every
+/// prompt of a task opens with the same instructions and solved examples, so the head (the text
+/// up to the prompt's last line break) is run once and each prompt runs only its last line and
+/// answer. The result is [`answers`]' (a test checks it); a head that does not tokenize as a
+/// prefix of its prompt is not shared.
+pub struct SharedHeads<'a> {
+    model: &'a Llama,
+    tokenizer: &'a GgufTokenizer,
+    /// (head text, its ids, the cache after it) of the last head seen.
+    head: Option<(String, Vec<u32>, KvCache)>,
+}
+
+impl<'a> SharedHeads<'a> {
+    /// No head computed yet.
+    pub fn new(model: &'a Llama, tokenizer: &'a GgufTokenizer) -> Self {
+        Self {
+            model,
+            tokenizer,
+            head: None,
+        }
+    }
+
+    /// Whether greedy decoding after `prompt` starts with ` ` + `answer`, and the prompt's
+    /// length in tokens ([`answers`]).
+    pub fn answers(&mut self, prompt: &str, answer: &str) -> Result<(bool, usize)> {
+        let ids = self.tokenizer.encode(prompt)?;
+        let full = self.tokenizer.encode(&format!("{prompt} {answer}"))?;
+        if full.len() <= ids.len() || full[..ids.len()] != ids[..] {
+            return Err(PretrainedError::Tokenizer(format!(
+                "the answer {answer:?} does not tokenize as a continuation of the prompt"
+            )));
+        }
+        let head_text = prompt.rfind('\n').map_or("", |i| &prompt[..=i]);
+        if self.head.as_ref().is_none_or(|h| h.0 != head_text) {
+            let head_ids = self.tokenizer.encode(head_text)?;
+            let mut cache = KvCache::new(self.model.config().n_layers);
+            if !head_ids.is_empty() {
+                let input =
+                    Tensor::from_vec(head_ids.clone(), (1, head_ids.len()), self.model.device())?;
+                self.model.forward_cached(&input, &mut cache)?;
+            }
+            self.head = Some((head_text.to_owned(), head_ids, cache));
+        }
+        let (_, head_ids, head_cache) = self.head.as_ref().expect("set above");
+        // The head is shared only when the prompt's own tokens start with it.
+        let shared =
+            if !head_ids.is_empty() && head_ids.len() < ids.len() && ids.starts_with(head_ids) {
+                head_ids.len()
+            } else {
+                0
+            };
+        let mut cache = if shared > 0 {
+            head_cache.clone()
+        } else {
+            KvCache::new(self.model.config().n_layers)
+        };
+        // Positions shared..full.len() - 1 are input; the logits at ids.len() - 1 .. predict the
+        // answer's tokens.
+        let rest = &full[shared..full.len() - 1];
+        let input = Tensor::from_vec(rest.to_vec(), (1, rest.len()), self.model.device())?;
+        let logits = self.model.forward_cached_all(&input, &mut cache)?; // [rest, vocab]
+        let predicted: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
+        let ok = (ids.len()..full.len()).all(|p| predicted[p - 1 - shared] == full[p]);
+        Ok((ok, ids.len()))
+    }
+}
+
 /// Accuracy of `model` on `n` prompts per run and size.
 pub fn accuracy_table(
     model: &Llama,
@@ -116,6 +183,7 @@ pub fn accuracy_table(
 ) -> Result<Vec<SizeRow>> {
     let mut rows = vec![];
     let mut done = 0;
+    let mut shared = SharedHeads::new(model, tokenizer);
     for &size in sizes {
         let mut accs = vec![];
         let mut prompt_tokens = 0;
@@ -124,7 +192,7 @@ pub fn accuracy_table(
             for i in 0..n {
                 let p = prompt(task, size, run as u64, i)
                     .map_err(|e| PretrainedError::Tokenizer(e.to_string()))?;
-                let (ok, len) = answers(model, tokenizer, &p.prompt, &p.answer)?;
+                let (ok, len) = shared.answers(&p.prompt, &p.answer)?;
                 if run == 0 && i == 0 {
                     prompt_tokens = len;
                 }
@@ -174,11 +242,12 @@ pub fn index_accuracy(
 ) -> Result<Vec<IndexRow>> {
     let mut out = vec![];
     let mut done = 0;
+    let mut shared = SharedHeads::new(model, tokenizer);
     for &len in lengths {
         let (mut correct, mut tokens) = (0, 0);
         for i in 0..n {
             let (prompt, answer) = index_prompt(len, 0, i);
-            let (ok, t) = answers(model, tokenizer, &prompt, &answer)?;
+            let (ok, t) = shared.answers(&prompt, &answer)?;
             correct += usize::from(ok);
             tokens = t;
             done += 1;

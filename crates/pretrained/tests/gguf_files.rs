@@ -432,3 +432,32 @@ fn cached_decoding_equals_recomputing_the_whole_sequence() {
     let err = model.generate(&[2, 5], 255, None).unwrap_err().to_string();
     assert!(err.contains("exceed the model's context of 256"), "{err}");
 }
+
+#[test]
+fn shared_prompt_heads_give_the_same_answers() {
+    use ropelab_pretrained::tasks::{answers, SharedHeads};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let mut shared = SharedHeads::new(&model, &tokenizer);
+    let words = ["a", "b", "c", "ab", "1", "x"];
+    let (mut agreed, mut correct) = (0, 0);
+    // Two heads in turn (the cache follows the head), and a prompt without a line break.
+    for head in ["a b c\n1 x\n", "ab ab\n", ""] {
+        for a in words {
+            for b in words {
+                let prompt = format!("{head}{a} {b}");
+                for answer in ["a", "ab", "b", "1", "x"] {
+                    let want = answers(&model, &tokenizer, &prompt, answer).unwrap();
+                    let got = shared.answers(&prompt, answer).unwrap();
+                    assert_eq!(got, want, "{prompt:?} -> {answer:?}");
+                    agreed += 1;
+                    correct += usize::from(got.0);
+                }
+            }
+        }
+    }
+    assert!(correct > 0 && correct < agreed, "{correct} of {agreed}");
+}
