@@ -11,7 +11,7 @@ use ropelab_model::Hooks;
 use ropelab_tasks::{prompt::prompt, TaskKind};
 use serde::{Deserialize, Serialize};
 
-use crate::llama::{KvCache, Llama};
+use crate::llama::{KvCache, Llama, PREFILL_CHUNK};
 use crate::tokenizer::GgufTokenizer;
 use crate::{PretrainedError, Result};
 
@@ -160,13 +160,13 @@ impl<'a> SharedHeads<'a> {
         } else {
             KvCache::new(self.model.config().n_layers)
         };
-        // Positions shared..full.len() - 1 are input; the logits at ids.len() - 1 .. predict the
-        // answer's tokens.
+        // Positions shared..full.len() - 1 are input, fed in chunks; the logits at positions
+        // ids.len() - 1 .. full.len() - 2 predict the answer's tokens.
         let rest = &full[shared..full.len() - 1];
-        let input = Tensor::from_vec(rest.to_vec(), (1, rest.len()), self.model.device())?;
-        let logits = self.model.forward_cached_all(&input, &mut cache)?; // [rest, vocab]
+        let tail = full.len() - ids.len();
+        let logits = self.model.prefill(rest, &mut cache, PREFILL_CHUNK, tail)?; // [tail, vocab]
         let predicted: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
-        let ok = (ids.len()..full.len()).all(|p| predicted[p - 1 - shared] == full[p]);
+        let ok = (0..tail).all(|i| predicted[i] == full[ids.len() + i]);
         Ok((ok, ids.len()))
     }
 }

@@ -426,6 +426,30 @@ fn cached_decoding_equals_recomputing_the_whole_sequence() {
             );
         }
     }
+    // A prefill 3 tokens at a time with the logits of the last 4 positions.
+    let mut cache = KvCache::new(model.config().n_layers);
+    let tail: Vec<f32> = model
+        .prefill(&ids, &mut cache, 3, 4)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let want: Vec<f32> = full
+        .get(0)
+        .unwrap()
+        .narrow(0, 16, 4)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert_eq!(tail.len(), want.len());
+    for (g, w) in tail.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+    }
+    assert_eq!(cache.len(), 20);
+    assert!(model.prefill(&ids, &mut cache, 3, 0).is_err());
     // Bad requests are one-line errors.
     let err = model.generate(&[], 3, None).unwrap_err().to_string();
     assert!(err.contains("prompt is empty"), "{err}");

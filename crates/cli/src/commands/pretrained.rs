@@ -13,6 +13,7 @@ use ropelab_analysis::lens::{
 use ropelab_analysis::swap::Tau;
 use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
 use ropelab_pretrained::fetch::ensure_model;
+use ropelab_pretrained::llama::PREFILL_CHUNK;
 use ropelab_pretrained::load_smollm2;
 use ropelab_pretrained::tasks::{
     accuracy_table, index_accuracy, index_defaults, index_prompt, table_defaults,
@@ -147,8 +148,8 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             let ids = tokenizer.encode(&a.prompt)?;
             let tokens = ids.len().saturating_add(a.max_new);
             let need = Need::new().memory(
-                model.config().forward_bytes(tokens, false, 0),
-                format!("a forward pass over {tokens} tokens"),
+                model.config().cached_bytes(tokens, PREFILL_CHUNK, 1),
+                format!("a cached forward over {tokens} tokens"),
             );
             guard.check("pretrained generate", &need)?;
             let start = Instant::now();
@@ -177,8 +178,10 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             let (prompt, answer) = index_prompt(longest, 0, 0);
             let tokens = tokenizer.encode(&format!("{prompt}{answer}"))?.len();
             let need = Need::new().memory(
-                model.config().forward_bytes(tokens, true, 0),
-                format!("a forward pass over {tokens} tokens (length {longest})"),
+                model.config().cached_bytes(tokens, PREFILL_CHUNK, PREFILL_CHUNK),
+                format!(
+                    "a forward pass over {tokens} tokens (length {longest}), {PREFILL_CHUNK} at a time"
+                ),
             );
             guard.check("pretrained index-task", &need)?;
             let bar = progress(a.lengths.len() as u64 * a.n, "index prompts");
