@@ -70,17 +70,7 @@ pub fn attention_view(
     device: &Device,
 ) -> Result<AttentionView> {
     let (dir, config) = RunDir::open(root)?;
-    let steps = dir.checkpoints()?;
-    let step = match step {
-        Some(s) if steps.contains(&s) => s,
-        Some(s) => {
-            return Err(AnalysisError::Invalid(format!(
-                "{} has no checkpoint at step {s} (it has {steps:?})",
-                root.display()
-            )))
-        }
-        None => dir.latest_checkpoint()?,
-    };
+    let step = dir.checkpoint_or_latest(step)?;
     let task = Task::new(config.task, config.layout.clone())?;
     let data = Dataset::new(task.clone(), config.seed, Split::Test, config.data.test, 0)?;
     if sample >= data.len() {

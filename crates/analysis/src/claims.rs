@@ -138,6 +138,16 @@ pub struct SeedFiles {
     pub letter: Option<RunFiles>,
 }
 
+impl SeedFiles {
+    /// The run of `task` (None when missing).
+    pub fn run(&self, task: TaskKind) -> Option<&RunFiles> {
+        match task {
+            TaskKind::Number => self.number.as_ref(),
+            TaskKind::Letter => self.letter.as_ref(),
+        }
+    }
+}
+
 /// (n, delta) of a theory discrepancy CSV.
 pub type Curve = Vec<(usize, f64, f64)>;
 

@@ -108,18 +108,7 @@ pub fn length_generalisation(
         ));
     }
     let (dir, config) = RunDir::open(root)?;
-    let steps = dir.checkpoints()?;
-    let step = match options.step {
-        Some(s) if steps.contains(&s) => s,
-        Some(s) => {
-            return Err(ropelab_train::TrainError::run_dir(
-                root,
-                format!("has no checkpoint at step {s} (it has {steps:?})"),
-            )
-            .into())
-        }
-        None => dir.latest_checkpoint()?,
-    };
+    let step = dir.checkpoint_or_latest(options.step)?;
     let model = dir.load_model(step, &config, device)?;
     let task = Task::new(config.task, config.layout.clone())?;
     let n = options.samples.unwrap_or(config.data.test);

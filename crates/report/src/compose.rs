@@ -15,6 +15,7 @@ use crate::pretrained;
 use crate::{ReportError, Result};
 use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
 use ropelab_pretrained::tasks::SizeRow;
+use ropelab_tasks::TaskKind;
 
 /// The HTML report of `dir` (a study or a single run); `command` is how it was produced,
 /// shown verbatim.
@@ -144,10 +145,10 @@ fn claims_section(dir: &Path) -> Result<Section> {
 
 fn seed_sections(seed: &SeedFiles) -> Vec<Section> {
     let mut out = vec![];
-    for (task, run) in [("number", &seed.number), ("letter", &seed.letter)] {
+    for task in TaskKind::ALL {
         let id = format!("seed-{}-{task}", seed.seed);
         let title = format!("seed {}, {task} task", seed.seed);
-        match run {
+        match seed.run(task) {
             Some(files) => out.extend(run_sections(&id, &title, files)),
             None => {
                 let mut s = Section::new(id, title);
@@ -168,18 +169,8 @@ fn seeds_section(files: &StudyFiles) -> Section {
         return s;
     }
     let mut svgs = vec![];
-    for task in ["number", "letter"] {
-        let runs: Vec<&RunFiles> = files
-            .seeds
-            .iter()
-            .filter_map(|seed| {
-                if task == "number" {
-                    seed.number.as_ref()
-                } else {
-                    seed.letter.as_ref()
-                }
-            })
-            .collect();
+    for task in TaskKind::ALL {
+        let runs: Vec<&RunFiles> = files.seeds.iter().filter_map(|s| s.run(task)).collect();
         let seeds = runs.len();
         let title = format!("{task} task, {seeds} seeds");
         let scores: Vec<&[_]> = runs
@@ -532,22 +523,16 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
         }
         PlotKind::SeedsNumber | PlotKind::SeedsLetter => {
             let task = if kind == PlotKind::SeedsNumber {
-                "number"
+                TaskKind::Number
             } else {
-                "letter"
+                TaskKind::Letter
             };
             let seeds = seeds_of(dir)?;
             let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
             let runs: Vec<&[_]> = files
                 .seeds
                 .iter()
-                .filter_map(|s| {
-                    if task == "number" {
-                        s.number.as_ref()
-                    } else {
-                        s.letter.as_ref()
-                    }
-                })
+                .filter_map(|s| s.run(task))
                 .map(|r| r.scores.as_slice())
                 .filter(|l| !l.is_empty())
                 .collect();

@@ -34,6 +34,19 @@ fn accuracy_curves(lines: &[HeadStep]) -> (BTreeMap<usize, Curve>, Curve) {
     (hops, overall)
 }
 
+/// Accuracy per hop count and overall versus input length: one (length, accuracy) curve per
+/// hop count and the overall curve.
+fn length_curves(rows: &[LengthRow]) -> (BTreeMap<usize, Curve>, Curve) {
+    let mut hops: BTreeMap<usize, Curve> = BTreeMap::new();
+    for r in rows {
+        for (&h, &a) in &r.per_hop {
+            hops.entry(h).or_default().push((r.length as f64, a));
+        }
+    }
+    let overall = rows.iter().map(|r| (r.length as f64, r.accuracy)).collect();
+    (hops, overall)
+}
+
 /// Legend name of hop count `h`.
 fn hop_name(h: usize) -> String {
     format!("{h} hop{}", if h == 1 { "" } else { "s" })
@@ -264,23 +277,13 @@ pub fn purity_over_seeds(runs: &[&[HeadStep]], title: &str, gamma: f64) -> Strin
 /// Accuracy per hop count and overall versus input length over seeds (mean +- sd, clipped to
 /// [0, 1]); `runs` holds each seed's `lengthgen.csv` rows.
 pub fn length_over_seeds(runs: &[&[LengthRow]], title: &str) -> String {
-    let per_run = runs.iter().map(|rows| {
-        let mut hops: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
-        for r in rows.iter() {
-            for (&h, &a) in &r.per_hop {
-                hops.entry(h).or_default().push((r.length as f64, a));
-            }
-        }
-        hops
-    });
-    let mut series: Vec<Series> = grouped(runs.len(), per_run)
+    let curves: Vec<_> = runs.iter().map(|rows| length_curves(rows)).collect();
+    let hops = grouped(runs.len(), curves.iter().map(|c| c.0.clone()));
+    let mut series: Vec<Series> = hops
         .into_iter()
         .map(|(h, c)| band_series(&hop_name(h), &c, (0.0, 1.0)))
         .collect();
-    let overall: Vec<Vec<(f64, f64)>> = runs
-        .iter()
-        .map(|rows| rows.iter().map(|r| (r.length as f64, r.accuracy)).collect())
-        .collect();
+    let overall: Vec<Curve> = curves.into_iter().map(|c| c.1).collect();
     series.push(band_series("overall", &overall, (0.0, 1.0)).dashed());
     Chart {
         title: format!("{title}: accuracy versus input length over seeds"),
@@ -338,23 +341,12 @@ pub fn frequency_use(lines: &[HeadStep], title: &str) -> String {
 /// Accuracy per hop count and overall versus input length (the paper's Fig. 5B), from
 /// `lengthgen.csv`.
 pub fn accuracy_vs_length(rows: &[LengthRow], title: &str) -> String {
-    let mut hops: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
-    for r in rows {
-        for (&h, &a) in &r.per_hop {
-            hops.entry(h).or_default().push((r.length as f64, a));
-        }
-    }
+    let (hops, overall) = length_curves(rows);
     let mut series: Vec<Series> = hops
         .into_iter()
         .map(|(h, p)| Series::new(hop_name(h), p))
         .collect();
-    series.push(
-        Series::new(
-            "overall",
-            rows.iter().map(|r| (r.length as f64, r.accuracy)).collect(),
-        )
-        .dashed(),
-    );
+    series.push(Series::new("overall", overall).dashed());
     Chart {
         title: format!("{title}: accuracy versus input length"),
         x_label: "input length (tokens)".into(),
@@ -471,12 +463,12 @@ pub fn discrepancy(rows: &[DiscrepancyRow], title: &str) -> String {
 pub fn failure_rates(rows: &[FailureRow], rate: Rate) -> String {
     let mut bases: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for r in rows {
-        let v = match rate {
-            Rate::PositionInversion => r.position_inversion,
-            Rate::PositionAliasing => r.position_aliasing,
-            Rate::TokenInversion => r.token_inversion,
-            Rate::TokenAliasing => r.token_aliasing,
-        };
+        let v = rate.pick([
+            r.position_inversion,
+            r.position_aliasing,
+            r.token_inversion,
+            r.token_aliasing,
+        ]);
         bases
             .entry(format!("base {}", r.base))
             .or_default()
@@ -507,6 +499,17 @@ pub enum Rate {
 }
 
 impl Rate {
+    /// This event's rate among the four, given in the order position inversion, position
+    /// aliasing, token inversion, token aliasing (the failure tables' column order).
+    pub fn pick(self, rates: [f64; 4]) -> f64 {
+        match self {
+            Rate::PositionInversion => rates[0],
+            Rate::PositionAliasing => rates[1],
+            Rate::TokenInversion => rates[2],
+            Rate::TokenAliasing => rates[3],
+        }
+    }
+
     /// Every event.
     pub const ALL: [Rate; 4] = [
         Rate::PositionInversion,

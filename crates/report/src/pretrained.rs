@@ -149,12 +149,12 @@ pub fn task_accuracy(rows: &[SizeRow]) -> String {
 pub fn model_failures(rows: &[LayerFailureRow], rate: Rate) -> String {
     let mut layers: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
     for r in rows {
-        let v = match rate {
-            Rate::PositionInversion => r.position_inversion,
-            Rate::PositionAliasing => r.position_aliasing,
-            Rate::TokenInversion => r.token_inversion,
-            Rate::TokenAliasing => r.token_aliasing,
-        };
+        let v = rate.pick([
+            r.position_inversion,
+            r.position_aliasing,
+            r.token_inversion,
+            r.token_aliasing,
+        ]);
         layers
             .entry(r.layer)
             .or_default()

@@ -18,15 +18,18 @@ fn lines_of(svg: &str, color: &str) -> Vec<Vec<(f64, f64)>> {
             n.attribute("stroke")
                 .is_some_and(|s| s.eq_ignore_ascii_case(color))
         })
-        .map(|n| {
-            n.attribute("points")
-                .unwrap_or_default()
-                .split_whitespace()
-                .map(|p| {
-                    let (x, y) = p.split_once(',').unwrap();
-                    (x.parse().unwrap(), y.parse().unwrap())
-                })
-                .collect()
+        .map(points)
+        .collect()
+}
+
+/// The vertices of a `<polyline>` or `<polygon>`.
+fn points(n: roxmltree::Node) -> Vec<(f64, f64)> {
+    n.attribute("points")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|p| {
+            let (x, y) = p.split_once(',').unwrap();
+            (x.parse().unwrap(), y.parse().unwrap())
         })
         .collect()
 }
@@ -347,16 +350,7 @@ fn polygons_of(svg: &str, color: &str) -> Vec<Vec<(f64, f64)>> {
             n.attribute("fill")
                 .is_some_and(|s| s.eq_ignore_ascii_case(color))
         })
-        .map(|n| {
-            n.attribute("points")
-                .unwrap_or_default()
-                .split_whitespace()
-                .map(|p| {
-                    let (x, y) = p.split_once(',').unwrap();
-                    (x.parse().unwrap(), y.parse().unwrap())
-                })
-                .collect()
-        })
+        .map(points)
         .collect()
 }
 

@@ -7,7 +7,7 @@ use ropelab_tasks::{Dataset, Split, Task};
 use serde::Serialize;
 
 use crate::data::{evaluate, Accuracy};
-use crate::{Result, RunDir, TrainError};
+use crate::{Result, RunDir};
 
 /// The result of `ropelab eval`.
 #[derive(Debug, Clone, Serialize)]
@@ -49,17 +49,7 @@ pub fn eval_checkpoint(
     device: &Device,
 ) -> Result<EvalReport> {
     let (dir, config) = RunDir::open(root)?;
-    let steps = dir.checkpoints()?;
-    let step = match step {
-        Some(s) if steps.contains(&s) => s,
-        Some(s) => {
-            return Err(TrainError::run_dir(
-                root,
-                format!("has no checkpoint at step {s} (it has {steps:?})"),
-            ))
-        }
-        None => dir.latest_checkpoint()?,
-    };
+    let step = dir.checkpoint_or_latest(step)?;
     let model = dir.load_model(step, &config, device)?;
     let task = Task::new(config.task, config.layout.clone())?;
     let n = n.unwrap_or(config.data.test);

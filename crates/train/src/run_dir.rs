@@ -140,6 +140,25 @@ impl RunDir {
             .ok_or_else(|| TrainError::run_dir(&self.root, "has no checkpoints"))
     }
 
+    /// Checkpoint `step` when given (an error naming the steps there are when it is not one),
+    /// else the latest.
+    pub fn checkpoint_or_latest(&self, step: Option<usize>) -> Result<usize> {
+        match step {
+            None => self.latest_checkpoint(),
+            Some(s) => {
+                let steps = self.checkpoints()?;
+                if steps.contains(&s) {
+                    Ok(s)
+                } else {
+                    Err(TrainError::run_dir(
+                        &self.root,
+                        format!("has no checkpoint at step {s} (it has {steps:?})"),
+                    ))
+                }
+            }
+        }
+    }
+
     /// Writes checkpoint `step` atomically (a previous one of the same step is replaced).
     pub fn save_checkpoint(
         &self,
