@@ -176,21 +176,24 @@ impl Browser {
         }
         let port = port.expect("chromium wrote DevToolsActivePort");
         // The page's WebSocket address from the target list (one HTTP/1.1 GET).
+        // The target showing our file (it can be about:blank for a moment first).
         let mut url = None;
-        for _ in 0..100 {
+        for _ in 0..300 {
             let targets = http_get_json(port, "/json/list");
             url = targets
                 .as_array()
                 .into_iter()
                 .flatten()
-                .find(|t| t["type"] == "page")
+                .find(|t| {
+                    t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.starts_with("file:"))
+                })
                 .and_then(|t| t["webSocketDebuggerUrl"].as_str().map(str::to_owned));
             if url.is_some() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let url = url.expect("a page target");
+        let url = url.expect("a page target showing the report");
         let (socket, _) = tungstenite::connect(url.as_str()).expect("the page's WebSocket");
         let mut browser = Browser {
             child,
@@ -222,6 +225,17 @@ impl Browser {
             }
             self.events.push(v);
         }
+    }
+
+    /// Polls `expression` until it is true (up to 30 s); panics naming `what` if it never is.
+    fn wait_for(&mut self, expression: &str, what: &str) {
+        for _ in 0..600 {
+            if self.eval(expression) == json!(true) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what} ({expression})");
     }
 
     /// The value of a JavaScript expression in the page.
@@ -309,12 +323,13 @@ fn the_attention_viewer_follows_the_mouse() {
     let n = view["tokens"].as_array().unwrap().len();
 
     let mut browser = Browser::open(&page, &dir.path().join("profile"));
-    for _ in 0..100 {
-        if browser.eval("document.readyState") == "complete" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // The first page target can still be about:blank (itself "complete") while the report
+    // loads: wait for the report's own document, fully loaded.
+    browser.wait_for(
+        "location.protocol === 'file:' && document.readyState === 'complete' \
+         && document.querySelector('.attn') !== null",
+        "the report loaded with its attention viewer",
+    );
     let query =
         |b: &mut Browser| b.eval("document.querySelector('.attn').getAttribute('data-query')");
     assert_eq!(
