@@ -68,7 +68,7 @@ impl ScoreOptions {
         let batch = usize::try_from(fit)
             .unwrap_or(usize::MAX)
             .clamp(1, self.samples.max(1));
-        let planes = m.layer_position(0).rotation().map_or(0, |r| r.freqs.len());
+        let planes = m.layer_position(0).rotation().map_or(0, |r| r.planes());
         let lines = bytes(&[checkpoints, m.n_layers, m.n_heads]);
         let line = LINE_BYTES + PLANE_LINE_BYTES * planes;
         inference_need(m, len, EVAL_MEMORY)

@@ -35,16 +35,18 @@ impl HeadView {
         self.q.len()
     }
 
-    /// The query rotated back by `shift` positions: R(shift) q (identity without RoPE).
-    fn rotated_query(&self, shift: usize) -> Vec<f64> {
+    /// The query as key position `a` sees it: `R(a)^T G^2 R(n) q`, so that its dot product with
+    /// the pre-rotation key at `a` is the rotated logit (G: the planes' gains). For plain RoPE
+    /// this is `R(n - a) q`; absolute angles also cover periodic tables and masked planes.
+    /// Identity without a rotation.
+    fn query_against(&self, a: usize) -> Vec<f64> {
         let mut out = self.q.clone();
         if let Some(r) = self.encoding.rotation() {
-            let (sin, cos): (Vec<f64>, Vec<f64>) = r
-                .freqs
-                .iter()
-                .map(|&g| (shift as f64 * g).sin_cos())
-                .unzip();
-            rotate_planes(&mut out, &r.pairs(), &cos, &sin, false);
+            let pairs = r.pairs();
+            let (cos, sin) = r.cos_sin_at(self.n());
+            rotate_planes(&mut out, &pairs, &cos, &sin, false);
+            let (cos, sin) = r.cos_sin_at(a);
+            rotate_planes(&mut out, &pairs, &cos, &sin, true);
         }
         out
     }
@@ -62,7 +64,7 @@ impl HeadView {
         let n = self.n();
         (0..n)
             .map(|a| {
-                let rq = self.rotated_query(n - a);
+                let rq = self.query_against(a);
                 (0..n)
                     .map(|b| self.scale * self.dot(&rq, &self.keys[b]))
                     .collect()
@@ -75,7 +77,7 @@ impl HeadView {
     pub fn logits(&self) -> Vec<f64> {
         let n = self.n();
         (0..=n)
-            .map(|a| self.scale * self.dot(&self.rotated_query(n - a), &self.keys[a]))
+            .map(|a| self.scale * self.dot(&self.query_against(a), &self.keys[a]))
             .collect()
     }
 
@@ -87,7 +89,7 @@ impl HeadView {
     /// Contribution of each plane to the logit of the key content at `b` placed at `a`
     /// (planes follow the head's layout; unrotated dims pair up after rotary_dim).
     pub fn plane_contributions(&self, a: usize, b: usize) -> Vec<f64> {
-        let rq = self.rotated_query(self.n() - a);
+        let rq = self.query_against(a);
         (0..self.d_head() / 2)
             .map(|p| {
                 let (i, j) = self.encoding.plane_dims(p);

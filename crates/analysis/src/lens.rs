@@ -307,11 +307,7 @@ mod tests {
     /// Both layouts give the same theory vector for the same planes.
     #[test]
     fn theory_vectors_follow_the_models_plane_layout() {
-        let rope = |layout| PositionEncoding::Rope {
-            base: 10_000.0,
-            rotary_dim: 4,
-            layout,
-        };
+        let rope = |layout| PositionEncoding::rope(10_000.0, 4, layout);
         let planes = |p: &PositionEncoding| (0..2).map(|i| p.plane_dims(i)).collect::<Vec<_>>();
         // Plane 0 = (1, 2), plane 1 = (3, 4) in each layout's own dim order.
         let interleaved = [1.0f32, 2.0, 3.0, 4.0];

@@ -17,11 +17,7 @@ fn positional_head(n: usize, sharpness: f64) -> HeadView {
     HeadView {
         q: vec![sharpness, 0.0],
         keys: vec![vec![1.0, 0.0]; n + 1],
-        encoding: PositionEncoding::Rope {
-            base: 1.0,
-            rotary_dim: 2,
-            layout: RopeLayout::Interleaved,
-        },
+        encoding: PositionEncoding::rope(1.0, 2, RopeLayout::Interleaved),
         scale: 1.0,
         dims: None,
     }
@@ -126,11 +122,7 @@ fn random_model(position: PositionEncoding, n_heads: usize, seed: u64) -> GptJ {
 fn fast_path_agrees_with_rerunning_the_block() {
     let encodings = [
         PositionEncoding::gptj(8),
-        PositionEncoding::Rope {
-            base: 37.0,
-            rotary_dim: 4,
-            layout: RopeLayout::HalfSplit,
-        },
+        PositionEncoding::rope(37.0, 4, RopeLayout::HalfSplit),
         PositionEncoding::None,
     ];
     let mut rng = ChaCha8Rng::seed_from_u64(5);
@@ -226,11 +218,7 @@ fn projection_heads_see_one_plane() {
     let head = HeadView {
         q: vec![30.0, 0.0, 30.0, 0.0],
         keys,
-        encoding: PositionEncoding::Rope {
-            base: 1.0,
-            rotary_dim: 2,
-            layout: RopeLayout::Interleaved,
-        },
+        encoding: PositionEncoding::rope(1.0, 2, RopeLayout::Interleaved),
         scale: 1.0,
         dims: None,
     };

@@ -30,7 +30,7 @@ pub fn attend(
         None => (q, k),
         Some(r) => {
             let positions: Vec<usize> = (0..t).collect();
-            let (cos, sin) = rope::angles_of(&positions, &r.freqs, &device)?;
+            let (cos, sin) = rope::angles_of(&positions, &r, &device)?;
             let (cos, sin) = (cos.to_dtype(q.dtype())?, sin.to_dtype(q.dtype())?);
             (
                 rope::rotate(&q, &cos, &sin, r.rotary_dim, r.layout)?,

@@ -2,143 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ModelError, Result};
-
-/// Which dimensions of a head a rotary plane pairs up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RopeLayout {
-    /// GPT-J: plane k is dims (2k, 2k + 1).
-    Interleaved,
-    /// NeoX / Llama: plane k is dims (k, k + rotary_dim / 2).
-    HalfSplit,
-}
-
-/// How a layer encodes positions. One enum so that further schedules (learned absolute,
-/// sinusoidal, periodic lookup tables) are each one more variant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum PositionEncoding {
-    /// No position encoding (NoPE): logits depend on content only.
-    None,
-    /// Rotary: plane k of the first `rotary_dim` dims of q and k is rotated by
-    /// `pos * base^(-2k / rotary_dim)`; the other dims pass through.
-    Rope {
-        /// Frequency base (10,000 in GPT-J).
-        base: f64,
-        /// Number of rotated dims (even, at most d_head).
-        rotary_dim: usize,
-        /// Which dims form a plane.
-        layout: RopeLayout,
-    },
-    /// Rotary with explicit plane frequencies: plane k of the first `2 * thetas.len()` dims
-    /// turns by `pos * thetas[k]` (e.g. the single-angle heads of the theory).
-    Angles {
-        /// Radians per position, one per plane.
-        thetas: Vec<f64>,
-        /// Which dims form a plane.
-        layout: RopeLayout,
-    },
-}
-
-/// The rotation a position encoding applies to q and k.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rotation {
-    /// Radians per position of each rotated plane.
-    pub freqs: Vec<f64>,
-    /// Number of rotated dims (2 per plane).
-    pub rotary_dim: usize,
-    /// Which dims form a plane.
-    pub layout: RopeLayout,
-}
-
-impl Rotation {
-    /// The dims (i, j) of every rotated plane, in plane order.
-    pub fn pairs(&self) -> Vec<(usize, usize)> {
-        (0..self.freqs.len())
-            .map(|p| crate::rope::plane_dims(self.layout, self.rotary_dim, p))
-            .collect()
-    }
-}
-
-impl PositionEncoding {
-    /// GPT-J's default: base 10,000, interleaved, `rotary_dim` dims.
-    pub fn gptj(rotary_dim: usize) -> Self {
-        PositionEncoding::Rope {
-            base: 10_000.0,
-            rotary_dim,
-            layout: RopeLayout::Interleaved,
-        }
-    }
-
-    /// The rotation applied to q and k, or `None` without position encoding.
-    pub fn rotation(&self) -> Option<Rotation> {
-        match self {
-            PositionEncoding::None => None,
-            PositionEncoding::Rope {
-                base,
-                rotary_dim,
-                layout,
-            } => Some(Rotation {
-                freqs: crate::rope::frequencies(*base, *rotary_dim),
-                rotary_dim: *rotary_dim,
-                layout: *layout,
-            }),
-            PositionEncoding::Angles { thetas, layout } => Some(Rotation {
-                freqs: thetas.clone(),
-                rotary_dim: 2 * thetas.len(),
-                layout: *layout,
-            }),
-        }
-    }
-
-    /// The two dims of plane `plane` (rotated planes follow the layout; the remaining dims pair
-    /// up consecutively).
-    pub fn plane_dims(&self, plane: usize) -> (usize, usize) {
-        match self.rotation() {
-            Some(r) => crate::rope::plane_dims(r.layout, r.rotary_dim, plane),
-            None => (2 * plane, 2 * plane + 1),
-        }
-    }
-
-    fn check(&self, d_head: usize) -> Result<()> {
-        if let PositionEncoding::Angles { thetas, .. } = self {
-            if thetas.is_empty() || thetas.iter().any(|t| !t.is_finite()) {
-                return Err(ModelError::Config(
-                    "angles must list at least one finite angle".into(),
-                ));
-            }
-            if 2 * thetas.len() > d_head {
-                return Err(ModelError::Config(format!(
-                    "{} angles rotate {} dims, more than d_head {d_head}",
-                    thetas.len(),
-                    2 * thetas.len()
-                )));
-            }
-        }
-        if let PositionEncoding::Rope {
-            base, rotary_dim, ..
-        } = *self
-        {
-            if !(base.is_finite() && base > 0.0) {
-                return Err(ModelError::Config(format!(
-                    "rope base must be positive and finite, got {base}"
-                )));
-            }
-            if rotary_dim == 0 || rotary_dim % 2 != 0 {
-                return Err(ModelError::Config(format!(
-                    "rotary_dim must be even and at least 2, got {rotary_dim}"
-                )));
-            }
-            if rotary_dim > d_head {
-                return Err(ModelError::Config(format!(
-                    "rotary_dim {rotary_dim} is larger than d_head {d_head}"
-                )));
-            }
-        }
-        Ok(())
-    }
-}
+use crate::{ModelError, PositionEncoding, Result};
 
 /// Sizes and regularisation of a GPT-J-style decoder.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +49,20 @@ impl ModelConfig {
         self.layer_positions.get(layer).unwrap_or(&self.position)
     }
 
+    /// The absolute encoding added to the embeddings (the model-wide `position` when it is
+    /// `sinusoidal`, `periodic_sinusoidal` or `learned`).
+    pub fn absolute(&self) -> Option<&PositionEncoding> {
+        self.position.is_absolute().then_some(&self.position)
+    }
+
+    /// Rows of the learned position table (`transformer.wpe.weight`), if the model has one.
+    pub fn learned_positions(&self) -> Option<usize> {
+        match self.position {
+            PositionEncoding::Learned { max_len, .. } => Some(max_len),
+            _ => None,
+        }
+    }
+
     /// Checks every value; the error names the first bad one.
     pub fn check(&self) -> Result<()> {
         let bad = |m: String| Err(ModelError::Config(m));
@@ -222,9 +100,18 @@ impl ModelConfig {
                 self.n_layers
             ));
         }
-        self.position.check(self.d_head())?;
-        for p in &self.layer_positions {
-            p.check(self.d_head())?;
+        self.position
+            .check(self.d_model, self.d_head(), "position")?;
+        for (l, p) in self.layer_positions.iter().enumerate() {
+            let key = format!("layer_positions[{l}]");
+            if p.is_absolute() {
+                return bad(format!(
+                    "{key}: a {} encoding is added to the embeddings once; set it as the \
+                     model's `position`, not per layer",
+                    p.kind()
+                ));
+            }
+            p.check(self.d_model, self.d_head(), &key)?;
         }
         Ok(())
     }
@@ -248,6 +135,7 @@ impl ModelConfig {
         };
         let total = [
             bytes(&[v, d]),
+            bytes(&[self.learned_positions().unwrap_or(0), d]),
             per_layer.saturating_mul(self.n_layers as u64),
             bytes(&[2, d]),
             unembed,
@@ -259,12 +147,17 @@ impl ModelConfig {
     }
 
     /// Whether `transformers.GPTJForCausalLM` computes exactly this model: every layer uses
-    /// interleaved RoPE with base 10,000 and the same rotary_dim, and embeddings are untied.
+    /// interleaved, unmasked RoPE with base 10,000 and the same rotary_dim, and embeddings are
+    /// untied.
     pub fn hf_exact(&self) -> bool {
         let first = self.layer_position(0);
+        let gptj = |p: &PositionEncoding| match p {
+            PositionEncoding::Rope { rotary_dim, .. } => *p == PositionEncoding::gptj(*rotary_dim),
+            _ => false,
+        };
         !self.tied_embeddings
             && (0..self.n_layers).all(|l| self.layer_position(l) == first)
-            && matches!(first, PositionEncoding::Rope { base, layout: RopeLayout::Interleaved, .. } if *base == 10_000.0)
+            && gptj(first)
     }
 }
 

@@ -183,6 +183,9 @@ impl GptJ {
         let wte = self.param(&self.vars[self.layout.outer().wte]);
         let emb = wte.index_select(&ids.flatten_all()?, 0)?;
         let mut x = emb.reshape((b, t, c.d_model))?;
+        if let Some(pe) = self.absolute_positions(t)? {
+            x = x.broadcast_add(&pe)?; // + [pos, d_model]
+        }
         if let Some(d) = dropout.as_deref_mut() {
             x = d.apply(&x)?;
         }
@@ -190,6 +193,28 @@ impl GptJ {
             x = self.block(layer, &x, hooks, dropout.as_deref_mut())?;
         }
         Ok(x)
+    }
+
+    /// The absolute position vectors added to the embeddings at positions 0..t, [t, d_model]
+    /// (`None` when the model has no absolute encoding). A learned table is read through the
+    /// encoding's rule for positions beyond `max_len` (an error, or clamped).
+    fn absolute_positions(&self, t: usize) -> Result<Option<Tensor>> {
+        let c = &self.config;
+        let Some(encoding) = c.absolute() else {
+            return Ok(None);
+        };
+        if let Some(table) = encoding.sinusoid_table(c.d_model, 0..t) {
+            let pe = Tensor::from_vec(table, (t, c.d_model), &self.device)?;
+            return Ok(Some(pe.to_dtype(self.dtype())?));
+        }
+        let wpe = self.layout.outer().wpe.ok_or_else(|| {
+            crate::ModelError::Config("a learned position encoding without its table".into())
+        })?;
+        let rows = (0..t)
+            .map(|p| Ok(encoding.learned_row(p)?.unwrap_or(0) as u32))
+            .collect::<Result<Vec<u32>>>()?;
+        let rows = Tensor::from_vec(rows, t, &self.device)?;
+        Ok(Some(self.param(&self.vars[wpe]).index_select(&rows, 0)?))
     }
 
     /// Final LayerNorm and unembedding: [..., d_model] -> [..., vocab].

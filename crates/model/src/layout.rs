@@ -138,6 +138,9 @@ impl<T> BlockParams<T> {
 pub struct OuterParams<T> {
     /// transformer.wte.weight [vocab, d_model]
     pub wte: T,
+    /// transformer.wpe.weight [max_len, d_model]: the learned absolute position table, only
+    /// with a `learned` position encoding.
+    pub wpe: Option<T>,
     /// transformer.ln_f.weight `[d_model]`
     pub ln_f_w: T,
     /// transformer.ln_f.bias `[d_model]`
@@ -153,6 +156,7 @@ impl<T> OuterParams<T> {
     pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> OuterParams<U> {
         OuterParams {
             wte: f(&self.wte),
+            wpe: self.wpe.as_ref().map(&mut f),
             ln_f_w: f(&self.ln_f_w),
             ln_f_b: f(&self.ln_f_b),
             lm_head_w: self.lm_head_w.as_ref().map(&mut f),
@@ -175,12 +179,16 @@ pub struct GptjLayout {
 }
 
 impl GptjLayout {
-    /// The layout of `config`'s parameters: the embedding, each block's ten tensors, the final
-    /// LayerNorm and the unembedding (its weight only when untied).
+    /// The layout of `config`'s parameters: the embedding (and the learned position table, if
+    /// any), each block's ten tensors, the final LayerNorm and the unembedding (its weight only
+    /// when untied).
     pub fn new(config: &ModelConfig) -> Self {
         let (v, d, m) = (config.vocab_size, config.d_model, config.d_mlp);
         let mut p = ParamLayout::new();
         let wte = p.push("transformer.wte.weight", vec![v, d], true);
+        let wpe = config
+            .learned_positions()
+            .map(|rows| p.push("transformer.wpe.weight", vec![rows, d], true));
         let blocks = (0..config.n_layers)
             .map(|i| {
                 let mut push = |suffix: &str, shape: Vec<usize>, decay| {
@@ -210,6 +218,7 @@ impl GptjLayout {
             blocks,
             outer: OuterParams {
                 wte,
+                wpe,
                 ln_f_w,
                 ln_f_b,
                 lm_head_w,

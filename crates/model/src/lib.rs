@@ -16,10 +16,14 @@ pub mod hooks;
 pub mod kernel;
 pub mod layout;
 pub mod ops;
+mod position;
 pub mod rope;
 
-pub use config::{ModelConfig, PositionEncoding, RopeLayout, Rotation};
+pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use gptj::{argmax_last, GptJ};
 pub use hooks::{Ablation, HookKind, HookPoint, Hooks, Intervention};
 pub use layout::{BlockParams, GptjLayout, OuterParams, ParamLayout, ParamSpec};
+pub use position::{
+    Beyond, PeriodicTables, PlaneMask, PlaneMode, PositionEncoding, RopeLayout, Rotation, Turn,
+};

@@ -5,7 +5,7 @@ use std::ops::{Add, Mul, Neg, Sub};
 
 use candle_core::{Device, Tensor, D};
 
-use crate::{Result, RopeLayout};
+use crate::{Result, RopeLayout, Rotation};
 
 /// Plane frequencies g_k = base^(-2k / rotary_dim), k = 0 .. rotary_dim / 2 - 1.
 pub fn frequencies(base: f64, rotary_dim: usize) -> Vec<f64> {
@@ -14,28 +14,15 @@ pub fn frequencies(base: f64, rotary_dim: usize) -> Vec<f64> {
         .collect()
 }
 
-/// cos and sin of `pos * freqs[k]` for each position (rows) and plane (columns), computed in
-/// f64 for any position (no table length) and rounded once to f32: flat [positions, planes].
-/// The one angle table of the crate (the candle path and the fused kernel both use it).
-pub fn sin_cos_table(
-    positions: impl IntoIterator<Item = usize>,
-    freqs: &[f64],
-) -> (Vec<f32>, Vec<f32>) {
-    let (mut cos, mut sin) = (Vec::new(), Vec::new());
-    for p in positions {
-        for &g in freqs {
-            let (s, c) = (p as f64 * g).sin_cos();
-            cos.push(c as f32);
-            sin.push(s as f32);
-        }
-    }
-    (cos, sin)
-}
-
-/// cos and sin of `pos * freqs[k]` as tensors [positions, freqs.len()] each.
-pub fn angles_of(positions: &[usize], freqs: &[f64], device: &Device) -> Result<(Tensor, Tensor)> {
-    let (cos, sin) = sin_cos_table(positions.iter().copied(), freqs);
-    let shape = (positions.len(), freqs.len());
+/// `gain * cos` and `gain * sin` of `rotation`'s angles as tensors [positions, planes] each
+/// (from [`Rotation::table`]: f64 angles rounded once).
+pub fn angles_of(
+    positions: &[usize],
+    rotation: &Rotation,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let (cos, sin) = rotation.table(positions.iter().copied());
+    let shape = (positions.len(), rotation.planes());
     Ok((
         Tensor::from_vec(cos, shape, device)?,
         Tensor::from_vec(sin, shape, device)?,
@@ -139,7 +126,10 @@ mod tests {
                     .collect();
                 let x = Tensor::from_vec(data.clone(), (b, h, t, d_head), &dev).unwrap();
                 let positions: Vec<usize> = (0..t).map(|p| p * 37 + 1000).collect();
-                let (cos, sin) = angles_of(&positions, &frequencies(500.0, rd), &dev).unwrap();
+                let rotation = crate::PositionEncoding::rope(500.0, rd, layout)
+                    .rotation()
+                    .unwrap();
+                let (cos, sin) = angles_of(&positions, &rotation, &dev).unwrap();
                 let y = rotate(&x, &cos, &sin, rd, layout).unwrap();
                 let y: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
                 for row in 0..b * h * t {

@@ -66,11 +66,7 @@ fn the_comparison_detects_a_wrong_rotary_layout() {
     let dev = Device::Cpu;
     let dir = fixture("partial_rotary");
     let mut config = config_from_hf(&dir);
-    config.position = PositionEncoding::Rope {
-        base: 10_000.0,
-        rotary_dim: 8,
-        layout: ropelab_model::RopeLayout::HalfSplit,
-    };
+    config.position = PositionEncoding::rope(10_000.0, 8, ropelab_model::RopeLayout::HalfSplit);
     let model = load_weights(config, &dir.join("model.safetensors"), &dev).unwrap();
     let cases = load_tensors(&dir.join("cases.safetensors"), &dev).unwrap();
     let ids = cases["ids_17"].to_dtype(DType::U32).unwrap();

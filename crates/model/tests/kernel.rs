@@ -9,7 +9,9 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
 use ropelab_model::kernel::{FlatParams, FusedStep};
 use ropelab_model::ops::{cross_entropy, Dropout};
-use ropelab_model::{GptJ, Hooks, ModelConfig, PositionEncoding, RopeLayout};
+use ropelab_model::{
+    Beyond, GptJ, Hooks, ModelConfig, PeriodicTables, PositionEncoding, RopeLayout,
+};
 
 fn config(
     n_layers: usize,
@@ -120,11 +122,7 @@ fn interleaved_partial_rotary_odd_lengths() {
 
 #[test]
 fn half_split_full_rotary_with_dropout() {
-    let pos = PositionEncoding::Rope {
-        base: 100.0,
-        rotary_dim: 8,
-        layout: RopeLayout::HalfSplit,
-    };
+    let pos = PositionEncoding::rope(100.0, 8, RopeLayout::HalfSplit);
     let mut c = config(2, 1, 8, pos);
     c.dropout = 0.2;
     check(&c, 4, 9, 0.2, 3);
@@ -135,20 +133,98 @@ fn half_split_full_rotary_with_dropout() {
 fn mixed_layers_angles_nope_and_tied_embeddings() {
     let mut c = config(3, 2, 12, PositionEncoding::None);
     c.layer_positions = vec![
-        PositionEncoding::Angles {
-            thetas: vec![0.9, 0.01],
-            layout: RopeLayout::Interleaved,
-        },
+        PositionEncoding::angles(vec![0.9, 0.01], RopeLayout::Interleaved),
         PositionEncoding::None,
-        PositionEncoding::Rope {
-            base: 10_000.0,
-            rotary_dim: 2,
-            layout: RopeLayout::HalfSplit,
-        },
+        PositionEncoding::rope(10_000.0, 2, RopeLayout::HalfSplit),
     ];
     c.tied_embeddings = true;
     c.dropout = 0.1;
     check(&c, 3, 11, 0.1, 5);
+}
+
+#[test]
+fn plane_masks_and_periodic_tables() {
+    let mut c = config(3, 2, 16, PositionEncoding::None);
+    c.layer_positions = vec![
+        PositionEncoding::Rope {
+            base: 100.0,
+            rotary_dim: 8,
+            layout: RopeLayout::Interleaved,
+            planes: "RZKR".parse().unwrap(),
+        },
+        PositionEncoding::Periodic {
+            periods: vec![2, 3, 5],
+            tables: PeriodicTables::default(),
+            layout: RopeLayout::HalfSplit,
+            planes: "RRZ".parse().unwrap(),
+        },
+        PositionEncoding::Periodic {
+            periods: vec![3, 1],
+            tables: PeriodicTables::Explicit(vec![vec![0.1, 2.0, -1.0], vec![0.7]]),
+            layout: RopeLayout::Interleaved,
+            planes: Default::default(),
+        },
+    ];
+    check(&c, 3, 9, 0.0, 11);
+    c.dropout = 0.1;
+    check(&c, 2, 7, 0.1, 12);
+}
+
+#[test]
+fn absolute_encodings_sinusoidal_periodic_and_learned() {
+    let absolute = [
+        PositionEncoding::Sinusoidal { base: 10_000.0 },
+        PositionEncoding::PeriodicSinusoidal {
+            periods: vec![2, 7, 3],
+            tables: PeriodicTables::default(),
+        },
+        PositionEncoding::Learned {
+            max_len: 9,
+            beyond: Beyond::Error,
+        },
+        PositionEncoding::Learned {
+            max_len: 4,
+            beyond: Beyond::Clamp,
+        },
+    ];
+    for (i, position) in absolute.into_iter().enumerate() {
+        let mut c = config(2, 2, 16, position);
+        // The blocks may still rotate: NoPE and RoPE layers on top of the absolute encoding.
+        c.layer_positions = vec![PositionEncoding::None, PositionEncoding::gptj(4)];
+        check(&c, 3, 9, 0.0, 20 + i as u64);
+        c.dropout = 0.2;
+        check(&c, 2, 5, 0.2, 30 + i as u64);
+    }
+}
+
+#[test]
+fn a_learned_table_refuses_longer_inputs_unless_it_clamps() {
+    let c = config(
+        1,
+        1,
+        8,
+        PositionEncoding::Learned {
+            max_len: 4,
+            beyond: Beyond::Error,
+        },
+    );
+    let err = FusedStep::new(&c, 2, 5).unwrap_err().to_string();
+    assert!(
+        err.contains("position 4") && err.contains("max_len 4"),
+        "{err}"
+    );
+    let model = GptJ::new(c, 0, &Device::Cpu).unwrap();
+    let ids = Tensor::from_vec(vec![1u32; 5], (1, 5), &Device::Cpu).unwrap();
+    let err = model
+        .forward(&ids, &mut Hooks::new(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("beyond the learned position encoding"),
+        "{err}"
+    );
+    let short = Tensor::from_vec(vec![1u32; 4], (1, 4), &Device::Cpu).unwrap();
+    assert!(model.forward(&short, &mut Hooks::new(), None).is_ok());
 }
 
 #[test]

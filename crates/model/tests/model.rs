@@ -5,8 +5,8 @@ use candle_core::{backprop::GradStore, DType, Device, Tensor, Var};
 use ropelab_model::checkpoint::{hf_config, load_weights, save_weights};
 use ropelab_model::ops::{cross_entropy, Dropout};
 use ropelab_model::{
-    Ablation, GptJ, HookKind, HookPoint, Hooks, Intervention, ModelConfig, PositionEncoding,
-    RopeLayout,
+    Ablation, Beyond, GptJ, HookKind, HookPoint, Hooks, Intervention, ModelConfig, PeriodicTables,
+    PositionEncoding, RopeLayout,
 };
 
 /// Reductions the tests read as plain numbers.
@@ -76,12 +76,29 @@ fn gradients_match_finite_differences_in_f64() {
     let dev = Device::Cpu;
     let configs = [
         tiny(PositionEncoding::gptj(2)),
-        tiny(PositionEncoding::Rope {
-            base: 100.0,
-            rotary_dim: 4,
-            layout: RopeLayout::HalfSplit,
-        }),
+        tiny(PositionEncoding::rope(100.0, 4, RopeLayout::HalfSplit)),
         tiny(PositionEncoding::None),
+        tiny(PositionEncoding::Rope {
+            base: 10.0,
+            rotary_dim: 4,
+            layout: RopeLayout::Interleaved,
+            planes: "ZR".parse().unwrap(),
+        }),
+        tiny(PositionEncoding::Periodic {
+            periods: vec![3, 2],
+            tables: PeriodicTables::default(),
+            layout: RopeLayout::HalfSplit,
+            planes: "RK".parse().unwrap(),
+        }),
+        tiny(PositionEncoding::Sinusoidal { base: 100.0 }),
+        tiny(PositionEncoding::PeriodicSinusoidal {
+            periods: vec![4],
+            tables: PeriodicTables::Explicit(vec![vec![0.0, 1.0, 2.5, -0.5]]),
+        }),
+        tiny(PositionEncoding::Learned {
+            max_len: 4,
+            beyond: Beyond::Clamp,
+        }),
     ];
     for config in configs {
         let model = GptJ::new(config.clone(), 3, &dev)

@@ -94,11 +94,7 @@ impl Llama {
         } else {
             embed.clone() // tied embeddings
         })?;
-        let position = PositionEncoding::Rope {
-            base: c.rope_base,
-            rotary_dim: c.rope_dim,
-            layout: RopeLayout::Interleaved,
-        };
+        let position = PositionEncoding::rope(c.rope_base, c.rope_dim, RopeLayout::Interleaved);
         Ok(Self {
             config: c,
             embed,
@@ -241,7 +237,7 @@ impl Llama {
         let positions: Vec<usize> = (start..start + t).collect();
         let rotation = self.position.rotation();
         let angles = match &rotation {
-            Some(r) => Some(rope::angles_of(&positions, &r.freqs, &self.device)?),
+            Some(r) => Some(rope::angles_of(&positions, r, &self.device)?),
             None => None,
         };
         let total = start + t;

@@ -141,10 +141,7 @@ impl HandHead {
             v: Tensor::from_vec(v, (n, n), &device)?,
             vocab,
             residual,
-            position: PositionEncoding::Angles {
-                thetas: vec![theta],
-                layout: RopeLayout::Interleaved,
-            },
+            position: PositionEncoding::angles(vec![theta], RopeLayout::Interleaved),
             beta,
         })
     }

@@ -25,10 +25,10 @@ impl RopeTable {
     }
 
     /// Tables of `position` for `seq` positions (`None` without rotation). Angles are computed
-    /// in f64 and rounded once ([`rope::sin_cos_table`]).
+    /// in f64 and rounded once ([`crate::Rotation::table`]); a zeroed plane has cos = sin = 0.
     pub fn new(position: &PositionEncoding, seq: usize) -> Option<Self> {
         let r = position.rotation()?;
-        let (cos, sin) = rope::sin_cos_table(0..seq, &r.freqs);
+        let (cos, sin) = r.table(0..seq);
         Some(Self {
             pairs: r.pairs(),
             cos,

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::attention::{self, Shape};
 use super::linear::{linear_backward_input, linear_backward_weight};
 use super::math::{self, column_sums};
-use super::{FlatParams, FusedStep, Rows, View};
+use super::{Absolute, FlatParams, FusedStep, Rows, View};
 
 impl FusedStep {
     /// Backward pass from the logit gradients in `self.logits`.
@@ -249,6 +249,20 @@ impl FusedStep {
             let row = &mut g[wte + id as usize * d..][..d];
             for (o, x) in row.iter_mut().zip(&s.dx[r * d..][..d]) {
                 *o += x;
+            }
+        }
+        // A learned position table: each position's gradient lands on the row it read.
+        if let (Absolute::Learned(rows), Some(wpe)) = (&self.absolute, outer.wpe) {
+            let table_len = self.grads.layout.params().specs()
+                [self.grads.layout.outer().wpe.expect("a learned table")]
+            .len();
+            let g = &mut self.grads.values;
+            g[wpe..][..table_len].fill(0.0);
+            for r in 0..n {
+                let row = &mut g[wpe + rows[r % t] * d..][..d];
+                for (o, x) in row.iter_mut().zip(&s.dx[r * d..][..d]) {
+                    *o += x;
+                }
             }
         }
     }

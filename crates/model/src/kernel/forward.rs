@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::attention::{self, Shape};
 use super::linear::linear_forward;
 use super::math::{self, for_rows, gelu_forward};
-use super::{FlatParams, FusedStep, Rows, View};
+use super::{Absolute, FlatParams, FusedStep, Rows, View};
 use crate::ops::Dropout;
 use crate::Result;
 
@@ -31,11 +31,22 @@ impl FusedStep {
         let n = b * t;
         let w = &params.values;
 
-        // Embeddings.
+        // Embeddings, plus the absolute position vectors if any.
         let outer = self.outer_offsets();
         let wte = outer.wte;
         for (r, &id) in ids.iter().enumerate() {
-            self.resid[0][r * d..][..d].copy_from_slice(&w[wte + id as usize * d..][..d]);
+            let x = &mut self.resid[0][r * d..][..d];
+            x.copy_from_slice(&w[wte + id as usize * d..][..d]);
+            let pe = match &self.absolute {
+                Absolute::None => continue,
+                Absolute::Sinusoid(table) => &table[(r % t) * d..][..d],
+                Absolute::Learned(rows) => {
+                    &w[outer.wpe.expect("a learned table") + rows[r % t] * d..][..d]
+                }
+            };
+            for (x, p) in x.iter_mut().zip(pe) {
+                *x += p;
+            }
         }
         if let Some(drop) = dropout.as_deref_mut() {
             let mask = self.emb_mask.get_or_insert_with(|| vec![0.0; n * d]);

@@ -23,7 +23,7 @@ pub use params::FlatParams;
 
 use crate::layout::{BlockParams, OuterParams};
 use crate::ops::Dropout;
-use crate::{ModelConfig, ModelError, Result};
+use crate::{ModelConfig, ModelError, PositionEncoding, Result};
 use attention::RopeTable;
 use math::cross_entropy_backward;
 
@@ -59,6 +59,42 @@ struct Scratch {
     dp: Vec<f32>,   // [B, T] attention-row gradient of one query
 }
 
+/// The absolute position encoding added to the embeddings, prepared for `seq` positions.
+#[derive(Debug)]
+enum Absolute {
+    /// No absolute encoding.
+    None,
+    /// A fixed sinusoid table [seq, d_model].
+    Sinusoid(Vec<f32>),
+    /// The row of the learned table (`transformer.wpe.weight`) each position reads [seq].
+    Learned(Vec<usize>),
+}
+
+impl Absolute {
+    fn new(config: &ModelConfig, seq: usize) -> Result<Self> {
+        let Some(encoding) = config.absolute() else {
+            return Ok(Absolute::None);
+        };
+        if let Some(table) = encoding.sinusoid_table(config.d_model, 0..seq) {
+            return Ok(Absolute::Sinusoid(table));
+        }
+        let rows = (0..seq)
+            .map(|p| Ok(encoding.learned_row(p)?.unwrap_or(0)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Absolute::Learned(rows))
+    }
+
+    /// Bytes held (a row index counts 8).
+    fn bytes(config: &ModelConfig, seq: usize) -> u64 {
+        use ropelab_io::resources::bytes;
+        match config.absolute() {
+            None => 0,
+            Some(PositionEncoding::Learned { .. }) => bytes(&[seq, 8]),
+            Some(_) => bytes(&[seq, config.d_model, 4]),
+        }
+    }
+}
+
 /// The fused training step for one model configuration and batch shape.
 #[derive(Debug)]
 pub struct FusedStep {
@@ -66,6 +102,7 @@ pub struct FusedStep {
     batch: usize,
     seq: usize,
     ropes: Vec<Option<RopeTable>>,
+    absolute: Absolute,
     layers: Vec<LayerCache>,
     resid: Vec<Vec<f32>>, // L + 1 inputs of each block ([N, d]) and the output ([B, d])
     emb_mask: Option<Vec<f32>>,
@@ -155,6 +192,7 @@ impl FusedStep {
             ropes: (0..config.n_layers)
                 .map(|l| RopeTable::new(config.layer_position(l), seq))
                 .collect(),
+            absolute: Absolute::new(config, seq)?,
             layers,
             resid,
             emb_mask: None,
@@ -221,7 +259,7 @@ impl FusedStep {
                 let planes = config
                     .layer_position(l)
                     .rotation()
-                    .map_or(0, |r| r.freqs.len());
+                    .map_or(0, |r| r.planes());
                 bytes(&[2, seq, planes])
             })
             .fold(0, u64::saturating_add);
@@ -244,7 +282,9 @@ impl FusedStep {
                 .saturating_add(n.saturating_mul(d as u64))
                 .saturating_add(per_layer.saturating_mul(layers));
         }
-        floats.saturating_mul(4)
+        floats
+            .saturating_mul(4)
+            .saturating_add(Absolute::bytes(config, seq))
     }
 
     /// Bytes of the buffers this step holds now (test helper for [`FusedStep::bytes`]).
@@ -285,7 +325,12 @@ impl FusedStep {
             + self.logits.len()
             + self.grads.values.len()
             + scratch;
-        4 * floats as u64
+        let absolute = match &self.absolute {
+            Absolute::None => 0,
+            Absolute::Sinusoid(t) => 4 * t.len(),
+            Absolute::Learned(rows) => 8 * rows.len(),
+        };
+        4 * floats as u64 + absolute as u64
     }
 
     /// Gradients of the last [`FusedStep::loss_and_grads`], laid out as the parameters.
@@ -392,7 +437,6 @@ mod tests {
 
     use super::*;
     use crate::ops::Dropout;
-    use crate::PositionEncoding;
 
     fn config(dropout: f32, last: PositionEncoding) -> ModelConfig {
         ModelConfig {
