@@ -29,6 +29,9 @@ fn random_model(n_heads: usize, seed: u64) -> GptJ {
         tied_embeddings: false,
         position: PositionEncoding::gptj(16 / n_heads),
         layer_positions: vec![],
+        attention: ropelab_model::AttentionKind::Softmax,
+        mlp: true,
+        layer_norm: true,
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

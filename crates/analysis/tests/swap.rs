@@ -103,6 +103,9 @@ fn random_model(position: PositionEncoding, n_heads: usize, seed: u64) -> GptJ {
         tied_embeddings: false,
         position,
         layer_positions: vec![],
+        attention: ropelab_model::AttentionKind::Softmax,
+        mlp: true,
+        layer_norm: true,
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     // Larger weights than the N(0, 0.02) init so attention is far from uniform.

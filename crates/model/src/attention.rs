@@ -6,12 +6,13 @@ use candle_core::{Device, Tensor};
 
 use crate::hooks::{HookKind, HookPoint, Hooks};
 use crate::ops::{softmax_last_dim, Dropout};
-use crate::{rope, PositionEncoding, Result};
+use crate::{rope, AttentionKind, PositionEncoding, Result};
 
 /// Attends with queries `q` and keys `k` [batch, heads, pos, d] (before rotation) over values
-/// `v` [batch, heads, pos, d_v] at positions 0..pos; logits are `scale * rq . rk`. Passes the
-/// rotated q/k, scores and pattern through `hooks` as layer `layer`, and returns
-/// z [batch, heads, pos, d_v].
+/// `v` [batch, heads, pos, d_v] at positions 0..pos; logits are `scale * rq . rk`, turned into
+/// weights by `kind` (a causal softmax, or the causally masked logits themselves for linear
+/// attention). Passes the rotated q/k, scores and pattern through `hooks` as layer `layer`, and
+/// returns z [batch, heads, pos, d_v].
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     layer: usize,
@@ -19,6 +20,7 @@ pub fn attend(
     k: Tensor,
     v: &Tensor,
     position: &PositionEncoding,
+    kind: AttentionKind,
     scale: f64,
     hooks: &mut Hooks,
     dropout: Option<&mut Dropout>,
@@ -41,14 +43,31 @@ pub fn attend(
     let rq = hooks.point(point(HookKind::RotQ), rq)?;
     let rk = hooks.point(point(HookKind::RotK), rk)?;
     let scores = (rq.matmul(&rk.t()?)? * scale)?; // [batch, heads, q_pos, k_pos]
-    let scores = scores.broadcast_add(&causal_mask(t, &device)?.to_dtype(scores.dtype())?)?;
-    let scores = hooks.point(point(HookKind::AttnScores), scores)?;
-    let pattern = hooks.point(point(HookKind::Pattern), softmax_last_dim(&scores)?)?;
+    let pattern = match kind {
+        AttentionKind::Softmax => {
+            let mask = causal_mask(t, &device)?.to_dtype(scores.dtype())?;
+            let scores = hooks.point(point(HookKind::AttnScores), scores.broadcast_add(&mask)?)?;
+            softmax_last_dim(&scores)?
+        }
+        AttentionKind::Linear => {
+            let keep = causal_keep(t, &device)?.to_dtype(scores.dtype())?;
+            hooks.point(point(HookKind::AttnScores), scores.broadcast_mul(&keep)?)?
+        }
+    };
+    let pattern = hooks.point(point(HookKind::Pattern), pattern)?;
     let pattern = match dropout {
         Some(d) => d.apply(&pattern)?,
         None => pattern,
     };
     Ok(pattern.matmul(&v.contiguous()?)?) // [batch, heads, pos, d_v]
+}
+
+/// [pos, pos] with 1 on and below the diagonal and 0 above.
+pub fn causal_keep(t: usize, device: &Device) -> Result<Tensor> {
+    let keep: Vec<f32> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| if j <= i { 1.0 } else { 0.0 }))
+        .collect();
+    Ok(Tensor::from_vec(keep, (t, t), device)?)
 }
 
 /// [pos, pos] with 0 on and below the diagonal and -inf above.

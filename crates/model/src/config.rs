@@ -32,6 +32,32 @@ pub struct ModelConfig {
     /// Per-layer position encodings; empty, or one per layer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layer_positions: Vec<PositionEncoding>,
+    /// How attention weights come from the logits (softmax, or linear).
+    #[serde(default)]
+    pub attention: AttentionKind,
+    /// Whether each block has its MLP (false: attention-only blocks, no MLP parameters).
+    #[serde(default = "yes")]
+    pub mlp: bool,
+    /// Whether the blocks and the output use LayerNorm (false: no `ln_1`, no `ln_f`; the
+    /// blocks read the residual stream itself).
+    #[serde(default = "yes")]
+    pub layer_norm: bool,
+}
+
+/// How a head turns its logits s_ij = scale * q_i . k_j (j <= i) into attention weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKind {
+    /// softmax over the causal keys (GPT-J).
+    #[default]
+    Softmax,
+    /// The logits themselves, unnormalised: z_i = sum_{j <= i} s_ij v_j (causal linear
+    /// attention, as in the implicit-bias paper).
+    Linear,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_ln_eps() -> f64 {
@@ -120,12 +146,13 @@ impl ModelConfig {
     pub fn n_params(&self) -> usize {
         use ropelab_io::resources::bytes;
         let (d, m, v) = (self.d_model, self.d_mlp, self.vocab_size);
+        let (ln, mlp) = (u64::from(self.layer_norm), u64::from(self.mlp));
         let per_layer = [
-            bytes(&[2, d]),
+            ln * bytes(&[2, d]),
             bytes(&[4, d, d]),
-            bytes(&[2, d, m]),
-            bytes(&[m]),
-            bytes(&[d]),
+            mlp * bytes(&[2, d, m]),
+            mlp * bytes(&[m]),
+            mlp * bytes(&[d]),
         ];
         let per_layer = per_layer.into_iter().fold(0u64, u64::saturating_add);
         let unembed = if self.tied_embeddings {
@@ -137,7 +164,7 @@ impl ModelConfig {
             bytes(&[v, d]),
             bytes(&[self.learned_positions().unwrap_or(0), d]),
             per_layer.saturating_mul(self.n_layers as u64),
-            bytes(&[2, d]),
+            ln * bytes(&[2, d]),
             unembed,
             bytes(&[v]),
         ]
@@ -147,8 +174,8 @@ impl ModelConfig {
     }
 
     /// Whether `transformers.GPTJForCausalLM` computes exactly this model: every layer uses
-    /// interleaved, unmasked RoPE with base 10,000 and the same rotary_dim, and embeddings are
-    /// untied.
+    /// interleaved, unmasked RoPE with base 10,000 and the same rotary_dim, embeddings are
+    /// untied, and the blocks are GPT-J's (softmax attention, MLP, LayerNorm).
     pub fn hf_exact(&self) -> bool {
         let first = self.layer_position(0);
         let gptj = |p: &PositionEncoding| match p {
@@ -156,6 +183,9 @@ impl ModelConfig {
             _ => false,
         };
         !self.tied_embeddings
+            && self.mlp
+            && self.layer_norm
+            && self.attention == AttentionKind::Softmax
             && (0..self.n_layers).all(|l| self.layer_position(l) == first)
             && gptj(first)
     }
@@ -177,6 +207,9 @@ mod tests {
             tied_embeddings: false,
             position: PositionEncoding::gptj(128),
             layer_positions: vec![],
+            attention: AttentionKind::Softmax,
+            mlp: true,
+            layer_norm: true,
         }
     }
 

@@ -9,7 +9,7 @@ use rand_distr::{Distribution, Normal};
 
 use crate::attention::attend;
 use crate::hooks::{HookKind, HookPoint, Hooks};
-use crate::layout::{BlockParams, GptjLayout, OuterParams};
+use crate::layout::{BlockParams, GptjLayout, NormParams, OuterParams};
 use crate::ops::{layer_norm, Dropout};
 use crate::{ModelConfig, Result};
 
@@ -220,11 +220,20 @@ impl GptJ {
     /// Final LayerNorm and unembedding: [..., d_model] -> [..., vocab].
     pub fn unembed(&self, x: &Tensor) -> Result<Tensor> {
         let p = self.outer_params();
-        let h = layer_norm(x, &p.ln_f_w, &p.ln_f_b, self.config.ln_eps)?;
+        let h = self.norm(x, p.ln_f.as_ref())?;
         Ok(linear(&h, p.unembedding())?.broadcast_add(&p.lm_head_b)?)
     }
 
-    /// One block: x [batch, pos, d_model] -> x + Attn(LN(x)) + MLP(LN(x)), positions 0..pos.
+    /// `LN(x)` with the given LayerNorm, or `x` itself in a model without LayerNorm.
+    fn norm(&self, x: &Tensor, ln: Option<&NormParams<Tensor>>) -> Result<Tensor> {
+        match ln {
+            Some(n) => layer_norm(x, &n.w, &n.b, self.config.ln_eps),
+            None => Ok(x.clone()),
+        }
+    }
+
+    /// One block: x [batch, pos, d_model] -> x + Attn(LN(x)) + MLP(LN(x)), positions 0..pos
+    /// (without the MLP in attention-only blocks, with h = x without LayerNorm).
     pub fn block(
         &self,
         layer: usize,
@@ -234,18 +243,29 @@ impl GptJ {
     ) -> Result<Tensor> {
         let p = self.block_params(layer);
         let x = hooks.point(HookPoint::new(layer, HookKind::ResidPre), x.clone())?;
-        let h = layer_norm(&x, &p.ln_w, &p.ln_b, self.config.ln_eps)?;
+        let h = self.norm(&x, p.ln.as_ref())?;
         let mut attn = self.attention(layer, &p, &h, hooks, dropout.as_deref_mut())?;
-        let hidden = linear(&h, &p.fc_in_w)?
-            .broadcast_add(&p.fc_in_b)?
-            .gelu_erf()?;
-        let mlp = linear(&hidden, &p.fc_out_w)?.broadcast_add(&p.fc_out_b)?;
-        let mut mlp = hooks.point(HookPoint::new(layer, HookKind::MlpOut), mlp)?;
+        let mut mlp = match &p.mlp {
+            Some(mp) => {
+                let hidden = linear(&h, &mp.fc_in_w)?
+                    .broadcast_add(&mp.fc_in_b)?
+                    .gelu_erf()?;
+                let out = linear(&hidden, &mp.fc_out_w)?.broadcast_add(&mp.fc_out_b)?;
+                Some(hooks.point(HookPoint::new(layer, HookKind::MlpOut), out)?)
+            }
+            None => None,
+        };
         if let Some(d) = dropout {
             attn = d.apply(&attn)?;
-            mlp = d.apply(&mlp)?;
+            if let Some(m) = mlp.as_mut() {
+                *m = d.apply(m)?;
+            }
         }
-        Ok(((x + attn)? + mlp)?)
+        let x = (x + attn)?;
+        Ok(match mlp {
+            Some(m) => (x + m)?,
+            None => x,
+        })
     }
 
     /// Causal self-attention of one block on h = LN(x): [batch, pos, d_model].
@@ -275,7 +295,17 @@ impl GptJ {
         let k = hooks.point(point(HookKind::K), k)?;
         let v = hooks.point(point(HookKind::V), heads(&p.v)?)?;
         let scale = 1.0 / (d_head as f64).sqrt();
-        let z = attend(layer, q, k, &v, &position, scale, hooks, dropout)?;
+        let z = attend(
+            layer,
+            q,
+            k,
+            &v,
+            &position,
+            c.attention,
+            scale,
+            hooks,
+            dropout,
+        )?;
         let z = hooks.ablate(layer, z)?; // [batch, heads, pos, d_head]
         let z = hooks.point(point(HookKind::Z), z)?;
         let merged = z.transpose(1, 2)?.reshape((b, t, n_heads * d_head))?;

@@ -89,22 +89,28 @@ impl ParamLayout {
     }
 }
 
-/// The ten tensors of a GPT-J block (Hugging Face names in comments). Used with `T = usize`
-/// for positions or offsets in a layout and with `T = Var` for the model's parameters.
+/// A LayerNorm's two tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockParams<T> {
-    /// ln_1.weight `[d_model]`
-    pub ln_w: T,
-    /// ln_1.bias `[d_model]`
-    pub ln_b: T,
-    /// attn.q_proj.weight [heads * d_head, d_model]
-    pub q: T,
-    /// attn.k_proj.weight [heads * d_head, d_model]
-    pub k: T,
-    /// attn.v_proj.weight [heads * d_head, d_model]
-    pub v: T,
-    /// attn.out_proj.weight [d_model, heads * d_head]
-    pub o: T,
+pub struct NormParams<T> {
+    /// weight `[d_model]`
+    pub w: T,
+    /// bias `[d_model]`
+    pub b: T,
+}
+
+impl<T> NormParams<T> {
+    /// The same fields mapped by `f`.
+    pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> NormParams<U> {
+        NormParams {
+            w: f(&self.w),
+            b: f(&self.b),
+        }
+    }
+}
+
+/// An MLP's four tensors (Hugging Face names in comments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MlpParams<T> {
     /// mlp.fc_in.weight [d_mlp, d_model]
     pub fc_in_w: T,
     /// mlp.fc_in.bias `[d_mlp]`
@@ -115,20 +121,47 @@ pub struct BlockParams<T> {
     pub fc_out_b: T,
 }
 
-impl<T> BlockParams<T> {
+impl<T> MlpParams<T> {
     /// The same fields mapped by `f`.
-    pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> BlockParams<U> {
-        BlockParams {
-            ln_w: f(&self.ln_w),
-            ln_b: f(&self.ln_b),
-            q: f(&self.q),
-            k: f(&self.k),
-            v: f(&self.v),
-            o: f(&self.o),
+    pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> MlpParams<U> {
+        MlpParams {
             fc_in_w: f(&self.fc_in_w),
             fc_in_b: f(&self.fc_in_b),
             fc_out_w: f(&self.fc_out_w),
             fc_out_b: f(&self.fc_out_b),
+        }
+    }
+}
+
+/// The tensors of a GPT-J block (Hugging Face names in comments): ten, or fewer without
+/// LayerNorm or MLP. Used with `T = usize` for positions or offsets in a layout and with
+/// `T = Var` for the model's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockParams<T> {
+    /// ln_1 (None when the model has no LayerNorm)
+    pub ln: Option<NormParams<T>>,
+    /// attn.q_proj.weight [heads * d_head, d_model]
+    pub q: T,
+    /// attn.k_proj.weight [heads * d_head, d_model]
+    pub k: T,
+    /// attn.v_proj.weight [heads * d_head, d_model]
+    pub v: T,
+    /// attn.out_proj.weight [d_model, heads * d_head]
+    pub o: T,
+    /// mlp.* (None in attention-only blocks)
+    pub mlp: Option<MlpParams<T>>,
+}
+
+impl<T> BlockParams<T> {
+    /// The same fields mapped by `f`.
+    pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> BlockParams<U> {
+        BlockParams {
+            ln: self.ln.as_ref().map(|n| n.map(&mut f)),
+            q: f(&self.q),
+            k: f(&self.k),
+            v: f(&self.v),
+            o: f(&self.o),
+            mlp: self.mlp.as_ref().map(|m| m.map(&mut f)),
         }
     }
 }
@@ -141,10 +174,8 @@ pub struct OuterParams<T> {
     /// transformer.wpe.weight [max_len, d_model]: the learned absolute position table, only
     /// with a `learned` position encoding.
     pub wpe: Option<T>,
-    /// transformer.ln_f.weight `[d_model]`
-    pub ln_f_w: T,
-    /// transformer.ln_f.bias `[d_model]`
-    pub ln_f_b: T,
+    /// transformer.ln_f (None when the model has no LayerNorm)
+    pub ln_f: Option<NormParams<T>>,
     /// lm_head.weight [vocab, d_model]; None when tied to the embedding.
     pub lm_head_w: Option<T>,
     /// lm_head.bias `[vocab]`
@@ -157,8 +188,7 @@ impl<T> OuterParams<T> {
         OuterParams {
             wte: f(&self.wte),
             wpe: self.wpe.as_ref().map(&mut f),
-            ln_f_w: f(&self.ln_f_w),
-            ln_f_b: f(&self.ln_f_b),
+            ln_f: self.ln_f.as_ref().map(|n| n.map(&mut f)),
             lm_head_w: self.lm_head_w.as_ref().map(&mut f),
             lm_head_b: f(&self.lm_head_b),
         }
@@ -180,8 +210,8 @@ pub struct GptjLayout {
 
 impl GptjLayout {
     /// The layout of `config`'s parameters: the embedding (and the learned position table, if
-    /// any), each block's ten tensors, the final LayerNorm and the unembedding (its weight only
-    /// when untied).
+    /// any), each block's tensors (LayerNorm and MLP only when the config has them), the final
+    /// LayerNorm (likewise) and the unembedding (its weight only when untied).
     pub fn new(config: &ModelConfig) -> Self {
         let (v, d, m) = (config.vocab_size, config.d_model, config.d_mlp);
         let mut p = ParamLayout::new();
@@ -194,22 +224,36 @@ impl GptjLayout {
                 let mut push = |suffix: &str, shape: Vec<usize>, decay| {
                     p.push(format!("transformer.h.{i}.{suffix}"), shape, decay)
                 };
-                BlockParams {
-                    ln_w: push("ln_1.weight", vec![d], false),
-                    ln_b: push("ln_1.bias", vec![d], false),
-                    q: push("attn.q_proj.weight", vec![d, d], true),
-                    k: push("attn.k_proj.weight", vec![d, d], true),
-                    v: push("attn.v_proj.weight", vec![d, d], true),
-                    o: push("attn.out_proj.weight", vec![d, d], true),
+                let ln = config.layer_norm.then(|| NormParams {
+                    w: push("ln_1.weight", vec![d], false),
+                    b: push("ln_1.bias", vec![d], false),
+                });
+                let (q, k, v, o) = (
+                    push("attn.q_proj.weight", vec![d, d], true),
+                    push("attn.k_proj.weight", vec![d, d], true),
+                    push("attn.v_proj.weight", vec![d, d], true),
+                    push("attn.out_proj.weight", vec![d, d], true),
+                );
+                let mlp = config.mlp.then(|| MlpParams {
                     fc_in_w: push("mlp.fc_in.weight", vec![m, d], true),
                     fc_in_b: push("mlp.fc_in.bias", vec![m], false),
                     fc_out_w: push("mlp.fc_out.weight", vec![d, m], true),
                     fc_out_b: push("mlp.fc_out.bias", vec![d], false),
+                });
+                BlockParams {
+                    ln,
+                    q,
+                    k,
+                    v,
+                    o,
+                    mlp,
                 }
             })
             .collect();
-        let ln_f_w = p.push("transformer.ln_f.weight", vec![d], false);
-        let ln_f_b = p.push("transformer.ln_f.bias", vec![d], false);
+        let ln_f = config.layer_norm.then(|| NormParams {
+            w: p.push("transformer.ln_f.weight", vec![d], false),
+            b: p.push("transformer.ln_f.bias", vec![d], false),
+        });
         let lm_head_w =
             (!config.tied_embeddings).then(|| p.push("lm_head.weight", vec![v, d], true));
         let lm_head_b = p.push("lm_head.bias", vec![v], false);
@@ -219,8 +263,7 @@ impl GptjLayout {
             outer: OuterParams {
                 wte,
                 wpe,
-                ln_f_w,
-                ln_f_b,
+                ln_f,
                 lm_head_w,
                 lm_head_b,
             },
@@ -294,6 +337,9 @@ mod tests {
             tied_embeddings: tied,
             position: PositionEncoding::None,
             layer_positions: vec![],
+            attention: crate::AttentionKind::Softmax,
+            mlp: true,
+            layer_norm: true,
         }
     }
 

@@ -19,11 +19,13 @@ pub mod ops;
 mod position;
 pub mod rope;
 
-pub use config::ModelConfig;
+pub use config::{AttentionKind, ModelConfig};
 pub use error::{ModelError, Result};
 pub use gptj::{argmax_last, GptJ};
 pub use hooks::{Ablation, HookKind, HookPoint, Hooks, Intervention};
-pub use layout::{BlockParams, GptjLayout, OuterParams, ParamLayout, ParamSpec};
+pub use layout::{
+    BlockParams, GptjLayout, MlpParams, NormParams, OuterParams, ParamLayout, ParamSpec,
+};
 pub use position::{
     Beyond, PeriodicTables, PlaneMask, PlaneMode, PositionEncoding, RopeLayout, Rotation, Turn,
 };

@@ -34,6 +34,9 @@ fn config_from_hf(dir: &Path) -> ModelConfig {
         tied_embeddings: false,
         position: PositionEncoding::gptj(n("rotary_dim")),
         layer_positions: vec![],
+        attention: ropelab_model::AttentionKind::Softmax,
+        mlp: true,
+        layer_norm: true,
     }
 }
 

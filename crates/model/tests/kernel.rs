@@ -10,7 +10,7 @@ use rand_distr::Distribution;
 use ropelab_model::kernel::{FlatParams, FusedStep};
 use ropelab_model::ops::{cross_entropy, Dropout};
 use ropelab_model::{
-    Beyond, GptJ, Hooks, ModelConfig, PeriodicTables, PositionEncoding, RopeLayout,
+    AttentionKind, Beyond, GptJ, Hooks, ModelConfig, PeriodicTables, PositionEncoding, RopeLayout,
 };
 
 fn config(
@@ -30,6 +30,9 @@ fn config(
         tied_embeddings: false,
         position,
         layer_positions: vec![],
+        attention: ropelab_model::AttentionKind::Softmax,
+        mlp: true,
+        layer_norm: true,
     }
 }
 
@@ -225,6 +228,32 @@ fn a_learned_table_refuses_longer_inputs_unless_it_clamps() {
     );
     let short = Tensor::from_vec(vec![1u32; 4], (1, 4), &Device::Cpu).unwrap();
     assert!(model.forward(&short, &mut Hooks::new(), None).is_ok());
+}
+
+#[test]
+fn linear_attention_attention_only_blocks_and_no_layer_norm() {
+    let variants = [
+        (AttentionKind::Linear, true, true),
+        (AttentionKind::Softmax, false, true),
+        (AttentionKind::Softmax, true, false),
+        (AttentionKind::Linear, false, false),
+    ];
+    for (i, (attention, mlp, layer_norm)) in variants.into_iter().enumerate() {
+        let mut c = config(3, 2, 16, PositionEncoding::gptj(4));
+        (c.attention, c.mlp, c.layer_norm) = (attention, mlp, layer_norm);
+        c.layer_positions = vec![
+            PositionEncoding::gptj(4),
+            PositionEncoding::None,
+            PositionEncoding::rope(100.0, 8, RopeLayout::HalfSplit),
+        ];
+        check(&c, 3, 9, 0.0, 40 + i as u64);
+        c.dropout = 0.2;
+        check(&c, 2, 6, 0.2, 50 + i as u64);
+    }
+    // The attention-only toy of the canonical-task experiments: one layer, one head.
+    let mut toy = config(1, 1, 16, PositionEncoding::gptj(16));
+    (toy.mlp, toy.layer_norm) = (false, false);
+    check(&toy, 4, 12, 0.0, 60);
 }
 
 #[test]

@@ -5,8 +5,8 @@ use candle_core::{backprop::GradStore, DType, Device, Tensor, Var};
 use ropelab_model::checkpoint::{hf_config, load_weights, save_weights};
 use ropelab_model::ops::{cross_entropy, Dropout};
 use ropelab_model::{
-    Ablation, Beyond, GptJ, HookKind, HookPoint, Hooks, Intervention, ModelConfig, PeriodicTables,
-    PositionEncoding, RopeLayout,
+    Ablation, AttentionKind, Beyond, GptJ, HookKind, HookPoint, Hooks, Intervention, ModelConfig,
+    PeriodicTables, PositionEncoding, RopeLayout,
 };
 
 /// Reductions the tests read as plain numbers.
@@ -38,6 +38,9 @@ fn tiny(position: PositionEncoding) -> ModelConfig {
         tied_embeddings: false,
         position,
         layer_positions: vec![],
+        attention: ropelab_model::AttentionKind::Softmax,
+        mlp: true,
+        layer_norm: true,
     }
 }
 
@@ -99,6 +102,20 @@ fn gradients_match_finite_differences_in_f64() {
             max_len: 4,
             beyond: Beyond::Clamp,
         }),
+        ModelConfig {
+            attention: AttentionKind::Linear,
+            ..tiny(PositionEncoding::gptj(4))
+        },
+        ModelConfig {
+            mlp: false,
+            layer_norm: false,
+            ..tiny(PositionEncoding::gptj(2))
+        },
+        ModelConfig {
+            attention: AttentionKind::Linear,
+            mlp: false,
+            ..tiny(PositionEncoding::None)
+        },
     ];
     for config in configs {
         let model = GptJ::new(config.clone(), 3, &dev)

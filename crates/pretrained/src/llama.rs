@@ -8,7 +8,9 @@ use std::path::Path;
 use candle_core::{Device, Tensor, D};
 use ropelab_model::attention::attend;
 use ropelab_model::ops::softmax_last_dim;
-use ropelab_model::{rope, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout};
+use ropelab_model::{
+    rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout,
+};
 
 use crate::gguf::{GgufFile, LlamaConfig};
 use crate::Result;
@@ -184,7 +186,17 @@ impl Llama {
         let k = hooks.point(point(HookKind::K), k)?;
         let v = hooks.point(point(HookKind::V), expand(heads(&blk.v, nkv)?)?)?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let z = attend(layer, q, k, &v, &self.position, scale, hooks, None)?;
+        let z = attend(
+            layer,
+            q,
+            k,
+            &v,
+            &self.position,
+            AttentionKind::Softmax,
+            scale,
+            hooks,
+            None,
+        )?;
         let z = hooks.ablate(layer, z)?;
         let z = hooks.point(point(HookKind::Z), z)?;
         let merged = z.transpose(1, 2)?.reshape((b, t, nh * hd))?;

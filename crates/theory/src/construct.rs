@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor, D};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ropelab_model::attention::attend;
-use ropelab_model::{Hooks, PositionEncoding, RopeLayout};
+use ropelab_model::{AttentionKind, Hooks, PositionEncoding, RopeLayout};
 use serde::Serialize;
 
 use crate::{invalid, Result};
@@ -160,6 +160,7 @@ impl HandHead {
             heads(&self.k, 2)?,
             &heads(&self.v, n)?,
             &self.position,
+            AttentionKind::Softmax,
             self.beta,
             &mut Hooks::new(),
             None,

@@ -166,6 +166,9 @@ impl Preset {
                     tied_embeddings: false,
                     position: PositionEncoding::gptj(128),
                     layer_positions: vec![],
+                    attention: ropelab_model::AttentionKind::Softmax,
+                    mlp: true,
+                    layer_norm: true,
                 },
                 OptimConfig {
                     steps: 6000,
@@ -199,6 +202,9 @@ impl Preset {
                     tied_embeddings: false,
                     position: PositionEncoding::gptj(64),
                     layer_positions: vec![],
+                    attention: ropelab_model::AttentionKind::Softmax,
+                    mlp: true,
+                    layer_norm: true,
                 },
                 OptimConfig {
                     steps: 3000,
@@ -232,6 +238,9 @@ impl Preset {
                     tied_embeddings: false,
                     position: PositionEncoding::gptj(8),
                     layer_positions: vec![],
+                    attention: ropelab_model::AttentionKind::Softmax,
+                    mlp: true,
+                    layer_norm: true,
                 },
                 OptimConfig {
                     steps: 40,

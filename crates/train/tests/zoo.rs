@@ -107,6 +107,62 @@ fn every_position_encoding_trains_from_toml_and_reloads_exactly() {
     }
 }
 
+/// The block variants: `[model]` keys replaced in the tiny config's TOML.
+#[test]
+fn every_block_variant_trains_from_toml_and_reloads_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::Cpu;
+    let variants = [
+        (
+            "linear attention",
+            "attention = \"linear\"\nmlp = true\nlayer_norm = true",
+        ),
+        (
+            "attention-only",
+            "attention = \"softmax\"\nmlp = false\nlayer_norm = true",
+        ),
+        (
+            "no LayerNorm",
+            "attention = \"softmax\"\nmlp = true\nlayer_norm = false",
+        ),
+        (
+            "attention-only linear toy without LayerNorm",
+            "attention = \"linear\"\nmlp = false\nlayer_norm = false",
+        ),
+    ];
+    let plain = "attention = \"softmax\"\nmlp = true\nlayer_norm = true";
+    let base =
+        config_text("kind = \"rope\"\nbase = 10000.0\nrotary_dim = 8\nlayout = \"interleaved\"");
+    assert!(
+        base.contains(plain),
+        "the config shows the block keys:\n{base}"
+    );
+    for (i, (name, keys)) in variants.iter().enumerate() {
+        let text = base.replace(plain, keys);
+        let config = RunConfig::from_toml(&text, Path::new("block.toml")).unwrap();
+        let root = dir.path().join(i.to_string());
+        let mut trainer = Trainer::start(&root, config.clone(), &device).unwrap();
+        trainer
+            .run(|_| {})
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let written = std::fs::read_to_string(root.join("config.toml")).unwrap();
+        assert!(written.contains(keys), "{name}: not shown in config.toml");
+        let (run, reread) = RunDir::open(&root).unwrap();
+        let loaded = run.load_model(12, &reread, &device).unwrap();
+        let ids = Tensor::from_vec((1..=30u32).collect::<Vec<_>>(), (2, 15), &device).unwrap();
+        let a = trainer
+            .model()
+            .forward(&ids, &mut Hooks::new(), None)
+            .unwrap();
+        let b = loaded.forward(&ids, &mut Hooks::new(), None).unwrap();
+        assert_eq!(
+            a.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            b.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn bad_position_values_name_the_file_and_the_key() {
     let cases = [

@@ -1,10 +1,10 @@
 //! Fused causal attention of one batch row, forward and backward: RoPE on q and k, scaled
-//! scores, causal softmax, pattern dropout and the weighted sum of values, with every head of
+//! scores, causal softmax (or linear, unnormalised weights), pattern dropout and the weighted sum of values, with every head of
 //! the row in one call. q, k and v live side by side in a `[pos, 3 * d_model]` buffer (the
 //! output of one projection), heads `d_head` wide inside each third.
 
 use super::math::{axpy, dot};
-use crate::{rope, PositionEncoding};
+use crate::{rope, AttentionKind, PositionEncoding};
 
 /// The rotation of one layer as tables for positions 0..seq.
 #[derive(Debug, Clone)]
@@ -60,6 +60,8 @@ pub struct Shape {
     pub queries: usize,
     /// Logit scale (1 / sqrt(d_head)).
     pub scale: f32,
+    /// Softmax, or linear (unnormalised) weights.
+    pub kind: AttentionKind,
 }
 
 impl Shape {
@@ -111,13 +113,15 @@ pub fn forward(
                 p[j] = s.scale * dot(q, &qkv[j * 3 * dm + dm + h * dh..][..dh]);
                 max = max.max(p[j]);
             }
-            let mut total = 0f32;
-            for v in &mut p[..=pos] {
-                *v = (*v - max).exp();
-                total += *v;
-            }
-            for v in &mut p[..=pos] {
-                *v /= total;
+            if s.kind == AttentionKind::Softmax {
+                let mut total = 0f32;
+                for v in &mut p[..=pos] {
+                    *v = (*v - max).exp();
+                    total += *v;
+                }
+                for v in &mut p[..=pos] {
+                    *v /= total;
+                }
             }
             p[pos + 1..].fill(0.0);
             let out = &mut z[qi * dm + h * dh..][..dh];
@@ -162,10 +166,17 @@ pub fn backward(
                     &mut dqkv[j * 3 * dm + 2 * dm + h * dh..][..dh],
                 );
             }
-            // Softmax backward, then the two sides of the dot product.
-            let inner: f32 = (0..=pos).map(|j| p[j] * dp[j]).sum();
+            // Softmax backward (linear weights: the identity), then the two sides of the dot
+            // product.
+            let inner: f32 = match s.kind {
+                AttentionKind::Softmax => (0..=pos).map(|j| p[j] * dp[j]).sum(),
+                AttentionKind::Linear => 0.0,
+            };
             for j in 0..=pos {
-                let ds = s.scale * p[j] * (dp[j] - inner);
+                let ds = match s.kind {
+                    AttentionKind::Softmax => s.scale * p[j] * (dp[j] - inner),
+                    AttentionKind::Linear => s.scale * dp[j],
+                };
                 let (row_q, row_k) = (pos * 3 * dm + h * dh, j * 3 * dm + dm + h * dh);
                 let k = &qkv[row_k..][..dh];
                 axpy(ds, k, &mut dqkv[row_q..][..dh]);

@@ -18,12 +18,7 @@ impl FusedStep {
         let n = b * t;
         let w = &params.values;
         let outer = self.outer_offsets();
-        let (lnf_w, lnf_b, lm_w, lm_b) = (
-            outer.ln_f_w,
-            outer.ln_f_b,
-            *outer.unembedding(),
-            outer.lm_head_b,
-        );
+        let (lm_w, lm_b) = (*outer.unembedding(), outer.lm_head_b);
         let block_offsets: Vec<_> = (0..c.n_layers).map(|l| self.block_offsets(l)).collect();
         let g = &mut self.grads.values;
 
@@ -51,18 +46,21 @@ impl FusedStep {
             d,
             false,
         );
-        s.dxq.fill(0.0);
-        {
-            let (gw, gb) = split_two(g, lnf_w, lnf_b, d);
-            math::layer_norm_backward(
-                &s.dhf,
-                &self.resid[c.n_layers],
-                &self.final_stats,
-                &w[lnf_w..][..d],
-                &mut s.dxq,
-                gw,
-                gb,
-            );
+        match outer.ln_f {
+            Some(ln) => {
+                s.dxq.fill(0.0);
+                let (gw, gb) = split_two(g, ln.w, ln.b, d);
+                math::layer_norm_backward(
+                    &s.dhf,
+                    &self.resid[c.n_layers],
+                    &self.final_stats,
+                    &w[ln.w..][..d],
+                    &mut s.dxq,
+                    gw,
+                    gb,
+                );
+            }
+            None => s.dxq.copy_from_slice(&s.dhf),
         }
 
         for l in (0..c.n_layers).rev() {
@@ -74,6 +72,7 @@ impl FusedStep {
                 d_head: c.d_head(),
                 queries: if nq == n { t } else { 1 },
                 scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
+                kind: c.attention,
             };
             let p = block_offsets[l];
             let cache = &self.layers[l];
@@ -91,73 +90,78 @@ impl FusedStep {
                 |i, da, dmo| {
                     let r = rows.at(i);
                     let g_row = &dout[i * d..][..d];
-                    match (am, mm) {
-                        (Some(ka), Some(km)) => {
-                            let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
-                            for j in 0..d {
-                                da[j] = g_row[j] * ka[j];
-                                dmo[j] = g_row[j] * km[j];
+                    match am {
+                        Some(ka) => {
+                            for ((o, g), k) in da.iter_mut().zip(g_row).zip(&ka[r * d..][..d]) {
+                                *o = g * k;
                             }
                         }
-                        _ => {
-                            da.copy_from_slice(g_row);
-                            dmo.copy_from_slice(g_row);
+                        None => da.copy_from_slice(g_row),
+                    }
+                    match mm {
+                        Some(km) => {
+                            for ((o, g), k) in dmo.iter_mut().zip(g_row).zip(&km[r * d..][..d]) {
+                                *o = g * k;
+                            }
                         }
+                        None => dmo.copy_from_slice(g_row),
                     }
                 },
             );
-            // MLP.
-            let hq = View::rows(rows.first * d, nq, d, rows.step * d);
-            linear_backward_weight(
-                g,
-                p.fc_out_w,
-                d,
-                m,
-                &s.dmo,
-                View::dense(0, nq, d),
-                &cache.g,
-                View::dense(0, nq, m),
-            );
-            column_sums(&s.dmo[..nq * d], &mut g[p.fc_out_b..][..d]);
-            linear_backward_input(
-                &mut s.dg,
-                View::dense(0, nq, m),
-                &s.dmo,
-                View::dense(0, nq, d),
-                w,
-                p.fc_out_w,
-                d,
-                m,
-                false,
-            );
-            for (dg, gp) in s.dg[..nq * m].iter_mut().zip(&cache.gp) {
-                *dg *= gp;
-            }
-            linear_backward_weight(
-                g,
-                p.fc_in_w,
-                m,
-                d,
-                &s.dg,
-                View::dense(0, nq, m),
-                &cache.h,
-                hq,
-            );
-            column_sums(&s.dg[..nq * m], &mut g[p.fc_in_b..][..m]);
-            if nq != n {
+            // MLP (dh of the computed rows; the other rows start at 0).
+            if nq != n || p.mlp.is_none() {
                 s.dh.fill(0.0);
             }
-            linear_backward_input(
-                &mut s.dh,
-                hq,
-                &s.dg,
-                View::dense(0, nq, m),
-                w,
-                p.fc_in_w,
-                m,
-                d,
-                false,
-            );
+            if let Some(mp) = p.mlp {
+                let hq = View::rows(rows.first * d, nq, d, rows.step * d);
+                linear_backward_weight(
+                    g,
+                    mp.fc_out_w,
+                    d,
+                    m,
+                    &s.dmo,
+                    View::dense(0, nq, d),
+                    &cache.g,
+                    View::dense(0, nq, m),
+                );
+                column_sums(&s.dmo[..nq * d], &mut g[mp.fc_out_b..][..d]);
+                linear_backward_input(
+                    &mut s.dg,
+                    View::dense(0, nq, m),
+                    &s.dmo,
+                    View::dense(0, nq, d),
+                    w,
+                    mp.fc_out_w,
+                    d,
+                    m,
+                    false,
+                );
+                for (dg, gp) in s.dg[..nq * m].iter_mut().zip(&cache.gp) {
+                    *dg *= gp;
+                }
+                linear_backward_weight(
+                    g,
+                    mp.fc_in_w,
+                    m,
+                    d,
+                    &s.dg,
+                    View::dense(0, nq, m),
+                    &cache.h,
+                    hq,
+                );
+                column_sums(&s.dg[..nq * m], &mut g[mp.fc_in_b..][..m]);
+                linear_backward_input(
+                    &mut s.dh,
+                    hq,
+                    &s.dg,
+                    View::dense(0, nq, m),
+                    w,
+                    mp.fc_in_w,
+                    m,
+                    d,
+                    false,
+                );
+            }
             // Attention output projection.
             linear_backward_weight(
                 g,
@@ -231,8 +235,25 @@ impl FusedStep {
                     s.dx[r * d..][..d].copy_from_slice(&s.dxq[i * d..][..d]);
                 }
             }
-            let (gw, gb) = split_two(g, p.ln_w, p.ln_b, d);
-            math::layer_norm_backward(&s.dh, x, &cache.stats, &w[p.ln_w..][..d], &mut s.dx, gw, gb);
+            match p.ln {
+                Some(ln) => {
+                    let (gw, gb) = split_two(g, ln.w, ln.b, d);
+                    math::layer_norm_backward(
+                        &s.dh,
+                        x,
+                        &cache.stats,
+                        &w[ln.w..][..d],
+                        &mut s.dx,
+                        gw,
+                        gb,
+                    );
+                }
+                None => {
+                    for (dx, dh) in s.dx.iter_mut().zip(&s.dh) {
+                        *dx += dh;
+                    }
+                }
+            }
         }
 
         // Embeddings (the gradient of a tied unembedding is already in place).

@@ -64,25 +64,27 @@ impl FusedStep {
                 d_head: c.d_head(),
                 queries: if rows.n == n { t } else { 1 },
                 scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
+                kind: c.attention,
             };
             let p = self.block_offsets(l);
-            let (ln_w, ln_b) = (p.ln_w, p.ln_b);
             // W_q, W_k, W_v are adjacent (checked in `FusedStep::new`): one [3d, d] matrix at wq.
-            let (wq, wo, win, bin, wout, bout) =
-                (p.q, p.o, p.fc_in_w, p.fc_in_b, p.fc_out_w, p.fc_out_b);
+            let (wq, wo) = (p.q, p.o);
             let (before, after) = self.resid.split_at_mut(l + 1);
             let x = &before[l];
             let next = &mut after[0];
             let cache = &mut self.layers[l];
 
-            math::layer_norm_forward(
-                x,
-                &w[ln_w..][..d],
-                &w[ln_b..][..d],
-                c.ln_eps as f32,
-                &mut cache.h,
-                &mut cache.stats,
-            );
+            match p.ln {
+                Some(ln) => math::layer_norm_forward(
+                    x,
+                    &w[ln.w..][..d],
+                    &w[ln.b..][..d],
+                    c.ln_eps as f32,
+                    &mut cache.h,
+                    &mut cache.stats,
+                ),
+                None => cache.h.copy_from_slice(x),
+            }
             // q, k, v = h @ [Wq; Wk; Wv]^T (q at the computed rows only).
             if rows.n == n {
                 linear_forward(
@@ -123,7 +125,9 @@ impl FusedStep {
                     .get_or_insert_with(|| vec![0.0; b * c.n_heads * t * t]);
                 drop.fill_mask(pm);
                 drop.fill_mask(cache.attn_mask.get_or_insert_with(|| vec![0.0; n * d]));
-                drop.fill_mask(cache.mlp_mask.get_or_insert_with(|| vec![0.0; n * d]));
+                if p.mlp.is_some() {
+                    drop.fill_mask(cache.mlp_mask.get_or_insert_with(|| vec![0.0; n * d]));
+                }
             }
             let rope = self.ropes[l].as_ref();
             let per_row_pattern = c.n_heads * t * t;
@@ -141,7 +145,7 @@ impl FusedStep {
                 });
             let nq = rows.n;
             let hq = View::rows(rows.first * d, nq, d, rows.step * d);
-            // attn = z @ Wo^T; hidden = GELU(hq @ Win^T + b_in); mlp = hidden @ Wout^T + b_out.
+            // attn = z @ Wo^T.
             let a = &mut self.scratch.a;
             linear_forward(
                 a,
@@ -153,74 +157,91 @@ impl FusedStep {
                 d,
                 d,
             );
-            linear_forward(
-                &mut cache.g,
-                View::dense(0, nq, m),
-                &cache.h,
-                hq,
-                w,
-                win,
-                m,
-                d,
-            );
-            let b_in = &w[bin..][..m];
-            for_rows(&mut cache.g, m, |_, row| {
-                for (x, bias) in row.iter_mut().zip(b_in) {
-                    *x += bias;
-                }
-            });
-            gelu_forward(&mut cache.g, &mut cache.gp);
-            let mo = &mut self.scratch.mo;
-            linear_forward(
-                mo,
-                View::dense(0, nq, d),
-                &cache.g,
-                View::dense(0, nq, m),
-                w,
-                wout,
-                d,
-                m,
-            );
-            let b_out = &w[bout..][..d];
+            // hidden = GELU(hq @ Win^T + b_in); mlp = hidden @ Wout^T (b_out added below).
+            if let Some(mp) = p.mlp {
+                linear_forward(
+                    &mut cache.g,
+                    View::dense(0, nq, m),
+                    &cache.h,
+                    hq,
+                    w,
+                    mp.fc_in_w,
+                    m,
+                    d,
+                );
+                let b_in = &w[mp.fc_in_b..][..m];
+                for_rows(&mut cache.g, m, |_, row| {
+                    for (x, bias) in row.iter_mut().zip(b_in) {
+                        *x += bias;
+                    }
+                });
+                gelu_forward(&mut cache.g, &mut cache.gp);
+                linear_forward(
+                    &mut self.scratch.mo,
+                    View::dense(0, nq, d),
+                    &cache.g,
+                    View::dense(0, nq, m),
+                    w,
+                    mp.fc_out_w,
+                    d,
+                    m,
+                );
+            }
+            let b_out = p.mlp.map(|mp| &w[mp.fc_out_b..][..d]);
             let am = cache.attn_mask.as_deref().filter(|_| on);
             let mm = cache.mlp_mask.as_deref().filter(|_| on);
             let (a, mo) = (&self.scratch.a, &self.scratch.mo);
             for_rows(&mut next[..nq * d], d, |i, out| {
                 let r = rows.at(i);
                 let xr = &x[r * d..][..d];
-                let (ar, mr) = (&a[i * d..][..d], &mo[i * d..][..d]);
-                match (am, mm) {
-                    (Some(ka), Some(km)) => {
-                        let (ka, km) = (&ka[r * d..][..d], &km[r * d..][..d]);
+                let ar = &a[i * d..][..d];
+                match am {
+                    Some(ka) => {
+                        let ka = &ka[r * d..][..d];
                         for j in 0..d {
-                            out[j] = xr[j] + ar[j] * ka[j] + (mr[j] + b_out[j]) * km[j];
+                            out[j] = xr[j] + ar[j] * ka[j];
                         }
                     }
-                    _ => {
+                    None => {
                         for j in 0..d {
-                            out[j] = xr[j] + ar[j] + mr[j] + b_out[j];
+                            out[j] = xr[j] + ar[j];
+                        }
+                    }
+                }
+                let Some(b_out) = b_out else {
+                    return;
+                };
+                let mr = &mo[i * d..][..d];
+                match mm {
+                    Some(km) => {
+                        let km = &km[r * d..][..d];
+                        for j in 0..d {
+                            out[j] += (mr[j] + b_out[j]) * km[j];
+                        }
+                    }
+                    None => {
+                        for j in 0..d {
+                            out[j] += mr[j] + b_out[j];
                         }
                     }
                 }
             });
         }
 
-        // Final LayerNorm and unembedding at the last position.
-        let (lnf_w, lnf_b, lm_w, lm_b) = (
-            outer.ln_f_w,
-            outer.ln_f_b,
-            *outer.unembedding(),
-            outer.lm_head_b,
-        );
+        // Final LayerNorm (if any) and unembedding at the last position.
+        let (lm_w, lm_b) = (*outer.unembedding(), outer.lm_head_b);
         let last = &self.resid[c.n_layers];
-        math::layer_norm_forward(
-            last,
-            &w[lnf_w..][..d],
-            &w[lnf_b..][..d],
-            c.ln_eps as f32,
-            &mut self.final_h,
-            &mut self.final_stats,
-        );
+        match outer.ln_f {
+            Some(ln) => math::layer_norm_forward(
+                last,
+                &w[ln.w..][..d],
+                &w[ln.b..][..d],
+                c.ln_eps as f32,
+                &mut self.final_h,
+                &mut self.final_stats,
+            ),
+            None => self.final_h.copy_from_slice(last),
+        }
         linear_forward(
             &mut self.logits,
             View::dense(0, b, v),

@@ -159,9 +159,10 @@ impl FusedStep {
                 "the fused step needs a non-empty batch, got {batch} x {seq}"
             )));
         }
+        // Attention-only blocks keep no MLP activations.
         let (d, m, h, v) = (
             config.d_model,
-            config.d_mlp,
+            if config.mlp { config.d_mlp } else { 0 },
             config.n_heads,
             config.vocab_size,
         );
@@ -228,7 +229,7 @@ impl FusedStep {
         use ropelab_io::resources::bytes;
         let (d, m, h, v) = (
             config.d_model,
-            config.d_mlp,
+            if config.mlp { config.d_mlp } else { 0 },
             config.n_heads,
             config.vocab_size,
         );
@@ -276,8 +277,9 @@ impl FusedStep {
             .saturating_add(bytes(&[batch, 2 * d + seq]));
         if config.dropout > 0.0 {
             // Embedding mask, and per layer the pattern, attention and MLP masks.
+            let masks = if config.mlp { 2 } else { 1 };
             let per_layer =
-                bytes(&[batch, h, seq, seq]).saturating_add(n.saturating_mul(2 * d as u64));
+                bytes(&[batch, h, seq, seq]).saturating_add(n.saturating_mul(masks * d as u64));
             floats = floats
                 .saturating_add(n.saturating_mul(d as u64))
                 .saturating_add(per_layer.saturating_mul(layers));
@@ -450,6 +452,9 @@ mod tests {
             tied_embeddings: false,
             position: PositionEncoding::gptj(4),
             layer_positions: vec![PositionEncoding::gptj(4), PositionEncoding::None, last],
+            attention: crate::AttentionKind::Softmax,
+            mlp: true,
+            layer_norm: true,
         }
     }
 
@@ -457,11 +462,14 @@ mod tests {
     /// with dropout (which adds the masks), for mixed position encodings.
     #[test]
     fn the_byte_estimate_is_what_the_step_holds() {
-        for (dropout, last) in [
-            (0.0, PositionEncoding::gptj(8)),
-            (0.1, PositionEncoding::gptj(2)),
+        for (dropout, last, mlp) in [
+            (0.0, PositionEncoding::gptj(8), true),
+            (0.1, PositionEncoding::gptj(2), true),
+            (0.1, PositionEncoding::None, false),
         ] {
-            let c = config(dropout, last);
+            let mut c = config(dropout, last);
+            c.mlp = mlp;
+            c.layer_norm = mlp;
             let (batch, seq) = (3, 5);
             let mut step = FusedStep::new(&c, batch, seq).unwrap();
             let params = FlatParams::zeros(&c);
