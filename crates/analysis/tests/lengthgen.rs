@@ -32,6 +32,7 @@ fn random_model(n_heads: usize, seed: u64) -> GptJ {
         attention: ropelab_model::AttentionKind::Softmax,
         mlp: true,
         layer_norm: true,
+        head: ropelab_model::Head::Lm,
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -106,6 +106,7 @@ fn random_model(position: PositionEncoding, n_heads: usize, seed: u64) -> GptJ {
         attention: ropelab_model::AttentionKind::Softmax,
         mlp: true,
         layer_norm: true,
+        head: ropelab_model::Head::Lm,
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     // Larger weights than the N(0, 0.02) init so attention is far from uniform.

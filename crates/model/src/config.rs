@@ -42,6 +42,24 @@ pub struct ModelConfig {
     /// blocks read the residual stream itself).
     #[serde(default = "yes")]
     pub layer_norm: bool,
+    /// What the output layer predicts: the next token, or a class.
+    #[serde(default)]
+    pub head: Head,
+}
+
+/// The output layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Head {
+    /// The unembedding to the vocabulary (`lm_head.weight`, `lm_head.bias`).
+    #[default]
+    Lm,
+    /// A linear classifier to `classes` logits (`classifier.weight`, `classifier.bias`), read
+    /// at the last (EOS) position by the `eos_class` objective.
+    Classifier {
+        /// Number of classes (at least 2).
+        classes: usize,
+    },
 }
 
 /// How a head turns its logits s_ij = scale * q_i . k_j (j <= i) into attention weights.
@@ -89,6 +107,14 @@ impl ModelConfig {
         }
     }
 
+    /// Width of the output layer: the vocabulary, or the classifier's classes.
+    pub fn out_dim(&self) -> usize {
+        match self.head {
+            Head::Lm => self.vocab_size,
+            Head::Classifier { classes } => classes,
+        }
+    }
+
     /// Checks every value; the error names the first bad one.
     pub fn check(&self) -> Result<()> {
         let bad = |m: String| Err(ModelError::Config(m));
@@ -119,6 +145,16 @@ impl ModelConfig {
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
         }
+        if let Head::Classifier { classes } = self.head {
+            if classes < 2 {
+                return bad(format!("head.classes must be at least 2, got {classes}"));
+            }
+            if self.tied_embeddings {
+                return bad(
+                    "tied_embeddings shares the embedding with an lm head, not a classifier".into(),
+                );
+            }
+        }
         if !self.layer_positions.is_empty() && self.layer_positions.len() != self.n_layers {
             return bad(format!(
                 "layer_positions has {} entries for {} layers",
@@ -145,7 +181,7 @@ impl ModelConfig {
     /// Number of parameters (saturating: an absurd config counts `usize::MAX`, never wraps).
     pub fn n_params(&self) -> usize {
         use ropelab_io::resources::bytes;
-        let (d, m, v) = (self.d_model, self.d_mlp, self.vocab_size);
+        let (d, m, v, o) = (self.d_model, self.d_mlp, self.vocab_size, self.out_dim());
         let (ln, mlp) = (u64::from(self.layer_norm), u64::from(self.mlp));
         let per_layer = [
             ln * bytes(&[2, d]),
@@ -158,7 +194,7 @@ impl ModelConfig {
         let unembed = if self.tied_embeddings {
             0
         } else {
-            bytes(&[v, d])
+            bytes(&[o, d])
         };
         let total = [
             bytes(&[v, d]),
@@ -166,7 +202,7 @@ impl ModelConfig {
             per_layer.saturating_mul(self.n_layers as u64),
             ln * bytes(&[2, d]),
             unembed,
-            bytes(&[v]),
+            bytes(&[o]),
         ]
         .into_iter()
         .fold(0u64, u64::saturating_add);
@@ -183,6 +219,7 @@ impl ModelConfig {
             _ => false,
         };
         !self.tied_embeddings
+            && self.head == Head::Lm
             && self.mlp
             && self.layer_norm
             && self.attention == AttentionKind::Softmax
@@ -210,6 +247,7 @@ mod tests {
             attention: AttentionKind::Softmax,
             mlp: true,
             layer_norm: true,
+            head: Head::Lm,
         }
     }
 

@@ -3,7 +3,7 @@
 //! model, the fused kernel, the optimizer and checkpoints all read the layout from here, so a
 //! new parameter is added in one place ([`GptjLayout::new`]).
 
-use crate::{ModelConfig, ModelError, Result};
+use crate::{Head, ModelConfig, ModelError, Result};
 
 /// One parameter tensor: its name, shape, start in a flat buffer of all parameters, and whether
 /// AdamW decays it.
@@ -176,9 +176,10 @@ pub struct OuterParams<T> {
     pub wpe: Option<T>,
     /// transformer.ln_f (None when the model has no LayerNorm)
     pub ln_f: Option<NormParams<T>>,
-    /// lm_head.weight [vocab, d_model]; None when tied to the embedding.
+    /// lm_head.weight [vocab, d_model] (classifier.weight [classes, d_model] with a classifier
+    /// head); None when tied to the embedding.
     pub lm_head_w: Option<T>,
-    /// lm_head.bias `[vocab]`
+    /// lm_head.bias `[vocab]` (classifier.bias `[classes]`)
     pub lm_head_b: T,
 }
 
@@ -254,9 +255,13 @@ impl GptjLayout {
             w: p.push("transformer.ln_f.weight", vec![d], false),
             b: p.push("transformer.ln_f.bias", vec![d], false),
         });
+        let (head, out) = match config.head {
+            Head::Lm => ("lm_head", v),
+            Head::Classifier { classes } => ("classifier", classes),
+        };
         let lm_head_w =
-            (!config.tied_embeddings).then(|| p.push("lm_head.weight", vec![v, d], true));
-        let lm_head_b = p.push("lm_head.bias", vec![v], false);
+            (!config.tied_embeddings).then(|| p.push(format!("{head}.weight"), vec![out, d], true));
+        let lm_head_b = p.push(format!("{head}.bias"), vec![out], false);
         Self {
             params: p,
             blocks,
@@ -340,6 +345,7 @@ mod tests {
             attention: crate::AttentionKind::Softmax,
             mlp: true,
             layer_norm: true,
+            head: crate::Head::Lm,
         }
     }
 

@@ -15,17 +15,19 @@ mod gptj;
 pub mod hooks;
 pub mod kernel;
 pub mod layout;
+pub mod objective;
 pub mod ops;
 mod position;
 pub mod rope;
 
-pub use config::{AttentionKind, ModelConfig};
+pub use config::{AttentionKind, Head, ModelConfig};
 pub use error::{ModelError, Result};
 pub use gptj::{argmax_last, GptJ};
 pub use hooks::{Ablation, HookKind, HookPoint, Hooks, Intervention};
 pub use layout::{
     BlockParams, GptjLayout, MlpParams, NormParams, OuterParams, ParamLayout, ParamSpec,
 };
+pub use objective::Objective;
 pub use position::{
     Beyond, PeriodicTables, PlaneMask, PlaneMode, PositionEncoding, RopeLayout, Rotation, Turn,
 };

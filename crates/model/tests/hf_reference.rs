@@ -37,6 +37,7 @@ fn config_from_hf(dir: &Path) -> ModelConfig {
         attention: ropelab_model::AttentionKind::Softmax,
         mlp: true,
         layer_norm: true,
+        head: ropelab_model::Head::Lm,
     }
 }
 

@@ -8,9 +8,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
 use ropelab_model::kernel::{FlatParams, FusedStep};
+use ropelab_model::objective::{self, IGNORE};
 use ropelab_model::ops::{cross_entropy, Dropout};
 use ropelab_model::{
-    AttentionKind, Beyond, GptJ, Hooks, ModelConfig, PeriodicTables, PositionEncoding, RopeLayout,
+    AttentionKind, Beyond, GptJ, Head, Hooks, ModelConfig, Objective, PeriodicTables,
+    PositionEncoding, RopeLayout,
 };
 
 fn config(
@@ -33,6 +35,7 @@ fn config(
         attention: ropelab_model::AttentionKind::Softmax,
         mlp: true,
         layer_norm: true,
+        head: ropelab_model::Head::Lm,
     }
 }
 
@@ -50,8 +53,20 @@ fn perturb(model: &GptJ, seed: u64) {
     }
 }
 
-/// Compares loss, logits and all gradients of the two paths on one batch.
+/// Compares loss, logits and all gradients of the two paths on one batch (last-token loss).
 fn check(c: &ModelConfig, batch: usize, seq: usize, dropout: f32, seed: u64) {
+    check_objective(c, Objective::LastToken, batch, seq, dropout, seed);
+}
+
+/// [`check`] for any objective (every-position targets include unscored positions).
+fn check_objective(
+    c: &ModelConfig,
+    objective: Objective,
+    batch: usize,
+    seq: usize,
+    dropout: f32,
+    seed: u64,
+) {
     let dev = Device::Cpu;
     let model = GptJ::new(c.clone(), seed, &dev).unwrap();
     perturb(&model, seed + 1);
@@ -60,24 +75,45 @@ fn check(c: &ModelConfig, batch: usize, seq: usize, dropout: f32, seed: u64) {
     let ids: Vec<u32> = (0..batch * seq)
         .map(|_| rng.random_range(0..vocab))
         .collect();
-    let targets: Vec<u32> = (0..batch).map(|_| rng.random_range(0..vocab)).collect();
+    let out = c.out_dim() as u32;
+    let targets: Vec<u32> = (0..objective.targets_len(batch, seq))
+        .map(|i| {
+            if objective.every_position() && i % 3 == 1 {
+                IGNORE
+            } else {
+                rng.random_range(0..out)
+            }
+        })
+        .collect();
     let drop = |p: f32| (p > 0.0).then(|| Dropout::new(p, ChaCha8Rng::seed_from_u64(seed + 3)));
 
     // Composed candle ops + autograd.
     let ids_t = Tensor::from_vec(ids.clone(), (batch, seq), &dev).unwrap();
-    let targets_t = Tensor::from_vec(targets.clone(), batch, &dev).unwrap();
     let mut d1 = drop(dropout);
-    let logits = model
-        .forward_last(&ids_t, &mut Hooks::new(), d1.as_mut())
-        .unwrap();
-    let loss = cross_entropy(&logits, &targets_t).unwrap();
+    let logits = if objective.every_position() {
+        model.forward(&ids_t, &mut Hooks::new(), d1.as_mut())
+    } else {
+        model.forward_last(&ids_t, &mut Hooks::new(), d1.as_mut())
+    }
+    .unwrap();
+    let loss = objective::loss(objective, &logits, &targets).unwrap();
+    if objective == Objective::LastToken {
+        // The masked loss without masks is the plain cross-entropy.
+        let targets_t = Tensor::from_vec(targets.clone(), batch, &dev).unwrap();
+        let plain: f32 = cross_entropy(&logits, &targets_t)
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        let masked: f32 = loss.to_scalar().unwrap();
+        assert!((plain - masked).abs() <= 1e-6 * plain.abs().max(1.0));
+    }
     let grads = loss.backward().unwrap();
     let want_loss: f32 = loss.to_scalar().unwrap();
     let want_logits: Vec<f32> = logits.flatten_all().unwrap().to_vec1().unwrap();
 
     // Fused kernel, twice (the second call reuses every buffer).
     let params = FlatParams::from_model(&model).unwrap();
-    let mut step = FusedStep::new(c, batch, seq).unwrap();
+    let mut step = FusedStep::for_objective(c, batch, seq, objective).unwrap();
     for round in 0..2 {
         let mut d2 = drop(dropout);
         let got_logits = step.forward(&params, &ids, d2.as_mut()).unwrap().to_vec();
@@ -254,6 +290,27 @@ fn linear_attention_attention_only_blocks_and_no_layer_norm() {
     let mut toy = config(1, 1, 16, PositionEncoding::gptj(16));
     (toy.mlp, toy.layer_norm) = (false, false);
     check(&toy, 4, 12, 0.0, 60);
+}
+
+#[test]
+fn every_position_loss_and_eos_classification() {
+    for (i, (mlp, layer_norm)) in [(true, true), (false, false)].into_iter().enumerate() {
+        let mut c = config(2, 2, 16, PositionEncoding::gptj(8));
+        (c.mlp, c.layer_norm) = (mlp, layer_norm);
+        let seed = 70 + 10 * i as u64;
+        check_objective(&c, Objective::EveryPosition, 3, 7, 0.0, seed);
+        c.dropout = 0.1;
+        check_objective(&c, Objective::EveryPosition, 2, 5, 0.1, seed + 1);
+        check_objective(&c, Objective::EveryPosition, 2, 1, 0.1, seed + 2);
+        c.head = Head::Classifier { classes: 2 };
+        check_objective(&c, Objective::EosClass, 4, 9, 0.1, seed + 3);
+        c.dropout = 0.0;
+        check_objective(&c, Objective::EosClass, 3, 6, 0.0, seed + 4);
+    }
+    // The formal-language classifier's shape: 5 layers, 8 heads, sinusoidal positions.
+    let mut formal = config(5, 8, 32, PositionEncoding::Sinusoidal { base: 10_000.0 });
+    formal.head = Head::Classifier { classes: 2 };
+    check_objective(&formal, Objective::EosClass, 3, 11, 0.0, 99);
 }
 
 #[test]

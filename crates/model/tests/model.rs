@@ -5,8 +5,8 @@ use candle_core::{backprop::GradStore, DType, Device, Tensor, Var};
 use ropelab_model::checkpoint::{hf_config, load_weights, save_weights};
 use ropelab_model::ops::{cross_entropy, Dropout};
 use ropelab_model::{
-    Ablation, AttentionKind, Beyond, GptJ, HookKind, HookPoint, Hooks, Intervention, ModelConfig,
-    PeriodicTables, PositionEncoding, RopeLayout,
+    Ablation, AttentionKind, Beyond, GptJ, Head, HookKind, HookPoint, Hooks, Intervention,
+    ModelConfig, Objective, PeriodicTables, PositionEncoding, RopeLayout,
 };
 
 /// Reductions the tests read as plain numbers.
@@ -41,6 +41,7 @@ fn tiny(position: PositionEncoding) -> ModelConfig {
         attention: ropelab_model::AttentionKind::Softmax,
         mlp: true,
         layer_norm: true,
+        head: ropelab_model::Head::Lm,
     }
 }
 
@@ -161,6 +162,76 @@ fn gradients_match_finite_differences_in_f64() {
             checked,
             3 * ropelab_model::GptjLayout::new(&config).params().len()
         );
+    }
+}
+
+/// The every-position loss (with unscored positions) and a classifier head, against finite
+/// differences in f64.
+#[test]
+fn objective_gradients_match_finite_differences_in_f64() {
+    use ropelab_model::objective::{loss as objective_loss, IGNORE};
+    let dev = Device::Cpu;
+    let cases = [
+        (tiny(PositionEncoding::gptj(4)), Objective::EveryPosition),
+        (
+            ModelConfig {
+                head: Head::Classifier { classes: 2 },
+                ..tiny(PositionEncoding::Sinusoidal { base: 100.0 })
+            },
+            Objective::EosClass,
+        ),
+    ];
+    for (config, objective) in cases {
+        let model = GptJ::new(config.clone(), 5, &dev)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap();
+        perturb(&model, 0.3);
+        let x = ids(2, 5, 11, &dev);
+        let targets: Vec<u32> = if objective.every_position() {
+            (0..10)
+                .map(|i| if i % 4 == 0 { IGNORE } else { i % 11 })
+                .collect()
+        } else {
+            vec![1, 0]
+        };
+        let value = |m: &GptJ| {
+            let logits = if objective.every_position() {
+                m.forward(&x, &mut Hooks::new(), None)
+            } else {
+                m.forward_last(&x, &mut Hooks::new(), None)
+            }
+            .unwrap();
+            objective_loss(objective, &logits, &targets).unwrap()
+        };
+        let grads = value(&model).backward().unwrap();
+        for (name, var) in model.named_vars() {
+            let g: Vec<f64> = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{name}: no grad"))
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let base: Vec<f64> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+            let idx = base.len() / 2;
+            let at = |delta: f64| {
+                let mut v = base.clone();
+                v[idx] += delta;
+                var.set(&Tensor::from_vec(v, var.as_tensor().shape(), &dev).unwrap())
+                    .unwrap();
+                value(&model).to_scalar::<f64>().unwrap()
+            };
+            let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+            var.set(&Tensor::from_vec(base.clone(), var.as_tensor().shape(), &dev).unwrap())
+                .unwrap();
+            let tol = 1e-6 + 1e-5 * numeric.abs().max(g[idx].abs());
+            assert!(
+                (numeric - g[idx]).abs() < tol,
+                "{objective:?} {name}[{idx}]: analytic {} numeric {numeric}",
+                g[idx]
+            );
+        }
     }
 }
 

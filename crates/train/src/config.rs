@@ -169,6 +169,7 @@ impl Preset {
                     attention: ropelab_model::AttentionKind::Softmax,
                     mlp: true,
                     layer_norm: true,
+                    head: ropelab_model::Head::Lm,
                 },
                 OptimConfig {
                     steps: 6000,
@@ -205,6 +206,7 @@ impl Preset {
                     attention: ropelab_model::AttentionKind::Softmax,
                     mlp: true,
                     layer_norm: true,
+                    head: ropelab_model::Head::Lm,
                 },
                 OptimConfig {
                     steps: 3000,
@@ -241,6 +243,7 @@ impl Preset {
                     attention: ropelab_model::AttentionKind::Softmax,
                     mlp: true,
                     layer_norm: true,
+                    head: ropelab_model::Head::Lm,
                 },
                 OptimConfig {
                     steps: 40,

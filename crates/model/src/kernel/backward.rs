@@ -13,7 +13,8 @@ impl FusedStep {
     pub(super) fn backward_pass(&mut self, params: &FlatParams) {
         let ids = &self.ids;
         let c = self.config.clone();
-        let (d, m, v) = (c.d_model, c.d_mlp, c.vocab_size);
+        let (d, m, v) = (c.d_model, c.d_mlp, c.out_dim());
+        let r = self.out_rows;
         let (b, t) = (self.batch, self.seq);
         let n = b * t;
         let w = &params.values;
@@ -29,17 +30,17 @@ impl FusedStep {
             v,
             d,
             &self.logits,
-            View::dense(0, b, v),
+            View::dense(0, r, v),
             &self.final_h,
-            View::dense(0, b, d),
+            View::dense(0, r, d),
         );
         column_sums(&self.logits, &mut g[lm_b..][..v]);
         let s = &mut self.scratch;
         linear_backward_input(
             &mut s.dhf,
-            View::dense(0, b, d),
+            View::dense(0, r, d),
             &self.logits,
-            View::dense(0, b, v),
+            View::dense(0, r, v),
             w,
             lm_w,
             v,
@@ -64,7 +65,7 @@ impl FusedStep {
         }
 
         for l in (0..c.n_layers).rev() {
-            let rows = Rows::of_layer(l, c.n_layers, b, t);
+            let rows = Rows::of_layer(l, c.n_layers, b, t, self.objective.every_position());
             let nq = rows.n;
             let shape = Shape {
                 seq: t,
@@ -259,7 +260,7 @@ impl FusedStep {
         // Embeddings (the gradient of a tied unembedding is already in place).
         let wte = outer.wte;
         if !c.tied_embeddings {
-            g[wte..][..v * d].fill(0.0);
+            g[wte..][..c.vocab_size * d].fill(0.0);
         }
         if let Some(mask) = self.emb_mask.as_ref().filter(|_| self.dropout_on) {
             for (x, k) in s.dx.iter_mut().zip(mask) {

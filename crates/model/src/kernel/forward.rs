@@ -11,7 +11,8 @@ use crate::ops::Dropout;
 use crate::Result;
 
 impl FusedStep {
-    /// Forward pass: logits at the last position [batch, vocab] for `ids` [batch, seq],
+    /// Forward pass: logits [rows, out] for `ids` [batch, seq] (rows: the last position of each
+    /// sequence, or every position for the every-position objective),
     /// caching what the backward pass needs. `dropout` draws its masks in the order of
     /// [`crate::GptJ::forward_last`].
     pub fn forward(
@@ -26,7 +27,8 @@ impl FusedStep {
         let mut dropout = dropout.filter(|d| d.p() > 0.0);
         self.dropout_on = dropout.is_some();
         let c = self.config.clone();
-        let (d, m, v) = (c.d_model, c.d_mlp, c.vocab_size);
+        let (d, m, v) = (c.d_model, c.d_mlp, c.out_dim());
+        let r = self.out_rows;
         let (b, t) = (self.batch, self.seq);
         let n = b * t;
         let w = &params.values;
@@ -57,7 +59,7 @@ impl FusedStep {
         }
 
         for l in 0..c.n_layers {
-            let rows = Rows::of_layer(l, c.n_layers, b, t);
+            let rows = Rows::of_layer(l, c.n_layers, b, t, self.objective.every_position());
             let shape = Shape {
                 seq: t,
                 heads: c.n_heads,
@@ -244,9 +246,9 @@ impl FusedStep {
         }
         linear_forward(
             &mut self.logits,
-            View::dense(0, b, v),
+            View::dense(0, r, v),
             &self.final_h,
-            View::dense(0, b, d),
+            View::dense(0, r, d),
             w,
             lm_w,
             v,

@@ -23,7 +23,7 @@ pub use params::FlatParams;
 
 use crate::layout::{BlockParams, OuterParams};
 use crate::ops::Dropout;
-use crate::{ModelConfig, ModelError, PositionEncoding, Result};
+use crate::{ModelConfig, ModelError, Objective, PositionEncoding, Result};
 use attention::RopeTable;
 use math::cross_entropy_backward;
 
@@ -54,8 +54,8 @@ struct Scratch {
     da: Vec<f32>,   // [N, d]
     dmo: Vec<f32>,  // [N, d]
     dg: Vec<f32>,   // [N, m]
-    dhf: Vec<f32>,  // [B, d]
-    dxq: Vec<f32>,  // [B, d]
+    dhf: Vec<f32>,  // [R, d]
+    dxq: Vec<f32>,  // [R, d]
     dp: Vec<f32>,   // [B, T] attention-row gradient of one query
 }
 
@@ -100,18 +100,21 @@ impl Absolute {
 pub struct FusedStep {
     config: ModelConfig,
     batch: usize,
+    objective: Objective,
+    /// Rows with logits: R = batch (last position) or batch * seq (every position).
+    out_rows: usize,
     seq: usize,
     ropes: Vec<Option<RopeTable>>,
     absolute: Absolute,
     layers: Vec<LayerCache>,
-    resid: Vec<Vec<f32>>, // L + 1 inputs of each block ([N, d]) and the output ([B, d])
+    resid: Vec<Vec<f32>>, // L + 1 inputs of each block ([N, d]) and the output ([R, d])
     emb_mask: Option<Vec<f32>>,
     dropout_on: bool, // whether the masks belong to the last forward
     ids: Vec<u32>,    // [B, T] of the last forward
     forward_done: bool,
-    final_stats: Vec<f32>, // [B, 2]
-    final_h: Vec<f32>,     // [B, d]
-    logits: Vec<f32>,      // [B, V]
+    final_stats: Vec<f32>, // [R, 2]
+    final_h: Vec<f32>,     // [R, d]
+    logits: Vec<f32>,      // [R, out]
     grads: FlatParams,
     scratch: Scratch,
 }
@@ -125,10 +128,10 @@ struct Rows {
 }
 
 impl Rows {
-    /// Rows computed by block `layer` of `n_layers`: every position, or the last one of each
-    /// sequence in the last block.
-    fn of_layer(layer: usize, n_layers: usize, batch: usize, seq: usize) -> Self {
-        if layer + 1 == n_layers {
+    /// Rows computed by block `layer` of `n_layers`: every position, or (unless `all`) the
+    /// last one of each sequence in the last block.
+    fn of_layer(layer: usize, n_layers: usize, batch: usize, seq: usize, all: bool) -> Self {
+        if layer + 1 == n_layers && !all {
             Rows {
                 first: seq - 1,
                 step: seq,
@@ -149,8 +152,19 @@ impl Rows {
 }
 
 impl FusedStep {
-    /// Buffers for `batch` sequences of `seq` tokens.
+    /// Buffers for `batch` sequences of `seq` tokens and the last-token objective.
     pub fn new(config: &ModelConfig, batch: usize, seq: usize) -> Result<Self> {
+        Self::for_objective(config, batch, seq, Objective::LastToken)
+    }
+
+    /// Buffers for `batch` sequences of `seq` tokens trained on `objective` (every position
+    /// keeps the last block at every row and logits at every position).
+    pub fn for_objective(
+        config: &ModelConfig,
+        batch: usize,
+        seq: usize,
+        objective: Objective,
+    ) -> Result<Self> {
         config.check()?;
         let grads = FlatParams::zeros(config);
         grads.layout.check_fused_qkv()?;
@@ -164,12 +178,13 @@ impl FusedStep {
             config.d_model,
             if config.mlp { config.d_mlp } else { 0 },
             config.n_heads,
-            config.vocab_size,
+            config.out_dim(),
         );
         let n = batch * seq;
+        let r = if objective.every_position() { n } else { batch };
         let layers = (0..config.n_layers)
             .map(|l| {
-                let nq = if l + 1 == config.n_layers { batch } else { n };
+                let nq = if l + 1 == config.n_layers { r } else { n };
                 LayerCache {
                     stats: vec![0.0; 2 * n],
                     h: vec![0.0; n * d],
@@ -185,10 +200,12 @@ impl FusedStep {
             })
             .collect();
         let mut resid: Vec<Vec<f32>> = (0..config.n_layers).map(|_| vec![0.0; n * d]).collect();
-        resid.push(vec![0.0; batch * d]);
+        resid.push(vec![0.0; r * d]);
         Ok(Self {
             config: config.clone(),
             batch,
+            objective,
+            out_rows: r,
             seq,
             ropes: (0..config.n_layers)
                 .map(|l| RopeTable::new(config.layer_position(l), seq))
@@ -200,9 +217,9 @@ impl FusedStep {
             dropout_on: false,
             ids: vec![0; n],
             forward_done: false,
-            final_stats: vec![0.0; 2 * batch],
-            final_h: vec![0.0; batch * d],
-            logits: vec![0.0; batch * v],
+            final_stats: vec![0.0; 2 * r],
+            final_h: vec![0.0; r * d],
+            logits: vec![0.0; r * v],
             grads,
             scratch: Scratch {
                 a: vec![0.0; n * d],
@@ -214,8 +231,8 @@ impl FusedStep {
                 da: vec![0.0; n * d],
                 dmo: vec![0.0; n * d],
                 dg: vec![0.0; n * m],
-                dhf: vec![0.0; batch * d],
-                dxq: vec![0.0; batch * d],
+                dhf: vec![0.0; r * d],
+                dxq: vec![0.0; r * d],
                 dp: vec![0.0; batch * seq],
             },
         })
@@ -226,14 +243,30 @@ impl FusedStep {
     /// training run's activation memory. Saturating: absurd shapes give a huge number, never
     /// an overflow.
     pub fn bytes(config: &ModelConfig, batch: usize, seq: usize) -> u64 {
+        Self::objective_bytes(config, batch, seq, Objective::LastToken)
+    }
+
+    /// [`FusedStep::bytes`] for `objective`.
+    pub fn objective_bytes(
+        config: &ModelConfig,
+        batch: usize,
+        seq: usize,
+        objective: Objective,
+    ) -> u64 {
         use ropelab_io::resources::bytes;
         let (d, m, h, v) = (
             config.d_model,
             if config.mlp { config.d_mlp } else { 0 },
             config.n_heads,
-            config.vocab_size,
+            config.out_dim(),
         );
         let n = bytes(&[batch, seq]);
+        // Rows with logits: the last position of each sequence, or every position.
+        let r = if objective.every_position() {
+            n
+        } else {
+            batch as u64
+        };
         let layer = |nq: u64| {
             [
                 2 * n,
@@ -249,11 +282,11 @@ impl FusedStep {
         let layers = config.n_layers as u64;
         let mut floats = layer(n)
             .saturating_mul(layers.saturating_sub(1))
-            .saturating_add(layer(batch as u64));
-        // The residual stream per layer, and the final row.
+            .saturating_add(layer(r));
+        // The residual stream per layer, and the final rows.
         floats = floats
             .saturating_add(n.saturating_mul(d as u64).saturating_mul(layers))
-            .saturating_add(bytes(&[batch, d]));
+            .saturating_add(r.saturating_mul(d as u64));
         // RoPE tables: cos and sin of every rotated plane at every position, per layer.
         let tables: u64 = (0..config.n_layers)
             .map(|l| {
@@ -268,13 +301,14 @@ impl FusedStep {
         // Token ids (u32), final LayerNorm, logits, gradients (the parameters' size).
         floats = floats
             .saturating_add(n)
-            .saturating_add(bytes(&[batch, 2 + d + v]))
+            .saturating_add(r.saturating_mul((2 + d + v) as u64))
             .saturating_add(config.n_params() as u64);
-        // Scratch: eight [N, d]-sized rows, one [N, m], two [B, d], one [B, T].
+        // Scratch: eight [N, d]-sized rows, one [N, m], two [R, d], one [B, T].
         floats = floats
             .saturating_add(n.saturating_mul(10 * d as u64))
             .saturating_add(n.saturating_mul(m as u64))
-            .saturating_add(bytes(&[batch, 2 * d + seq]));
+            .saturating_add(r.saturating_mul(2 * d as u64))
+            .saturating_add(n);
         if config.dropout > 0.0 {
             // Embedding mask, and per layer the pattern, attention and MLP masks.
             let masks = if config.mlp { 2 } else { 1 };
@@ -381,8 +415,9 @@ impl FusedStep {
         Ok(())
     }
 
-    /// One forward and backward pass: returns the mean last-token cross-entropy of `ids`
-    /// `[batch, seq]` against `targets` `[batch]`; the gradients are in [`FusedStep::grads`].
+    /// One forward and backward pass: returns the objective's mean cross-entropy of `ids`
+    /// `[batch, seq]` against `targets` (`[batch]`, or `[batch * seq]` for every position); the
+    /// gradients are in [`FusedStep::grads`].
     pub fn loss_and_grads(
         &mut self,
         params: &FlatParams,
@@ -396,28 +431,19 @@ impl FusedStep {
     }
 
     fn check_targets(&self, targets: &[u32]) -> Result<()> {
-        if targets.len() != self.batch {
-            return Err(ModelError::Config(format!(
-                "{} targets given for a batch of {}",
-                targets.len(),
-                self.batch
-            )));
-        }
-        if let Some(bad) = targets
-            .iter()
-            .find(|&&i| i as usize >= self.config.vocab_size)
-        {
-            return Err(ModelError::Config(format!(
-                "target id {bad} is outside the vocabulary of {}",
-                self.config.vocab_size
-            )));
-        }
-        Ok(())
+        crate::objective::check_targets(
+            self.objective,
+            targets,
+            self.batch,
+            self.seq,
+            self.config.out_dim(),
+        )
     }
 
     /// The backward pass of the last [`FusedStep::forward`] (which must have run with the
-    /// same `params`): returns the mean cross-entropy against `targets` `[batch]` and leaves the
-    /// gradients in [`FusedStep::grads`]. The logits are consumed (they become their gradient).
+    /// same `params`): returns the mean cross-entropy against `targets` (as for
+    /// [`FusedStep::loss_and_grads`]) and leaves the gradients in [`FusedStep::grads`]. The
+    /// logits are consumed (they become their gradient).
     pub fn backward(&mut self, params: &FlatParams, targets: &[u32]) -> Result<f32> {
         self.check_targets(targets)?;
         if !self.forward_done {
@@ -426,7 +452,7 @@ impl FusedStep {
             ));
         }
         self.forward_done = false;
-        let loss = cross_entropy_backward(&mut self.logits, self.config.vocab_size, targets);
+        let loss = cross_entropy_backward(&mut self.logits, self.config.out_dim(), targets);
         self.backward_pass(params);
         Ok(loss)
     }
@@ -455,6 +481,7 @@ mod tests {
             attention: crate::AttentionKind::Softmax,
             mlp: true,
             layer_norm: true,
+            head: crate::Head::Lm,
         }
     }
 
@@ -479,6 +506,26 @@ mod tests {
             step.loss_and_grads(&params, &ids, &[1, 2, 3], drop.as_mut())
                 .unwrap();
             assert_eq!(FusedStep::bytes(&c, batch, seq), step.held_bytes());
+            // Every position: the last block at every row, logits at every position.
+            let every = Objective::EveryPosition;
+            let mut step = FusedStep::for_objective(&c, batch, seq, every).unwrap();
+            let targets: Vec<u32> = (0..(batch * seq) as u32).map(|i| i % 7).collect();
+            step.loss_and_grads(&params, &ids, &targets, drop.as_mut())
+                .unwrap();
+            assert_eq!(
+                FusedStep::objective_bytes(&c, batch, seq, every),
+                step.held_bytes()
+            );
+            // A classifier head: two logits per row.
+            c.head = crate::Head::Classifier { classes: 2 };
+            let params = FlatParams::zeros(&c);
+            let mut step = FusedStep::for_objective(&c, batch, seq, Objective::EosClass).unwrap();
+            step.loss_and_grads(&params, &ids, &[1, 0, 1], drop.as_mut())
+                .unwrap();
+            assert_eq!(
+                FusedStep::objective_bytes(&c, batch, seq, Objective::EosClass),
+                step.held_bytes()
+            );
         }
         // Absurd shapes saturate.
         assert_eq!(
