@@ -235,6 +235,7 @@ impl RunFiles {
                         accuracy: f.accuracy,
                         loss: f.loss,
                         per_hop: f.per_hop,
+                        token_accuracy: None,
                     };
                     best = Some((f.step, accuracy));
                 }

@@ -11,7 +11,7 @@ use crate::{ModelError, Result};
 pub const IGNORE: u32 = u32::MAX;
 
 /// What a training step predicts and scores.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Objective {
     /// Cross-entropy of the next token at the last position only (the paper's tasks): one
@@ -27,6 +27,15 @@ pub enum Objective {
 }
 
 impl Objective {
+    /// The config's name (`last_token`, `every_position`, `eos_class`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::LastToken => "last_token",
+            Objective::EveryPosition => "every_position",
+            Objective::EosClass => "eos_class",
+        }
+    }
+
     /// Whether logits are needed at every position (else at the last one only).
     pub fn every_position(self) -> bool {
         self == Objective::EveryPosition

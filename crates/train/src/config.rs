@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use ropelab_model::{ModelConfig, PositionEncoding};
+use ropelab_model::{Head, ModelConfig, Objective, PositionEncoding};
 use ropelab_tasks::{Layout, Task, TaskKind};
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +99,11 @@ pub struct RunConfig {
     pub task: TaskKind,
     /// Seed: fixes data order, initialisation and dropout.
     pub seed: u64,
+    /// What a step predicts and scores (docs/model.md#objectives): `last_token` (the answer at
+    /// the query), `every_position` (next-token cross-entropy at every position, the answer
+    /// last) or `eos_class` (a class at the last position; needs a labelled task).
+    #[serde(default)]
+    pub objective: Objective,
     /// Task layout.
     pub layout: Layout,
     /// Dataset sizes.
@@ -270,6 +275,7 @@ impl Preset {
             preset: self.name().to_owned(),
             task,
             seed: 0,
+            objective: Objective::LastToken,
             layout,
             data,
             model,
@@ -300,6 +306,23 @@ impl RunConfig {
                 self.task,
                 task.vocab().len()
             )));
+        }
+        match (self.objective, self.model.head) {
+            (Objective::EosClass, _) => {
+                return Err(TrainError::Config(format!(
+                    "objective = \"eos_class\" needs a task with class labels; the {} task has \
+                     none (it has an answer token: use last_token or every_position)",
+                    self.task
+                )));
+            }
+            (_, Head::Classifier { .. }) => {
+                return Err(TrainError::Config(format!(
+                    "model.head is a classifier, but objective = \"{}\" predicts tokens \
+                     (use head kind = \"lm\")",
+                    self.objective.name()
+                )));
+            }
+            _ => {}
         }
         let o = &self.optim;
         let positive = [

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor};
 use ropelab_io::resources::bytes;
-use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, Hooks, ModelConfig};
+use ropelab_model::objective::{cross_entropy_masked, IGNORE};
+use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, Hooks, ModelConfig, Objective};
 use ropelab_tasks::Dataset;
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +54,36 @@ pub fn batch_ids(dataset: &Dataset, indices: &[usize]) -> Result<(Vec<u32>, Vec<
     Ok((ids, targets))
 }
 
+/// The samples at `indices` as flat input ids [batch * pos] and the targets `objective`
+/// scores: the answers [batch] (last token), or every position's next token with the answer
+/// last [batch * pos] (every position; a padding token as the next token is not scored).
+pub fn batch_targets(
+    dataset: &Dataset,
+    indices: &[usize],
+    objective: Objective,
+) -> Result<(Vec<u32>, Vec<u32>)> {
+    let (ids, answers) = batch_ids(dataset, indices)?;
+    if !objective.every_position() {
+        return Ok((ids, answers));
+    }
+    Ok((ids.clone(), next_tokens(&ids, &answers)))
+}
+
+/// Every position's next token, the answer at each sequence's last position; a padding next
+/// token (id 0) is [`IGNORE`]d. `ids` [batch * pos], `answers` [batch].
+fn next_tokens(ids: &[u32], answers: &[u32]) -> Vec<u32> {
+    let t = ids.len() / answers.len().max(1);
+    ids.chunks_exact(t)
+        .zip(answers)
+        .flat_map(|(row, &answer)| {
+            row[1..]
+                .iter()
+                .map(|&next| if next == 0 { IGNORE } else { next })
+                .chain(std::iter::once(answer))
+        })
+        .collect()
+}
+
 /// Accuracy of last-token prediction, overall and per hop count.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {
@@ -64,6 +95,10 @@ pub struct Accuracy {
     pub loss: f64,
     /// Accuracy per hop count.
     pub per_hop: BTreeMap<usize, f64>,
+    /// Every-position runs: the fraction of scored positions whose next token is predicted
+    /// (and `loss` is the mean cross-entropy over them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_accuracy: Option<f64>,
 }
 
 /// Most sequences in one evaluation batch.
@@ -96,6 +131,50 @@ pub fn batch_for_budget(config: &ModelConfig, seq_len: usize, budget: usize) -> 
     usize::try_from(fit)
         .unwrap_or(EVAL_BATCH)
         .clamp(1, EVAL_BATCH)
+}
+
+/// [`evaluate`] for a run trained on `objective`: every position adds the token accuracy and
+/// reports the loss over every scored position (the answer accuracy stays the headline).
+pub fn evaluate_objective(
+    model: &GptJ,
+    dataset: &Dataset,
+    memory: usize,
+    objective: Objective,
+) -> Result<Accuracy> {
+    if !objective.every_position() {
+        return evaluate(model, dataset, memory);
+    }
+    let model = &model.clone().frozen();
+    let c = model.config();
+    let t = dataset.seq_len();
+    // The logits at every position (and their log-softmax) come on top of the activations.
+    let per_seq = forward_bytes(c, t).saturating_add(bytes(&[4, 3, t, c.out_dim()]));
+    let batch_size = usize::try_from(memory as u64 / per_seq.max(1))
+        .unwrap_or(EVAL_BATCH)
+        .clamp(1, EVAL_BATCH);
+    let mut tally = Tally::default();
+    let (mut scored, mut right, mut loss_sum) = (0usize, 0usize, 0f64);
+    for start in (0..dataset.len()).step_by(batch_size) {
+        let chunk: Vec<usize> = (start..dataset.len().min(start + batch_size)).collect();
+        let b = batch(dataset, &chunk, model.device())?;
+        let logits = model.forward(&b.ids, &mut Hooks::new(), None)?; // [batch, pos, out]
+        let (rows, pos, out) = logits.dims3()?;
+        tally.add(&logits.narrow(1, pos - 1, 1)?.squeeze(1)?, &b)?;
+        let ids: Vec<u32> = b.ids.flatten_all()?.to_vec1()?;
+        let targets = next_tokens(&ids, &b.targets.to_vec1()?);
+        let flat = logits.reshape((rows * pos, out))?;
+        let n = targets.iter().filter(|&&t| t != IGNORE).count();
+        let loss: f32 = cross_entropy_masked(&flat, &targets)?.to_scalar()?;
+        loss_sum += f64::from(loss) * n as f64;
+        scored += n;
+        for (p, t) in argmax_last(&flat)?.iter().zip(&targets) {
+            right += usize::from(p == t);
+        }
+    }
+    let mut acc = tally.finish();
+    acc.loss = loss_sum / scored.max(1) as f64;
+    acc.token_accuracy = Some(right as f64 / scored.max(1) as f64);
+    Ok(acc)
 }
 
 /// Evaluates `model` on every sample of `dataset` without dropout, in batches sized so that a
@@ -156,6 +235,7 @@ impl Tally {
                 .into_iter()
                 .map(|(h, (c, t))| (h, c as f64 / t as f64))
                 .collect(),
+            token_accuracy: None,
         }
     }
 }

@@ -16,7 +16,10 @@ pub mod step;
 mod trainer;
 
 pub use config::{DataConfig, OptimConfig, Preset, Retention, RunConfig};
-pub use data::{batch_for_budget, evaluate, forward_bytes, Accuracy, EVAL_BATCH, EVAL_MEMORY};
+pub use data::{
+    batch_for_budget, evaluate, evaluate_objective, forward_bytes, Accuracy, EVAL_BATCH,
+    EVAL_MEMORY,
+};
 pub use error::{Result, TrainError};
 pub use resources::{inference_need, training_memory, training_need};
 pub use run_dir::{CheckpointState, RunDir};

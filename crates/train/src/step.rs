@@ -2,14 +2,15 @@
 //! masks update `step` uses, and the [`Stepper`] that computes the loss, the gradients (fused
 //! kernel or candle autograd) and the AdamW update.
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use ropelab_model::kernel::{FlatParams, FusedStep};
-use ropelab_model::ops::{cross_entropy, Dropout};
-use ropelab_model::{GptJ, Hooks};
+use ropelab_model::ops::Dropout;
+use ropelab_model::{GptJ, Hooks, Objective};
 
 use crate::optim::AdamW;
 use crate::Result;
@@ -85,7 +86,8 @@ pub struct StepTimes {
 pub struct Stepper {
     engine: Engine,
     params: Option<FlatParams>,
-    kernel: Option<FusedStep>,
+    /// One fused kernel per batch shape seen (length-bucketed batches change `seq`).
+    kernels: HashMap<(usize, usize, Objective), FusedStep>,
 }
 
 impl Stepper {
@@ -98,7 +100,7 @@ impl Stepper {
         Ok(Self {
             engine,
             params,
-            kernel: None,
+            kernels: HashMap::new(),
         })
     }
 
@@ -107,26 +109,31 @@ impl Stepper {
         self.engine
     }
 
-    /// One update on `batch` sequences `ids` `[batch, seq]` with last-token `targets` `[batch]` at
-    /// learning rate `lr`. Returns the loss before the update and the time of each part; a
-    /// non-finite loss is returned without updating anything.
+    /// One update on `batch` sequences `ids` `[batch, seq]` scored by `objective` against
+    /// `targets` (`[batch]`, or `[batch * seq]` for every position) at learning rate `lr`.
+    /// Returns the loss before the update and the time of each part; a non-finite loss is
+    /// returned without updating anything.
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
         model: &GptJ,
         optimizer: &mut AdamW,
+        objective: Objective,
+        batch: usize,
         ids: &[u32],
         targets: &[u32],
         dropout: Option<&mut Dropout>,
         lr: f64,
     ) -> Result<(f32, StepTimes)> {
-        let b = targets.len();
+        let b = batch;
         let seq = ids.len() / b.max(1);
         let t0 = Instant::now();
         if let Some(params) = self.params.as_mut() {
-            let kernel = match &mut self.kernel {
-                Some(k) => k,
-                slot => slot.insert(FusedStep::new(model.config(), b, seq)?),
+            let kernel = match self.kernels.entry((b, seq, objective)) {
+                Entry::Occupied(k) => k.into_mut(),
+                Entry::Vacant(slot) => {
+                    slot.insert(FusedStep::for_objective(model.config(), b, seq, objective)?)
+                }
             };
             kernel.forward(params, ids, dropout)?;
             let t1 = Instant::now();
@@ -138,10 +145,20 @@ impl Stepper {
             return Ok((loss, times(t0, t1, t2)));
         }
         let device: &Device = model.device();
+        ropelab_model::objective::check_targets(
+            objective,
+            targets,
+            b,
+            seq,
+            model.config().out_dim(),
+        )?;
         let ids = Tensor::from_slice(ids, (b, seq), device)?;
-        let targets = Tensor::from_slice(targets, b, device)?;
-        let logits = model.forward_last(&ids, &mut Hooks::new(), dropout)?;
-        let loss = cross_entropy(&logits, &targets)?;
+        let logits = if objective.every_position() {
+            model.forward(&ids, &mut Hooks::new(), dropout)?
+        } else {
+            model.forward_last(&ids, &mut Hooks::new(), dropout)?
+        };
+        let loss = ropelab_model::objective::loss(objective, &logits, targets)?;
         let value: f32 = loss.to_scalar()?;
         let t1 = Instant::now();
         if !value.is_finite() {

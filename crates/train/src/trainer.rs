@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use ropelab_io::DirLock;
 
-use crate::data::{batch_ids, evaluate, Accuracy, EVAL_MEMORY};
+use crate::data::{batch_targets, evaluate_objective, Accuracy, EVAL_MEMORY};
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
 use crate::step::{batch_indices, step_dropout, Engine, Stepper};
@@ -105,7 +105,12 @@ impl Trainer {
             },
             last_val: None,
         };
-        let val = evaluate(&trainer.model, &trainer.val, EVAL_MEMORY)?;
+        let val = evaluate_objective(
+            &trainer.model,
+            &trainer.val,
+            EVAL_MEMORY,
+            trainer.config.objective,
+        )?;
         trainer.last_val = Some(val.accuracy);
         trainer.dir.append_metrics(&MetricsLine {
             step: 0,
@@ -228,11 +233,14 @@ impl Trainer {
             let step = self.state.step + 1;
             let indices = batch_indices(step, o.batch_size, self.train.len());
             let mut dropout = step_dropout(self.config.model.dropout, self.config.seed, step);
-            let (ids, targets) = batch_ids(&self.train, &indices)?;
+            let objective = self.config.objective;
+            let (ids, targets) = batch_targets(&self.train, &indices, objective)?;
             let lr = lr_at(step, &o);
             let (loss_value, _) = stepper.step(
                 &self.model,
                 &mut self.optimizer,
+                objective,
+                indices.len(),
                 &ids,
                 &targets,
                 dropout.as_mut(),
@@ -254,7 +262,7 @@ impl Trainer {
             }
             if eval_now || step.is_multiple_of(o.log_every) {
                 let val = if eval_now {
-                    let acc = evaluate(&self.model, &self.val, EVAL_MEMORY)?;
+                    let acc = evaluate_objective(&self.model, &self.val, EVAL_MEMORY, objective)?;
                     self.last_val = Some(acc.accuracy);
                     last = Some(acc.clone());
                     Some(acc)

@@ -10,16 +10,44 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ropelab_model::kernel::{matmul, View};
-use ropelab_model::{GptJ, ModelConfig, PositionEncoding};
+use ropelab_model::{GptJ, Head, ModelConfig, Objective, PositionEncoding};
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
 use ropelab_train::data::batch_ids;
 use ropelab_train::optim::{lr_at, AdamW};
 use ropelab_train::step::{batch_indices, step_dropout, Engine, Stepper};
 use ropelab_train::Preset;
 
+/// The model shapes `bench train` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchModel {
+    /// The GPT-J of the paper's tasks (the preset's shape, last-token loss).
+    Gptj,
+    /// The expressivity paper's formal-language classifier: 5 layers, d_model 64, 8 heads, MLP
+    /// 256, batch 128, lengths 9..=40 by bucketing (each batch one length, cycling), EOS
+    /// classification.
+    Formal,
+    /// The canonical-task toy: 1 attention-only layer without LayerNorm, d_model 64, 1 head,
+    /// length 64, batch 256, cross-entropy at every position.
+    Toy,
+}
+
+impl BenchModel {
+    /// The length of step `step`'s batch: the formal model's bucketed lengths cycle through
+    /// 9..=40 (`40 - 7 step mod 32`, the same formula as bench/torch_reference.py).
+    fn seq(self, step: usize, fixed: usize) -> usize {
+        match self {
+            BenchModel::Formal => 40 - (7 * step) % 32,
+            _ => fixed,
+        }
+    }
+}
+
 /// Arguments of `ropelab bench train`.
 #[derive(Debug, Args)]
 pub struct BenchTrainArgs {
+    /// Which model shape: `gptj` (the preset's), `formal` or `toy` (the model zoo's).
+    #[arg(long, value_enum, default_value = "gptj")]
+    pub model: BenchModel,
     /// Preset to measure (`paper`, `quick` or `tiny`).
     #[arg(long, default_value = "paper", value_parser = |s: &str| s.parse::<Preset>().map_err(|e| e.to_string()))]
     pub preset: Preset,
@@ -50,13 +78,41 @@ pub struct BenchTrainArgs {
 }
 
 /// Matmul FLOPs of one training step (forward x 3: backward costs about twice the forward),
-/// counted for the full model at every position, as PyTorch computes it.
-pub fn step_flops(model: &ModelConfig, batch: usize, seq: usize) -> f64 {
-    let (d, m, t) = (model.d_model as f64, model.d_mlp as f64, seq as f64);
+/// counted for the full model at every position, as PyTorch computes it; the output layer at
+/// the last position, or at every position for the every-position objective.
+pub fn step_flops(model: &ModelConfig, batch: usize, seq: usize, objective: Objective) -> f64 {
+    let (d, t) = (model.d_model as f64, seq as f64);
+    let m = if model.mlp { model.d_mlp as f64 } else { 0.0 };
     let per_token = 2.0 * (4.0 * d * d + 2.0 * d * m) + 2.0 * 2.0 * t * d;
-    let forward =
-        batch as f64 * (t * per_token * model.n_layers as f64 + 2.0 * d * model.vocab_size as f64);
+    let out_rows = if objective.every_position() { t } else { 1.0 };
+    let forward = batch as f64
+        * (t * per_token * model.n_layers as f64 + out_rows * 2.0 * d * model.out_dim() as f64);
     3.0 * forward
+}
+
+/// The model zoo's benchmark shapes (the GPT-J shape comes from the preset).
+fn zoo_model(kind: BenchModel, base: &ModelConfig) -> (ModelConfig, usize, usize, Objective) {
+    let mut m = base.clone();
+    m.dropout = 0.0;
+    m.layer_positions = vec![];
+    m.tied_embeddings = false;
+    match kind {
+        BenchModel::Gptj => (m, 0, 0, Objective::LastToken),
+        BenchModel::Formal => {
+            // PAD, BOS, EOS and two letters.
+            (m.vocab_size, m.n_layers, m.n_heads, m.d_model, m.d_mlp) = (5, 5, 8, 64, 256);
+            m.position = PositionEncoding::gptj(8);
+            m.head = Head::Classifier { classes: 2 };
+            (m, 128, 40, Objective::EosClass)
+        }
+        BenchModel::Toy => {
+            (m.vocab_size, m.n_layers, m.n_heads, m.d_model, m.d_mlp) = (64, 1, 1, 64, 1);
+            (m.mlp, m.layer_norm) = (false, false);
+            m.position = PositionEncoding::gptj(64);
+            m.head = Head::Lm;
+            (m, 256, 64, Objective::EveryPosition)
+        }
+    }
 }
 
 /// The machine's f32 matmul throughput in GFLOP/s: the best of a few 1536^3 products through
@@ -76,26 +132,27 @@ pub fn peak_gflops() -> f64 {
 }
 
 /// The batches of the benchmark: the trainer's batches of task samples, or random tokens of a
-/// given length.
+/// given length with random targets of the objective's shape.
 struct Batches {
     data: Option<Dataset>,
-    seq: usize,
     vocab: u32,
+    out: u32,
     batch: usize,
+    objective: Objective,
 }
 
 impl Batches {
-    fn get(&self, step: usize) -> Result<(Vec<u32>, Vec<u32>)> {
+    fn get(&self, step: usize, seq: usize) -> Result<(Vec<u32>, Vec<u32>)> {
         if let Some(data) = &self.data {
             let idx = batch_indices(step, self.batch, data.len());
             return Ok(batch_ids(data, &idx)?);
         }
         let mut rng = ChaCha8Rng::seed_from_u64(step as u64);
-        let ids = (0..self.batch * self.seq)
+        let ids = (0..self.batch * seq)
             .map(|_| rng.random_range(1..self.vocab))
             .collect();
-        let targets = (0..self.batch)
-            .map(|_| rng.random_range(1..self.vocab))
+        let targets = (0..self.objective.targets_len(self.batch, seq))
+            .map(|_| rng.random_range(0..self.out))
             .collect();
         Ok((ids, targets))
     }
@@ -104,6 +161,13 @@ impl Batches {
 /// Runs `ropelab bench train`.
 pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     let mut config = args.preset.config(args.task);
+    let (zoo, zoo_batch, zoo_seq, objective) = zoo_model(args.model, &config.model);
+    if args.model != BenchModel::Gptj {
+        if args.model == BenchModel::Formal && args.seq.is_some() {
+            bail!("bench train: --seq does not apply to --model formal (its lengths are bucketed 9..=40)");
+        }
+        (config.model, config.optim.batch_size) = (zoo, zoo_batch);
+    }
     if let Some(l) = args.layers {
         config.model.n_layers = l as usize;
     }
@@ -117,18 +181,26 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     if let Err(e) = config.model.check() {
         bail!("bench train: {e}");
     }
-    let seq = args.seq.map_or(config.layout.core_len(), |s| s as usize);
-    let need =
-        ropelab_train::training_memory(&config.model, config.optim.batch_size, seq, args.engine);
+    let fixed_seq = match args.model {
+        BenchModel::Gptj => args.seq.map_or(config.layout.core_len(), |s| s as usize),
+        _ => args.seq.map_or(zoo_seq, |s| s as usize),
+    };
+    let longest = args.model.seq(0, fixed_seq).max(fixed_seq);
+    let need = ropelab_train::training_memory(
+        &config.model,
+        config.optim.batch_size,
+        longest,
+        args.engine,
+    );
     guard.check("bench train", &need)?;
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;
     let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
     let b = config.optim.batch_size;
     let batches = Batches {
-        data: match args.seq {
-            Some(_) => None,
-            None => {
+        data: match (args.seq, args.model) {
+            (Some(_), _) | (_, BenchModel::Formal | BenchModel::Toy) => None,
+            (None, BenchModel::Gptj) => {
                 let task = Task::new(config.task, config.layout.clone())?;
                 Some(Dataset::new(
                     task,
@@ -139,38 +211,67 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
                 )?)
             }
         },
-        seq: args.seq.map_or(config.layout.core_len(), |s| s as usize),
         vocab: config.model.vocab_size as u32,
+        out: config.model.out_dim() as u32,
         batch: b,
+        objective,
     };
-    let seq = batches.seq;
     let mut stepper = Stepper::new(args.engine, &model)?;
+    let mut flops = 0.0;
     let (mut fwd, mut bwd, mut opt) = (0f64, 0f64, 0f64);
-    let total = args.warmup + args.steps;
+    // The formal model's warm-up covers one cycle of lengths, so every bucket's kernel exists
+    // before the clock starts.
+    let warmup = match args.model {
+        BenchModel::Formal => args.warmup.max(32),
+        _ => args.warmup,
+    };
+    let total = warmup + args.steps;
     let mut wall = Instant::now();
     for step in 1..=total as usize {
-        if step == args.warmup as usize + 1 {
+        if step == warmup as usize + 1 {
             (fwd, bwd, opt) = (0.0, 0.0, 0.0);
             wall = Instant::now();
         }
-        let (ids, targets) = batches.get(step)?;
+        let seq = args.model.seq(step, fixed_seq);
+        if step > warmup as usize {
+            flops += step_flops(&config.model, b, seq, objective);
+        }
+        let (ids, targets) = batches.get(step, seq)?;
         let mut dropout = step_dropout(config.model.dropout, config.seed, step);
         let lr = lr_at(step, &config.optim);
-        let (_, t) = stepper.step(&model, &mut optimizer, &ids, &targets, dropout.as_mut(), lr)?;
+        let (_, t) = stepper.step(
+            &model,
+            &mut optimizer,
+            objective,
+            b,
+            &ids,
+            &targets,
+            dropout.as_mut(),
+            lr,
+        )?;
         fwd += t.forward;
         bwd += t.backward;
         opt += t.optimizer;
     }
     let seconds = wall.elapsed().as_secs_f64();
     let n = args.steps as f64;
-    let flops = step_flops(&config.model, b, seq);
+    let flops = flops / n;
     let c = &config.model;
+    let shape = match args.model {
+        BenchModel::Gptj => format!("{} preset", config.preset),
+        BenchModel::Formal => "formal-language classifier".to_owned(),
+        BenchModel::Toy => "attention-only toy".to_owned(),
+    };
+    let seq = match args.model {
+        BenchModel::Formal => "9..=40 (bucketed)".to_owned(),
+        _ => fixed_seq.to_string(),
+    };
     println!(
-        "ropelab bench train: {} preset ({} layers x {} heads, d_model {}), {} engine, batch {b}, seq {seq}, {} parameters, {} threads",
-        config.preset,
+        "ropelab bench train: {shape} ({} layers x {} heads, d_model {}), {} objective, {} engine, batch {b}, seq {seq}, {} parameters, {} threads",
         c.n_layers,
         c.n_heads,
         c.d_model,
+        objective.name(),
         match args.engine {
             Engine::Fused => "fused",
             Engine::Composed => "composed",
@@ -189,7 +290,7 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     );
     let achieved = flops * n / seconds / 1e9;
     println!(
-        "{achieved:.1} GFLOP/s (model matmul FLOPs: {:.2} GFLOP per step)",
+        "{achieved:.1} GFLOP/s (model matmul FLOPs: {:.2} GFLOP per step on average)",
         flops / 1e9
     );
     if !args.no_peak {

@@ -3,6 +3,7 @@
 //! the row in one call. q, k and v live side by side in a `[pos, 3 * d_model]` buffer (the
 //! output of one projection), heads `d_head` wide inside each third.
 
+use super::gemm::{matmul_serial, View};
 use super::math::{axpy, dot};
 use crate::{rope, AttentionKind, PositionEncoding};
 
@@ -85,10 +86,56 @@ fn rotate_q_and_k(s: Shape, rope: &RopeTable, qkv: &mut [f32], inverse: bool) {
     }
 }
 
+/// Scales the raw dot products `p[..=pos]` of one query row and turns them into weights
+/// (a softmax, or the scaled logits themselves for linear attention); zeroes `p[pos + 1..]`.
+fn finish_row(s: Shape, p: &mut [f32], pos: usize) {
+    let mut max = f32::NEG_INFINITY;
+    for v in &mut p[..=pos] {
+        *v *= s.scale;
+        max = max.max(*v);
+    }
+    if s.kind == AttentionKind::Softmax {
+        let mut total = 0f32;
+        for v in &mut p[..=pos] {
+            *v = (*v - max).exp();
+            total += *v;
+        }
+        for v in &mut p[..=pos] {
+            *v /= total;
+        }
+    }
+    p[pos + 1..].fill(0.0);
+}
+
+/// Views of head `h`'s q, k and v ([seq, d_head] each) inside a `[seq, 3 d_model]` buffer.
+fn head_views(s: Shape, h: usize) -> (View, View, View) {
+    let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
+    (
+        View::rows(h * dh, t, dh, 3 * dm),
+        View::rows(dm + h * dh, t, dh, 3 * dm),
+        View::rows(2 * dm + h * dh, t, dh, 3 * dm),
+    )
+}
+
+/// `out = p * mask` over one head's [seq, seq] block (the dropped-out weights).
+fn masked<'a>(p: &'a [f32], mask: Option<&[f32]>, out: &'a mut [f32]) -> &'a [f32] {
+    match mask {
+        Some(m) => {
+            for ((o, w), k) in out.iter_mut().zip(p).zip(m) {
+                *o = w * k;
+            }
+            out
+        }
+        None => p,
+    }
+}
+
 /// Forward of one batch row. `qkv` [seq, 3 d_model] is rotated in place (k at every position,
 /// q at the query positions); `pattern` [heads, seq, seq] receives the softmax rows of the
 /// query positions; `mask` [heads, seq, seq] is the dropout mask of the pattern (already
-/// scaled), and `z` [queries, d_model] the merged head outputs.
+/// scaled), and `z` [queries, d_model] the merged head outputs. `scratch` holds at least
+/// 2 seq^2 floats. With every position a query, each head is three matrix products
+/// (S = Q K^T, row-wise weights, Z = P V); one query row uses dot products.
 pub fn forward(
     s: Shape,
     rope: Option<&RopeTable>,
@@ -96,11 +143,27 @@ pub fn forward(
     pattern: &mut [f32],
     mask: Option<&[f32]>,
     z: &mut [f32],
+    scratch: &mut [f32],
 ) {
     let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
     let first_q = t - s.queries;
     if let Some(rope) = rope {
         rotate_q_and_k(s, rope, qkv, false);
+    }
+    if s.queries == t {
+        for h in 0..s.heads {
+            let (q, k, v) = head_views(s, h);
+            let block = View::dense(0, t, t);
+            let p = &mut pattern[h * t * t..][..t * t];
+            matmul_serial(p, block, qkv, q, qkv, k.t(), false);
+            for (pos, row) in p.chunks_exact_mut(t).enumerate() {
+                finish_row(s, row, pos);
+            }
+            let m = mask.map(|m| &m[h * t * t..][..t * t]);
+            let w = masked(p, m, &mut scratch[..t * t]);
+            matmul_serial(z, View::rows(h * dh, t, dh, dm), w, block, qkv, v, false);
+        }
+        return;
     }
     z.fill(0.0);
     for qi in 0..s.queries {
@@ -108,22 +171,10 @@ pub fn forward(
         for h in 0..s.heads {
             let q = &qkv[pos * 3 * dm + h * dh..][..dh];
             let p = &mut pattern[(h * t + pos) * t..][..t];
-            let mut max = f32::NEG_INFINITY;
             for j in 0..=pos {
-                p[j] = s.scale * dot(q, &qkv[j * 3 * dm + dm + h * dh..][..dh]);
-                max = max.max(p[j]);
+                p[j] = dot(q, &qkv[j * 3 * dm + dm + h * dh..][..dh]);
             }
-            if s.kind == AttentionKind::Softmax {
-                let mut total = 0f32;
-                for v in &mut p[..=pos] {
-                    *v = (*v - max).exp();
-                    total += *v;
-                }
-                for v in &mut p[..=pos] {
-                    *v /= total;
-                }
-            }
-            p[pos + 1..].fill(0.0);
+            finish_row(s, p, pos);
             let out = &mut z[qi * dm + h * dh..][..dh];
             for j in 0..=pos {
                 let w = p[j] * mask.map_or(1.0, |m| m[(h * t + pos) * t + j]);
@@ -135,11 +186,87 @@ pub fn forward(
 
 /// Backward of one batch row: from `dz` [queries, d_model] and the forward's rotated `qkv`,
 /// `pattern` and `mask`, writes `dqkv` [seq, 3 d_model] (gradients of the un-rotated q, k and
-/// v; q rows outside the query positions are 0). `dp` [seq] is scratch.
+/// v; q rows outside the query positions are 0). `dp` (at least 2 seq^2 floats) is scratch.
+/// With every position a query, each head is four matrix products (dP = dZ V^T, dV = P^T dZ,
+/// dQ = dS K, dK = dS^T Q) around the row-wise softmax backward.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     s: Shape,
     rope: Option<&RopeTable>,
+    qkv: &[f32],
+    pattern: &[f32],
+    mask: Option<&[f32]>,
+    dz: &[f32],
+    dqkv: &mut [f32],
+    dp: &mut [f32],
+) {
+    if s.queries == s.seq {
+        backward_all(s, qkv, pattern, mask, dz, dqkv, dp);
+    } else {
+        backward_rows(s, qkv, pattern, mask, dz, dqkv, dp);
+    }
+    if let Some(rope) = rope {
+        rotate_q_and_k(s, rope, dqkv, true);
+    }
+}
+
+/// [`backward`] with every position a query: per head, dP = dZ V^T, dV = (P * mask)^T dZ, the
+/// row-wise softmax backward, dQ = dS K and dK = dS^T Q (gradients of the rotated q and k).
+#[allow(clippy::too_many_arguments)]
+fn backward_all(
+    s: Shape,
+    qkv: &[f32],
+    pattern: &[f32],
+    mask: Option<&[f32]>,
+    dz: &[f32],
+    dqkv: &mut [f32],
+    dp: &mut [f32],
+) {
+    let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
+    let (ds, weights) = dp[..2 * t * t].split_at_mut(t * t);
+    let block = View::dense(0, t, t);
+    for h in 0..s.heads {
+        let (q, k, v) = head_views(s, h);
+        let g = View::rows(h * dh, t, dh, dm);
+        let p = &pattern[h * t * t..][..t * t];
+        let m = mask.map(|m| &m[h * t * t..][..t * t]);
+        // dP of the dropped-out weights, and dV = (P * mask)^T dZ.
+        matmul_serial(ds, block, dz, g, qkv, v.t(), false);
+        let w = masked(p, m, weights);
+        matmul_serial(dqkv, v, w, block.t(), dz, g, false);
+        // dS row by row: through the mask, then the softmax (linear: the identity).
+        for pos in 0..t {
+            let row = &mut ds[pos * t..][..t];
+            let pr = &p[pos * t..][..t];
+            if let Some(m) = m {
+                for (d, k) in row.iter_mut().zip(&m[pos * t..][..t]) {
+                    *d *= k;
+                }
+            }
+            match s.kind {
+                AttentionKind::Softmax => {
+                    let inner: f32 = (0..=pos).map(|j| pr[j] * row[j]).sum();
+                    for j in 0..=pos {
+                        row[j] = s.scale * pr[j] * (row[j] - inner);
+                    }
+                }
+                AttentionKind::Linear => {
+                    for d in &mut row[..=pos] {
+                        *d *= s.scale;
+                    }
+                }
+            }
+            row[pos + 1..].fill(0.0);
+        }
+        matmul_serial(dqkv, q, ds, block, qkv, k, false);
+        matmul_serial(dqkv, k, ds, block.t(), qkv, q, false);
+    }
+}
+
+/// [`backward`] for the last `queries` positions, one query row at a time (dot products).
+#[allow(clippy::too_many_arguments)]
+fn backward_rows(
+    s: Shape,
     qkv: &[f32],
     pattern: &[f32],
     mask: Option<&[f32]>,
@@ -184,8 +311,5 @@ pub fn backward(
                 axpy(ds, q, &mut dqkv[row_k..][..dh]);
             }
         }
-    }
-    if let Some(rope) = rope {
-        rotate_q_and_k(s, rope, dqkv, true);
     }
 }

@@ -191,7 +191,7 @@ impl FusedStep {
             let dz = &s.dz;
             s.dqkv
                 .par_chunks_mut(t * 3 * d)
-                .zip(s.dp.par_chunks_mut(t))
+                .zip(s.dp.par_chunks_mut(2 * t * t))
                 .enumerate()
                 .for_each(|(bi, (dqkv, dp))| {
                     let mask = pmask.map(|m| &m[bi * per_row_pattern..][..per_row_pattern]);

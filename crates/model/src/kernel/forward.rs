@@ -140,10 +140,11 @@ impl FusedStep {
                 .par_chunks_mut(t * 3 * d)
                 .zip(cache.pattern.par_chunks_mut(per_row_pattern))
                 .zip(cache.z.par_chunks_mut(shape.queries * d))
+                .zip(self.scratch.dp.par_chunks_mut(2 * t * t))
                 .enumerate()
-                .for_each(|(bi, ((qkv, pattern), z))| {
+                .for_each(|(bi, (((qkv, pattern), z), scratch))| {
                     let mask = pmask.map(|m| &m[bi * per_row_pattern..][..per_row_pattern]);
-                    attention::forward(shape, rope, qkv, pattern, mask, z);
+                    attention::forward(shape, rope, qkv, pattern, mask, z, scratch);
                 });
             let nq = rows.n;
             let hq = View::rows(rows.first * d, nq, d, rows.step * d);

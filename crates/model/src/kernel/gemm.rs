@@ -80,6 +80,34 @@ pub fn matmul(
     bv: View,
     accumulate: bool,
 ) {
+    product(dst, d, a, av, b, bv, accumulate, true);
+}
+
+/// [`matmul`] on the calling thread only (for small products inside work that is already
+/// spread over the pool, such as one batch row's attention).
+pub fn matmul_serial(
+    dst: &mut [f32],
+    d: View,
+    a: &[f32],
+    av: View,
+    b: &[f32],
+    bv: View,
+    accumulate: bool,
+) {
+    product(dst, d, a, av, b, bv, accumulate, false);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn product(
+    dst: &mut [f32],
+    d: View,
+    a: &[f32],
+    av: View,
+    b: &[f32],
+    bv: View,
+    accumulate: bool,
+    parallel: bool,
+) {
     assert!(
         d.rows == av.rows && d.cols == bv.cols && av.cols == bv.rows,
         "matmul shapes {}x{} = {}x{} @ {}x{}",
@@ -106,7 +134,7 @@ pub fn matmul(
     }
     let threads = rayon::current_num_threads().max(1);
     let macs = d.rows * d.cols * av.cols;
-    let chunks = if macs < PARALLEL_MIN_MACS {
+    let chunks = if macs < PARALLEL_MIN_MACS || !parallel {
         1
     } else {
         threads.min(d.rows)

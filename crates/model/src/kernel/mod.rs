@@ -56,7 +56,7 @@ struct Scratch {
     dg: Vec<f32>,   // [N, m]
     dhf: Vec<f32>,  // [R, d]
     dxq: Vec<f32>,  // [R, d]
-    dp: Vec<f32>,   // [B, T] attention-row gradient of one query
+    dp: Vec<f32>,   // [B, 2 T^2] attention scratch of each batch row
 }
 
 /// The absolute position encoding added to the embeddings, prepared for `seq` positions.
@@ -233,7 +233,7 @@ impl FusedStep {
                 dg: vec![0.0; n * m],
                 dhf: vec![0.0; r * d],
                 dxq: vec![0.0; r * d],
-                dp: vec![0.0; batch * seq],
+                dp: vec![0.0; batch * 2 * seq * seq],
             },
         })
     }
@@ -303,12 +303,12 @@ impl FusedStep {
             .saturating_add(n)
             .saturating_add(r.saturating_mul((2 + d + v) as u64))
             .saturating_add(config.n_params() as u64);
-        // Scratch: eight [N, d]-sized rows, one [N, m], two [R, d], one [B, T].
+        // Scratch: eight [N, d]-sized rows, one [N, m], two [R, d], one [B, 2 T^2].
         floats = floats
             .saturating_add(n.saturating_mul(10 * d as u64))
             .saturating_add(n.saturating_mul(m as u64))
             .saturating_add(r.saturating_mul(2 * d as u64))
-            .saturating_add(n);
+            .saturating_add(bytes(&[batch, 2, seq, seq]));
         if config.dropout > 0.0 {
             // Embedding mask, and per layer the pattern, attention and MLP masks.
             let masks = if config.mlp { 2 } else { 1 };
