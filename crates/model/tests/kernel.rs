@@ -307,6 +307,18 @@ fn every_position_loss_and_eos_classification() {
         c.dropout = 0.0;
         check_objective(&c, Objective::EosClass, 3, 6, 0.0, seed + 4);
     }
+    // Longer rows (every position a query, rows split across threads) with interleaved and
+    // half-split rotations.
+    let long = config(2, 2, 16, PositionEncoding::gptj(8));
+    check_objective(&long, Objective::EveryPosition, 4, 40, 0.0, 95);
+    let mut half = config(
+        1,
+        2,
+        16,
+        PositionEncoding::rope(10_000.0, 8, RopeLayout::HalfSplit),
+    );
+    (half.mlp, half.layer_norm) = (false, false);
+    check_objective(&half, Objective::EveryPosition, 3, 37, 0.0, 96);
     // The formal-language classifier's shape: 5 layers, 8 heads, sinusoidal positions.
     let mut formal = config(5, 8, 32, PositionEncoding::Sinusoidal { base: 10_000.0 });
     formal.head = Head::Classifier { classes: 2 };

@@ -4,7 +4,7 @@
 //! output of one projection), heads `d_head` wide inside each third.
 
 use super::gemm::{matmul_serial, View};
-use super::math::{axpy, dot};
+use super::math::{axpy, dot, exp, sum};
 use crate::{rope, AttentionKind, PositionEncoding};
 
 /// The rotation of one layer as tables for positions 0..seq.
@@ -16,6 +16,9 @@ pub struct RopeTable {
     cos: Vec<f32>,
     /// sin of `pos * freq` [seq, planes].
     sin: Vec<f32>,
+    /// Whether plane k is dims (2k, 2k + 1) for every k (interleaved from dim 0): the
+    /// rotation then runs over consecutive pairs, which vectorises.
+    interleaved: bool,
 }
 
 impl RopeTable {
@@ -30,10 +33,16 @@ impl RopeTable {
     pub fn new(position: &PositionEncoding, seq: usize) -> Option<Self> {
         let r = position.rotation()?;
         let (cos, sin) = r.table(0..seq);
+        let pairs = r.pairs();
+        let interleaved = pairs
+            .iter()
+            .enumerate()
+            .all(|(k, &p)| p == (2 * k, 2 * k + 1));
         Some(Self {
-            pairs: r.pairs(),
+            pairs,
             cos,
             sin,
+            interleaved,
         })
     }
 
@@ -44,7 +53,16 @@ impl RopeTable {
             &self.cos[pos * planes..][..planes],
             &self.sin[pos * planes..][..planes],
         );
-        rope::rotate_planes(x, &self.pairs, cos, sin, inverse);
+        if !self.interleaved {
+            rope::rotate_planes(x, &self.pairs, cos, sin, inverse);
+            return;
+        }
+        let sign = if inverse { -1.0 } else { 1.0 };
+        for ((pair, &c), &s) in x.chunks_exact_mut(2).zip(cos).zip(sin) {
+            let (x0, x1, s) = (pair[0], pair[1], sign * s);
+            pair[0] = x0 * c - x1 * s;
+            pair[1] = x1 * c + x0 * s;
+        }
     }
 }
 
@@ -95,13 +113,12 @@ fn finish_row(s: Shape, p: &mut [f32], pos: usize) {
         max = max.max(*v);
     }
     if s.kind == AttentionKind::Softmax {
-        let mut total = 0f32;
         for v in &mut p[..=pos] {
-            *v = (*v - max).exp();
-            total += *v;
+            *v = exp(*v - max);
         }
+        let inv = 1.0 / sum(&p[..=pos]);
         for v in &mut p[..=pos] {
-            *v /= total;
+            *v *= inv;
         }
     }
     p[pos + 1..].fill(0.0);
@@ -224,13 +241,13 @@ fn backward_all(
 ) {
     let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
     let (ds, weights) = dp[..2 * t * t].split_at_mut(t * t);
-    let block = View::dense(0, t, t);
     for h in 0..s.heads {
         let (q, k, v) = head_views(s, h);
         let g = View::rows(h * dh, t, dh, dm);
         let p = &pattern[h * t * t..][..t * t];
         let m = mask.map(|m| &m[h * t * t..][..t * t]);
         // dP of the dropped-out weights, and dV = (P * mask)^T dZ.
+        let block = View::dense(0, t, t);
         matmul_serial(ds, block, dz, g, qkv, v.t(), false);
         let w = masked(p, m, weights);
         matmul_serial(dqkv, v, w, block.t(), dz, g, false);
@@ -245,7 +262,7 @@ fn backward_all(
             }
             match s.kind {
                 AttentionKind::Softmax => {
-                    let inner: f32 = (0..=pos).map(|j| pr[j] * row[j]).sum();
+                    let inner = dot(&pr[..=pos], &row[..=pos]);
                     for j in 0..=pos {
                         row[j] = s.scale * pr[j] * (row[j] - inner);
                     }

@@ -284,26 +284,37 @@ pub fn column_sums(x: &[f32], out: &mut [f32]) {
 
 /// Mean cross-entropy of `logits` `[rows, out]` against `targets` `[rows]` over the scored rows
 /// (a target of [`crate::objective::IGNORE`] is skipped); the logits become the loss's
-/// gradient in place ((softmax - onehot) / scored for a scored row, 0 for a skipped one).
+/// gradient in place ((softmax - onehot) / scored for a scored row, 0 for a skipped one). Rows
+/// run in parallel; their losses are summed in row order, so the result does not depend on
+/// the thread count.
 pub fn cross_entropy_backward(logits: &mut [f32], out: usize, targets: &[u32]) -> f32 {
     use crate::objective::IGNORE;
     let scored = targets.iter().filter(|&&t| t != IGNORE).count().max(1);
-    let mut total = 0f64;
-    for (row, &t) in logits.chunks_exact_mut(out).zip(targets) {
-        if t == IGNORE {
-            row.fill(0.0);
-            continue;
-        }
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
-        let lse = max + sum.ln();
-        total += f64::from(lse - row[t as usize]);
-        for v in row.iter_mut() {
-            *v = (*v - lse).exp() / scored as f32;
-        }
-        row[t as usize] -= 1.0 / scored as f32;
-    }
-    (total / scored as f64) as f32
+    let inv = 1.0 / scored as f32;
+    let losses: Vec<f64> = logits
+        .par_chunks_mut(out)
+        .zip(targets.par_iter())
+        .with_min_len(MIN_ROWS_PER_TASK)
+        .map(|(row, &t)| {
+            if t == IGNORE {
+                row.fill(0.0);
+                return 0.0;
+            }
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let picked = row[t as usize];
+            for v in row.iter_mut() {
+                *v = exp(*v - max);
+            }
+            let total = sum(row);
+            let scale = inv / total;
+            for v in row.iter_mut() {
+                *v *= scale;
+            }
+            row[t as usize] -= inv;
+            f64::from(max + total.ln() - picked)
+        })
+        .collect();
+    (losses.iter().sum::<f64>() / scored as f64) as f32
 }
 
 #[cfg(test)]
