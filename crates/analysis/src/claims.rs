@@ -139,11 +139,12 @@ pub struct SeedFiles {
 }
 
 impl SeedFiles {
-    /// The run of `task` (None when missing).
+    /// The run of `task` (None when missing; the study has no language runs).
     pub fn run(&self, task: TaskKind) -> Option<&RunFiles> {
         match task {
             TaskKind::Number => self.number.as_ref(),
             TaskKind::Letter => self.letter.as_ref(),
+            TaskKind::Language => None,
         }
     }
 }
@@ -235,7 +236,7 @@ impl RunFiles {
                         accuracy: f.accuracy,
                         loss: f.loss,
                         per_hop: f.per_hop,
-                        token_accuracy: None,
+                        ..Accuracy::default()
                     };
                     best = Some((f.step, accuracy));
                 }

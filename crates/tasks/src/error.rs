@@ -9,9 +9,21 @@ pub enum TaskError {
     /// A dataset (or prompt set) of zero samples was requested.
     #[error("the number of samples must be at least 1")]
     EmptyDataset,
-    /// A task name that is neither `number` nor `letter`.
-    #[error("unknown task {0:?} (expected `number` or `letter`)")]
+    /// A task name that is not `number`, `letter` or `language`.
+    #[error("unknown task {0:?} (expected `number`, `letter` or `language`)")]
     UnknownTask(String),
+    /// A multi-hop generator or analysis was asked for a formal-language run.
+    #[error("the language task has no multi-hop layout (this needs a number or letter task)")]
+    NotMultiHop,
+    /// A language name that is none of the formal languages.
+    #[error(
+        "unknown language {0:?} (expected aa-star, ab-star, a-sigma, sigma-a, sigma-ab-sigma or \
+         parity, or the pattern: (aa)*, (ab)*, a Sigma*, Sigma* a, Sigma* ab Sigma*, PARITY)"
+    )]
+    UnknownLanguage(String),
+    /// A negative-sampling name that is neither `uniform` nor `near-miss`.
+    #[error("unknown negatives {0:?} (expected `uniform` or `near-miss`)")]
+    UnknownNegatives(String),
     /// A split name that is not `train`, `val` or `test`.
     #[error("unknown split {0:?} (expected `train`, `val` or `test`)")]
     UnknownSplit(String),

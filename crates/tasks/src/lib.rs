@@ -6,12 +6,14 @@
 //!
 //! Generators are deterministic per (seed, split, index), balanced over every combination of
 //! answer slot, answer token and hop count, and each sample re-validates from its tokens alone.
-//! [`prompt`] builds the natural-language 1-hop versions for pretrained models.
+//! [`language`] adds the formal languages of the expressivity experiments (labelled strings for
+//! an EOS classifier). [`prompt`] builds the natural-language 1-hop versions for pretrained models.
 //! This crate has no tensor dependency.
 
 mod dataset;
 mod error;
 mod jsonl;
+pub mod language;
 mod layout;
 pub mod letter;
 pub mod number;
@@ -24,6 +26,7 @@ mod vocab;
 pub use dataset::{summarize, Dataset, Split, Summary};
 pub use error::{Invalid, TaskError};
 pub use jsonl::{line_bytes, sample_bytes, write_jsonl, WriteError};
+pub use language::{Labelled, Language, LanguageSamples, Negatives};
 pub use layout::Layout;
 pub use letter::LetterTask;
 pub use number::NumberTask;

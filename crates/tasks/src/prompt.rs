@@ -81,6 +81,7 @@ pub fn prompt(kind: TaskKind, size: usize, seed: u64, index: usize) -> Result<Pr
             question.push(format!("{}{}", lower(rng.random_range(0..26)), lower(key)));
             (LETTER_INSTRUCTION, LETTER_EXAMPLES, question, answer)
         }
+        TaskKind::Language => return Err(TaskError::NotMultiHop),
     };
     let question = question.join(" ");
     let mut text = format!("{instruction}\n\n");
@@ -120,6 +121,12 @@ mod tests {
     }
 
     #[test]
+    fn a_language_has_no_prompt_version() {
+        let err = prompt(TaskKind::Language, 4, 0, 0).unwrap_err();
+        assert_eq!(err, TaskError::NotMultiHop);
+    }
+
+    #[test]
     fn questions_solve_to_their_answers_at_every_size() {
         for kind in TaskKind::ALL {
             for size in [1, 2, 12, 16, 24, 32, 48, 64, 80, 100, 150, 200, 300] {
@@ -130,6 +137,7 @@ mod tests {
                     let s = match kind {
                         TaskKind::Number => number::solve(&t),
                         TaskKind::Letter => letter::solve(&t),
+                        TaskKind::Language => unreachable!("TaskKind::ALL is multi-hop"),
                     }
                     .unwrap_or_else(|e| panic!("{kind} size {size}: {e}: {}", p.question));
                     assert_eq!(t[s.answer_pos], p.answer);

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{letter, number, Invalid, Layout, LetterTask, NumberTask, Sample, TaskError, Vocab};
 
-/// Which task: the positional number task or the symbolic letter task.
+/// Which task: the positional number task, the symbolic letter task (the two multi-hop tasks),
+/// or a formal language (labelled strings, [`crate::language`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskKind {
@@ -16,18 +17,27 @@ pub enum TaskKind {
     Number,
     /// Tokens are found by their first letter (symbolic).
     Letter,
+    /// Membership in a formal language, read by an EOS classifier (the run's `[language]`
+    /// table says which); it has no multi-hop layout, so [`Task::new`] refuses it.
+    Language,
 }
 
 impl TaskKind {
-    /// Both tasks, number first.
+    /// The two multi-hop tasks, number first.
     pub const ALL: [TaskKind; 2] = [TaskKind::Number, TaskKind::Letter];
 
-    /// The lowercase name (`number`, `letter`).
+    /// The lowercase name (`number`, `letter`, `language`).
     pub fn as_str(self) -> &'static str {
         match self {
             TaskKind::Number => "number",
             TaskKind::Letter => "letter",
+            TaskKind::Language => "language",
         }
+    }
+
+    /// Whether this is one of the two multi-hop tasks (number or letter).
+    pub fn is_multi_hop(self) -> bool {
+        self != TaskKind::Language
     }
 }
 
@@ -43,6 +53,7 @@ impl FromStr for TaskKind {
         match s {
             "number" => Ok(TaskKind::Number),
             "letter" => Ok(TaskKind::Letter),
+            "language" => Ok(TaskKind::Language),
             other => Err(TaskError::UnknownTask(other.to_owned())),
         }
     }
@@ -63,6 +74,7 @@ impl Task {
         Ok(match kind {
             TaskKind::Number => Task::Number(NumberTask::new(layout)?),
             TaskKind::Letter => Task::Letter(LetterTask::new(layout)?),
+            TaskKind::Language => return Err(TaskError::NotMultiHop),
         })
     }
 

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use ropelab_model::{Head, ModelConfig, Objective, PositionEncoding};
-use ropelab_tasks::{Layout, Task, TaskKind};
+use ropelab_tasks::{language, Language, Layout, Negatives, Task, TaskKind};
 use serde::{Deserialize, Serialize};
 
 use crate::{Result, TrainError};
@@ -89,6 +89,31 @@ fn default_eps() -> f64 {
     1e-8
 }
 
+/// The formal language a `task = "language"` run learns (docs/tasks.md#formal-languages).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LanguageData {
+    /// The language (`aa-star`, `ab-star`, `a-sigma`, `sigma-a`, `sigma-ab-sigma`, `parity`,
+    /// or its pattern).
+    pub name: Language,
+    /// Shortest and longest training string (without BOS and EOS); each batch has one length,
+    /// drawn uniformly from this range.
+    pub lengths: [usize; 2],
+    /// How negatives are drawn: `uniform` or `near-miss`.
+    #[serde(default)]
+    pub negatives: Negatives,
+}
+
+impl Default for LanguageData {
+    fn default() -> Self {
+        Self {
+            name: Language::AbStar,
+            lengths: [1, 40],
+            negatives: Negatives::Uniform,
+        }
+    }
+}
+
 /// Everything that determines a run; saved as `config.toml` in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,8 +129,12 @@ pub struct RunConfig {
     /// last) or `eos_class` (a class at the last position; needs a labelled task).
     #[serde(default)]
     pub objective: Objective,
-    /// Task layout.
+    /// Task layout (number and letter tasks; a language run ignores it).
+    #[serde(default)]
     pub layout: Layout,
+    /// The language of a `task = "language"` run (absent for the multi-hop tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<LanguageData>,
     /// Dataset sizes.
     pub data: DataConfig,
     /// Model architecture.
@@ -151,13 +180,14 @@ impl Preset {
         }
     }
 
-    /// The full run configuration of this preset for `task`.
+    /// The full run configuration of this preset for `task` (a language run learns
+    /// [`LanguageData::default`] with an EOS classifier).
     pub fn config(self, task: TaskKind) -> RunConfig {
         let layout = Layout::default();
-        let vocab_size = Task::new(task, layout.clone())
-            .expect("the default layout is valid")
-            .vocab()
-            .len();
+        let vocab_size = match Task::new(task, layout.clone()) {
+            Ok(t) => t.vocab().len(),
+            Err(_) => language::vocab().len(),
+        };
         let (model, optim, data) = match self {
             Preset::Paper => (
                 ModelConfig {
@@ -271,16 +301,23 @@ impl Preset {
                 },
             ),
         };
-        RunConfig {
+        let mut config = RunConfig {
             preset: self.name().to_owned(),
             task,
             seed: 0,
             objective: Objective::LastToken,
             layout,
+            language: None,
             data,
             model,
             optim,
+        };
+        if task == TaskKind::Language {
+            config.language = Some(LanguageData::default());
+            config.objective = Objective::EosClass;
+            config.model.head = Head::Classifier { classes: 2 };
         }
+        config
     }
 }
 
@@ -297,17 +334,27 @@ impl RunConfig {
 
     /// Checks every value; the error names the first bad one.
     pub fn check(&self) -> Result<()> {
-        let task = Task::new(self.task, self.layout.clone())?;
         self.model.check()?;
-        if self.model.vocab_size < task.vocab().len() {
+        let vocab = if self.task == TaskKind::Language {
+            self.check_language()?;
+            language::vocab().len()
+        } else {
+            if self.language.is_some() {
+                return Err(TrainError::Config(format!(
+                    "a [language] table belongs to task = \"language\", not the {} task",
+                    self.task
+                )));
+            }
+            Task::new(self.task, self.layout.clone())?.vocab().len()
+        };
+        if self.model.vocab_size < vocab {
             return Err(TrainError::Config(format!(
-                "model.vocab_size {} is smaller than the {} task's vocabulary of {}",
-                self.model.vocab_size,
-                self.task,
-                task.vocab().len()
+                "model.vocab_size {} is smaller than the {} task's vocabulary of {vocab}",
+                self.model.vocab_size, self.task,
             )));
         }
         match (self.objective, self.model.head) {
+            _ if self.task == TaskKind::Language => {}
             (Objective::EosClass, _) => {
                 return Err(TrainError::Config(format!(
                     "objective = \"eos_class\" needs a task with class labels; the {} task has \
@@ -363,6 +410,41 @@ impl RunConfig {
             return Err(TrainError::Config(format!(
                 "optim.weight_decay must be non-negative, got {}",
                 o.weight_decay
+            )));
+        }
+        Ok(())
+    }
+
+    /// The sequence lengths training batches have (with BOS and EOS for a language run).
+    pub fn train_seq_lens(&self) -> Vec<usize> {
+        match &self.language {
+            Some(l) => (l.lengths[0]..=l.lengths[1]).map(|n| n + 2).collect(),
+            None => vec![self.layout.core_len()],
+        }
+    }
+
+    /// The language of a language run: the `[language]` table, an EOS classifier with two
+    /// classes, and sensible lengths.
+    fn check_language(&self) -> Result<()> {
+        let l = self.language.as_ref().ok_or_else(|| {
+            TrainError::Config(
+                "task = \"language\" needs a [language] table (name, lengths)".into(),
+            )
+        })?;
+        if self.objective != Objective::EosClass
+            || self.model.head != (Head::Classifier { classes: 2 })
+        {
+            return Err(TrainError::Config(
+                "a language run classifies membership: it needs objective = \"eos_class\" and \
+                 [model.head] kind = \"classifier\", classes = 2"
+                    .into(),
+            ));
+        }
+        let [lo, hi] = l.lengths;
+        if lo > hi || hi == 0 {
+            return Err(TrainError::Config(format!(
+                "language.lengths must be [shortest, longest] with 1 <= longest and shortest <= \
+                 longest, got [{lo}, {hi}]"
             )));
         }
         Ok(())
@@ -426,7 +508,7 @@ mod tests {
     #[test]
     fn presets_are_valid_and_round_trip() {
         for preset in [Preset::Paper, Preset::Quick, Preset::Tiny] {
-            for task in TaskKind::ALL {
+            for task in [TaskKind::Number, TaskKind::Letter, TaskKind::Language] {
                 let c = preset.config(task);
                 c.check().unwrap();
                 assert_eq!(

@@ -99,6 +99,9 @@ pub struct Accuracy {
     /// (and `loss` is the mean cross-entropy over them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_accuracy: Option<f64>,
+    /// Language runs: accuracy per string length (without BOS and EOS).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_length: BTreeMap<usize, f64>,
 }
 
 /// Most sequences in one evaluation batch.
@@ -236,6 +239,7 @@ impl Tally {
                 .map(|(h, (c, t))| (h, c as f64 / t as f64))
                 .collect(),
             token_accuracy: None,
+            per_length: BTreeMap::new(),
         }
     }
 }

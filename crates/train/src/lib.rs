@@ -1,7 +1,7 @@
 //! # ropelab-train
 //!
-//! Trains ropelab's GPT-J on a task (docs/model.md, docs/tasks.md "Layout"): last-token
-//! cross-entropy, AdamW with linear warm-up and decay, validation every k steps, `metrics.jsonl`,
+//! Trains ropelab's GPT-J on a task (docs/model.md, docs/tasks.md "Layout") or a formal
+//! language (docs/tasks.md "Formal languages"): the objectives of docs/model.md "Objectives", AdamW with linear warm-up and decay, validation every k steps, `metrics.jsonl`,
 //! checkpoints with Hugging Face names, exact resume, and evaluation (overall and per hop,
 //! optionally on length-extended inputs).
 
@@ -9,13 +9,14 @@ mod config;
 pub mod data;
 mod error;
 pub mod eval;
+pub mod language_data;
 pub mod optim;
 pub mod resources;
 mod run_dir;
 pub mod step;
 mod trainer;
 
-pub use config::{DataConfig, OptimConfig, Preset, Retention, RunConfig};
+pub use config::{DataConfig, LanguageData, OptimConfig, Preset, Retention, RunConfig};
 pub use data::{
     batch_for_budget, evaluate, evaluate_objective, forward_bytes, Accuracy, EVAL_BATCH,
     EVAL_MEMORY,

@@ -44,27 +44,36 @@ pub fn inference_need(config: &ModelConfig, seq_len: usize, budget: usize) -> Ne
         )
 }
 
-/// Memory of training `model` on batches of `batch` sequences of `seq` tokens with
-/// `engine`: weights and AdamW moments, one step's activations and gradients, and the
-/// validation forward pass.
-pub fn training_memory(model: &ModelConfig, batch: usize, seq: usize, engine: Engine) -> Need {
+/// Memory of training `model` on batches of `batch` sequences whose lengths are `seqs` (one
+/// length per batch; the longest one matters for the composed engine, while the fused engine
+/// keeps one kernel, with its buffers, per length) with `engine`: weights and AdamW moments,
+/// the steps' activations and gradients, and the validation forward pass.
+pub fn training_memory(model: &ModelConfig, batch: usize, seqs: &[usize], engine: Engine) -> Need {
     let params = model.n_params();
+    let longest = seqs.iter().copied().max().unwrap_or(1);
     let activations = match engine {
-        Engine::Fused => FusedStep::bytes(model, batch, seq),
+        Engine::Fused => seqs
+            .iter()
+            .map(|&seq| FusedStep::bytes(model, batch, seq))
+            .fold(0, u64::saturating_add),
         Engine::Composed => {
-            forward_bytes(model, seq).saturating_mul(bytes(&[AUTOGRAD_FACTOR, batch]))
+            forward_bytes(model, longest).saturating_mul(bytes(&[AUTOGRAD_FACTOR, batch]))
         }
     };
-    let validation = inference_need(model, seq, EVAL_MEMORY);
+    let validation = inference_need(model, longest, EVAL_MEMORY);
+    let what = match seqs {
+        [seq] => format!("one training step on {batch} x {seq} tokens"),
+        _ => format!(
+            "training steps on {batch} sequences of {} lengths up to {longest} tokens",
+            seqs.len()
+        ),
+    };
     Need::new()
         .memory(
             bytes(&[TRAIN_BYTES_PER_PARAM, params]),
             format!("weights and AdamW moments of {params} parameters"),
         )
-        .memory(
-            activations,
-            format!("one training step on {batch} x {seq} tokens"),
-        )
+        .memory(activations, what)
         .memory(validation.memory_bytes(), "the validation forward pass")
 }
 
@@ -73,13 +82,13 @@ pub fn training_memory(model: &ModelConfig, batch: usize, seq: usize, engine: En
 /// lines.
 pub fn training_need(config: &RunConfig, root: &Path, from: usize, engine: Engine) -> Need {
     let o = &config.optim;
-    let seq = config.layout.core_len();
+    let seqs = config.train_seq_lens();
     let steps = o.steps.saturating_sub(from);
     let checkpoint = bytes(&[CHECKPOINT_BYTES_PER_PARAM, config.model.n_params()])
         .saturating_add(CHECKPOINT_OVERHEAD as u64);
     let kept = kept_checkpoints(config, from);
     let lines = steps / o.log_every.max(1) + steps / o.eval_every.max(1) + 2;
-    training_memory(&config.model, o.batch_size, seq, engine)
+    training_memory(&config.model, o.batch_size, &seqs, engine)
         .disk(
             root,
             checkpoint.saturating_mul(kept as u64),

@@ -4,13 +4,14 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ropelab_model::GptJ;
+use ropelab_model::{GptJ, Objective};
 use ropelab_tasks::{Dataset, Split, Task};
 use serde::Serialize;
 
 use ropelab_io::DirLock;
 
 use crate::data::{batch_targets, evaluate_objective, Accuracy, EVAL_MEMORY};
+use crate::language_data::LanguageBatches;
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
 use crate::step::{batch_indices, step_dropout, Engine, Stepper};
@@ -51,25 +52,71 @@ pub struct Trainer {
     config: RunConfig,
     model: GptJ,
     optimizer: AdamW,
-    train: Dataset,
-    val: Dataset,
+    data: Data,
     state: CheckpointState,
     last_val: Option<f64>,
     engine: Engine,
 }
 
-fn datasets(config: &RunConfig) -> Result<(Dataset, Dataset)> {
-    let task = Task::new(config.task, config.layout.clone())?;
-    Ok((
-        Dataset::new(
-            task.clone(),
-            config.seed,
-            Split::Train,
-            config.data.train,
-            0,
-        )?,
-        Dataset::new(task, config.seed, Split::Val, config.data.val, 0)?,
-    ))
+/// What a run trains and validates on.
+enum Data {
+    /// A multi-hop task's training and validation datasets.
+    Tasks {
+        train: Box<Dataset>,
+        val: Box<Dataset>,
+    },
+    /// A formal language's batches.
+    Language(LanguageBatches),
+}
+
+impl Data {
+    fn new(config: &RunConfig) -> Result<Self> {
+        if let Some(language) = &config.language {
+            let (train, val) = (config.data.train, config.data.val);
+            return Ok(Data::Language(LanguageBatches::new(
+                language,
+                config.seed,
+                train,
+                val,
+            )));
+        }
+        let task = Task::new(config.task, config.layout.clone())?;
+        let (seed, sizes) = (config.seed, &config.data);
+        let train = Dataset::new(task.clone(), seed, Split::Train, sizes.train, 0)?;
+        let val = Dataset::new(task, seed, Split::Val, sizes.val, 0)?;
+        Ok(Data::Tasks {
+            train: Box::new(train),
+            val: Box::new(val),
+        })
+    }
+
+    /// Update `step`'s flat ids, targets and row count.
+    fn step_batch(
+        &self,
+        step: usize,
+        batch: usize,
+        objective: Objective,
+    ) -> Result<(Vec<u32>, Vec<u32>, usize)> {
+        Ok(match self {
+            Data::Tasks { train, .. } => {
+                let indices = batch_indices(step, batch, train.len());
+                let (ids, targets) = batch_targets(train, &indices, objective)?;
+                (ids, targets, indices.len())
+            }
+            Data::Language(l) => {
+                let (ids, labels) = l.step_batch(step, batch);
+                (ids, labels, batch)
+            }
+        })
+    }
+
+    /// The validation accuracy of `model`.
+    fn validate(&self, model: &GptJ, objective: Objective) -> Result<Accuracy> {
+        match self {
+            Data::Tasks { val, .. } => evaluate_objective(model, val, EVAL_MEMORY, objective),
+            Data::Language(l) => l.evaluate(model, EVAL_MEMORY),
+        }
+    }
 }
 
 impl Trainer {
@@ -87,7 +134,7 @@ impl Trainer {
     fn initialise(lock: DirLock, dir: RunDir, config: RunConfig, device: &Device) -> Result<Self> {
         let model = GptJ::new(config.model.clone(), config.seed, device)?;
         let optimizer = AdamW::new(model.layout().params(), &config.optim);
-        let (train, val) = datasets(&config)?;
+        let data = Data::new(&config)?;
         let mut trainer = Self {
             _lock: lock,
             engine: Engine::default_for(device),
@@ -95,8 +142,7 @@ impl Trainer {
             config,
             model,
             optimizer,
-            train,
-            val,
+            data,
             state: CheckpointState {
                 step: 0,
                 adam_updates: 0,
@@ -105,12 +151,9 @@ impl Trainer {
             },
             last_val: None,
         };
-        let val = evaluate_objective(
-            &trainer.model,
-            &trainer.val,
-            EVAL_MEMORY,
-            trainer.config.objective,
-        )?;
+        let val = trainer
+            .data
+            .validate(&trainer.model, trainer.config.objective)?;
         trainer.last_val = Some(val.accuracy);
         trainer.dir.append_metrics(&MetricsLine {
             step: 0,
@@ -143,7 +186,7 @@ impl Trainer {
         let step = dir.latest_checkpoint()?;
         let (model, optimizer, state) = dir.load_training_state(step, &config, device)?;
         dir.truncate_metrics(step)?;
-        let (train, val) = datasets(&config)?;
+        let data = Data::new(&config)?;
         Ok(Self {
             _lock: lock,
             engine: Engine::default_for(device),
@@ -151,8 +194,7 @@ impl Trainer {
             config,
             model,
             optimizer,
-            train,
-            val,
+            data,
             state,
             last_val: None,
         })
@@ -231,16 +273,15 @@ impl Trainer {
         let mut last = None;
         while self.state.step < o.steps {
             let step = self.state.step + 1;
-            let indices = batch_indices(step, o.batch_size, self.train.len());
             let mut dropout = step_dropout(self.config.model.dropout, self.config.seed, step);
             let objective = self.config.objective;
-            let (ids, targets) = batch_targets(&self.train, &indices, objective)?;
+            let (ids, targets, rows) = self.data.step_batch(step, o.batch_size, objective)?;
             let lr = lr_at(step, &o);
             let (loss_value, _) = stepper.step(
                 &self.model,
                 &mut self.optimizer,
                 objective,
-                indices.len(),
+                rows,
                 &ids,
                 &targets,
                 dropout.as_mut(),
@@ -262,7 +303,7 @@ impl Trainer {
             }
             if eval_now || step.is_multiple_of(o.log_every) {
                 let val = if eval_now {
-                    let acc = evaluate_objective(&self.model, &self.val, EVAL_MEMORY, objective)?;
+                    let acc = self.data.validate(&self.model, objective)?;
                     self.last_val = Some(acc.accuracy);
                     last = Some(acc.clone());
                     Some(acc)

@@ -185,13 +185,11 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
         BenchModel::Gptj => args.seq.map_or(config.layout.core_len(), |s| s as usize),
         _ => args.seq.map_or(zoo_seq, |s| s as usize),
     };
-    let longest = args.model.seq(0, fixed_seq).max(fixed_seq);
-    let need = ropelab_train::training_memory(
-        &config.model,
-        config.optim.batch_size,
-        longest,
-        args.engine,
-    );
+    let seqs: std::collections::BTreeSet<usize> =
+        (0..64).map(|s| args.model.seq(s, fixed_seq)).collect();
+    let seqs: Vec<usize> = seqs.into_iter().collect();
+    let need =
+        ropelab_train::training_memory(&config.model, config.optim.batch_size, &seqs, args.engine);
     guard.check("bench train", &need)?;
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;

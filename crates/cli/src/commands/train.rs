@@ -16,7 +16,8 @@ use super::{progress, Guard};
 /// Arguments of `ropelab train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Task: `number` or `letter` (not needed with --resume or --config).
+    /// Task: `number`, `letter` or `language` (a formal language, docs/tasks.md; not needed
+    /// with --resume or --config).
     #[arg(long, required_unless_present_any = ["resume", "config"])]
     pub task: Option<TaskKind>,
     /// Preset: `paper` (the paper's 12-layer model), `quick` (minutes on 2 cores) or `tiny`.
@@ -147,17 +148,37 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
         rayon::current_num_threads()
     );
     if let Some(acc) = last {
-        let hops: Vec<String> = acc
-            .per_hop
-            .iter()
-            .map(|(h, a)| format!("{h}:{a:.3}"))
-            .collect();
+        let join = |m: &std::collections::BTreeMap<usize, f64>| -> String {
+            let parts: Vec<String> = m.iter().map(|(k, a)| format!("{k}:{a:.3}")).collect();
+            parts.join(" ")
+        };
+        let detail = if !acc.per_length.is_empty() {
+            let worst = acc
+                .per_length
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(b.1))
+                .map_or(String::new(), |(n, a)| {
+                    format!("; lowest {a:.3} at length {n}")
+                });
+            format!(" over lengths {}{worst}", join_range(&acc.per_length))
+        } else {
+            format!(" (per hop {})", join(&acc.per_hop))
+        };
+        let token = acc
+            .token_accuracy
+            .map_or(String::new(), |t| format!(", token accuracy {t:.4}"));
         println!(
-            "validation accuracy {:.4} (per hop {}), loss {:.4}",
-            acc.accuracy,
-            hops.join(" "),
-            acc.loss
+            "validation accuracy {:.4}{detail}{token}, loss {:.4}",
+            acc.accuracy, acc.loss
         );
     }
     Ok(())
+}
+
+/// "lo-hi" of a per-length map's keys.
+fn join_range(m: &std::collections::BTreeMap<usize, f64>) -> String {
+    match (m.keys().next(), m.keys().last()) {
+        (Some(lo), Some(hi)) => format!("{lo}-{hi}"),
+        _ => String::new(),
+    }
 }
