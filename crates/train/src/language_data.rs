@@ -38,8 +38,8 @@ impl LanguageBatches {
         }
     }
 
-    /// Update `step`'s batch (`step >= 1`): flat ids [batch * (n + 2)] of one string length n
-    /// and the labels [batch]. Batch k of an epoch of `train / batch` batches draws its length
+    /// Update `step`'s batch (`step >= 1`): flat ids `[batch * (n + 2)]` of one string length n
+    /// and the labels `[batch]`. Batch k of an epoch of `train / batch` batches draws its length
     /// uniformly from the training lengths (fixed by the seed and k) and its strings as
     /// indices k * batch .. (k + 1) * batch of that length, so an epoch repeats exactly.
     pub fn step_batch(&self, step: usize, batch: usize) -> (Vec<u32>, Vec<u32>) {
