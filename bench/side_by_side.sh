@@ -6,8 +6,9 @@
 #     PYTHON=.venv/bin/python bench/side_by_side.sh [ROUNDS] [THREADS]
 #
 # PYTHON must have torch and transformers (see bench/torch_reference.py). Prints the
-# `N steps/s` line of each run for the paper preset (12 layers x 1 head, 17 tokens) and for
-# 4 layers x 4 heads with 48 random tokens, then the median of each and their ratio.
+# `N steps/s` line of each run for the paper preset (12 layers x 1 head, 17 tokens), for
+# 4 layers x 4 heads with 48 random tokens, and for the model zoo's formal-language classifier
+# and attention-only toy (bench/torch_zoo.py), then the median of each and their ratio.
 set -euo pipefail
 rounds=${1:-3}
 threads=${2:-2}
@@ -33,6 +34,18 @@ for shape in "" "--layers 4 --heads 4 --seq 48"; do
     mt=$(printf '%s\n' "${theirs[@]}" | median)
     mo=$(printf '%s\n' "${ours[@]}" | median)
     echo "$name: median torch $mt steps/s, ropelab $mo steps/s, ratio $(awk "BEGIN {printf \"%.2f\", $mo / $mt}")x"
+done
+for model in formal toy; do
+    ours=(); theirs=()
+    for ((r = 1; r <= rounds; r++)); do
+        t=$("$python" bench/torch_zoo.py --model "$model" --threads "$threads" | rate)
+        o=$("$ropelab" bench train --model "$model" --no-peak | rate)
+        echo "$model, round $r: torch $t steps/s, ropelab $o steps/s"
+        theirs+=("$t"); ours+=("$o")
+    done
+    mt=$(printf '%s\n' "${theirs[@]}" | median)
+    mo=$(printf '%s\n' "${ours[@]}" | median)
+    echo "$model: median torch $mt steps/s, ropelab $mo steps/s, ratio $(awk "BEGIN {printf \"%.2f\", $mo / $mt}")x"
 done
 # The peak alone (the fraction printed with it refers to a one-step run here).
 "$ropelab" bench train --preset paper --steps 1 --warmup 0 | grep peak | cut -d';' -f1
