@@ -81,9 +81,11 @@ impl HeadView {
             .collect()
     }
 
-    /// The logit of the query attending to itself (position n, never moved).
+    /// The logit of the query attending to itself (position n, never moved). Not simply
+    /// q . k: a zeroed plane (a plane mask's `Z`) drops out of this logit too.
     pub fn self_logit(&self) -> f64 {
-        self.scale * self.dot(&self.q, &self.keys[self.n()])
+        let n = self.n();
+        self.scale * self.dot(&self.query_against(n), &self.keys[n])
     }
 
     /// Contribution of each plane to the logit of the key content at `b` placed at `a`

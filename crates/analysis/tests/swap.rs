@@ -124,10 +124,16 @@ fn random_model(position: PositionEncoding, n_heads: usize, seed: u64) -> GptJ {
 
 #[test]
 fn fast_path_agrees_with_rerunning_the_block() {
+    // The model zoo's encodings too: a plane mask, periodic tables, absolute ones.
+    let zoo = |toml: &str| -> PositionEncoding { toml::from_str(toml).unwrap() };
     let encodings = [
         PositionEncoding::gptj(8),
         PositionEncoding::rope(37.0, 4, RopeLayout::HalfSplit),
         PositionEncoding::None,
+        zoo("kind = 'rope'\nbase = 100.0\nrotary_dim = 8\nlayout = 'interleaved'\nplanes = 'RZKR'"),
+        zoo("kind = 'periodic'\nperiods = [2, 3]\nlayout = 'half_split'"),
+        zoo("kind = 'sinusoidal'\nbase = 10000.0"),
+        zoo("kind = 'learned'\nmax_len = 32"),
     ];
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let mut compared = 0;
@@ -150,7 +156,7 @@ fn fast_path_agrees_with_rerunning_the_block() {
                                     view.self_logit(),
                                 );
                                 for (x, y) in row.iter().zip(&fast_row) {
-                                    assert!((x - y).abs() < 1e-5, "row {x} vs {y}");
+                                    assert!((x - y).abs() < 1e-5, "encoding {e}: row {x} vs {y}");
                                 }
                                 let cross = view.cross_logits();
                                 for (a, l) in view.logits().iter().enumerate().take(n) {
