@@ -4,13 +4,15 @@
 //! embedded quick default, the paper-scale study, or a user's TOML), the [`datasets`] of every
 //! seed, one [`job`] per (seed, task) (train or resume, test evaluation, scores at every
 //! checkpoint, length generalisation; jobs side by side on their own thread pools), the
-//! [`summary`] over seeds, and the theory lab's part ([`theory`]). The verdict per claim is
+//! [`summary`] over seeds, and the theory lab's part ([`theory`]). Beside it, the related
+//! papers' training experiments: [`languages`] (formal languages, N*). The verdict per claim is
 //! `ropelab_analysis::claims`, computed from the files these write. Progress is reported
 //! through [`Progress`], so the command line draws bars and tests draw nothing.
 
 pub mod config;
 pub mod datasets;
 pub mod job;
+pub mod languages;
 pub mod pretrained;
 pub mod resources;
 pub mod run;

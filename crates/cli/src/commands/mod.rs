@@ -5,6 +5,7 @@ mod bench;
 mod bench_train;
 mod eval;
 mod gen;
+mod languages;
 mod lengthgen;
 mod pretrained;
 mod report;
@@ -34,6 +35,9 @@ pub enum Command {
     Lengthgen(lengthgen::LengthgenArgs),
     /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
     Score(score::ScoreArgs),
+    /// The expressivity experiment: EOS classifiers on formal languages per position
+    /// encoding, tested beyond their training lengths (N*, nstar.csv).
+    Languages(languages::LanguagesArgs),
     /// A real pretrained RoPE model (SmolLM2-135M from its GGUF file) under the same lens.
     #[command(subcommand)]
     Pretrained(pretrained::PretrainedCommand),
@@ -63,6 +67,7 @@ impl Command {
             Command::Eval(args) => eval::run(args, guard),
             Command::Score(args) => score::run(args, guard),
             Command::Lengthgen(args) => lengthgen::run(args, guard),
+            Command::Languages(args) => languages::run_command(args, guard),
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),
             Command::Attention(args) => attention::run(args, guard),

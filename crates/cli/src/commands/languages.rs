@@ -1,0 +1,168 @@
+//! `ropelab languages`: the expressivity experiment (docs/languages.md): EOS classifiers trained
+//! on formal languages at lengths up to 40 with each position encoding, tested at longer
+//! lengths; N* per run in `DIR/nstar.csv`, accuracy per length in `DIR/accuracy.csv`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use ropelab_io::{Align::Left, Align::Right, Table};
+use ropelab_model::Objective;
+use ropelab_study::languages::{run, Experiment, NStarRow, Pe, Protocol};
+use ropelab_tasks::Language;
+use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
+
+use super::{Bars, Guard};
+
+/// Arguments of `ropelab languages`.
+#[derive(Debug, Args)]
+pub struct LanguagesArgs {
+    /// Languages, comma-separated: aa-star, ab-star, a-sigma, sigma-a, sigma-ab-sigma, parity
+    /// (default: the protocol's).
+    #[arg(long = "lang", value_delimiter = ',', value_parser = |s: &str| s.parse::<Language>().map_err(|e| e.to_string()))]
+    pub languages: Option<Vec<Language>>,
+    /// Position encodings, comma-separated: nope, rope:BASE, sipe:BASE, rope-periodic,
+    /// sipe-periodic (default: the protocol's).
+    #[arg(long, value_delimiter = ',', value_parser = |s: &str| s.parse::<Pe>().map_err(|e| e.to_string()))]
+    pub pe: Option<Vec<Pe>>,
+    /// Seeds, comma-separated (default: the protocol's).
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Option<Vec<u64>>,
+    /// Peak learning rates, comma-separated (default: the protocol's).
+    #[arg(long, value_delimiter = ',')]
+    pub lrs: Option<Vec<f64>>,
+    /// `quick` (about 30 minutes on 2 cores) or `paper` (cluster scale).
+    #[arg(long, default_value = "quick", value_parser = |s: &str| s.parse::<Protocol>().map_err(|e| e.to_string()))]
+    pub protocol: Protocol,
+    /// Optimizer steps per run (default: the protocol's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: Option<u64>,
+    /// Test lengths beyond training, comma-separated numbers or ranges `A-B` (default: the
+    /// protocol's).
+    #[arg(long, value_parser = parse_lengths)]
+    pub test_lengths: Option<Lengths>,
+    /// Strings per tested length (default: the protocol's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub per_length: Option<u64>,
+    /// Output directory (runs/, accuracy.csv, nstar.csv).
+    #[arg(long, default_value = "runs/languages")]
+    pub out: PathBuf,
+}
+
+/// Runs `ropelab languages`.
+pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
+    let mut e = Experiment::new(args.protocol, args.languages, args.pe, args.seeds, args.lrs)?;
+    if let Some(s) = args.steps {
+        e.steps = s as usize;
+    }
+    if let Some(n) = args.per_length {
+        e.per_length = n as usize;
+    }
+    if let Some(Lengths(lengths)) = args.test_lengths {
+        e.test_lengths = lengths;
+    }
+    e.check()?;
+    let grid = e.grid();
+    let (l, pe, seed, lr) = grid[0];
+    let config = e.run_config(l, pe, seed, lr);
+    debug_assert_eq!(config.objective, Objective::EosClass);
+    let longest = e.test_lengths.last().copied().unwrap_or(e.train_lengths[1]) + 2;
+    let mut need = training_need(&config, &args.out, 0, Engine::Fused);
+    need = need.memory(
+        inference_need(&config.model, longest, EVAL_MEMORY).memory_bytes(),
+        format!("testing at {longest} tokens"),
+    );
+    guard.check("languages", &need)?;
+    println!(
+        "{} runs ({} languages x {} encodings x {} seeds x {} learning rates): 5 layers x 8 heads, \
+         d_model 64, {} steps of {} strings at lengths {}-{}; tested at {} lengths up to {} with \
+         {} strings each",
+        grid.len(),
+        e.languages.len(),
+        e.pes.len(),
+        e.seeds.len(),
+        e.lrs.len(),
+        e.steps,
+        e.batch,
+        e.train_lengths[0],
+        e.train_lengths[1],
+        e.test_lengths.len(),
+        longest - 2,
+        e.per_length
+    );
+    let start = Instant::now();
+    let bars = Bars::default();
+    let rows = run(&e, &args.out, &bars)?;
+    drop(bars);
+    println!("{}", table(&rows));
+    println!(
+        "{:.0} s; wrote {} and {}",
+        start.elapsed().as_secs_f64(),
+        args.out.join("nstar.csv").display(),
+        args.out.join("accuracy.csv").display()
+    );
+    Ok(())
+}
+
+/// A list of string lengths.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lengths(pub Vec<usize>);
+
+/// Parses `41-120,140,500`: whole numbers and inclusive ranges, at most 100,000 each, sorted
+/// and deduplicated.
+fn parse_lengths(s: &str) -> Result<Lengths, String> {
+    let number = |t: &str| -> Result<usize, String> {
+        let n: usize = t
+            .trim()
+            .parse()
+            .map_err(|_| format!("{t:?} is not a length (a whole number)"))?;
+        if n > 100_000 {
+            return Err(format!("length {n} is longer than 100,000"));
+        }
+        Ok(n)
+    };
+    let mut out = vec![];
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (number(a)?, number(b)?);
+                if a > b {
+                    return Err(format!("range {part:?} runs backwards"));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(number(part)?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(Lengths(out))
+}
+
+/// N* and test accuracy per run.
+fn table(rows: &[NStarRow]) -> String {
+    let mut t = Table::new(&[
+        ("language", Left),
+        ("pe", Left),
+        ("base", Right),
+        ("seed", Right),
+        ("lr", Right),
+        ("test accuracy", Right),
+        ("N*", Right),
+        ("max length", Right),
+    ]);
+    for r in rows {
+        t.row([
+            r.language.clone(),
+            r.pe.clone(),
+            r.base.map_or("-".into(), |b| format!("{b:e}")),
+            r.seed.to_string(),
+            format!("{:e}", r.lr),
+            format!("{:.4}", r.accuracy),
+            r.n_star.to_string(),
+            r.max_len.to_string(),
+        ]);
+    }
+    t.to_string().trim_end().to_owned()
+}

@@ -1,0 +1,73 @@
+//! `ropelab languages` end to end on a tiny grid, and its bad input as one-line errors.
+
+mod common;
+
+use common::{ok, ropelab};
+
+fn one_line_error(args: &[&str], needle: &str) {
+    let out = ropelab(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected a failure: {args:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_tiny_experiment_prints_n_star_and_writes_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lang");
+    let text = ok(ropelab(&[
+        "languages",
+        "--lang",
+        "ab-star,(aa)*",
+        "--pe",
+        "rope-periodic,nope",
+        "--steps",
+        "3",
+        "--per-length",
+        "2",
+        "--test-lengths",
+        "41-43,60",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(text.contains("4 runs"), "{text}");
+    for name in ["ab-star", "aa-star", "rope-periodic", "nope", "N*"] {
+        assert!(text.contains(name), "{name} not in {text}");
+    }
+    let nstar = std::fs::read_to_string(out.join("nstar.csv")).unwrap();
+    assert_eq!(nstar.lines().count(), 5);
+    assert!(nstar.lines().skip(1).all(|l| l.ends_with(",60")), "{nstar}");
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never");
+    let o = out.to_str().unwrap();
+    one_line_error(
+        &["languages", "--lang", "(abc)*", "--out", o],
+        "unknown language",
+    );
+    one_line_error(&["languages", "--pe", "rope:0", "--out", o], "positive");
+    one_line_error(&["languages", "--pe", "rope:-1e4", "--out", o], "positive");
+    one_line_error(
+        &["languages", "--pe", "alibi", "--out", o],
+        "unknown position encoding",
+    );
+    one_line_error(
+        &["languages", "--test-lengths", "20,50", "--out", o],
+        "test length 20 is not longer than the training lengths",
+    );
+    one_line_error(
+        &["languages", "--test-lengths", "50-41", "--out", o],
+        "backwards",
+    );
+    one_line_error(
+        &["languages", "--protocol", "huge", "--out", o],
+        "unknown protocol",
+    );
+    one_line_error(&["languages", "--lrs", "0", "--out", o], "learning rate");
+    assert!(!out.exists(), "a refused experiment wrote nothing");
+}
