@@ -11,6 +11,7 @@ pub mod claims;
 pub mod dynamics;
 pub mod head;
 pub mod heads;
+pub mod languages;
 pub mod lengthgen;
 pub mod lens;
 pub mod margin;

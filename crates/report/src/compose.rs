@@ -6,6 +6,8 @@ use std::path::Path;
 
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
 use ropelab_analysis::dynamics::GAMMA;
+use ropelab_analysis::languages::{LengthRow, NStarRow};
+use ropelab_io::read_csv;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
 
@@ -32,6 +34,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     let pretrained = pretrained_section(dir)?;
     // A directory of `ropelab pretrained` files only: no run config to expect.
     let only_pretrained = !study && pretrained.is_some() && !dir.join("config.toml").exists();
+    let languages = dir.join("nstar.csv").exists();
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -40,10 +43,12 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             about.text("Config (config.toml):");
             about.pre(&config);
         }
-        None if only_pretrained => {}
+        None if only_pretrained || languages => {}
         None => about.not_run("config.toml is missing"),
     }
-    if only_pretrained {
+    if languages {
+        sections.push(languages_section(dir)?);
+    } else if only_pretrained {
         sections.extend(pretrained);
     } else if study {
         let seeds = seeds_of(dir)?;
@@ -67,7 +72,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         sections.extend(pretrained);
     }
     sections.push(about);
-    let kind = if study {
+    let kind = if languages {
+        "formal-language experiment"
+    } else if study {
         "study"
     } else if only_pretrained {
         "pretrained-model results"
@@ -79,6 +86,74 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         &format!("Every figure of the {kind} in {name}, drawn from its files."),
         &sections,
     ))
+}
+
+/// The expressivity experiment of `ropelab languages`: the N* heat table, N* per run, and
+/// accuracy versus length per language.
+fn languages_section(dir: &Path) -> Result<Section> {
+    let mut s = Section::new("languages", "Formal languages: N* per position encoding");
+    let read = |name: &str| -> Result<Option<String>> { read_text(&dir.join(name)) };
+    let nstar: Vec<NStarRow> = match read("nstar.csv")? {
+        Some(text) => read_csv(&text, &dir.join("nstar.csv").display().to_string())
+            .map_err(ReportError::from_display)?,
+        None => vec![],
+    };
+    s.text(
+        "N* is the longest test length up to which every test length is classified 100% \
+         correctly (the longest training length when the shortest test length is not); train \
+         and test accuracy are means over the training lengths (fresh strings) and the lengths \
+         beyond them (docs/languages.md).",
+    );
+    s.figures(&[crate::languages::n_star_table(&nstar)]);
+    let cells: Vec<Vec<String>> = nstar
+        .iter()
+        .map(|r| {
+            vec![
+                r.language.clone(),
+                r.pe.clone(),
+                r.base.map_or("-".into(), |b| format!("{b:e}")),
+                r.seed.to_string(),
+                format!("{:e}", r.lr),
+                format!("{:.4}", r.train_accuracy),
+                format!("{:.4}", r.accuracy),
+                r.n_star.to_string(),
+                r.max_len.to_string(),
+            ]
+        })
+        .collect();
+    s.table(
+        &[
+            "language",
+            "pe",
+            "base",
+            "seed",
+            "lr",
+            "test accuracy",
+            "N*",
+            "max length",
+        ],
+        &cells,
+    );
+    match read("accuracy.csv")? {
+        Some(text) => {
+            let rows: Vec<LengthRow> =
+                read_csv(&text, &dir.join("accuracy.csv").display().to_string())
+                    .map_err(ReportError::from_display)?;
+            let mut names: Vec<&str> = vec![];
+            for r in &rows {
+                if !names.contains(&r.language.as_str()) {
+                    names.push(&r.language);
+                }
+            }
+            let svgs: Vec<String> = names
+                .iter()
+                .map(|l| crate::languages::accuracy_vs_length(&rows, l))
+                .collect();
+            s.figures(&svgs);
+        }
+        None => s.not_run("accuracy.csv is missing"),
+    }
+    Ok(s)
 }
 
 /// A study directory holds `seed-S/` folders or a `claims.json`.

@@ -4,7 +4,8 @@
 //! drawn by ropelab itself ([`chart`], with plotters and a bundled font) from the parsed rows
 //! of the directory's files ([`figures`]: one function per figure), the attention viewer
 //! ([`viewer`]) shows one test input's attention, and the page inlines every SVG, style and
-//! script ([`html`]), so it opens anywhere, offline. [`compose`] decides what a
+//! script ([`html`]), so it opens anywhere, offline; [`languages`] draws the formal-language
+//! experiment. [`compose`] decides what a
 //! directory's files allow.
 
 pub mod chart;
@@ -12,6 +13,7 @@ pub mod compose;
 pub mod figures;
 pub mod heatmap;
 pub mod html;
+pub mod languages;
 pub mod pretrained;
 pub mod viewer;
 

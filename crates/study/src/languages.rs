@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::Device;
+pub use ropelab_analysis::languages::{n_star, LengthRow, NStarRow};
 use ropelab_io::{read_csv, write_csv};
 use ropelab_model::{
     AttentionKind, Head, ModelConfig, Objective, PeriodicTables, PositionEncoding,
@@ -17,7 +18,6 @@ use ropelab_train::language_data::{accuracy_at_lengths, LengthAccuracy};
 use ropelab_train::{
     DataConfig, LanguageData, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::Progress;
 
@@ -324,60 +324,6 @@ impl Experiment {
     }
 }
 
-/// One row of `nstar.csv`: a run's N* and its mean accuracy over the test lengths.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NStarRow {
-    /// Language name.
-    pub language: String,
-    /// Position-encoding kind.
-    pub pe: String,
-    /// Its base (empty for nope and the periodic kinds).
-    pub base: Option<f64>,
-    /// Seed.
-    pub seed: u64,
-    /// Learning rate.
-    pub lr: f64,
-    /// Mean accuracy over the test lengths (beyond training).
-    pub accuracy: f64,
-    /// The longest tested length up to which every tested length (training lengths included)
-    /// is 100% correct; 0 when the shortest one is not.
-    pub n_star: usize,
-    /// The longest tested length.
-    pub max_len: usize,
-}
-
-/// One row of `accuracy.csv`: a run's accuracy at one length.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LengthRow {
-    /// Language name.
-    pub language: String,
-    /// Position-encoding kind.
-    pub pe: String,
-    /// Its base.
-    pub base: Option<f64>,
-    /// Seed.
-    pub seed: u64,
-    /// Learning rate.
-    pub lr: f64,
-    /// String length.
-    pub length: usize,
-    /// Strings tested.
-    pub n: usize,
-    /// Fraction classified correctly.
-    pub accuracy: f64,
-    /// Whether the length was a training length.
-    pub trained: bool,
-}
-
-/// N* of per-length results sorted by length: the longest length up to which every length is
-/// 100% correct (0 when the first is not).
-pub fn n_star(rows: &[LengthAccuracy]) -> usize {
-    rows.iter()
-        .take_while(|r| r.correct == r.n)
-        .last()
-        .map_or(0, |r| r.length)
-}
-
 /// The run directory of one grid point.
 pub fn run_dir(out: &Path, language: Language, pe: Pe, seed: u64, lr: f64) -> PathBuf {
     let pe = pe.to_string().replace(':', "-");
@@ -432,17 +378,23 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
             rows
         };
         let hi = experiment.train_lengths[1];
-        let tested: Vec<&LengthAccuracy> = rows.iter().filter(|r| r.length > hi).collect();
-        let accuracy =
-            tested.iter().map(|r| r.accuracy()).sum::<f64>() / tested.len().max(1) as f64;
+        let mean = |test: bool| {
+            let part: Vec<f64> = rows
+                .iter()
+                .filter(|r| (r.length > hi) == test)
+                .map(|r| r.accuracy())
+                .collect();
+            part.iter().sum::<f64>() / part.len().max(1) as f64
+        };
         nstar.push(NStarRow {
             language: language.name().into(),
             pe: pe.kind().into(),
             base: pe.base(),
             seed,
             lr,
-            accuracy,
-            n_star: n_star(&rows),
+            train_accuracy: mean(false),
+            accuracy: mean(true),
+            n_star: n_star(&rows, hi),
             max_len: rows.last().map_or(0, |r| r.length),
         });
         all.extend(rows.iter().map(|r| LengthRow {
@@ -465,26 +417,6 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(length: usize, n: usize, correct: usize) -> LengthAccuracy {
-        LengthAccuracy {
-            length,
-            n,
-            correct,
-            loss: 0.0,
-        }
-    }
-
-    #[test]
-    fn n_star_is_the_end_of_the_first_perfect_run_of_lengths() {
-        assert_eq!(
-            n_star(&[row(1, 4, 4), row(2, 4, 4), row(50, 4, 3), row(60, 4, 4)]),
-            2
-        );
-        assert_eq!(n_star(&[row(1, 4, 3), row(2, 4, 4)]), 0);
-        assert_eq!(n_star(&[row(1, 4, 4), row(500, 4, 4)]), 500);
-        assert_eq!(n_star(&[]), 0);
-    }
 
     #[test]
     fn encodings_parse_and_bad_ones_are_one_line_errors() {

@@ -36,7 +36,8 @@ pub fn vocab() -> Vocab {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Language {
-    /// `(aa)*`: an even number of a's and nothing else.
+    /// `(aa)*` over the one-letter alphabet {a}: `a^n` with n even. Its strings are only
+    /// `a^n` (see [`Language::alphabet`]), so the label is the parity of the length.
     EvenA,
     /// `(ab)*`: `ab` repeated.
     AbStar,
@@ -85,6 +86,16 @@ impl Language {
         }
     }
 
+    /// The symbols the language's strings are drawn from: `a` only for `(aa)*` (over {a, b} its
+    /// non-members would almost all contain a b, and a classifier could answer "no b" without
+    /// ever counting), `a` and `b` for the others.
+    pub fn alphabet(self) -> &'static [u8] {
+        match self {
+            Language::EvenA => b"a",
+            _ => b"ab",
+        }
+    }
+
     /// Whether `w` (bytes `a` and `b`) is in the language.
     pub fn contains(self, w: &[u8]) -> bool {
         let a = |s: &u8| *s == b'a';
@@ -109,10 +120,11 @@ impl Language {
         }
     }
 
-    /// Whether some string of length `n` is not in the language.
+    /// Whether some string of length `n` over [`Language::alphabet`] is not in the language.
     pub fn has_non_members(self, n: usize) -> bool {
         match self {
-            Language::EvenA | Language::AbStar => n >= 1,
+            Language::EvenA => n % 2 == 1,
+            Language::AbStar => n >= 1,
             _ => true,
         }
     }
@@ -138,20 +150,20 @@ impl Language {
         })
     }
 
-    /// A non-member of length `n`, uniform over the non-members (None if there is none).
+    /// A non-member of length `n` over [`Language::alphabet`], uniform over those non-members
+    /// (None if there is none).
     pub fn non_member(self, n: usize, rng: &mut ChaCha8Rng) -> Option<Vec<u8>> {
         if !self.has_non_members(n) {
             return None;
         }
         Some(match self {
+            Language::EvenA => vec![b'a'; n],
             // Members are at most a quarter of the strings of length >= 1 here.
-            Language::EvenA | Language::AbStar => {
-                rejection(self, false, n, rng).unwrap_or_else(|| {
-                    let mut w = self.member(n, rng).unwrap_or_else(|| vec![b'a'; n]);
-                    w[0] = b'b';
-                    w
-                })
-            }
+            Language::AbStar => rejection(self, false, n, rng).unwrap_or_else(|| {
+                let mut w = self.member(n, rng).unwrap_or_else(|| vec![b'a'; n]);
+                w[0] = b'b';
+                w
+            }),
             Language::StartsA if n > 0 => fixed_end(n, rng, 0, b'b'),
             Language::EndsA if n > 0 => fixed_end(n, rng, n - 1, b'b'),
             Language::StartsA | Language::EndsA => Vec::new(),
@@ -167,8 +179,11 @@ impl Language {
     /// A near-miss of length `n`: a member with one symbol flipped that is not a member (the
     /// flipped position is drawn uniformly among those that leave the language). Falls back to
     /// [`Language::non_member`] when length `n` has no member or no flip of the drawn member
-    /// leaves the language.
+    /// leaves the language, and for `(aa)*`, whose one-letter alphabet has no flips.
     pub fn near_miss(self, n: usize, rng: &mut ChaCha8Rng) -> Option<Vec<u8>> {
+        if self.alphabet().len() == 1 {
+            return self.non_member(n, rng);
+        }
         if let Some(mut w) = self.member(n, rng) {
             let mut leaving: Vec<usize> = (0..n)
                 .filter(|&i| {

@@ -68,12 +68,18 @@ fn all_strings(n: usize) -> impl Iterator<Item = Vec<u8>> {
     })
 }
 
+/// Every string of length `n` over the language's alphabet.
+fn strings_of(l: Language, n: usize) -> Vec<Vec<u8>> {
+    all_strings(n)
+        .filter(|w| w.iter().all(|s| l.alphabet().contains(s)))
+        .collect()
+}
+
 #[test]
 fn membership_matches_the_dfa_on_every_string_up_to_length_12() {
     for l in Language::ALL {
         let d = dfa(l);
         for n in 0..=12 {
-            let (mut members, mut others) = (0, 0);
             for w in all_strings(n) {
                 let want = d.accepts(&w);
                 assert_eq!(
@@ -82,7 +88,11 @@ fn membership_matches_the_dfa_on_every_string_up_to_length_12() {
                     "{l} on {:?}",
                     String::from_utf8_lossy(&w)
                 );
-                if want {
+            }
+            // The kinds present among the strings the generators draw from.
+            let (mut members, mut others) = (0, 0);
+            for w in strings_of(l, n) {
+                if d.accepts(&w) {
                     members += 1;
                 } else {
                     others += 1;
@@ -105,6 +115,7 @@ fn generators_give_the_kind_asked_for_at_every_length() {
                 assert_eq!(member.is_some(), l.has_members(n), "{l} member at {n}");
                 if let Some(w) = member {
                     assert_eq!(w.len(), n);
+                    assert!(w.iter().all(|s| l.alphabet().contains(s)));
                     assert!(
                         d.accepts(&w),
                         "{l}: member {:?}",
@@ -115,6 +126,7 @@ fn generators_give_the_kind_asked_for_at_every_length() {
                     assert_eq!(w.is_some(), l.has_non_members(n), "{l} non-member at {n}");
                     if let Some(w) = w {
                         assert_eq!(w.len(), n);
+                        assert!(w.iter().all(|s| l.alphabet().contains(s)));
                         assert!(!d.accepts(&w), "{l}: non-member {:?}", w);
                     }
                 }
@@ -123,11 +135,14 @@ fn generators_give_the_kind_asked_for_at_every_length() {
     }
 }
 
-/// A near-miss is one flip away from a member whenever the length allows one, and uniform
-/// negatives reach strings that are not near-misses (e.g. many b's for `(aa)*`).
+/// A near-miss is one flip away from a member whenever the length allows one (over two
+/// letters; `(aa)*` has one), and uniform negatives reach strings that are not near-misses.
 #[test]
 fn near_misses_are_one_flip_from_a_member() {
-    for l in Language::ALL {
+    for l in Language::ALL
+        .into_iter()
+        .filter(|l| l.alphabet().len() == 2)
+    {
         let d = dfa(l);
         for n in 1..=12 {
             // Whether some member of length n has a flip that leaves the language.
@@ -145,14 +160,23 @@ fn near_misses_are_one_flip_from_a_member() {
         }
     }
     let rng = &mut ChaCha8Rng::seed_from_u64(3);
+    let member = b"abababababab";
     let far = (0..50)
-        .filter_map(|_| Language::EvenA.non_member(12, rng))
-        .filter(|w| w.iter().filter(|&&s| s == b'b').count() > 1)
+        .filter_map(|_| Language::AbStar.non_member(12, rng))
+        .filter(|w| w.iter().zip(member).filter(|(x, y)| x != y).count() > 1)
         .count();
     assert!(
         far > 40,
-        "uniform negatives of (aa)* have several b's: {far} of 50"
+        "uniform negatives of (ab)* are mostly far from (ab)^6: {far} of 50"
     );
+    // (aa)* is the parity of the length: its only strings are a^n.
+    for n in 0..=12 {
+        let rng = &mut ChaCha8Rng::seed_from_u64(n as u64);
+        let w = Language::EvenA
+            .near_miss(n, rng)
+            .or_else(|| Language::EvenA.member(n, rng));
+        assert_eq!(w, Some(vec![b'a'; n]));
+    }
 }
 
 fn flipped(w: &[u8], i: usize) -> Vec<u8> {
