@@ -8,7 +8,6 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 use ropelab_io::{Align::Left, Align::Right, Table};
-use ropelab_model::Objective;
 use ropelab_study::languages::{run, Experiment, NStarRow, Pe, Protocol};
 use ropelab_tasks::Language;
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
@@ -66,7 +65,6 @@ pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
     let grid = e.grid();
     let (l, pe, seed, lr) = grid[0];
     let config = e.run_config(l, pe, seed, lr);
-    debug_assert_eq!(config.objective, Objective::EosClass);
     let longest = e.test_lengths.last().copied().unwrap_or(e.train_lengths[1]) + 2;
     let mut need = training_need(&config, &args.out, 0, Engine::Fused);
     need = need.memory(
