@@ -29,6 +29,36 @@ pub struct NStarRow {
     pub max_len: usize,
 }
 
+impl NStarRow {
+    /// Column names of [`NStarRow::cells`] for a table.
+    pub const HEADER: [&'static str; 9] = [
+        "language",
+        "pe",
+        "base",
+        "seed",
+        "lr",
+        "train accuracy",
+        "test accuracy",
+        "N*",
+        "max length",
+    ];
+
+    /// The row as table cells (a missing base as `-`, rates in scientific notation).
+    pub fn cells(&self) -> Vec<String> {
+        vec![
+            self.language.clone(),
+            self.pe.clone(),
+            self.base.map_or("-".into(), |b| format!("{b:e}")),
+            self.seed.to_string(),
+            format!("{:e}", self.lr),
+            format!("{:.4}", self.train_accuracy),
+            format!("{:.4}", self.accuracy),
+            self.n_star.to_string(),
+            self.max_len.to_string(),
+        ]
+    }
+}
+
 /// One row of `accuracy.csv`: a run's accuracy at one length.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LengthRow {

@@ -105,35 +105,8 @@ fn languages_section(dir: &Path) -> Result<Section> {
          beyond them (docs/languages.md).",
     );
     s.figures(&[crate::languages::n_star_table(&nstar)]);
-    let cells: Vec<Vec<String>> = nstar
-        .iter()
-        .map(|r| {
-            vec![
-                r.language.clone(),
-                r.pe.clone(),
-                r.base.map_or("-".into(), |b| format!("{b:e}")),
-                r.seed.to_string(),
-                format!("{:e}", r.lr),
-                format!("{:.4}", r.train_accuracy),
-                format!("{:.4}", r.accuracy),
-                r.n_star.to_string(),
-                r.max_len.to_string(),
-            ]
-        })
-        .collect();
-    s.table(
-        &[
-            "language",
-            "pe",
-            "base",
-            "seed",
-            "lr",
-            "test accuracy",
-            "N*",
-            "max length",
-        ],
-        &cells,
-    );
+    let cells: Vec<Vec<String>> = nstar.iter().map(NStarRow::cells).collect();
+    s.table(&NStarRow::HEADER, &cells);
     match read("accuracy.csv")? {
         Some(text) => {
             let rows: Vec<LengthRow> =

@@ -117,6 +117,24 @@ pub fn run_jobs(
     Ok(trained)
 }
 
+/// Runs `trainer` to its last step with a "train LABEL" stage showing the steps and the loss.
+pub fn train_with_progress(
+    trainer: &mut Trainer,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let total = trainer.config().optim.steps;
+    let stage = progress.stage(&format!("train {label}"), total as u64);
+    stage.set(trainer.step() as u64);
+    trainer.run(|p| {
+        stage.set(p.step as u64);
+        if p.step % 10 == 0 {
+            stage.message(format!("train {label} {:.3}", p.loss));
+        }
+    })?;
+    Ok(())
+}
+
 /// Trains (or resumes, or reuses) the model of `kind` and `seed` in `out/seed-S/<task>`,
 /// evaluates its last checkpoint on the test split, scores every checkpoint and measures
 /// length generalisation (each reused when its file exists).
@@ -134,15 +152,7 @@ pub fn run_job(
     let label = format!("s{seed} {kind}");
     let start = Instant::now();
     let total = trainer.config().optim.steps;
-    let stage = progress.stage(&format!("train {label}"), total as u64);
-    stage.set(trainer.step() as u64);
-    trainer.run(|p| {
-        stage.set(p.step as u64);
-        if p.step % 10 == 0 {
-            stage.message(format!("train {label} {:.3}", p.loss));
-        }
-    })?;
-    drop(stage);
+    train_with_progress(&mut trainer, &label, progress)?;
     drop(trainer); // releases the run directory's lock for the scoring below
     let train_seconds = start.elapsed().as_secs_f64();
     let test = eval_checkpoint(&dir, None, 0, None, EVAL_MEMORY, &device)?;

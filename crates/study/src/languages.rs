@@ -19,6 +19,7 @@ use ropelab_train::{
     DataConfig, LanguageData, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY,
 };
 
+use crate::job::train_with_progress;
 use crate::Progress;
 
 /// The periods of the periodic encodings' planes (uniform tables, T_m(s) = 2 pi s / m): period
@@ -352,14 +353,7 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
         } else {
             let config = experiment.run_config(language, pe, seed, lr);
             let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
-            let stage = progress.stage(&format!("train {label}"), experiment.steps as u64);
-            trainer.run(|p| {
-                stage.set(p.step as u64);
-                if p.step % 10 == 0 {
-                    stage.message(format!("train {label} {:.3}", p.loss));
-                }
-            })?;
-            drop(stage);
+            train_with_progress(&mut trainer, &label, progress)?;
             let [lo, hi] = experiment.train_lengths;
             let plan: Vec<(usize, usize)> = (lo..=hi)
                 .chain(experiment.test_lengths.iter().copied())

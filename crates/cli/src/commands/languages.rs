@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use ropelab_io::{Align::Left, Align::Right, Table};
+use ropelab_io::{Align, Align::Left, Align::Right, Table};
 use ropelab_study::languages::{run, Experiment, NStarRow, Pe, Protocol};
 use ropelab_tasks::Language;
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
@@ -140,29 +140,15 @@ fn parse_lengths(s: &str) -> Result<Lengths, String> {
 
 /// N* and test accuracy per run.
 fn table(rows: &[NStarRow]) -> String {
-    let mut t = Table::new(&[
-        ("language", Left),
-        ("pe", Left),
-        ("base", Right),
-        ("seed", Right),
-        ("lr", Right),
-        ("train accuracy", Right),
-        ("test accuracy", Right),
-        ("N*", Right),
-        ("max length", Right),
-    ]);
+    // Names and encodings left, numbers right.
+    let columns: Vec<(&str, Align)> = NStarRow::HEADER
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (h, if i < 2 { Left } else { Right }))
+        .collect();
+    let mut t = Table::new(&columns);
     for r in rows {
-        t.row([
-            r.language.clone(),
-            r.pe.clone(),
-            r.base.map_or("-".into(), |b| format!("{b:e}")),
-            r.seed.to_string(),
-            format!("{:e}", r.lr),
-            format!("{:.4}", r.train_accuracy),
-            format!("{:.4}", r.accuracy),
-            r.n_star.to_string(),
-            r.max_len.to_string(),
-        ]);
+        t.row(r.cells());
     }
     t.to_string().trim_end().to_owned()
 }
