@@ -73,7 +73,7 @@ pub fn accuracy_vs_length(rows: &[LengthRow], language: &str) -> String {
 /// The N* heat table: a cell per (language, position encoding) with the mean N* over its
 /// runs and their number, shaded from white (0) to dark blue (the longest tested length).
 pub fn n_star_table(rows: &[NStarRow]) -> String {
-    let title = "N*: the longest length up to which every tested length is 100% correct";
+    let title = "N*: the longest test length up to which every test length is 100% correct";
     if rows.is_empty() {
         return empty_chart(title);
     }
