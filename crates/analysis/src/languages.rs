@@ -82,6 +82,123 @@ pub struct LengthRow {
     pub trained: bool,
 }
 
+/// One row of `offset.csv`: a conventional-RoPE run's N* beside the certified range of the
+/// fixed-offset head (`ropelab theory offset-range`) on the plane of its heads that certifies
+/// the longest range, at one multiple of the minimal score scale.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OffsetRow {
+    /// Language name.
+    pub language: String,
+    /// The RoPE base.
+    pub base: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Learning rate.
+    pub lr: f64,
+    /// The run's measured N*.
+    pub n_star: usize,
+    /// The longest tested length.
+    pub max_len: usize,
+    /// The offset looked back.
+    pub k: usize,
+    /// Multiple of the minimal scale C_min = 2 f_large / (1 - cos g).
+    pub scale: f64,
+    /// Rotation per position of the best plane (radians).
+    pub g: f64,
+    /// The score scale C.
+    pub c: f64,
+    /// Certified range in f32 (empty: no failure up to `cap`).
+    pub certified_range: Option<usize>,
+    /// Longest range searched.
+    pub cap: usize,
+}
+
+/// Offset rows as a table, one line per run (rows of one run are consecutive, one per
+/// scale): the run, its N*, k, the best plane's rate at the first scale, and a certified-range
+/// column per scale (`> cap` when no failure was found).
+pub fn offset_table_cells(rows: &[OffsetRow]) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut scales: Vec<f64> = vec![];
+    for r in rows {
+        if !scales.contains(&r.scale) {
+            scales.push(r.scale);
+        }
+    }
+    let mut header: Vec<String> = ["language", "base", "seed", "lr", "N*", "k", "best g"]
+        .map(String::from)
+        .to_vec();
+    header.extend(scales.iter().map(|s| format!("range at {s} C_min")));
+    let cells = rows
+        .chunks(scales.len().max(1))
+        .map(|run| {
+            let r = &run[0];
+            let mut cells = vec![
+                r.language.clone(),
+                format!("{:e}", r.base),
+                r.seed.to_string(),
+                format!("{:e}", r.lr),
+                r.n_star.to_string(),
+                r.k.to_string(),
+                format!("{:e}", r.g),
+            ];
+            cells.extend(run.iter().map(|r| {
+                r.certified_range
+                    .map_or(format!("> {}", r.cap), |l| l.to_string())
+            }));
+            cells
+        })
+        .collect();
+    (header, cells)
+}
+
+/// The offset rows of a conventional-RoPE run with heads of `d_head` dims: for each multiple
+/// in `scales`, the plane (rate base^(-2j / d_head)) whose fixed-offset head looking back `k`
+/// positions certifies the longest range in f32 (ties: the fastest plane).
+pub fn offset_rows(
+    run: &NStarRow,
+    base: f64,
+    d_head: usize,
+    k: usize,
+    scales: &[f64],
+    cap: usize,
+) -> ropelab_theory::Result<Vec<OffsetRow>> {
+    use ropelab_theory::format::NumberFormat;
+    use ropelab_theory::periodic::offset_table;
+    let rates = ropelab_model::rope::frequencies(base, d_head);
+    let mut out = vec![];
+    for &scale in scales {
+        // Planes in order, fastest first; a later plane wins only with a longer range.
+        let mut best: Option<ropelab_theory::periodic::OffsetRangeRow> = None;
+        for row in offset_table(&rates, k, &[scale], NumberFormat::F32, cap)? {
+            let longer = match (best.map(|b| b.certified_range), row.certified_range) {
+                (None, _) => true,
+                (Some(Some(_)), None) => true,
+                (Some(Some(b)), Some(r)) => r > b,
+                (Some(None), _) => false,
+            };
+            if longer {
+                best = Some(row);
+            }
+        }
+        if let Some(best) = best {
+            out.push(OffsetRow {
+                language: run.language.clone(),
+                base,
+                seed: run.seed,
+                lr: run.lr,
+                n_star: run.n_star,
+                max_len: run.max_len,
+                k,
+                scale,
+                g: best.g,
+                c: best.c,
+                certified_range: best.certified_range,
+                cap,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// N* of per-length results sorted by length, for a model trained on lengths up to
 /// `train_max`: the longest test length (beyond `train_max`) up to which every test length is
 /// 100% correct, or `train_max` when the shortest test length is not. Whether the training
@@ -105,6 +222,47 @@ mod tests {
             correct,
             loss: 0.0,
         }
+    }
+
+    #[test]
+    fn offset_rows_pick_the_plane_with_the_longest_certified_range() {
+        use ropelab_theory::format::NumberFormat;
+        use ropelab_theory::periodic::{f_large, offset_range};
+        let run = NStarRow {
+            language: "ab-star".into(),
+            pe: "rope".into(),
+            base: Some(1e4),
+            seed: 0,
+            lr: 1e-3,
+            train_accuracy: 1.0,
+            accuracy: 0.7,
+            n_star: 41,
+            max_len: 500,
+        };
+        // Base 1e4 and 8 dims: planes turn by 1, 0.1, 0.01 and 0.001 rad per position; the
+        // slowest plane's cosine stays near 1 the longest, and so certifies the longest range.
+        let rows = offset_rows(&run, 1e4, 8, 1, &[1.0, 10.0], 100_000).unwrap();
+        assert_eq!(rows.len(), 2);
+        for row in &rows {
+            assert!((row.g - 1e-3).abs() < 1e-12, "{row:?}");
+            let c = row.scale * 2.0 * f_large(NumberFormat::F32) / (1.0 - row.g.cos());
+            assert_eq!(row.c, c);
+            let want = offset_range(row.g, c, 1, NumberFormat::F32, 100_000).unwrap();
+            assert_eq!(row.certified_range, want);
+            for g in [1.0, 0.1, 0.01] {
+                let c = row.scale * 2.0 * f_large(NumberFormat::F32) / (1.0 - f64::cos(g));
+                let other = offset_range(g, c, 1, NumberFormat::F32, 100_000).unwrap();
+                assert!(
+                    other.unwrap() <= want.unwrap(),
+                    "g {g}: {other:?} vs {want:?}"
+                );
+            }
+            assert_eq!((row.n_star, row.language.as_str()), (41, "ab-star"));
+        }
+        // Base 1: every plane turns by 1 rad; the range is short (a few dozen positions).
+        let one = offset_rows(&run, 1.0, 8, 1, &[1.0], 100_000).unwrap();
+        assert_eq!(one[0].g, 1.0);
+        assert!(one[0].certified_range.unwrap() < 100);
     }
 
     #[test]

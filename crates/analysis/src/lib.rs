@@ -15,6 +15,7 @@ pub mod languages;
 pub mod lengthgen;
 pub mod lens;
 pub mod margin;
+pub mod modular;
 pub mod purity;
 pub mod query;
 pub mod reference;

@@ -22,7 +22,7 @@ fn a_tiny_experiment_prints_n_star_and_writes_its_files() {
         "--lang",
         "ab-star,(aa)*",
         "--pe",
-        "rope-periodic,nope",
+        "rope-periodic,nope,rope:1",
         "--steps",
         "3",
         "--per-length",
@@ -32,12 +32,52 @@ fn a_tiny_experiment_prints_n_star_and_writes_its_files() {
         "--out",
         out.to_str().unwrap(),
     ]));
-    assert!(text.contains("4 runs"), "{text}");
-    for name in ["ab-star", "aa-star", "rope-periodic", "nope", "N*"] {
+    assert!(text.contains("6 runs"), "{text}");
+    for name in [
+        "ab-star",
+        "aa-star",
+        "rope-periodic",
+        "nope",
+        "N*",
+        "strongest MOD_m^r head",
+        "contrast beyond",
+        "range at 100 C_min",
+    ] {
         assert!(text.contains(name), "{name} not in {text}");
     }
     let nstar = std::fs::read_to_string(out.join("nstar.csv")).unwrap();
-    assert_eq!(nstar.lines().count(), 5);
+    assert_eq!(nstar.lines().count(), 7);
+    // Base 1 turns every plane by 1 rad per position: the certified range at C_min is 6
+    // (`ropelab theory offset-range --g 1 --k 1`).
+    let offset = std::fs::read_to_string(out.join("offset.csv")).unwrap();
+    assert_eq!(offset.lines().count(), 1 + 2 * 3, "{offset}");
+    assert!(
+        offset.lines().nth(1).unwrap().ends_with(",6,1000000"),
+        "{offset}"
+    );
+    assert!(out.join("heads.csv").exists());
+    // Each of its figures on its own.
+    let o = out.to_str().unwrap();
+    for kind in ["n-star", "mod-heads", "language-accuracy:aa-star"] {
+        let svg_path = dir.path().join("figure.svg");
+        let svg_s = svg_path.to_str().unwrap();
+        ok(ropelab(&["plot", kind, "--dir", o, "--out", svg_s]));
+        let svg = std::fs::read_to_string(&svg_path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{kind}");
+    }
+    let absent = ropelab(&[
+        "plot",
+        "language-accuracy:parity",
+        "--dir",
+        o,
+        "--out",
+        "x.svg",
+    ]);
+    let err = String::from_utf8_lossy(&absent.stderr);
+    assert!(
+        !absent.status.success() && err.contains("no rows of parity"),
+        "{err}"
+    );
     assert!(nstar.lines().skip(1).all(|l| l.ends_with(",60")), "{nstar}");
 }
 

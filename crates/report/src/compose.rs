@@ -6,7 +6,8 @@ use std::path::Path;
 
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
 use ropelab_analysis::dynamics::GAMMA;
-use ropelab_analysis::languages::{LengthRow, NStarRow};
+use ropelab_analysis::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
+use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_io::read_csv;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
@@ -17,7 +18,7 @@ use crate::pretrained;
 use crate::{ReportError, Result};
 use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
 use ropelab_pretrained::tasks::SizeRow;
-use ropelab_tasks::TaskKind;
+use ropelab_tasks::{Language, TaskKind};
 
 /// The HTML report of `dir` (a study or a single run); `command` is how it was produced,
 /// shown verbatim.
@@ -125,6 +126,42 @@ fn languages_section(dir: &Path) -> Result<Section> {
             s.figures(&svgs);
         }
         None => s.not_run("accuracy.csv is missing"),
+    }
+    match read("heads.csv")? {
+        Some(text) => {
+            let rows: Vec<ModHeadRow> =
+                read_csv(&text, &dir.join("heads.csv").display().to_string())
+                    .map_err(ReportError::from_display)?;
+            s.text(&format!(
+                "MOD heads: a head's MOD_m^r contrast is its mean attention weight on BOS at \
+                 query positions i = r (mod m) minus that at the other positions (1 for the \
+                 hand-built periodic-RoPE head of the theory lab, 0 for a head blind to i mod \
+                 m); the residue is chosen on the positions of training strings and kept for \
+                 the positions beyond them, up to the longest tested string. A run has a MOD \
+                 head when one head reaches {MOD_THRESHOLD} on both."
+            ));
+            s.figures(&[crate::languages::mod_head_table(&rows)]);
+            let best = strongest_per_run(&rows);
+            let cells: Vec<Vec<String>> = best.iter().map(ModHeadRow::cells).collect();
+            s.table(&ModHeadRow::HEADER, &cells);
+        }
+        None => s.not_run("heads.csv is missing"),
+    }
+    if let Some(text) = read("offset.csv")? {
+        let rows: Vec<OffsetRow> = read_csv(&text, &dir.join("offset.csv").display().to_string())
+            .map_err(ReportError::from_display)?;
+        if !rows.is_empty() {
+            s.text(
+                "Conventional RoPE: each run's N* beside the range over which a hand-built \
+                 fixed-offset head (looking back k positions, score scale C) on the run's \
+                 best plane (rate g) is certified to pick the right key in f32 \
+                 (`ropelab theory offset-range`), at multiples of the smallest scale that \
+                 separates neighbouring keys, C_min = 2 f_large / (1 - cos g).",
+            );
+            let (header, cells) = offset_table_cells(&rows);
+            let header: Vec<&str> = header.iter().map(String::as_str).collect();
+            s.table(&header, &cells);
+        }
     }
     Ok(s)
 }
@@ -486,11 +523,18 @@ pub enum PlotKind {
     PretrainedHeads,
     /// The pretrained model's prompt-task accuracy per window size (`pretrained tasks` files).
     PretrainedTasks,
+    /// The N* heat table of a `ropelab languages` directory (`nstar.csv`).
+    NStar,
+    /// The MOD-head heat table of a `ropelab languages` directory (`heads.csv`).
+    ModHeads,
+    /// Accuracy versus string length on one language (`accuracy.csv`), written
+    /// `language-accuracy:NAME`.
+    LanguageAccuracy(Language),
 }
 
 impl PlotKind {
     /// Every kind with its command-line name.
-    pub const ALL: [(PlotKind, &'static str); 13] = [
+    pub const ALL: [(PlotKind, &'static str); 15] = [
         (PlotKind::Accuracy, "accuracy"),
         (PlotKind::Purity, "purity"),
         (PlotKind::SPos, "s-pos"),
@@ -504,19 +548,30 @@ impl PlotKind {
         (PlotKind::SeedsLetter, "seeds-letter"),
         (PlotKind::PretrainedHeads, "pretrained-heads"),
         (PlotKind::PretrainedTasks, "pretrained-tasks"),
+        (PlotKind::NStar, "n-star"),
+        (PlotKind::ModHeads, "mod-heads"),
     ];
 }
 
 impl std::str::FromStr for PlotKind {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if let Some(name) = s.strip_prefix("language-accuracy:") {
+            return name
+                .parse::<Language>()
+                .map(PlotKind::LanguageAccuracy)
+                .map_err(|e| e.to_string());
+        }
         PlotKind::ALL
             .iter()
             .find(|(_, name)| *name == s)
             .map(|(k, _)| *k)
             .ok_or_else(|| {
                 let names: Vec<&str> = PlotKind::ALL.iter().map(|(_, n)| *n).collect();
-                format!("unknown figure {s:?}: choose one of {}", names.join(", "))
+                format!(
+                    "unknown figure {s:?}: choose one of {} or language-accuracy:LANGUAGE",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -611,6 +666,30 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
                 )));
             }
             pretrained::task_accuracy(&files.tasks)
+        }
+        PlotKind::NStar => {
+            let (text, origin) = csv("nstar.csv")?;
+            let rows: Vec<NStarRow> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            crate::languages::n_star_table(&rows)
+        }
+        PlotKind::ModHeads => {
+            let (text, origin) = csv("heads.csv")?;
+            let rows: Vec<ModHeadRow> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            crate::languages::mod_head_table(&rows)
+        }
+        PlotKind::LanguageAccuracy(language) => {
+            let (text, origin) = csv("accuracy.csv")?;
+            let rows: Vec<LengthRow> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            if !rows.iter().any(|r| r.language == language.name()) {
+                return Err(ReportError::Input(format!(
+                    "{origin} has no rows of {}",
+                    language.name()
+                )));
+            }
+            crate::languages::accuracy_vs_length(&rows, language.name())
         }
     })
 }

@@ -8,7 +8,9 @@ use std::str::FromStr;
 
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::Device;
-pub use ropelab_analysis::languages::{n_star, LengthRow, NStarRow};
+pub use ropelab_analysis::languages::{n_star, offset_rows, LengthRow, NStarRow, OffsetRow};
+use ropelab_analysis::modular::{bos_curves, mod_head_rows, RunLabel};
+pub use ropelab_analysis::modular::{ModHeadRow, MOD_THRESHOLD};
 use ropelab_io::{read_csv, write_csv};
 use ropelab_model::{
     AttentionKind, Head, ModelConfig, Objective, PeriodicTables, PositionEncoding,
@@ -16,7 +18,7 @@ use ropelab_model::{
 use ropelab_tasks::{language, Language, LanguageSamples, Layout, Negatives, Split, TaskKind};
 use ropelab_train::language_data::{accuracy_at_lengths, LengthAccuracy};
 use ropelab_train::{
-    DataConfig, LanguageData, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY,
+    DataConfig, LanguageData, OptimConfig, Retention, RunConfig, RunDir, Trainer, EVAL_MEMORY,
 };
 
 use crate::job::train_with_progress;
@@ -26,6 +28,19 @@ use crate::Progress;
 /// 2 gives the parity of a position (enough for `(aa)*` and `(ab)*`), and 2, 3, 5, 7 together
 /// tell positions apart modulo 210.
 pub const PERIODS: [usize; 4] = [2, 3, 5, 7];
+
+/// The offset a conventional-RoPE head looks back in `offset.csv` (the previous symbol, what
+/// `(ab)*` and `Sigma* ab Sigma*` need).
+pub const OFFSET_K: usize = 1;
+
+/// Multiples of the minimal score scale in `offset.csv`.
+pub const OFFSET_SCALES: [f64; 3] = [1.0, 10.0, 100.0];
+
+/// Longest range `offset.csv` searches.
+pub const OFFSET_CAP: usize = 1_000_000;
+
+/// Strings whose heads are scored for MOD predicates, at the longest tested length.
+pub const HEAD_STRINGS: usize = 4;
 
 /// One position encoding of the experiment.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -334,22 +349,44 @@ pub fn run_dir(out: &Path, language: Language, pe: Pe, seed: u64, lr: f64) -> Pa
         .join(format!("seed-{seed}-lr-{lr:e}"))
 }
 
+/// What one experiment measured (each also written to `out/`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// N* per run, in grid order (`nstar.csv`).
+    pub nstar: Vec<NStarRow>,
+    /// Every head's fit to MOD_m^r for each period of [`PERIODS`] (`heads.csv`).
+    pub heads: Vec<ModHeadRow>,
+    /// Conventional-RoPE runs' N* beside the certified fixed-offset range (`offset.csv`).
+    pub offsets: Vec<OffsetRow>,
+}
+
 /// Trains (or reuses) every grid point's model in `out/runs/...`, tests it at the training
-/// and test lengths (reusing a run's `lengths.csv`), and writes `out/accuracy.csv` and
-/// `out/nstar.csv`. Returns the N* rows in grid order.
-pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Result<Vec<NStarRow>> {
+/// and test lengths (reusing a run's `lengths.csv`), scores its heads for MOD predicates
+/// (reusing a run's `heads.csv`), and writes `out/accuracy.csv`, `out/nstar.csv`,
+/// `out/heads.csv` and `out/offset.csv`.
+pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Result<Outcome> {
     experiment.check()?;
     let device = Device::Cpu;
-    let mut nstar = vec![];
+    let mut outcome = Outcome {
+        nstar: vec![],
+        heads: vec![],
+        offsets: vec![],
+    };
     let mut all = vec![];
+    let hi = experiment.train_lengths[1];
     for (language, pe, seed, lr) in experiment.grid() {
         let dir = run_dir(out, language, pe, seed, lr);
         let label = format!("{} {pe} s{seed} lr {lr:e}", language.name());
+        let samples = LanguageSamples {
+            language,
+            negatives: experiment.negatives,
+            seed,
+        };
         let lengths_path = dir.join("lengths.csv");
+        let heads_path = dir.join("heads.csv");
+        let mut trained: Option<Trainer> = None;
         let rows: Vec<LengthAccuracy> = if lengths_path.exists() {
-            let text = std::fs::read_to_string(&lengths_path)
-                .with_context(|| format!("cannot read {}", lengths_path.display()))?;
-            read_csv(&text, &lengths_path.display().to_string())?
+            read_rows(&lengths_path)?
         } else {
             let config = experiment.run_config(language, pe, seed, lr);
             let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
@@ -359,19 +396,14 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
                 .chain(experiment.test_lengths.iter().copied())
                 .map(|n| (n, experiment.per_length))
                 .collect();
-            let samples = LanguageSamples {
-                language,
-                negatives: experiment.negatives,
-                seed,
-            };
             let stage = progress.stage(&format!("test {label}"), 1);
             let rows =
                 accuracy_at_lengths(trainer.model(), &samples, Split::Test, &plan, EVAL_MEMORY)?;
             drop(stage);
             write_csv(&lengths_path, &rows)?;
+            trained = Some(trainer);
             rows
         };
-        let hi = experiment.train_lengths[1];
         let mean = |test: bool| {
             let part: Vec<f64> = rows
                 .iter()
@@ -380,7 +412,7 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
                 .collect();
             part.iter().sum::<f64>() / part.len().max(1) as f64
         };
-        nstar.push(NStarRow {
+        let run_row = NStarRow {
             language: language.name().into(),
             pe: pe.kind().into(),
             base: pe.base(),
@@ -390,7 +422,50 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
             accuracy: mean(true),
             n_star: n_star(&rows, hi),
             max_len: rows.last().map_or(0, |r| r.length),
-        });
+        };
+        let heads: Vec<ModHeadRow> = if heads_path.exists() {
+            read_rows(&heads_path)?
+        } else {
+            let loaded;
+            let model = match &trained {
+                Some(t) => t.model(),
+                None => {
+                    let (run, config) = RunDir::open(&dir)?;
+                    loaded = run.load_model(run.latest_checkpoint()?, &config, &device)?;
+                    &loaded
+                }
+            };
+            let stage = progress.stage(&format!("heads {label}"), 1);
+            let longest = experiment.test_lengths.last().copied().unwrap_or(hi);
+            let ids: Vec<u32> = (0..HEAD_STRINGS as u64)
+                .flat_map(|i| samples.sample(Split::Test, longest, i).ids)
+                .collect();
+            let ids = candle_core::Tensor::from_vec(ids, (HEAD_STRINGS, longest + 2), &device)?;
+            let curves = bos_curves(model, &ids)?;
+            let label = RunLabel {
+                language: run_row.language.clone(),
+                pe: run_row.pe.clone(),
+                base: run_row.base,
+                seed,
+                lr,
+            };
+            // Query positions 1 ..= hi + 1 are those of training strings (w and EOS).
+            let heads = mod_head_rows(&label, &curves, &PERIODS, hi + 1)?;
+            drop(stage);
+            write_csv(&heads_path, &heads)?;
+            heads
+        };
+        if let Pe::Rope(base) = pe {
+            let d_head = experiment.run_config(language, pe, seed, lr).model.d_head();
+            outcome.offsets.extend(offset_rows(
+                &run_row,
+                base,
+                d_head,
+                OFFSET_K,
+                &OFFSET_SCALES,
+                OFFSET_CAP,
+            )?);
+        }
         all.extend(rows.iter().map(|r| LengthRow {
             language: language.name().into(),
             pe: pe.kind().into(),
@@ -402,10 +477,21 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
             accuracy: r.accuracy(),
             trained: r.length <= hi,
         }));
+        outcome.nstar.push(run_row);
+        outcome.heads.extend(heads);
     }
     write_csv(&out.join("accuracy.csv"), &all)?;
-    write_csv(&out.join("nstar.csv"), &nstar)?;
-    Ok(nstar)
+    write_csv(&out.join("nstar.csv"), &outcome.nstar)?;
+    write_csv(&out.join("heads.csv"), &outcome.heads)?;
+    write_csv(&out.join("offset.csv"), &outcome.offsets)?;
+    Ok(outcome)
+}
+
+/// The rows of a CSV file a run wrote.
+fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(read_csv(&text, &path.display().to_string())?)
 }
 
 #[cfg(test)]

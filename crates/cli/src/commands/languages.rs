@@ -7,8 +7,12 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
+use ropelab_analysis::languages::offset_table_cells;
+use ropelab_analysis::modular::strongest_per_run;
 use ropelab_io::{Align, Align::Left, Align::Right, Table};
-use ropelab_study::languages::{run, Experiment, NStarRow, Pe, Protocol};
+use ropelab_study::languages::{
+    run, Experiment, ModHeadRow, NStarRow, OffsetRow, Pe, Protocol, MOD_THRESHOLD,
+};
 use ropelab_tasks::Language;
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
 
@@ -44,7 +48,7 @@ pub struct LanguagesArgs {
     /// Strings per tested length (default: the protocol's).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub per_length: Option<u64>,
-    /// Output directory (runs/, accuracy.csv, nstar.csv).
+    /// Output directory (runs/, accuracy.csv, nstar.csv, heads.csv, offset.csv).
     #[arg(long, default_value = "runs/languages")]
     pub out: PathBuf,
 }
@@ -91,14 +95,26 @@ pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
-    let rows = run(&e, &args.out, &bars)?;
+    let outcome = run(&e, &args.out, &bars)?;
     drop(bars);
-    println!("{}", table(&rows));
+    println!("{}\n", table(&outcome.nstar));
     println!(
-        "{:.0} s; wrote {} and {}",
+        "The strongest MOD_m^r head of each run (contrast: mean BOS weight at positions i = r \
+         mod m minus at the others; a MOD head reaches {MOD_THRESHOLD} on both the training \
+         positions and those beyond):"
+    );
+    println!("{}\n", heads_table(&strongest_per_run(&outcome.heads)));
+    if !outcome.offsets.is_empty() {
+        println!(
+            "Conventional RoPE: N* beside the f32-certified range of a fixed-offset head on the \
+             run's best plane (`ropelab theory offset-range`):"
+        );
+        println!("{}\n", offsets_table(&outcome.offsets));
+    }
+    println!(
+        "{:.0} s; wrote nstar.csv, accuracy.csv, heads.csv and offset.csv in {}",
         start.elapsed().as_secs_f64(),
-        args.out.join("nstar.csv").display(),
-        args.out.join("accuracy.csv").display()
+        args.out.display()
     );
     Ok(())
 }
@@ -149,6 +165,35 @@ fn table(rows: &[NStarRow]) -> String {
     let mut t = Table::new(&columns);
     for r in rows {
         t.row(r.cells());
+    }
+    t.to_string().trim_end().to_owned()
+}
+
+/// The strongest MOD head per run.
+fn heads_table(rows: &[ModHeadRow]) -> String {
+    let columns: Vec<(&str, Align)> = ModHeadRow::HEADER
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (h, if i < 2 || i == 9 { Left } else { Right }))
+        .collect();
+    let mut t = Table::new(&columns);
+    for r in rows {
+        t.row(r.cells());
+    }
+    t.to_string().trim_end().to_owned()
+}
+
+/// N* beside the certified fixed-offset range, one line per run (a column per scale).
+fn offsets_table(rows: &[OffsetRow]) -> String {
+    let (header, cells) = offset_table_cells(rows);
+    let columns: Vec<(&str, Align)> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.as_str(), if i == 0 { Left } else { Right }))
+        .collect();
+    let mut t = Table::new(&columns);
+    for row in cells {
+        t.row(row);
     }
     t.to_string().trim_end().to_owned()
 }

@@ -44,7 +44,8 @@ pub struct PlotArgs {
     /// The figure: accuracy, purity, s-pos, s-sym, frequency, length (from a run directory),
     /// discrepancy-index, discrepancy-retrieval, failures, seeds-number, seeds-letter (from a
     /// study directory), pretrained-heads, pretrained-tasks (from a directory holding
-    /// `ropelab pretrained` output, or a study's with it in pretrained/).
+    /// `ropelab pretrained` output, or a study's with it in pretrained/), n-star, mod-heads,
+    /// language-accuracy:LANGUAGE (from a `ropelab languages` directory).
     pub kind: ropelab_report::PlotKind,
     /// The run or study directory holding the figure's file.
     #[arg(long)]
