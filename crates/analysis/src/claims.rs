@@ -144,7 +144,7 @@ impl SeedFiles {
         match task {
             TaskKind::Number => self.number.as_ref(),
             TaskKind::Letter => self.letter.as_ref(),
-            TaskKind::Language => None,
+            TaskKind::Language | TaskKind::Offset => None,
         }
     }
 }

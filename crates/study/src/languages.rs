@@ -298,6 +298,7 @@ impl Experiment {
                 lengths: self.train_lengths,
                 negatives: self.negatives,
             }),
+            offset: None,
             data: DataConfig {
                 train: self.steps.saturating_mul(self.batch),
                 val: 4 * (self.train_lengths[1] - self.train_lengths[0] + 1),

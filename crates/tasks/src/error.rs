@@ -9,12 +9,12 @@ pub enum TaskError {
     /// A dataset (or prompt set) of zero samples was requested.
     #[error("the number of samples must be at least 1")]
     EmptyDataset,
-    /// A task name that is not `number`, `letter` or `language`.
-    #[error("unknown task {0:?} (expected `number`, `letter` or `language`)")]
+    /// A task name that is not `number`, `letter`, `language` or `offset`.
+    #[error("unknown task {0:?} (expected `number`, `letter`, `language` or `offset`)")]
     UnknownTask(String),
-    /// A multi-hop generator or analysis was asked for a formal-language run.
-    #[error("the language task has no multi-hop layout (this needs a number or letter task)")]
-    NotMultiHop,
+    /// A multi-hop generator or analysis was asked for a formal-language or offset run.
+    #[error("the {0} task has no multi-hop layout (this needs a number or letter task)")]
+    NotMultiHop(crate::TaskKind),
     /// A language name that is none of the formal languages.
     #[error(
         "unknown language {0:?} (expected aa-star, ab-star, a-sigma, sigma-a, sigma-ab-sigma or \
@@ -40,6 +40,9 @@ pub enum TaskError {
         split: &'static str,
         attempts: u32,
     },
+    /// A fixed-offset retrieval setting that cannot produce the task.
+    #[error("fixed-offset retrieval: {0}")]
+    Offset(String),
     /// A prompt window size the prompt version cannot build.
     #[error("impossible prompt: {0}")]
     Prompt(String),

@@ -7,7 +7,8 @@
 //! Generators are deterministic per (seed, split, index), balanced over every combination of
 //! answer slot, answer token and hop count, and each sample re-validates from its tokens alone.
 //! [`language`] adds the formal languages of the expressivity experiments (labelled strings for
-//! an EOS classifier). [`prompt`] builds the natural-language 1-hop versions for pretrained models.
+//! an EOS classifier), [`offset`] the fixed-offset retrieval of the implicit-bias experiment.
+//! [`prompt`] builds the natural-language 1-hop versions for pretrained models.
 //! This crate has no tensor dependency.
 
 mod dataset;
@@ -17,6 +18,7 @@ pub mod language;
 mod layout;
 pub mod letter;
 pub mod number;
+pub mod offset;
 pub mod prompt;
 mod rng;
 mod sample;
@@ -30,6 +32,7 @@ pub use language::{Labelled, Language, LanguageSamples, Negatives};
 pub use layout::Layout;
 pub use letter::LetterTask;
 pub use number::NumberTask;
+pub use offset::OffsetTask;
 pub use rng::Permutation;
 pub use sample::{Sample, SampleRecord, Solution};
 pub use task::{Task, TaskKind};

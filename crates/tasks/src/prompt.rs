@@ -81,7 +81,7 @@ pub fn prompt(kind: TaskKind, size: usize, seed: u64, index: usize) -> Result<Pr
             question.push(format!("{}{}", lower(rng.random_range(0..26)), lower(key)));
             (LETTER_INSTRUCTION, LETTER_EXAMPLES, question, answer)
         }
-        TaskKind::Language => return Err(TaskError::NotMultiHop),
+        TaskKind::Language | TaskKind::Offset => return Err(TaskError::NotMultiHop(kind)),
     };
     let question = question.join(" ");
     let mut text = format!("{instruction}\n\n");
@@ -123,7 +123,7 @@ mod tests {
     #[test]
     fn a_language_has_no_prompt_version() {
         let err = prompt(TaskKind::Language, 4, 0, 0).unwrap_err();
-        assert_eq!(err, TaskError::NotMultiHop);
+        assert_eq!(err, TaskError::NotMultiHop(TaskKind::Language));
     }
 
     #[test]
@@ -137,7 +137,9 @@ mod tests {
                     let s = match kind {
                         TaskKind::Number => number::solve(&t),
                         TaskKind::Letter => letter::solve(&t),
-                        TaskKind::Language => unreachable!("TaskKind::ALL is multi-hop"),
+                        TaskKind::Language | TaskKind::Offset => {
+                            unreachable!("TaskKind::ALL is multi-hop")
+                        }
                     }
                     .unwrap_or_else(|e| panic!("{kind} size {size}: {e}: {}", p.question));
                     assert_eq!(t[s.answer_pos], p.answer);

@@ -20,24 +20,28 @@ pub enum TaskKind {
     /// Membership in a formal language, read by an EOS classifier (the run's `[language]`
     /// table says which); it has no multi-hop layout, so [`Task::new`] refuses it.
     Language,
+    /// Fixed-offset retrieval (the run's `[offset]` table says the vocabulary, offset and
+    /// lengths); no multi-hop layout either.
+    Offset,
 }
 
 impl TaskKind {
     /// The two multi-hop tasks, number first.
     pub const ALL: [TaskKind; 2] = [TaskKind::Number, TaskKind::Letter];
 
-    /// The lowercase name (`number`, `letter`, `language`).
+    /// The lowercase name (`number`, `letter`, `language`, `offset`).
     pub fn as_str(self) -> &'static str {
         match self {
             TaskKind::Number => "number",
             TaskKind::Letter => "letter",
             TaskKind::Language => "language",
+            TaskKind::Offset => "offset",
         }
     }
 
     /// Whether this is one of the two multi-hop tasks (number or letter).
     pub fn is_multi_hop(self) -> bool {
-        self != TaskKind::Language
+        matches!(self, TaskKind::Number | TaskKind::Letter)
     }
 }
 
@@ -54,6 +58,7 @@ impl FromStr for TaskKind {
             "number" => Ok(TaskKind::Number),
             "letter" => Ok(TaskKind::Letter),
             "language" => Ok(TaskKind::Language),
+            "offset" => Ok(TaskKind::Offset),
             other => Err(TaskError::UnknownTask(other.to_owned())),
         }
     }
@@ -74,7 +79,7 @@ impl Task {
         Ok(match kind {
             TaskKind::Number => Task::Number(NumberTask::new(layout)?),
             TaskKind::Letter => Task::Letter(LetterTask::new(layout)?),
-            TaskKind::Language => return Err(TaskError::NotMultiHop),
+            TaskKind::Language | TaskKind::Offset => return Err(TaskError::NotMultiHop(kind)),
         })
     }
 

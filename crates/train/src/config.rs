@@ -114,6 +114,30 @@ impl Default for LanguageData {
     }
 }
 
+/// The fixed-offset retrieval a `task = "offset"` run learns
+/// (docs/tasks.md#fixed-offset-retrieval).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffsetData {
+    /// Number of token symbols (the model's vocabulary is at least this).
+    pub vocab: usize,
+    /// The offset k: the target at position i is the token at i - k.
+    pub k: usize,
+    /// Shortest and longest training sequence; each batch has one length, drawn uniformly
+    /// from this range (both longer than k).
+    pub lengths: [usize; 2],
+}
+
+impl Default for OffsetData {
+    fn default() -> Self {
+        Self {
+            vocab: 16,
+            k: 2,
+            lengths: [8, 16],
+        }
+    }
+}
+
 /// Everything that determines a run; saved as `config.toml` in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +159,9 @@ pub struct RunConfig {
     /// The language of a `task = "language"` run (absent for the multi-hop tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub language: Option<LanguageData>,
+    /// The retrieval of a `task = "offset"` run (absent for the other tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<OffsetData>,
     /// Dataset sizes.
     pub data: DataConfig,
     /// Model architecture.
@@ -184,9 +211,10 @@ impl Preset {
     /// [`LanguageData::default`] with an EOS classifier).
     pub fn config(self, task: TaskKind) -> RunConfig {
         let layout = Layout::default();
-        let vocab_size = match Task::new(task, layout.clone()) {
-            Ok(t) => t.vocab().len(),
-            Err(_) => language::vocab().len(),
+        let vocab_size = match (task, Task::new(task, layout.clone())) {
+            (_, Ok(t)) => t.vocab().len(),
+            (TaskKind::Offset, _) => OffsetData::default().vocab,
+            _ => language::vocab().len(),
         };
         let (model, optim, data) = match self {
             Preset::Paper => (
@@ -308,10 +336,14 @@ impl Preset {
             objective: Objective::LastToken,
             layout,
             language: None,
+            offset: None,
             data,
             model,
             optim,
         };
+        if task == TaskKind::Offset {
+            config.offset = Some(OffsetData::default());
+        }
         if task == TaskKind::Language {
             config.language = Some(LanguageData::default());
             config.objective = Objective::EosClass;
@@ -335,17 +367,25 @@ impl RunConfig {
     /// Checks every value; the error names the first bad one.
     pub fn check(&self) -> Result<()> {
         self.model.check()?;
-        let vocab = if self.task == TaskKind::Language {
-            self.check_language()?;
-            language::vocab().len()
-        } else {
-            if self.language.is_some() {
-                return Err(TrainError::Config(format!(
-                    "a [language] table belongs to task = \"language\", not the {} task",
-                    self.task
-                )));
+        if self.language.is_some() && self.task != TaskKind::Language {
+            return Err(TrainError::Config(format!(
+                "a [language] table belongs to task = \"language\", not the {} task",
+                self.task
+            )));
+        }
+        if self.offset.is_some() && self.task != TaskKind::Offset {
+            return Err(TrainError::Config(format!(
+                "an [offset] table belongs to task = \"offset\", not the {} task",
+                self.task
+            )));
+        }
+        let vocab = match self.task {
+            TaskKind::Language => {
+                self.check_language()?;
+                language::vocab().len()
             }
-            Task::new(self.task, self.layout.clone())?.vocab().len()
+            TaskKind::Offset => self.check_offset()?,
+            _ => Task::new(self.task, self.layout.clone())?.vocab().len(),
         };
         if self.model.vocab_size < vocab {
             return Err(TrainError::Config(format!(
@@ -417,10 +457,45 @@ impl RunConfig {
 
     /// The sequence lengths training batches have (with BOS and EOS for a language run).
     pub fn train_seq_lens(&self) -> Vec<usize> {
-        match &self.language {
-            Some(l) => (l.lengths[0]..=l.lengths[1]).map(|n| n + 2).collect(),
-            None => vec![self.layout.core_len()],
+        match (&self.language, &self.offset) {
+            (Some(l), _) => (l.lengths[0]..=l.lengths[1]).map(|n| n + 2).collect(),
+            (None, Some(o)) => (o.lengths[0]..=o.lengths[1]).collect(),
+            (None, None) => vec![self.layout.core_len()],
         }
+    }
+
+    /// The retrieval of an offset run: the `[offset]` table, a token objective, lengths longer
+    /// than k, and a learned absolute table covering them. Returns its vocabulary size.
+    fn check_offset(&self) -> Result<usize> {
+        let o = self.offset.as_ref().ok_or_else(|| {
+            TrainError::Config(
+                "task = \"offset\" needs an [offset] table (vocab, k, lengths)".into(),
+            )
+        })?;
+        let task = ropelab_tasks::OffsetTask::new(o.vocab, o.k)?;
+        if self.objective == Objective::EosClass || self.model.head != Head::Lm {
+            return Err(TrainError::Config(
+                "an offset run predicts the token k back: it needs objective = \"last_token\" \
+                 or \"every_position\" and [model.head] kind = \"lm\""
+                    .into(),
+            ));
+        }
+        let [lo, hi] = o.lengths;
+        if lo > hi {
+            return Err(TrainError::Config(format!(
+                "offset.lengths must be [shortest, longest], got [{lo}, {hi}]"
+            )));
+        }
+        task.check_length(lo)?;
+        if let ropelab_model::PositionEncoding::Learned { max_len, .. } = &self.model.position {
+            if *max_len < hi {
+                return Err(TrainError::Config(format!(
+                    "the learned position table has {max_len} rows; training sequences reach \
+                     length {hi}"
+                )));
+            }
+        }
+        Ok(o.vocab)
     }
 
     /// The language of a language run: the `[language]` table, an EOS classifier with two

@@ -130,7 +130,7 @@ pub fn accuracy_at_lengths(
 }
 
 /// Overall accuracy and loss of per-length rows, with the accuracy per length.
-fn summarise(rows: &[LengthAccuracy]) -> Accuracy {
+pub(crate) fn summarise(rows: &[LengthAccuracy]) -> Accuracy {
     let n: usize = rows.iter().map(|r| r.n).sum();
     let correct: usize = rows.iter().map(|r| r.correct).sum();
     let loss: f64 = rows.iter().map(|r| r.loss * r.n as f64).sum();

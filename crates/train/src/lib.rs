@@ -10,13 +10,14 @@ pub mod data;
 mod error;
 pub mod eval;
 pub mod language_data;
+pub mod offset_data;
 pub mod optim;
 pub mod resources;
 mod run_dir;
 pub mod step;
 mod trainer;
 
-pub use config::{DataConfig, LanguageData, OptimConfig, Preset, Retention, RunConfig};
+pub use config::{DataConfig, LanguageData, OffsetData, OptimConfig, Preset, Retention, RunConfig};
 pub use data::{
     batch_for_budget, evaluate, evaluate_objective, forward_bytes, Accuracy, EVAL_BATCH,
     EVAL_MEMORY,

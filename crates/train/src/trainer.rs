@@ -12,6 +12,7 @@ use ropelab_io::DirLock;
 
 use crate::data::{batch_targets, evaluate_objective, Accuracy, EVAL_MEMORY};
 use crate::language_data::LanguageBatches;
+use crate::offset_data::OffsetBatches;
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
 use crate::step::{batch_indices, step_dropout, Engine, Stepper};
@@ -65,12 +66,23 @@ enum Data {
         train: Box<Dataset>,
         val: Box<Dataset>,
     },
+    /// Fixed-offset retrieval's batches.
+    Offset(OffsetBatches),
     /// A formal language's batches.
     Language(LanguageBatches),
 }
 
 impl Data {
     fn new(config: &RunConfig) -> Result<Self> {
+        if let Some(offset) = &config.offset {
+            let (train, val) = (config.data.train, config.data.val);
+            return Ok(Data::Offset(OffsetBatches::new(
+                offset,
+                config.seed,
+                train,
+                val,
+            )?));
+        }
         if let Some(language) = &config.language {
             let (train, val) = (config.data.train, config.data.val);
             return Ok(Data::Language(LanguageBatches::new(
@@ -107,6 +119,10 @@ impl Data {
                 let (ids, labels) = l.step_batch(step, batch);
                 (ids, labels, batch)
             }
+            Data::Offset(o) => {
+                let (ids, targets) = o.step_batch(step, batch, objective);
+                (ids, targets, batch)
+            }
         })
     }
 
@@ -115,6 +131,7 @@ impl Data {
         match self {
             Data::Tasks { val, .. } => evaluate_objective(model, val, EVAL_MEMORY, objective),
             Data::Language(l) => l.evaluate(model, EVAL_MEMORY),
+            Data::Offset(o) => o.evaluate(model, EVAL_MEMORY),
         }
     }
 }
