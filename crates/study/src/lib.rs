@@ -13,6 +13,7 @@ pub mod config;
 pub mod datasets;
 pub mod job;
 pub mod languages;
+pub mod offset;
 pub mod pretrained;
 pub mod resources;
 pub mod run;

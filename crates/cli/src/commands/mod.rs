@@ -7,6 +7,7 @@ mod eval;
 mod gen;
 mod languages;
 mod lengthgen;
+mod offset;
 mod pretrained;
 mod report;
 mod reproduce;
@@ -38,6 +39,10 @@ pub enum Command {
     /// The expressivity experiment: EOS classifiers on formal languages per position
     /// encoding, tested beyond their training lengths (N*, nstar.csv).
     Languages(languages::LanguagesArgs),
+    /// The implicit-bias experiment: fixed-offset retrieval with rotary, learned absolute or no
+    /// position encoding and softmax or linear attention, tested at up to 8 x the training
+    /// length (accuracy.csv)
+    Offset(offset::OffsetArgs),
     /// A real pretrained RoPE model (SmolLM2-135M from its GGUF file) under the same lens.
     #[command(subcommand)]
     Pretrained(pretrained::PretrainedCommand),
@@ -68,6 +73,7 @@ impl Command {
             Command::Score(args) => score::run(args, guard),
             Command::Lengthgen(args) => lengthgen::run(args, guard),
             Command::Languages(args) => languages::run_command(args, guard),
+            Command::Offset(args) => offset::run_command(args, guard),
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),
             Command::Attention(args) => attention::run(args, guard),

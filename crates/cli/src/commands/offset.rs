@@ -1,0 +1,175 @@
+//! `ropelab offset`: the implicit-bias experiment (docs/offset.md): small attention models
+//! trained on fixed-offset retrieval at short lengths with rotary, learned absolute or no
+//! position encoding and softmax or linear attention, tested at up to 8 x the training
+//! length; accuracy per test length in `DIR/accuracy.csv`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use ropelab_io::{Align, Table};
+use ropelab_model::{AttentionKind, Beyond};
+use ropelab_study::offset::{parse_attention, run, summary, Experiment, OffsetPe};
+use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
+
+use super::{Bars, Guard};
+
+/// Arguments of `ropelab offset`.
+#[derive(Debug, Args)]
+pub struct OffsetArgs {
+    /// Position encodings, comma-separated: rope (base 10,000), rope:BASE, ape, nope.
+    #[arg(long, value_delimiter = ',', value_parser = |s: &str| s.parse::<OffsetPe>().map_err(|e| e.to_string()))]
+    pub pe: Option<Vec<OffsetPe>>,
+    /// Attention kinds, comma-separated: softmax, linear.
+    #[arg(long, value_delimiter = ',', value_parser = |s: &str| parse_attention(s).map_err(|e| e.to_string()))]
+    pub attention: Option<Vec<AttentionKind>>,
+    /// Offsets k, comma-separated (each at least 1, below the training length).
+    #[arg(long, value_delimiter = ',')]
+    pub k: Option<Vec<usize>>,
+    /// Seeds, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Option<Vec<u64>>,
+    /// Longest training sequence (training lengths are k + 1 to this; the APE table's rows).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=4096))]
+    pub train_len: Option<u64>,
+    /// Test lengths, comma-separated and ascending (default: 1, 1.5, 2, 3, 4, 6 and 8 x the
+    /// training length).
+    #[arg(long, value_delimiter = ',')]
+    pub test_lens: Option<Vec<usize>>,
+    /// Sequences per test length.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub per_length: Option<u64>,
+    /// Optimizer steps per run.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: Option<u64>,
+    /// Layers (1 for the single-head comparison; e.g. 2 for the transfer).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub layers: Option<u64>,
+    /// Heads per layer.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub heads: Option<u64>,
+    /// Score every position i >= k (the full-sequence variant), not only the last.
+    #[arg(long)]
+    pub full_sequence: bool,
+    /// What APE does at a position beyond its table: clamp (reuse the last row) or error.
+    #[arg(long, default_value = "clamp", value_parser = ["clamp", "error"])]
+    pub ape_beyond: String,
+    /// Output directory (runs/, accuracy.csv).
+    #[arg(long, default_value = "runs/offset")]
+    pub out: PathBuf,
+}
+
+/// Runs `ropelab offset`.
+pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
+    let mut e = Experiment::default();
+    if let Some(v) = args.pe {
+        e.pes = v;
+    }
+    if let Some(v) = args.attention {
+        e.attentions = v;
+    }
+    if let Some(v) = args.k {
+        e.ks = v;
+    }
+    if let Some(v) = args.seeds {
+        e.seeds = v;
+    }
+    if let Some(n) = args.train_len {
+        e.train_len = n as usize;
+        e.test_lens = [2, 3, 4, 6, 8, 12, 16]
+            .iter()
+            .map(|x| x * e.train_len / 2)
+            .collect();
+    }
+    if let Some(v) = args.test_lens {
+        e.test_lens = v;
+    }
+    if let Some(n) = args.per_length {
+        e.per_length = n as usize;
+    }
+    if let Some(n) = args.steps {
+        e.steps = n as usize;
+    }
+    if let Some(n) = args.layers {
+        e.layers = n as usize;
+    }
+    if let Some(n) = args.heads {
+        e.heads = n as usize;
+    }
+    e.full_sequence = args.full_sequence;
+    e.ape_beyond = if args.ape_beyond == "error" {
+        Beyond::Error
+    } else {
+        Beyond::Clamp
+    };
+    e.check()?;
+    let grid = e.grid();
+    let (pe, a, k, seed) = grid[0];
+    let config = e.run_config(pe, a, k, seed);
+    let longest = *e.test_lens.last().unwrap_or(&e.train_len);
+    let need = training_need(&config, &args.out, 0, Engine::Fused).memory(
+        inference_need(&config.model, longest, EVAL_MEMORY).memory_bytes(),
+        format!("testing at {longest} tokens"),
+    );
+    guard.check("offset", &need)?;
+    println!(
+        "{} runs ({} encodings x {} attention kinds x {} offsets x {} seeds): {} layer(s) x {} \
+         head(s), d_model {}, vocabulary {}, {} steps of {} sequences at lengths k+1-{} ({}); \
+         tested at lengths {:?} with {} sequences each",
+        grid.len(),
+        e.pes.len(),
+        e.attentions.len(),
+        e.ks.len(),
+        e.seeds.len(),
+        e.layers,
+        e.heads,
+        e.d_model,
+        e.vocab,
+        e.steps,
+        e.batch,
+        e.train_len,
+        if e.full_sequence {
+            "every position scored"
+        } else {
+            "last position scored"
+        },
+        e.test_lens,
+        e.per_length
+    );
+    let start = Instant::now();
+    let bars = Bars::default();
+    let rows = run(&e, &args.out, &bars)?;
+    drop(bars);
+    let s = summary(&rows);
+    let lens: Vec<String> = e
+        .test_lens
+        .iter()
+        .map(|n| format!("{n} ({}x)", *n as f64 / e.train_len as f64))
+        .collect();
+    let mut columns: Vec<(&str, Align)> = vec![("pe", Align::Left), ("attention", Align::Left)];
+    columns.extend(lens.iter().map(|l| (l.as_str(), Align::Right)));
+    let mut t = Table::new(&columns);
+    for (pe, attention, cells) in &s {
+        let mut row = vec![pe.clone(), attention.clone()];
+        row.extend(e.test_lens.iter().map(|n| {
+            cells
+                .iter()
+                .find(|c| c.0 == *n)
+                .map_or("-".into(), |c| format!("{:.3}", c.1))
+        }));
+        t.row(row);
+    }
+    println!(
+        "Accuracy at the last position per test length (mean over {} offsets x {} seeds):\n{}",
+        e.ks.len(),
+        e.seeds.len(),
+        t.to_string().trim_end()
+    );
+    println!(
+        "{:.0} s; wrote {}",
+        start.elapsed().as_secs_f64(),
+        args.out.join("accuracy.csv").display()
+    );
+    Ok(())
+}

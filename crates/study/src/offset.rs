@@ -1,0 +1,541 @@
+//! The implicit-bias experiment (docs/offset.md): small attention models trained on
+//! fixed-offset retrieval at short lengths with rotary, learned absolute (APE) or no position
+//! encoding, softmax or linear attention, and tested at up to 8 x the training length.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, ensure, Context, Result};
+use candle_core::Device;
+use ropelab_io::{read_csv, write_csv};
+use ropelab_model::{
+    AttentionKind, Beyond, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
+};
+use ropelab_tasks::{Layout, OffsetTask, Split, TaskKind};
+use ropelab_train::language_data::LengthAccuracy;
+use ropelab_train::offset_data::last_accuracy_at_lengths;
+use ropelab_train::{DataConfig, OffsetData, OptimConfig, Retention, RunConfig, Trainer};
+use serde::{Deserialize, Serialize};
+
+use crate::job::train_with_progress;
+use crate::Progress;
+
+/// The RoPE base of `rope` without one.
+pub const DEFAULT_BASE: f64 = 10_000.0;
+
+/// One position encoding of the experiment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OffsetPe {
+    /// Rotary at a base, on every dim of each head.
+    Rope(f64),
+    /// Learned absolute encoding with one row per training position.
+    Ape,
+    /// No position encoding.
+    Nope,
+}
+
+impl OffsetPe {
+    /// The kind without its base (`rope`, `ape`, `nope`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OffsetPe::Rope(_) => "rope",
+            OffsetPe::Ape => "ape",
+            OffsetPe::Nope => "nope",
+        }
+    }
+
+    /// The model's encoding for heads of `d_head` dims, an APE table of `rows` rows.
+    pub fn encoding(&self, d_head: usize, rows: usize, beyond: Beyond) -> PositionEncoding {
+        match *self {
+            OffsetPe::Rope(base) => PositionEncoding::rope(base, d_head, RopeLayout::Interleaved),
+            OffsetPe::Ape => PositionEncoding::Learned {
+                max_len: rows,
+                beyond,
+            },
+            OffsetPe::Nope => PositionEncoding::None,
+        }
+    }
+}
+
+impl fmt::Display for OffsetPe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OffsetPe::Rope(b) if *b == DEFAULT_BASE => f.write_str("rope"),
+            OffsetPe::Rope(b) => write!(f, "rope:{b:e}"),
+            other => f.write_str(other.kind()),
+        }
+    }
+}
+
+impl FromStr for OffsetPe {
+    type Err = anyhow::Error;
+    /// `rope` (base 10,000), `rope:BASE`, `ape` or `nope`.
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        Ok(match s.split_once(':') {
+            None if s == "rope" => OffsetPe::Rope(DEFAULT_BASE),
+            None if s == "ape" => OffsetPe::Ape,
+            None if s == "nope" => OffsetPe::Nope,
+            Some(("rope", b)) => {
+                let base: f64 = b
+                    .parse()
+                    .with_context(|| format!("position encoding {s:?}: {b:?} is not a number"))?;
+                ensure!(
+                    base.is_finite() && base > 0.0,
+                    "position encoding {s:?}: the base must be positive and finite, got {base}"
+                );
+                OffsetPe::Rope(base)
+            }
+            _ => bail!("unknown position encoding {s:?} (expected rope, rope:BASE, ape or nope)"),
+        })
+    }
+}
+
+/// Parses `softmax` or `linear`.
+pub fn parse_attention(s: &str) -> Result<AttentionKind> {
+    match s.trim() {
+        "softmax" => Ok(AttentionKind::Softmax),
+        "linear" => Ok(AttentionKind::Linear),
+        other => bail!("unknown attention {other:?} (expected softmax or linear)"),
+    }
+}
+
+/// The name of an attention kind (`softmax`, `linear`).
+pub fn attention_name(a: AttentionKind) -> &'static str {
+    match a {
+        AttentionKind::Softmax => "softmax",
+        AttentionKind::Linear => "linear",
+    }
+}
+
+/// Everything one experiment runs: the grid, the model and the training and test settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Experiment {
+    /// Position encodings.
+    pub pes: Vec<OffsetPe>,
+    /// Attention kinds.
+    pub attentions: Vec<AttentionKind>,
+    /// Offsets k.
+    pub ks: Vec<usize>,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Token symbols.
+    pub vocab: usize,
+    /// Layers.
+    pub layers: usize,
+    /// Heads per layer.
+    pub heads: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Longest training sequence (training lengths are k + 1 ..= train_len); the APE table
+    /// has this many rows.
+    pub train_len: usize,
+    /// Tested lengths (ascending).
+    pub test_lens: Vec<usize>,
+    /// Sequences per tested length.
+    pub per_length: usize,
+    /// Optimizer steps per run.
+    pub steps: usize,
+    /// Sequences per batch.
+    pub batch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Score every position i >= k (the full-sequence variant) instead of the last.
+    pub full_sequence: bool,
+    /// What APE does beyond its table: reuse the last row (`clamp`) or refuse (`error`).
+    pub ape_beyond: Beyond,
+}
+
+impl Default for Experiment {
+    /// The single-head comparison: rotary, APE and NoPE, softmax and linear attention,
+    /// k = 1, 2, 4, 8, three seeds; one attention-only layer with one head of 64 dims, trained
+    /// at lengths up to 16 and tested at 1 to 8 x 16.
+    fn default() -> Self {
+        Experiment {
+            pes: vec![OffsetPe::Rope(DEFAULT_BASE), OffsetPe::Ape, OffsetPe::Nope],
+            attentions: vec![AttentionKind::Softmax, AttentionKind::Linear],
+            ks: vec![1, 2, 4, 8],
+            seeds: vec![0, 1, 2],
+            vocab: 16,
+            layers: 1,
+            heads: 1,
+            d_model: 64,
+            train_len: 16,
+            test_lens: vec![16, 24, 32, 48, 64, 96, 128],
+            per_length: 256,
+            steps: 1000,
+            batch: 64,
+            lr: 3e-3,
+            full_sequence: false,
+            ape_beyond: Beyond::Clamp,
+        }
+    }
+}
+
+impl Experiment {
+    /// Checks the grid, the lengths and the APE extension rule.
+    pub fn check(&self) -> Result<()> {
+        for (what, empty) in [
+            ("position encodings", self.pes.is_empty()),
+            ("attention kinds", self.attentions.is_empty()),
+            ("offsets", self.ks.is_empty()),
+            ("seeds", self.seeds.is_empty()),
+            ("test lengths", self.test_lens.is_empty()),
+        ] {
+            ensure!(!empty, "the experiment needs at least one of its {what}");
+        }
+        ensure!(
+            self.lr.is_finite() && self.lr > 0.0,
+            "learning rate {} must be positive",
+            self.lr
+        );
+        ensure!(
+            self.steps >= 1 && self.batch >= 1 && self.per_length >= 1,
+            "steps, batch and sequences per length must be at least 1"
+        );
+        ensure!(
+            self.layers >= 1 && self.heads >= 1 && self.d_model.is_multiple_of(2 * self.heads),
+            "the model needs at least one layer and head, and d_model ({}) a multiple of twice \
+             the heads ({})",
+            self.d_model,
+            self.heads
+        );
+        for &k in &self.ks {
+            ensure!(k >= 1, "the offset k must be at least 1");
+            ensure!(
+                k < self.train_len,
+                "offset {k} is not shorter than the training length {}: no training sequence \
+                 would have a position {k} back",
+                self.train_len
+            );
+        }
+        ensure!(
+            self.test_lens.windows(2).all(|w| w[0] < w[1]),
+            "test lengths must be ascending"
+        );
+        let longest = *self.test_lens.last().unwrap_or(&0);
+        let max_k = self.ks.iter().copied().max().unwrap_or(0);
+        if let Some(&short) = self.test_lens.iter().find(|&&n| n <= max_k) {
+            bail!("test length {short} is not longer than the offset {max_k}");
+        }
+        if self.pes.contains(&OffsetPe::Ape)
+            && self.ape_beyond == Beyond::Error
+            && longest > self.train_len
+        {
+            bail!(
+                "test length {longest} is beyond the learned position table of {} rows (the \
+                 training length) and --ape-beyond is error: pass --ape-beyond clamp to reuse \
+                 the last row, or test at most {}",
+                self.train_len,
+                self.train_len
+            );
+        }
+        OffsetTask::new(self.vocab, 1)?;
+        Ok(())
+    }
+
+    /// The run config of one grid point.
+    pub fn run_config(
+        &self,
+        pe: OffsetPe,
+        attention: AttentionKind,
+        k: usize,
+        seed: u64,
+    ) -> RunConfig {
+        let d_head = self.d_model / self.heads;
+        let model = ModelConfig {
+            vocab_size: self.vocab,
+            n_layers: self.layers,
+            n_heads: self.heads,
+            d_model: self.d_model,
+            d_mlp: 4 * self.d_model,
+            ln_eps: 1e-5,
+            dropout: 0.0,
+            tied_embeddings: false,
+            position: pe.encoding(d_head, self.train_len, self.ape_beyond),
+            layer_positions: vec![],
+            attention,
+            mlp: false,
+            layer_norm: true,
+            head: Head::Lm,
+        };
+        let checkpoints = (self.steps / 4).max(1);
+        RunConfig {
+            preset: "offset".into(),
+            task: TaskKind::Offset,
+            seed,
+            objective: if self.full_sequence {
+                Objective::EveryPosition
+            } else {
+                Objective::LastToken
+            },
+            layout: Layout::default(),
+            language: None,
+            offset: Some(OffsetData {
+                vocab: self.vocab,
+                k,
+                lengths: [k + 1, self.train_len],
+            }),
+            data: DataConfig {
+                train: self.steps.saturating_mul(self.batch),
+                val: 4 * (self.train_len - k),
+                test: self.per_length,
+            },
+            model,
+            optim: OptimConfig {
+                steps: self.steps,
+                batch_size: self.batch,
+                lr: self.lr,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                warmup: (self.steps / 10).min(1000),
+                eval_every: checkpoints,
+                save_every: checkpoints,
+                log_every: (self.steps / 100).max(1),
+                keep: Retention {
+                    last: Some(1),
+                    every: None,
+                },
+            },
+        }
+    }
+
+    /// Every grid point: (encoding, attention, k, seed).
+    pub fn grid(&self) -> Vec<(OffsetPe, AttentionKind, usize, u64)> {
+        let mut out = vec![];
+        for &pe in &self.pes {
+            for &a in &self.attentions {
+                for &k in &self.ks {
+                    for &seed in &self.seeds {
+                        out.push((pe, a, k, seed));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The run directory of one grid point.
+pub fn run_dir(out: &Path, pe: OffsetPe, attention: AttentionKind, k: usize, seed: u64) -> PathBuf {
+    let pe = pe.to_string().replace(':', "-");
+    out.join("runs")
+        .join(format!("{pe}-{}", attention_name(attention)))
+        .join(format!("k-{k}"))
+        .join(format!("seed-{seed}"))
+}
+
+/// One row of `accuracy.csv`: a run's accuracy at the last position at one test length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OffsetAccuracyRow {
+    /// Position encoding (`rope`, `rope:BASE`, `ape`, `nope`).
+    pub pe: String,
+    /// Attention kind.
+    pub attention: String,
+    /// The offset.
+    pub k: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Longest training length.
+    pub train_len: usize,
+    /// Tested length.
+    pub test_len: usize,
+    /// Sequences tested.
+    pub n: usize,
+    /// Fraction whose prediction at the last position is the token k back.
+    pub accuracy: f64,
+    /// Mean cross-entropy there.
+    pub loss: f64,
+}
+
+/// Trains (or reuses) every grid point's model in `out/runs/...`, tests it at every test
+/// length (reusing a run's `lengths.csv`), and writes `out/accuracy.csv`. Returns its rows.
+pub fn run(
+    experiment: &Experiment,
+    out: &Path,
+    progress: &dyn Progress,
+) -> Result<Vec<OffsetAccuracyRow>> {
+    experiment.check()?;
+    let device = Device::Cpu;
+    let mut all = vec![];
+    for (pe, attention, k, seed) in experiment.grid() {
+        let dir = run_dir(out, pe, attention, k, seed);
+        let label = format!("{pe} {} k{k} s{seed}", attention_name(attention));
+        let lengths_path = dir.join("lengths.csv");
+        let rows: Vec<LengthAccuracy> = if lengths_path.exists() {
+            let text = std::fs::read_to_string(&lengths_path)
+                .with_context(|| format!("cannot read {}", lengths_path.display()))?;
+            read_csv(&text, &lengths_path.display().to_string())?
+        } else {
+            let config = experiment.run_config(pe, attention, k, seed);
+            let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
+            train_with_progress(&mut trainer, &label, progress)?;
+            let plan: Vec<(usize, usize)> = experiment
+                .test_lens
+                .iter()
+                .map(|&n| (n, experiment.per_length))
+                .collect();
+            let task = OffsetTask::new(experiment.vocab, k)?;
+            let stage = progress.stage(&format!("test {label}"), 1);
+            let rows = last_accuracy_at_lengths(
+                trainer.model(),
+                &task,
+                seed,
+                Split::Test,
+                &plan,
+                ropelab_train::EVAL_MEMORY,
+            )?;
+            drop(stage);
+            write_csv(&lengths_path, &rows)?;
+            rows
+        };
+        all.extend(rows.iter().map(|r| OffsetAccuracyRow {
+            pe: pe.to_string(),
+            attention: attention_name(attention).into(),
+            k,
+            seed,
+            train_len: experiment.train_len,
+            test_len: r.length,
+            n: r.n,
+            accuracy: r.accuracy(),
+            loss: r.loss,
+        }));
+    }
+    write_csv(&out.join("accuracy.csv"), &all)?;
+    Ok(all)
+}
+
+/// Mean accuracy over seeds and offsets per (encoding, attention) at each test length, in
+/// grid order: (pe, attention, [(test length, mean accuracy)]).
+pub fn summary(rows: &[OffsetAccuracyRow]) -> Vec<(String, String, Vec<(usize, f64)>)> {
+    let mut out: Vec<(String, String, Vec<(usize, f64, usize)>)> = vec![];
+    for r in rows {
+        let i = match out
+            .iter()
+            .position(|(p, a, _)| *p == r.pe && *a == r.attention)
+        {
+            Some(i) => i,
+            None => {
+                out.push((r.pe.clone(), r.attention.clone(), vec![]));
+                out.len() - 1
+            }
+        };
+        let cells = &mut out[i].2;
+        match cells.iter_mut().find(|c| c.0 == r.test_len) {
+            Some(c) => {
+                c.1 += r.accuracy;
+                c.2 += 1;
+            }
+            None => cells.push((r.test_len, r.accuracy, 1)),
+        }
+    }
+    out.into_iter()
+        .map(|(p, a, cells)| {
+            let mut means: Vec<(usize, f64)> = cells
+                .into_iter()
+                .map(|(n, sum, count)| (n, sum / count as f64))
+                .collect();
+            means.sort_by_key(|c| c.0);
+            (p, a, means)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodings_and_attention_parse_and_bad_ones_are_one_line_errors() {
+        assert_eq!("rope".parse::<OffsetPe>().unwrap(), OffsetPe::Rope(1e4));
+        assert_eq!(
+            "rope:100".parse::<OffsetPe>().unwrap(),
+            OffsetPe::Rope(100.0)
+        );
+        assert_eq!("ape".parse::<OffsetPe>().unwrap(), OffsetPe::Ape);
+        assert_eq!(OffsetPe::Rope(1e4).to_string(), "rope");
+        assert_eq!(OffsetPe::Rope(100.0).to_string(), "rope:1e2");
+        for (bad, want) in [
+            ("rope:0", "positive"),
+            ("rope:x", "not a number"),
+            ("alibi", "unknown position encoding"),
+        ] {
+            let err = bad.parse::<OffsetPe>().unwrap_err().to_string();
+            assert!(err.contains(want), "{bad}: {err}");
+        }
+        assert_eq!(parse_attention("linear").unwrap(), AttentionKind::Linear);
+        assert!(parse_attention("flash")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown attention"));
+    }
+
+    #[test]
+    fn the_default_grid_checks_and_bad_settings_are_errors() {
+        let e = Experiment::default();
+        e.check().unwrap();
+        assert_eq!(e.grid().len(), 3 * 2 * 4 * 3);
+        for (pe, a, k, seed) in e.grid() {
+            e.run_config(pe, a, k, seed).check().unwrap();
+        }
+        let bad = |f: &dyn Fn(&mut Experiment), want: &str| {
+            let mut x = Experiment::default();
+            f(&mut x);
+            let err = x.check().unwrap_err().to_string();
+            assert!(err.contains(want), "want {want:?}: {err}");
+            assert_eq!(err.lines().count(), 1);
+        };
+        bad(
+            &|x| x.ks = vec![16],
+            "offset 16 is not shorter than the training length 16",
+        );
+        bad(
+            &|x| x.ape_beyond = Beyond::Error,
+            "beyond the learned position table of 16 rows",
+        );
+        bad(&|x| x.test_lens = vec![32, 16], "ascending");
+        bad(
+            &|x| x.test_lens = vec![4, 32],
+            "test length 4 is not longer than the offset 8",
+        );
+        bad(&|x| x.vocab = 1, "at least 2 symbols");
+        bad(&|x| x.d_model = 63, "d_model");
+        // Without APE, error beyond the table is no concern.
+        let mut x = Experiment {
+            ape_beyond: Beyond::Error,
+            ..Experiment::default()
+        };
+        x.pes = vec![OffsetPe::Rope(1e4)];
+        x.check().unwrap();
+    }
+
+    #[test]
+    fn the_summary_averages_seeds_and_offsets_per_length() {
+        let row = |pe: &str, k: usize, seed: u64, n: usize, accuracy: f64| OffsetAccuracyRow {
+            pe: pe.into(),
+            attention: "softmax".into(),
+            k,
+            seed,
+            train_len: 16,
+            test_len: n,
+            n: 10,
+            accuracy,
+            loss: 0.0,
+        };
+        let rows = vec![
+            row("rope", 1, 0, 16, 1.0),
+            row("rope", 1, 0, 32, 0.8),
+            row("rope", 2, 1, 16, 0.5),
+            row("rope", 2, 1, 32, 0.6),
+            row("ape", 1, 0, 16, 1.0),
+        ];
+        let s = summary(&rows);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].0, "rope");
+        assert_eq!(s[0].2, vec![(16, 0.75), (32, (0.8 + 0.6) / 2.0)]);
+        assert_eq!(s[1].2, vec![(16, 1.0)]);
+    }
+}
