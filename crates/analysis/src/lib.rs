@@ -16,6 +16,7 @@ pub mod lengthgen;
 pub mod lens;
 pub mod margin;
 pub mod modular;
+pub mod offset;
 pub mod purity;
 pub mod query;
 pub mod reference;

@@ -1,0 +1,279 @@
+//! Mechanisms of fixed-offset retrieval (docs/offset.md, "Mechanisms"), read from the first
+//! layer's attention, whose queries and keys see only their own token (and, for a learned
+//! absolute encoding, their position):
+//! - **equivariance**: the logit of a (query, key) pair moved by t positions, compared with the
+//!   unmoved one (a rotary head depends on the offset alone, so only f32 rounding differs);
+//! - **the carrier s(r)**: the mean logit of the last query at offset r, and the dilution law's
+//!   predicted target weight at length L, p_L = e^{s(k)} / sum_{r < L} e^{s(r)}, against the
+//!   measured mean weight on the target;
+//! - **pinning**: where the last query's attention peaks (its argmax key), as a histogram over
+//!   key positions: a learned absolute encoding pins it to a fixed position inside the
+//!   training range.
+
+use candle_core::Tensor;
+use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
+use ropelab_tasks::{OffsetTask, Split};
+use serde::{Deserialize, Serialize};
+
+use crate::{AnalysisError, Result};
+
+/// The first layer's logits and attention weights of a batch: `[batch][head][q][k]` for
+/// keys k <= q.
+struct LayerZero {
+    scores: Vec<Vec<Vec<Vec<f64>>>>,
+    pattern: Vec<Vec<Vec<Vec<f64>>>>,
+}
+
+/// Runs `ids` [batch, pos] and keeps layer 0's scores and pattern (causal part).
+fn layer_zero(model: &GptJ, ids: &Tensor) -> Result<LayerZero> {
+    let points = [
+        HookPoint::new(0, HookKind::AttnScores),
+        HookPoint::new(0, HookKind::Pattern),
+    ];
+    let mut hooks = Hooks::new().capture(points);
+    model.trunk(ids, &mut hooks, None)?;
+    let read = |p: HookPoint| -> Result<Vec<Vec<Vec<Vec<f64>>>>> {
+        let t = hooks
+            .get(p)
+            .ok_or_else(|| AnalysisError::Invalid(format!("hook {p} was not captured")))?;
+        let (b, h, n, _) = t.dims4()?;
+        let flat: Vec<f32> = t.flatten_all()?.to_vec1()?;
+        Ok((0..b)
+            .map(|bi| {
+                (0..h)
+                    .map(|hi| {
+                        (0..n)
+                            .map(|q| {
+                                let start = ((bi * h + hi) * n + q) * n;
+                                flat[start..=start + q]
+                                    .iter()
+                                    .map(|&x| f64::from(x))
+                                    .collect()
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect())
+    };
+    Ok(LayerZero {
+        scores: read(points[0])?,
+        pattern: read(points[1])?,
+    })
+}
+
+/// `rows` test sequences of length `n` of `task` (seed `seed`) as a tensor [rows, n].
+fn sequences(model: &GptJ, task: &OffsetTask, seed: u64, n: usize, rows: usize) -> Result<Tensor> {
+    task.check_length(n)?;
+    let ids: Vec<u32> = (0..rows as u64)
+        .flat_map(|i| task.sequence(seed, Split::Test, n, i))
+        .collect();
+    Ok(Tensor::from_vec(ids, (rows, n), model.device())?)
+}
+
+/// Equivariance of the first layer's logits: for `rows` test sequences x of length `n`, the
+/// same sequences after `shift` other tokens, y = (w, x); the largest change of a logit
+/// between x's positions (i, j) and y's (i + shift, j + shift), over every head and j <= i,
+/// relative to the largest |logit| of x. A rotary or position-free first layer gives f32
+/// rounding (about 1e-6); a learned absolute one does not.
+pub fn equivariance_deviation(
+    model: &GptJ,
+    task: &OffsetTask,
+    seed: u64,
+    n: usize,
+    shift: usize,
+    rows: usize,
+) -> Result<f64> {
+    let x = sequences(model, task, seed, n, rows)?;
+    let filler: Vec<u32> = (0..rows as u64)
+        .flat_map(|i| task.sequence(seed ^ 0x5348_4946, Split::Test, shift.max(1), i))
+        .take(rows * shift)
+        .collect();
+    let y = Tensor::cat(
+        &[
+            Tensor::from_vec(filler, (rows, shift), model.device())?,
+            x.clone(),
+        ],
+        1,
+    )?;
+    let (a, b) = (layer_zero(model, &x)?, layer_zero(model, &y)?);
+    let (mut worst, mut scale) = (0f64, 0f64);
+    for (xa, ya) in a.scores.iter().zip(&b.scores) {
+        for (xh, yh) in xa.iter().zip(ya) {
+            for (i, row) in xh.iter().enumerate() {
+                for (j, &s) in row.iter().enumerate() {
+                    scale = scale.max(s.abs());
+                    worst = worst.max((s - yh[i + shift][j + shift]).abs());
+                }
+            }
+        }
+    }
+    Ok(worst / scale.max(f64::MIN_POSITIVE))
+}
+
+/// The last query's mean logit at each offset r = 0 .. n - 1 (key n - 1 - r), per head of the
+/// first layer, over `rows` test sequences of length `n`: `[head][r]`.
+pub fn carrier(
+    model: &GptJ,
+    task: &OffsetTask,
+    seed: u64,
+    n: usize,
+    rows: usize,
+) -> Result<Vec<Vec<f64>>> {
+    let z = layer_zero(model, &sequences(model, task, seed, n, rows)?)?;
+    let heads = z.scores.first().map_or(0, Vec::len);
+    Ok((0..heads)
+        .map(|h| {
+            (0..n)
+                .map(|r| z.scores.iter().map(|b| b[h][n - 1][n - 1 - r]).sum::<f64>() / rows as f64)
+                .collect()
+        })
+        .collect())
+}
+
+/// The dilution law: the target weight at length `len` predicted from a carrier `s` (offset
+/// r = 0 ..): e^{s(k)} / sum_{r < len} e^{s(r)} (None when the carrier is shorter than `len`
+/// or k >= len).
+pub fn predicted_weight(s: &[f64], k: usize, len: usize) -> Option<f64> {
+    if len > s.len() || k >= len {
+        return None;
+    }
+    let top = s[..len].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let z: f64 = s[..len].iter().map(|x| (x - top).exp()).sum();
+    Some((s[k] - top).exp() / z)
+}
+
+/// One row of a run's `mechanism.csv`: the first layer's head `head` at one test length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MechanismRow {
+    /// Test length.
+    pub test_len: usize,
+    /// Head of the first layer.
+    pub head: usize,
+    /// Mean attention weight of the last query on the target key (k back).
+    pub target_weight: f64,
+    /// The dilution law's prediction from the carrier measured at the longest test length.
+    pub predicted_weight: f64,
+    /// Fraction of sequences whose argmax key is the target.
+    pub argmax_on_target: f64,
+    /// The most frequent argmax key position.
+    pub mode_key: usize,
+    /// Fraction of sequences whose argmax key is `mode_key`.
+    pub mode_fraction: f64,
+}
+
+/// One row of a run's `pinning.csv`: how many of the last queries at `test_len` put their
+/// largest weight on key position `key_pos` (non-zero counts only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PinRow {
+    /// Test length.
+    pub test_len: usize,
+    /// Head of the first layer.
+    pub head: usize,
+    /// Key position (0-based).
+    pub key_pos: usize,
+    /// Sequences.
+    pub count: usize,
+}
+
+/// Everything [`mechanisms`] measures of one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mechanisms {
+    /// Per test length and head.
+    pub rows: Vec<MechanismRow>,
+    /// Argmax histograms per test length and head.
+    pub pins: Vec<PinRow>,
+    /// The carrier per head at the longest test length, `[head][r]`.
+    pub carrier: Vec<Vec<f64>>,
+}
+
+/// The target weight, the dilution law's prediction, and where the last query's attention
+/// peaks, for every head of the first layer at every length of `lens` (each > k, ascending),
+/// on `rows` test sequences per length.
+pub fn mechanisms(
+    model: &GptJ,
+    task: &OffsetTask,
+    seed: u64,
+    lens: &[usize],
+    rows: usize,
+) -> Result<Mechanisms> {
+    let longest = *lens
+        .last()
+        .ok_or_else(|| AnalysisError::Invalid("no test lengths".into()))?;
+    let s = carrier(model, task, seed, longest, rows)?;
+    let mut out = Mechanisms {
+        rows: vec![],
+        pins: vec![],
+        carrier: s.clone(),
+    };
+    for &n in lens {
+        let z = layer_zero(model, &sequences(model, task, seed, n, rows)?)?;
+        let target = n - 1 - task.k;
+        for (h, carrier) in s.iter().enumerate() {
+            let mut counts = vec![0usize; n];
+            let mut weight = 0.0;
+            for b in &z.pattern {
+                let last = &b[h][n - 1];
+                weight += last[target];
+                let arg = last
+                    .iter()
+                    .enumerate()
+                    .fold(
+                        (0, f64::NEG_INFINITY),
+                        |m, (j, &w)| if w > m.1 { (j, w) } else { m },
+                    )
+                    .0;
+                counts[arg] += 1;
+            }
+            let (mode_key, &mode_count) = counts
+                .iter()
+                .enumerate()
+                .max_by_key(|&(j, c)| (*c, std::cmp::Reverse(j)))
+                .unwrap_or((0, &0));
+            out.rows.push(MechanismRow {
+                test_len: n,
+                head: h,
+                target_weight: weight / rows as f64,
+                predicted_weight: predicted_weight(carrier, task.k, n).unwrap_or(f64::NAN),
+                argmax_on_target: counts[target] as f64 / rows as f64,
+                mode_key,
+                mode_fraction: mode_count as f64 / rows as f64,
+            });
+            out.pins
+                .extend(counts.iter().enumerate().filter(|(_, &c)| c > 0).map(
+                    |(key_pos, &count)| PinRow {
+                        test_len: n,
+                        head: h,
+                        key_pos,
+                        count,
+                    },
+                ));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dilution_law_on_a_hand_made_carrier() {
+        // s(k) = 2 and every other offset 0: p_L = e^2 / (e^2 + L - 1).
+        let k = 3;
+        let s: Vec<f64> = (0..64).map(|r| if r == k { 2.0 } else { 0.0 }).collect();
+        for len in [4, 16, 64] {
+            let want = 2f64.exp() / (2f64.exp() + (len - 1) as f64);
+            let got = predicted_weight(&s, k, len).unwrap();
+            assert!((got - want).abs() < 1e-12, "{len}: {got} vs {want}");
+        }
+        assert_eq!(predicted_weight(&s, k, 65), None);
+        assert_eq!(predicted_weight(&s, k, 3), None);
+        // Large logits do not overflow.
+        let big: Vec<f64> = s.iter().map(|x| x + 1000.0).collect();
+        assert!(
+            (predicted_weight(&big, k, 16).unwrap() - predicted_weight(&s, k, 16).unwrap()).abs()
+                < 1e-12
+        );
+    }
+}
