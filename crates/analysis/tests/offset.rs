@@ -123,4 +123,3 @@ fn the_carrier_and_target_weight_match_a_recomputation_in_f64() {
         assert!(row.predicted_weight > 0.0 && row.predicted_weight < 1.0);
     }
 }
-

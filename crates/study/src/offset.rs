@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::Device;
+use ropelab_analysis::offset::{equivariance_deviation, mechanisms};
 use ropelab_io::{read_csv, write_csv};
 use ropelab_model::{
     AttentionKind, Beyond, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
@@ -351,24 +352,96 @@ pub struct OffsetAccuracyRow {
     pub loss: f64,
 }
 
+/// Test sequences the mechanisms read per length.
+pub const MECHANISM_ROWS: usize = 64;
+
+/// Tokens put before the sequences of the equivariance check.
+pub const EQUIVARIANCE_SHIFT: usize = 37;
+
+/// One row of `mechanism.csv`: a run's first-layer head at one test length (softmax runs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MechanismLine {
+    /// Position encoding.
+    pub pe: String,
+    /// Attention kind.
+    pub attention: String,
+    /// The offset.
+    pub k: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Test length.
+    pub test_len: usize,
+    /// Head of the first layer.
+    pub head: usize,
+    /// Mean weight of the last query on the target.
+    pub target_weight: f64,
+    /// The dilution law's prediction from the carrier.
+    pub predicted_weight: f64,
+    /// Fraction of sequences whose argmax key is the target.
+    pub argmax_on_target: f64,
+    /// The most frequent argmax key position.
+    pub mode_key: usize,
+    /// Its fraction.
+    pub mode_fraction: f64,
+    /// The run's accuracy at this length.
+    pub accuracy: f64,
+}
+
+/// One row of `runs.csv`: a run's equivariance and, for softmax runs, how well the dilution
+/// law predicts its target weight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OffsetRunRow {
+    /// Position encoding.
+    pub pe: String,
+    /// Attention kind.
+    pub attention: String,
+    /// The offset.
+    pub k: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Largest change of a first-layer logit when the input moves by [`EQUIVARIANCE_SHIFT`]
+    /// positions, relative to the largest logit.
+    pub equivariance: f64,
+    /// Largest |predicted - measured| target weight over test lengths and heads (softmax
+    /// runs with an equivariant encoding: rotary or none).
+    pub dilution_error: Option<f64>,
+    /// Argmax key at the longest test length, most frequent (head 0, softmax).
+    pub mode_key: Option<usize>,
+    /// Its fraction.
+    pub mode_fraction: Option<f64>,
+}
+
+/// What one experiment measured (each also written to `out/`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Accuracy per run and test length (`accuracy.csv`).
+    pub accuracy: Vec<OffsetAccuracyRow>,
+    /// Per run (`runs.csv`).
+    pub runs: Vec<OffsetRunRow>,
+    /// Per softmax run, test length and head (`mechanism.csv`).
+    pub mechanisms: Vec<MechanismLine>,
+}
+
 /// Trains (or reuses) every grid point's model in `out/runs/...`, tests it at every test
-/// length (reusing a run's `lengths.csv`), and writes `out/accuracy.csv`. Returns its rows.
-pub fn run(
-    experiment: &Experiment,
-    out: &Path,
-    progress: &dyn Progress,
-) -> Result<Vec<OffsetAccuracyRow>> {
+/// length and measures its mechanisms (reusing a run's `lengths.csv` and `mechanism.csv`),
+/// and writes `out/accuracy.csv`, `out/runs.csv` and `out/mechanism.csv`.
+pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Result<Outcome> {
     experiment.check()?;
     let device = Device::Cpu;
-    let mut all = vec![];
+    let mut outcome = Outcome {
+        accuracy: vec![],
+        runs: vec![],
+        mechanisms: vec![],
+    };
     for (pe, attention, k, seed) in experiment.grid() {
         let dir = run_dir(out, pe, attention, k, seed);
         let label = format!("{pe} {} k{k} s{seed}", attention_name(attention));
+        let task = OffsetTask::new(experiment.vocab, k)?;
         let lengths_path = dir.join("lengths.csv");
+        let run_path = dir.join("run.csv");
+        let mut trained: Option<Trainer> = None;
         let rows: Vec<LengthAccuracy> = if lengths_path.exists() {
-            let text = std::fs::read_to_string(&lengths_path)
-                .with_context(|| format!("cannot read {}", lengths_path.display()))?;
-            read_csv(&text, &lengths_path.display().to_string())?
+            read_rows(&lengths_path)?
         } else {
             let config = experiment.run_config(pe, attention, k, seed);
             let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
@@ -378,7 +451,6 @@ pub fn run(
                 .iter()
                 .map(|&n| (n, experiment.per_length))
                 .collect();
-            let task = OffsetTask::new(experiment.vocab, k)?;
             let stage = progress.stage(&format!("test {label}"), 1);
             let rows = last_accuracy_at_lengths(
                 trainer.model(),
@@ -390,22 +462,144 @@ pub fn run(
             )?;
             drop(stage);
             write_csv(&lengths_path, &rows)?;
+            trained = Some(trainer);
             rows
         };
-        all.extend(rows.iter().map(|r| OffsetAccuracyRow {
-            pe: pe.to_string(),
-            attention: attention_name(attention).into(),
-            k,
-            seed,
-            train_len: experiment.train_len,
-            test_len: r.length,
-            n: r.n,
-            accuracy: r.accuracy(),
-            loss: r.loss,
-        }));
+        let accuracy_at = |n: usize| {
+            rows.iter()
+                .find(|r| r.length == n)
+                .map_or(f64::NAN, |r| r.accuracy())
+        };
+        let (run_row, mechanism): (OffsetRunRow, Vec<MechanismLine>) = if run_path.exists() {
+            let run_row = read_rows::<OffsetRunRow>(&run_path)?
+                .pop()
+                .with_context(|| format!("{} is empty", run_path.display()))?;
+            let mechanism = if dir.join("mechanism.csv").exists() {
+                read_rows(&dir.join("mechanism.csv"))?
+            } else {
+                vec![]
+            };
+            (run_row, mechanism)
+        } else {
+            let loaded;
+            let model = match &trained {
+                Some(t) => t.model(),
+                None => {
+                    let (run, config) = ropelab_train::RunDir::open(&dir)?;
+                    loaded = run.load_model(run.latest_checkpoint()?, &config, &device)?;
+                    &loaded
+                }
+            };
+            let stage = progress.stage(&format!("mechanisms {label}"), 1);
+            // Sequences of the training length moved by EQUIVARIANCE_SHIFT tokens; an APE
+            // table that refuses longer inputs keeps the moved copy inside it.
+            let (eq_len, shift) = match (pe, experiment.ape_beyond) {
+                (OffsetPe::Ape, Beyond::Error) => (k + 1, experiment.train_len - k - 1),
+                _ => (experiment.train_len, EQUIVARIANCE_SHIFT),
+            };
+            let equivariance = if shift == 0 {
+                f64::NAN
+            } else {
+                equivariance_deviation(model, &task, seed, eq_len, shift, MECHANISM_ROWS)?
+            };
+            let mut run_row = OffsetRunRow {
+                pe: pe.to_string(),
+                attention: attention_name(attention).into(),
+                k,
+                seed,
+                equivariance,
+                dilution_error: None,
+                mode_key: None,
+                mode_fraction: None,
+            };
+            let mut mechanism = vec![];
+            if attention == AttentionKind::Softmax {
+                let m = mechanisms(model, &task, seed, &experiment.test_lens, MECHANISM_ROWS)?;
+                write_csv(&dir.join("pinning.csv"), &m.pins)?;
+                let carrier: Vec<CarrierRow> = m
+                    .carrier
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(head, s)| {
+                        s.iter()
+                            .enumerate()
+                            .map(move |(r, &s)| CarrierRow { head, r, s })
+                    })
+                    .collect();
+                write_csv(&dir.join("carrier.csv"), &carrier)?;
+                // The law assumes logits that depend on the offset alone (not APE's).
+                run_row.dilution_error = m
+                    .rows
+                    .iter()
+                    .map(|r| (r.predicted_weight - r.target_weight).abs())
+                    .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))))
+                    .filter(|_| pe != OffsetPe::Ape);
+                if let Some(last) = m.rows.iter().rev().find(|r| r.head == 0) {
+                    run_row.mode_key = Some(last.mode_key);
+                    run_row.mode_fraction = Some(last.mode_fraction);
+                }
+                mechanism = m
+                    .rows
+                    .iter()
+                    .map(|r| MechanismLine {
+                        pe: pe.to_string(),
+                        attention: attention_name(attention).into(),
+                        k,
+                        seed,
+                        test_len: r.test_len,
+                        head: r.head,
+                        target_weight: r.target_weight,
+                        predicted_weight: r.predicted_weight,
+                        argmax_on_target: r.argmax_on_target,
+                        mode_key: r.mode_key,
+                        mode_fraction: r.mode_fraction,
+                        accuracy: accuracy_at(r.test_len),
+                    })
+                    .collect();
+                write_csv(&dir.join("mechanism.csv"), &mechanism)?;
+            }
+            drop(stage);
+            write_csv(&run_path, std::slice::from_ref(&run_row))?;
+            (run_row, mechanism)
+        };
+        outcome
+            .accuracy
+            .extend(rows.iter().map(|r| OffsetAccuracyRow {
+                pe: pe.to_string(),
+                attention: attention_name(attention).into(),
+                k,
+                seed,
+                train_len: experiment.train_len,
+                test_len: r.length,
+                n: r.n,
+                accuracy: r.accuracy(),
+                loss: r.loss,
+            }));
+        outcome.runs.push(run_row);
+        outcome.mechanisms.extend(mechanism);
     }
-    write_csv(&out.join("accuracy.csv"), &all)?;
-    Ok(all)
+    write_csv(&out.join("accuracy.csv"), &outcome.accuracy)?;
+    write_csv(&out.join("runs.csv"), &outcome.runs)?;
+    write_csv(&out.join("mechanism.csv"), &outcome.mechanisms)?;
+    Ok(outcome)
+}
+
+/// One row of a run's `carrier.csv`: the last query's mean first-layer logit at offset r.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CarrierRow {
+    /// Head of the first layer.
+    pub head: usize,
+    /// Offset r (key = last position - r).
+    pub r: usize,
+    /// Mean logit s(r).
+    pub s: f64,
+}
+
+/// The rows of a CSV file a run wrote.
+fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(read_csv(&text, &path.display().to_string())?)
 }
 
 /// Mean accuracy over seeds and offsets per (encoding, attention) at each test length, in

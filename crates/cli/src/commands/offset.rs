@@ -10,7 +10,9 @@ use anyhow::Result;
 use clap::Args;
 use ropelab_io::{Align, Table};
 use ropelab_model::{AttentionKind, Beyond};
-use ropelab_study::offset::{parse_attention, run, summary, Experiment, OffsetPe};
+use ropelab_study::offset::{
+    parse_attention, run, summary, Experiment, MechanismLine, OffsetPe, OffsetRunRow,
+};
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
 
 use super::{Bars, Guard};
@@ -139,9 +141,9 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
-    let rows = run(&e, &args.out, &bars)?;
+    let outcome = run(&e, &args.out, &bars)?;
     drop(bars);
-    let s = summary(&rows);
+    let s = summary(&outcome.accuracy);
     let lens: Vec<String> = e
         .test_lens
         .iter()
@@ -166,10 +168,63 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
         e.seeds.len(),
         t.to_string().trim_end()
     );
+    println!("\n{}", mechanism_table(&outcome.runs, &outcome.mechanisms));
     println!(
-        "{:.0} s; wrote {}",
+        "{:.0} s; wrote accuracy.csv, runs.csv and mechanism.csv in {}",
         start.elapsed().as_secs_f64(),
-        args.out.join("accuracy.csv").display()
+        args.out.display()
     );
     Ok(())
+}
+
+/// Per (encoding, attention): the largest equivariance deviation over runs, and for softmax
+/// runs the dilution law's largest error and the argmax pinning at the longest length.
+fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) -> String {
+    let mut groups: Vec<(String, String)> = vec![];
+    for r in runs {
+        let key = (r.pe.clone(), r.attention.clone());
+        if !groups.contains(&key) {
+            groups.push(key);
+        }
+    }
+    let mut t = Table::new(&[
+        ("pe", Align::Left),
+        ("attention", Align::Left),
+        ("equivariance (max rel. dev.)", Align::Right),
+        ("dilution law: max |p_L - w_L|", Align::Right),
+        ("argmax on target, longest", Align::Right),
+        ("argmax at its mode, longest", Align::Right),
+    ]);
+    for (pe, attention) in groups {
+        let mine: Vec<&OffsetRunRow> = runs
+            .iter()
+            .filter(|r| r.pe == pe && r.attention == attention)
+            .collect();
+        let eq = mine.iter().map(|r| r.equivariance).fold(0f64, f64::max);
+        let dil = mine
+            .iter()
+            .filter_map(|r| r.dilution_error)
+            .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))));
+        let longest = lines.iter().map(|l| l.test_len).max();
+        let last: Vec<&MechanismLine> = lines
+            .iter()
+            .filter(|l| l.pe == pe && l.attention == attention && Some(l.test_len) == longest)
+            .collect();
+        let mean = |f: &dyn Fn(&MechanismLine) -> f64| {
+            (!last.is_empty()).then(|| last.iter().map(|l| f(l)).sum::<f64>() / last.len() as f64)
+        };
+        let cell = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+        t.row(vec![
+            pe,
+            attention,
+            format!("{eq:.1e}"),
+            cell(dil),
+            cell(mean(&|l| l.argmax_on_target)),
+            cell(mean(&|l| l.mode_fraction)),
+        ]);
+    }
+    format!(
+        "Mechanisms (first layer; weights and argmax for softmax runs, means over runs):\n{}",
+        t.to_string().trim_end()
+    )
 }

@@ -1,0 +1,85 @@
+//! `ropelab offset` end to end on a tiny grid, and its bad input as one-line errors.
+
+mod common;
+
+use common::{ok, ropelab};
+
+fn one_line_error(args: &[&str], needle: &str) {
+    let out = ropelab(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected a failure: {args:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_tiny_experiment_prints_its_tables_and_writes_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("offset");
+    let text = ok(ropelab(&[
+        "offset",
+        "--pe",
+        "rope,ape,nope",
+        "--attention",
+        "softmax,linear",
+        "--k",
+        "2",
+        "--seeds",
+        "0",
+        "--train-len",
+        "8",
+        "--steps",
+        "5",
+        "--per-length",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(text.contains("6 runs"), "{text}");
+    // --train-len 8 sets the test lengths to 1 .. 8 x 8.
+    for needle in [
+        "8 (1x)",
+        "12 (1.5x)",
+        "64 (8x)",
+        "equivariance",
+        "dilution law",
+        "ape",
+    ] {
+        assert!(text.contains(needle), "{needle} not in {text}");
+    }
+    let accuracy = std::fs::read_to_string(out.join("accuracy.csv")).unwrap();
+    assert_eq!(
+        accuracy.lines().next().unwrap(),
+        "pe,attention,k,seed,train_len,test_len,n,accuracy,loss"
+    );
+    assert_eq!(accuracy.lines().count(), 1 + 6 * 7);
+    assert!(out.join("runs.csv").exists() && out.join("mechanism.csv").exists());
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never");
+    let o = out.to_str().unwrap();
+    one_line_error(
+        &["offset", "--k", "16", "--out", o],
+        "offset 16 is not shorter than the training length 16",
+    );
+    one_line_error(
+        &["offset", "--ape-beyond", "error", "--out", o],
+        "beyond the learned position table of 16 rows",
+    );
+    one_line_error(
+        &["offset", "--pe", "alibi", "--out", o],
+        "unknown position encoding",
+    );
+    one_line_error(&["offset", "--pe", "rope:-1", "--out", o], "positive");
+    one_line_error(
+        &["offset", "--attention", "flash", "--out", o],
+        "unknown attention",
+    );
+    one_line_error(&["offset", "--test-lens", "64,32", "--out", o], "ascending");
+    one_line_error(&["offset", "--k", "0", "--out", o], "at least 1");
+    assert!(!out.exists(), "a refused experiment wrote nothing");
+}
