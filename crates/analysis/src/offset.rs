@@ -253,6 +253,103 @@ pub fn mechanisms(
     Ok(out)
 }
 
+/// One plane of a head's carrier (a row of `planes.csv`): with the mean pre-rotation query
+/// q and key k of the first layer (over tokens and positions), the plane's part of the mean
+/// logit at offset r is `amplitude * cos(theta * r + phase)`, with amplitude = |q_p| |k_p| /
+/// sqrt(d_head) (the singular value of the plane's rank-one block q_p k_p^T) and phase = the
+/// angle of q_p minus that of k_p. The plane peaks at r = k when `alignment` =
+/// cos(theta k + phase) is 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlaneRow {
+    /// Head of the first layer.
+    pub head: usize,
+    /// Plane.
+    pub plane: usize,
+    /// Rotation per position (radians).
+    pub theta: f64,
+    /// Amplitude.
+    pub amplitude: f64,
+    /// Phase (radians, in (-pi, pi]).
+    pub phase: f64,
+    /// cos(theta k + phase).
+    pub alignment: f64,
+}
+
+/// The carrier's planes for every head of the first layer of a rotary model (constant-rate
+/// planes), from the mean pre-rotation q and k over `rows` test sequences of length `n`.
+/// Empty for a model whose first layer does not rotate at constant rates; the unrotated dims
+/// of a partial rotation add a constant to the carrier and are not listed.
+pub fn carrier_planes(
+    model: &GptJ,
+    task: &OffsetTask,
+    seed: u64,
+    n: usize,
+    rows: usize,
+) -> Result<Vec<PlaneRow>> {
+    let position = model.config().layer_position(0).clone();
+    let Some(rotation) = position.rotation() else {
+        return Ok(vec![]);
+    };
+    let Some(rates) = rotation.rates() else {
+        return Ok(vec![]);
+    };
+    let points = [
+        HookPoint::new(0, HookKind::Q),
+        HookPoint::new(0, HookKind::K),
+    ];
+    let mut hooks = Hooks::new().capture(points);
+    model.trunk(&sequences(model, task, seed, n, rows)?, &mut hooks, None)?;
+    let mean = |p: HookPoint| -> Result<Vec<Vec<f64>>> {
+        let t = hooks
+            .get(p)
+            .ok_or_else(|| AnalysisError::Invalid(format!("hook {p} was not captured")))?;
+        // [batch, heads, pos, d_head] -> [heads, d_head]
+        let m = t.mean(2)?.mean(0)?;
+        let rows: Vec<Vec<f32>> = m.to_vec2()?;
+        Ok(rows
+            .into_iter()
+            .map(|r| r.into_iter().map(f64::from).collect())
+            .collect())
+    };
+    let (q, k) = (mean(points[0])?, mean(points[1])?);
+    let pairs = rotation.pairs();
+    let mut out = vec![];
+    for (head, (qh, kh)) in q.iter().zip(&k).enumerate() {
+        let scale = 1.0 / (qh.len() as f64).sqrt();
+        for (plane, (&(a, b), &theta)) in pairs.iter().zip(&rates).enumerate() {
+            let (qa, qb, ka, kb) = (qh[a], qh[b], kh[a], kh[b]);
+            let amplitude = scale * qa.hypot(qb) * ka.hypot(kb);
+            let mut phase = qb.atan2(qa) - kb.atan2(ka);
+            if phase <= -std::f64::consts::PI {
+                phase += 2.0 * std::f64::consts::PI;
+            } else if phase > std::f64::consts::PI {
+                phase -= 2.0 * std::f64::consts::PI;
+            }
+            out.push(PlaneRow {
+                head,
+                plane,
+                theta,
+                amplitude,
+                phase,
+                alignment: (theta * task.k as f64 + phase).cos(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Summary of a head's carrier planes: the participation ratio of the amplitudes
+/// ((sum a)^2 / sum a^2, the effective number of planes), and the amplitude-weighted mean
+/// alignment (1: every plane peaks at r = k).
+pub fn carrier_summary(planes: &[PlaneRow]) -> Option<(f64, f64)> {
+    let sum: f64 = planes.iter().map(|p| p.amplitude).sum();
+    let squares: f64 = planes.iter().map(|p| p.amplitude * p.amplitude).sum();
+    (sum > 0.0).then(|| {
+        let aligned: f64 = planes.iter().map(|p| p.amplitude * p.alignment).sum();
+        (sum * sum / squares, aligned / sum)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,3 +123,69 @@ fn the_carrier_and_target_weight_match_a_recomputation_in_f64() {
         assert!(row.predicted_weight > 0.0 && row.predicted_weight < 1.0);
     }
 }
+
+#[test]
+fn carrier_planes_rebuild_the_mean_content_logit_at_every_offset() {
+    use ropelab_analysis::offset::{carrier_planes, carrier_summary};
+    use ropelab_analysis::HeadView;
+    let task = OffsetTask::new(8, 3).unwrap();
+    let position = PositionEncoding::rope(30.0, 16, RopeLayout::Interleaved);
+    let m = model(position.clone(), 2, 4);
+    let (n, rows) = (16, 3);
+    let planes = carrier_planes(&m, &task, 1, n, rows).unwrap();
+    assert_eq!(
+        planes.len(),
+        2 * 4 * 2,
+        "2 heads x (8 rotated planes of 16 dims: 4 per head)"
+    );
+    let ids: Vec<u32> = (0..rows as u64)
+        .flat_map(|i| task.sequence(1, Split::Test, n, i))
+        .collect();
+    let ids = Tensor::from_vec(ids, (rows, n), &Device::Cpu).unwrap();
+    let captured = Captured::run(&m, &ids, false).unwrap();
+    for head in 0..2 {
+        // Mean pre-rotation q and k over every sequence and position, from the capture.
+        let (mut q, mut k) = (vec![0.0; 16], vec![0.0; 16]);
+        for b in 0..rows {
+            let view = captured.head_view(0, b, head, n - 1).unwrap();
+            for i in 0..n {
+                let qi = captured.head_view(0, b, head, i).unwrap().q;
+                for d in 0..16 {
+                    q[d] += qi[d] / (rows * n) as f64;
+                    k[d] += view.keys[i][d] / (rows * n) as f64;
+                }
+            }
+        }
+        // The head's logits for that q against that k at every key position, by HeadView's
+        // own rotation, against the planes' cosines.
+        let view = HeadView {
+            q,
+            keys: vec![k; 40],
+            encoding: position.clone(),
+            scale: 1.0 / 4.0,
+            dims: None,
+        };
+        let logits = view.logits();
+        let mine: Vec<_> = planes.iter().filter(|p| p.head == head).collect();
+        for r in 0..40 {
+            let rebuilt: f64 = mine
+                .iter()
+                .map(|p| p.amplitude * (p.theta * r as f64 + p.phase).cos())
+                .sum();
+            assert!(
+                (rebuilt - logits[39 - r]).abs() < 1e-4,
+                "head {head} r {r}: {rebuilt} vs {}",
+                logits[39 - r]
+            );
+        }
+        let (rank, alignment) =
+            carrier_summary(&mine.into_iter().cloned().collect::<Vec<_>>()).unwrap();
+        assert!((1.0..=8.0).contains(&rank) && (-1.0..=1.0).contains(&alignment));
+    }
+    // No rotation, no planes.
+    assert!(
+        carrier_planes(&model(PositionEncoding::None, 2, 4), &task, 1, n, rows)
+            .unwrap()
+            .is_empty()
+    );
+}

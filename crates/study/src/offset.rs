@@ -8,7 +8,9 @@ use std::str::FromStr;
 
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::Device;
-use ropelab_analysis::offset::{equivariance_deviation, mechanisms};
+use ropelab_analysis::offset::{
+    carrier_planes, carrier_summary, equivariance_deviation, mechanisms, PlaneRow,
+};
 use ropelab_io::{read_csv, write_csv};
 use ropelab_model::{
     AttentionKind, Beyond, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
@@ -409,6 +411,11 @@ pub struct OffsetRunRow {
     pub mode_key: Option<usize>,
     /// Its fraction.
     pub mode_fraction: Option<f64>,
+    /// Rotary runs: the participation ratio of the carrier's plane amplitudes (its effective
+    /// rank), for the first-layer head with the best alignment.
+    pub carrier_rank: Option<f64>,
+    /// Rotary runs: that head's amplitude-weighted mean cos(theta k + phase).
+    pub carrier_alignment: Option<f64>,
 }
 
 /// What one experiment measured (each also written to `out/`).
@@ -511,7 +518,28 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
                 dilution_error: None,
                 mode_key: None,
                 mode_fraction: None,
+                carrier_rank: None,
+                carrier_alignment: None,
             };
+            let planes = carrier_planes(model, &task, seed, experiment.train_len, MECHANISM_ROWS)?;
+            if !planes.is_empty() {
+                write_csv(&dir.join("planes.csv"), &planes)?;
+                let heads = planes.iter().map(|p| p.head).max().unwrap_or(0) + 1;
+                let best = (0..heads)
+                    .filter_map(|h| {
+                        let mine: Vec<PlaneRow> =
+                            planes.iter().filter(|p| p.head == h).cloned().collect();
+                        carrier_summary(&mine)
+                    })
+                    .fold(None, |b: Option<(f64, f64)>, x| match b {
+                        Some(b) if b.1 >= x.1 => Some(b),
+                        _ => Some(x),
+                    });
+                if let Some((rank, alignment)) = best {
+                    run_row.carrier_rank = Some(rank);
+                    run_row.carrier_alignment = Some(alignment);
+                }
+            }
             let mut mechanism = vec![];
             if attention == AttentionKind::Softmax {
                 let m = mechanisms(model, &task, seed, &experiment.test_lens, MECHANISM_ROWS)?;

@@ -194,6 +194,8 @@ fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) -> String {
         ("dilution law: max |p_L - w_L|", Align::Right),
         ("argmax on target, longest", Align::Right),
         ("argmax at its mode, longest", Align::Right),
+        ("carrier rank", Align::Right),
+        ("carrier alignment", Align::Right),
     ]);
     for (pe, attention) in groups {
         let mine: Vec<&OffsetRunRow> = runs
@@ -221,10 +223,18 @@ fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) -> String {
             cell(dil),
             cell(mean(&|l| l.argmax_on_target)),
             cell(mean(&|l| l.mode_fraction)),
+            cell(average(mine.iter().filter_map(|r| r.carrier_rank))),
+            cell(average(mine.iter().filter_map(|r| r.carrier_alignment))),
         ]);
     }
     format!(
         "Mechanisms (first layer; weights and argmax for softmax runs, means over runs):\n{}",
         t.to_string().trim_end()
     )
+}
+
+/// The mean of some numbers (None for none).
+fn average(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = values.collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
