@@ -11,6 +11,7 @@ use candle_core::Device;
 use ropelab_analysis::offset::{
     carrier_planes, carrier_summary, equivariance_deviation, mechanisms, PlaneRow,
 };
+pub use ropelab_analysis::offset::{CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_io::{read_csv, write_csv};
 use ropelab_model::{
     AttentionKind, Beyond, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
@@ -19,7 +20,6 @@ use ropelab_tasks::{Layout, OffsetTask, Split, TaskKind};
 use ropelab_train::language_data::LengthAccuracy;
 use ropelab_train::offset_data::last_accuracy_at_lengths;
 use ropelab_train::{DataConfig, OffsetData, OptimConfig, Retention, RunConfig, Trainer};
-use serde::{Deserialize, Serialize};
 
 use crate::job::train_with_progress;
 use crate::Progress;
@@ -331,92 +331,11 @@ pub fn run_dir(out: &Path, pe: OffsetPe, attention: AttentionKind, k: usize, see
         .join(format!("seed-{seed}"))
 }
 
-/// One row of `accuracy.csv`: a run's accuracy at the last position at one test length.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OffsetAccuracyRow {
-    /// Position encoding (`rope`, `rope:BASE`, `ape`, `nope`).
-    pub pe: String,
-    /// Attention kind.
-    pub attention: String,
-    /// The offset.
-    pub k: usize,
-    /// Seed.
-    pub seed: u64,
-    /// Longest training length.
-    pub train_len: usize,
-    /// Tested length.
-    pub test_len: usize,
-    /// Sequences tested.
-    pub n: usize,
-    /// Fraction whose prediction at the last position is the token k back.
-    pub accuracy: f64,
-    /// Mean cross-entropy there.
-    pub loss: f64,
-}
-
 /// Test sequences the mechanisms read per length.
 pub const MECHANISM_ROWS: usize = 64;
 
 /// Tokens put before the sequences of the equivariance check.
 pub const EQUIVARIANCE_SHIFT: usize = 37;
-
-/// One row of `mechanism.csv`: a run's first-layer head at one test length (softmax runs).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MechanismLine {
-    /// Position encoding.
-    pub pe: String,
-    /// Attention kind.
-    pub attention: String,
-    /// The offset.
-    pub k: usize,
-    /// Seed.
-    pub seed: u64,
-    /// Test length.
-    pub test_len: usize,
-    /// Head of the first layer.
-    pub head: usize,
-    /// Mean weight of the last query on the target.
-    pub target_weight: f64,
-    /// The dilution law's prediction from the carrier.
-    pub predicted_weight: f64,
-    /// Fraction of sequences whose argmax key is the target.
-    pub argmax_on_target: f64,
-    /// The most frequent argmax key position.
-    pub mode_key: usize,
-    /// Its fraction.
-    pub mode_fraction: f64,
-    /// The run's accuracy at this length.
-    pub accuracy: f64,
-}
-
-/// One row of `runs.csv`: a run's equivariance and, for softmax runs, how well the dilution
-/// law predicts its target weight.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OffsetRunRow {
-    /// Position encoding.
-    pub pe: String,
-    /// Attention kind.
-    pub attention: String,
-    /// The offset.
-    pub k: usize,
-    /// Seed.
-    pub seed: u64,
-    /// Largest change of a first-layer logit when the input moves by [`EQUIVARIANCE_SHIFT`]
-    /// positions, relative to the largest logit.
-    pub equivariance: f64,
-    /// Largest |predicted - measured| target weight over test lengths and heads (softmax
-    /// runs with an equivariant encoding: rotary or none).
-    pub dilution_error: Option<f64>,
-    /// Argmax key at the longest test length, most frequent (head 0, softmax).
-    pub mode_key: Option<usize>,
-    /// Its fraction.
-    pub mode_fraction: Option<f64>,
-    /// Rotary runs: the participation ratio of the carrier's plane amplitudes (its effective
-    /// rank), for the first-layer head with the best alignment.
-    pub carrier_rank: Option<f64>,
-    /// Rotary runs: that head's amplitude-weighted mean cos(theta k + phase).
-    pub carrier_alignment: Option<f64>,
-}
 
 /// What one experiment measured (each also written to `out/`).
 #[derive(Debug, Clone, PartialEq)]
@@ -610,17 +529,6 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
     write_csv(&out.join("runs.csv"), &outcome.runs)?;
     write_csv(&out.join("mechanism.csv"), &outcome.mechanisms)?;
     Ok(outcome)
-}
-
-/// One row of a run's `carrier.csv`: the last query's mean first-layer logit at offset r.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CarrierRow {
-    /// Head of the first layer.
-    pub head: usize,
-    /// Offset r (key = last position - r).
-    pub r: usize,
-    /// Mean logit s(r).
-    pub s: f64,
 }
 
 /// The rows of a CSV file a run wrote.
