@@ -49,6 +49,20 @@ pub struct Thresholds {
     pub retrieval_fraction: f64,
     /// The range of the Retrieval curve the paper plots (n up to 100).
     pub retrieval_n: usize,
+    /// Fixed-offset retrieval: rotary softmax accuracy must reach `offset_accuracy` at this
+    /// many times the training length.
+    pub offset_factor: usize,
+    /// Fixed-offset retrieval: the accuracy that counts as extrapolating.
+    pub offset_accuracy: f64,
+    /// Fixed-offset retrieval: at twice the training length, APE softmax accuracy at most this
+    /// (chance is 1 / vocabulary).
+    pub offset_fail_accuracy: f64,
+    /// Fixed-offset retrieval: the dilution law fits a rotary softmax run when its prediction
+    /// is within this of the measured target weight at every test length.
+    pub dilution_error: f64,
+    /// Fixed-offset retrieval: linear attention fails out of range when its accuracy at twice
+    /// the training length is at most this.
+    pub linear_fail_accuracy: f64,
 }
 
 impl Default for Thresholds {
@@ -65,6 +79,11 @@ impl Default for Thresholds {
             letter_length: 800,
             retrieval_fraction: 0.1,
             retrieval_n: 100,
+            offset_factor: 4,
+            offset_accuracy: 0.9,
+            offset_fail_accuracy: 0.2,
+            dilution_error: 0.1,
+            linear_fail_accuracy: 0.5,
         }
     }
 }
@@ -161,6 +180,8 @@ pub struct StudyFiles {
     pub index: Option<Curve>,
     /// (n, delta, bound) of the hand-built Retrieval head.
     pub retrieval: Option<Curve>,
+    /// The implicit-bias experiment's tables (`offset/`), when the study ran it.
+    pub offset: Option<crate::offset_claims::OffsetFiles>,
 }
 
 fn read(path: &Path) -> Result<Option<String>> {
@@ -275,8 +296,8 @@ pub fn load_curve(path: &Path) -> Result<Option<Curve>> {
 }
 
 impl StudyFiles {
-    /// Reads a study directory: `seed-S/{number,letter}/` for each seed and
-    /// `theory/discrepancy-{index,retrieval}.csv`.
+    /// Reads a study directory: `seed-S/{number,letter}/` for each seed,
+    /// `theory/discrepancy-{index,retrieval}.csv` and `offset/`.
     pub fn load(root: &Path, seeds: &[u64]) -> Result<Self> {
         let run = |seed: u64, task: TaskKind| -> Result<Option<RunFiles>> {
             let dir: PathBuf = root.join(format!("seed-{seed}")).join(task.as_str());
@@ -299,6 +320,7 @@ impl StudyFiles {
                 .collect::<Result<_>>()?,
             index: load_curve(&root.join("theory/discrepancy-index.csv"))?,
             retrieval: load_curve(&root.join("theory/discrepancy-retrieval.csv"))?,
+            offset: crate::offset_claims::OffsetFiles::load(&root.join("offset"))?,
         })
     }
 }
@@ -399,7 +421,7 @@ fn per_seed(files: &StudyFiles, f: impl Fn(&SeedFiles) -> Measure) -> (Vec<Strin
     (measured, holding, count)
 }
 
-fn claim(
+pub(crate) fn claim(
     id: &str,
     paper: &str,
     threshold: String,
@@ -738,6 +760,7 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         })),
         1,
     ));
+    out.extend(crate::offset_claims::verdicts(files.offset.as_ref(), t));
     out
 }
 

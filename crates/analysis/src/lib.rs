@@ -17,6 +17,7 @@ pub mod lens;
 pub mod margin;
 pub mod modular;
 pub mod offset;
+pub mod offset_claims;
 pub mod purity;
 pub mod query;
 pub mod reference;

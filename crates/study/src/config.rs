@@ -38,6 +38,9 @@ pub struct StudyConfig {
     /// Thresholds of the verdict per claim.
     #[serde(default)]
     pub claims: Thresholds,
+    /// The implicit-bias experiment on fixed-offset retrieval (absent: not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<crate::offset::StudyOffset>,
     /// The same lens on the pretrained SmolLM2-135M (absent: no pretrained stage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pretrained: Option<crate::pretrained::PretrainedPlan>,
@@ -298,6 +301,10 @@ impl StudyConfig {
             .failure_config()
             .check()
             .with_context(|| format!("{origin}: [theory]"))?;
+        if let Some(plan) = &config.offset {
+            plan.experiment()
+                .with_context(|| format!("{origin}: [offset]"))?;
+        }
         if let Some(plan) = &config.pretrained {
             plan.check()
                 .with_context(|| format!("{origin}: [pretrained]"))?;

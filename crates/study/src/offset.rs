@@ -21,6 +21,8 @@ use ropelab_train::language_data::LengthAccuracy;
 use ropelab_train::offset_data::last_accuracy_at_lengths;
 use ropelab_train::{DataConfig, OffsetData, OptimConfig, Retention, RunConfig, Trainer};
 
+use serde::{Deserialize, Serialize};
+
 use crate::job::train_with_progress;
 use crate::Progress;
 
@@ -319,6 +321,52 @@ impl Experiment {
             }
         }
         out
+    }
+}
+
+/// The implicit-bias part of a study (its `[offset]` table): the grid and the settings of
+/// [`Experiment`] that differ from its defaults, written out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyOffset {
+    /// Position encodings (`rope`, `rope:BASE`, `ape`, `nope`).
+    pub pe: Vec<String>,
+    /// Attention kinds (`softmax`, `linear`).
+    pub attention: Vec<String>,
+    /// Offsets.
+    pub k: Vec<usize>,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Optimizer steps per run.
+    pub steps: usize,
+    /// Longest training sequence.
+    pub train_len: usize,
+    /// Test lengths (ascending).
+    pub test_lens: Vec<usize>,
+    /// Sequences per test length.
+    pub per_length: usize,
+}
+
+impl StudyOffset {
+    /// The experiment this table describes, checked.
+    pub fn experiment(&self) -> Result<Experiment> {
+        let e = Experiment {
+            pes: self.pe.iter().map(|p| p.parse()).collect::<Result<_>>()?,
+            attentions: self
+                .attention
+                .iter()
+                .map(|a| parse_attention(a))
+                .collect::<Result<_>>()?,
+            ks: self.k.clone(),
+            seeds: self.seeds.clone(),
+            steps: self.steps,
+            train_len: self.train_len,
+            test_lens: self.test_lens.clone(),
+            per_length: self.per_length,
+            ..Experiment::default()
+        };
+        e.check()?;
+        Ok(e)
     }
 }
 

@@ -26,14 +26,16 @@ pub enum Milestone<'a> {
     OverSeeds(&'a [TaskOverSeeds]),
     /// The theory lab's curves and failure table (`theory/*.csv`).
     Theory(&'a TheoryResults),
+    /// The implicit-bias experiment (`offset/`), when the study has one.
+    Offset(&'a crate::offset::Experiment, &'a crate::offset::Outcome),
     /// The verdict per claim (`claims.json`).
     Claims(&'a [Claim]),
 }
 
 /// Runs the study described by `config` in `out`: locks the directory, refuses one that holds a
 /// study with another config (before writing anything), then datasets, one job per (seed, task)
-/// (`parallel` at a time; default one per core), the summary over seeds, the theory part and
-/// the verdict per claim. Returns the verdicts.
+/// (`parallel` at a time; default one per core), the summary over seeds, the theory part, the
+/// implicit-bias experiment (when configured) and the verdict per claim. Returns the verdicts.
 pub fn reproduce(
     config: &StudyConfig,
     out: &Path,
@@ -72,6 +74,12 @@ pub fn reproduce(
 
     let theory = crate::theory::run(config, out, progress)?;
     report(Milestone::Theory(&theory))?;
+
+    if let Some(plan) = &config.offset {
+        let experiment = plan.experiment()?;
+        let outcome = crate::offset::run(&experiment, &out.join("offset"), progress)?;
+        report(Milestone::Offset(&experiment, &outcome))?;
+    }
 
     let files = StudyFiles::load(out, &config.seeds)?;
     let verdicts = claims::verdicts(&files, &config.claims);

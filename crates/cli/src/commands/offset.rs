@@ -11,7 +11,7 @@ use clap::Args;
 use ropelab_io::{Align, Table};
 use ropelab_model::{AttentionKind, Beyond};
 use ropelab_study::offset::{
-    parse_attention, run, summary, Experiment, MechanismLine, OffsetPe, OffsetRunRow,
+    parse_attention, run, summary, Experiment, MechanismLine, OffsetPe, OffsetRunRow, Outcome,
 };
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
 
@@ -143,6 +143,18 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
     let bars = Bars::default();
     let outcome = run(&e, &args.out, &bars)?;
     drop(bars);
+    println!("{}", accuracy_table(&e, &outcome));
+    println!("\n{}", mechanism_table(&outcome.runs, &outcome.mechanisms));
+    println!(
+        "{:.0} s; wrote accuracy.csv, runs.csv and mechanism.csv in {}",
+        start.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// Accuracy at the last position per (encoding, attention) and test length.
+pub(crate) fn accuracy_table(e: &Experiment, outcome: &Outcome) -> String {
     let s = summary(&outcome.accuracy);
     let lens: Vec<String> = e
         .test_lens
@@ -162,24 +174,17 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
         }));
         t.row(row);
     }
-    println!(
+    format!(
         "Accuracy at the last position per test length (mean over {} offsets x {} seeds):\n{}",
         e.ks.len(),
         e.seeds.len(),
         t.to_string().trim_end()
-    );
-    println!("\n{}", mechanism_table(&outcome.runs, &outcome.mechanisms));
-    println!(
-        "{:.0} s; wrote accuracy.csv, runs.csv and mechanism.csv in {}",
-        start.elapsed().as_secs_f64(),
-        args.out.display()
-    );
-    Ok(())
+    )
 }
 
 /// Per (encoding, attention): the largest equivariance deviation over runs, and for softmax
 /// runs the dilution law's largest error and the argmax pinning at the longest length.
-fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) -> String {
+pub(crate) fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) -> String {
     let mut groups: Vec<(String, String)> = vec![];
     for r in runs {
         let key = (r.pe.clone(), r.attention.clone());

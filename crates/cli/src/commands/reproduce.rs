@@ -100,6 +100,14 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
                     }
                     super::theory::print_failures(&theory.failures_config, &theory.failures);
                 }
+                Milestone::Offset(experiment, outcome) => {
+                    println!("\nimplicit bias: fixed-offset retrieval (offset/):");
+                    println!("{}", super::offset::accuracy_table(experiment, outcome));
+                    println!(
+                        "{}",
+                        super::offset::mechanism_table(&outcome.runs, &outcome.mechanisms)
+                    );
+                }
                 Milestone::Claims(verdicts) => {
                     println!("\nclaims of the paper, as measured by this study:");
                     println!("{}", claims::table(verdicts));

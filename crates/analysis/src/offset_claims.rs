@@ -1,0 +1,281 @@
+//! The implicit-bias paper's claims (docs/offset.md) as verdicts of a study's `offset/` tables:
+//! rotary attention extrapolates where a learned absolute encoding does not, the dilution law
+//! predicts the rotary target weight, and linear attention fails out of range.
+
+use std::path::Path;
+
+use crate::claims::{claim, Claim, Thresholds};
+use crate::offset::{OffsetAccuracyRow, OffsetRunRow};
+use crate::{AnalysisError, Result};
+
+/// The tables of `ropelab offset` (or a study's `offset/`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OffsetFiles {
+    /// `accuracy.csv`.
+    pub accuracy: Vec<OffsetAccuracyRow>,
+    /// `runs.csv`.
+    pub runs: Vec<OffsetRunRow>,
+}
+
+impl OffsetFiles {
+    /// Reads `dir/accuracy.csv` and `dir/runs.csv`; `None` when `dir/runs.csv` is absent.
+    pub fn load(dir: &Path) -> Result<Option<Self>> {
+        let runs_path = dir.join("runs.csv");
+        if !runs_path.exists() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            accuracy: read_rows(&dir.join("accuracy.csv"))?,
+            runs: read_rows(&runs_path)?,
+        }))
+    }
+
+    /// A run's accuracy at `times` x its training length.
+    fn accuracy_at(
+        &self,
+        pe: &str,
+        attention: &str,
+        k: usize,
+        seed: u64,
+        times: usize,
+    ) -> Option<f64> {
+        self.accuracy
+            .iter()
+            .find(|r| {
+                r.pe == pe
+                    && r.attention == attention
+                    && r.k == k
+                    && r.seed == seed
+                    && r.test_len == times * r.train_len
+            })
+            .map(|r| r.accuracy)
+    }
+
+    /// The (k, seed) pairs of the runs, in file order, each once.
+    fn pairs(&self) -> Vec<(usize, u64)> {
+        let mut out = vec![];
+        for r in &self.runs {
+            if !out.contains(&(r.k, r.seed)) {
+                out.push((r.k, r.seed));
+            }
+        }
+        out
+    }
+}
+
+/// The rows of one CSV file.
+fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let text = std::fs::read_to_string(path).map_err(|e| AnalysisError::Io {
+        path: path.to_owned(),
+        source: e,
+    })?;
+    ropelab_io::read_csv(&text, &path.display().to_string())
+        .map_err(|e| AnalysisError::Invalid(e.to_string()))
+}
+
+/// Measurements of one claim: texts, how many hold, how many were measured.
+type Tally = (Vec<String>, usize, usize);
+
+fn tally(items: impl IntoIterator<Item = (String, Option<bool>)>) -> Tally {
+    let (mut texts, mut holding, mut count) = (vec![], 0, 0);
+    for (text, ok) in items {
+        texts.push(text);
+        if let Some(ok) = ok {
+            count += 1;
+            holding += usize::from(ok);
+        }
+    }
+    if texts.is_empty() {
+        texts.push("no runs of this kind in offset/".into());
+    }
+    (texts, holding, count)
+}
+
+/// The three verdicts (not measured when the study has no `offset/`).
+pub fn verdicts(files: Option<&OffsetFiles>, t: &Thresholds) -> Vec<Claim> {
+    let empty = OffsetFiles::default();
+    let f = files.unwrap_or(&empty);
+    let missing = || {
+        (
+            vec!["no offset/ tables (the study has no [offset] table)".into()],
+            0,
+            0,
+        )
+    };
+    let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.3}"));
+
+    let extrapolates = f.pairs().into_iter().map(|(k, seed)| {
+        let rope = f.accuracy_at("rope", "softmax", k, seed, t.offset_factor);
+        let ape = f.accuracy_at("ape", "softmax", k, seed, 2);
+        let ok = match (rope, ape) {
+            (Some(r), Some(a)) => Some(r >= t.offset_accuracy && a <= t.offset_fail_accuracy),
+            _ => None,
+        };
+        (
+            format!(
+                "k {k}, seed {seed}: rotary {} at {}x, APE {} at 2x",
+                pct(rope),
+                t.offset_factor,
+                pct(ape)
+            ),
+            ok,
+        )
+    });
+    let dilution = f
+        .runs
+        .iter()
+        .filter(|r| r.pe == "rope" && r.attention == "softmax")
+        .map(|r| {
+            (
+                format!(
+                    "k {}, seed {}: largest |p_L - w_L| {}",
+                    r.k,
+                    r.seed,
+                    pct(r.dilution_error)
+                ),
+                r.dilution_error.map(|e| e <= t.dilution_error),
+            )
+        });
+    let linear = f
+        .runs
+        .iter()
+        .filter(|r| r.attention == "linear" && (r.pe == "rope" || r.pe == "ape"))
+        .map(|r| {
+            let inside = f.accuracy_at(&r.pe, "linear", r.k, r.seed, 1);
+            let beyond = f.accuracy_at(&r.pe, "linear", r.k, r.seed, 2);
+            (
+                format!(
+                    "{} k {}, seed {}: {} at 1x, {} at 2x",
+                    r.pe,
+                    r.k,
+                    r.seed,
+                    pct(inside),
+                    pct(beyond)
+                ),
+                beyond.map(|b| b <= t.linear_fail_accuracy),
+            )
+        });
+    let or_missing = |x: Tally| if files.is_some() { x } else { missing() };
+    vec![
+        claim(
+            "offset_rotary_extrapolates",
+            "Fixed-offset retrieval: rotary attention trained at short lengths stays correct far \
+             beyond them, while a learned absolute encoding fails right after its training range \
+             (the paper: 1.00 against 0.07 at test length 48).",
+            format!(
+                "per (k, seed): rotary softmax accuracy >= {} at {} x the training length and APE \
+                 softmax accuracy <= {} at 2 x",
+                t.offset_accuracy, t.offset_factor, t.offset_fail_accuracy
+            ),
+            or_missing(tally(extrapolates)),
+            1,
+        ),
+        claim(
+            "offset_dilution_law",
+            "Rotary accuracy decays by attention dilution: with the logits fixed by training, the \
+             target weight at length L is e^{s(k)} / sum_{r < L} e^{s(r)}.",
+            format!(
+                "per rotary softmax run: the prediction from the measured carrier s(r) within {} \
+                 of the measured mean target weight at every test length",
+                t.dilution_error
+            ),
+            or_missing(tally(dilution)),
+            1,
+        ),
+        claim(
+            "offset_linear_fails",
+            "Linear attention (no softmax) learns an interpolant that does not extrapolate.",
+            format!(
+                "per rotary or APE linear-attention run: accuracy <= {} at 2 x the training length",
+                t.linear_fail_accuracy
+            ),
+            or_missing(tally(linear)),
+            1,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claims::Verdict;
+
+    fn acc(
+        pe: &str,
+        attention: &str,
+        k: usize,
+        seed: u64,
+        test_len: usize,
+        accuracy: f64,
+    ) -> OffsetAccuracyRow {
+        OffsetAccuracyRow {
+            pe: pe.into(),
+            attention: attention.into(),
+            k,
+            seed,
+            train_len: 16,
+            test_len,
+            n: 100,
+            accuracy,
+            loss: 0.0,
+        }
+    }
+
+    fn run(pe: &str, attention: &str, k: usize, seed: u64, dilution: Option<f64>) -> OffsetRunRow {
+        OffsetRunRow {
+            pe: pe.into(),
+            attention: attention.into(),
+            k,
+            seed,
+            equivariance: 1e-7,
+            dilution_error: dilution,
+            mode_key: None,
+            mode_fraction: None,
+            carrier_rank: None,
+            carrier_alignment: None,
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_the_thresholds() {
+        let t = Thresholds::default();
+        let files = OffsetFiles {
+            accuracy: vec![
+                acc("rope", "softmax", 1, 0, 64, 0.95),
+                acc("ape", "softmax", 1, 0, 32, 0.06),
+                acc("rope", "softmax", 2, 0, 64, 0.85),
+                acc("ape", "softmax", 2, 0, 32, 0.05),
+                acc("rope", "linear", 1, 0, 16, 0.9),
+                acc("rope", "linear", 1, 0, 32, 0.2),
+            ],
+            runs: vec![
+                run("rope", "softmax", 1, 0, Some(0.02)),
+                run("ape", "softmax", 1, 0, None),
+                run("rope", "softmax", 2, 0, Some(0.2)),
+                run("rope", "linear", 1, 0, None),
+            ],
+        };
+        let v = verdicts(Some(&files), &t);
+        assert_eq!(v.len(), 3);
+        // k 2 reaches only 0.85 at 4x: one of two pairs holds.
+        assert_eq!(
+            (v[0].holding, v[0].measured_count, v[0].verdict),
+            (1, 2, Verdict::DoesNotHold)
+        );
+        assert!(
+            v[0].measured[1].contains("rotary 0.850 at 4x, APE 0.050 at 2x"),
+            "{:?}",
+            v[0].measured
+        );
+        assert_eq!((v[1].holding, v[1].measured_count), (1, 2));
+        assert_eq!(
+            (v[2].holding, v[2].measured_count, v[2].verdict),
+            (1, 1, Verdict::Holds)
+        );
+        assert!(v[2].measured[0].contains("0.900 at 1x, 0.200 at 2x"));
+        // No offset/ at all: not measured.
+        for c in verdicts(None, &t) {
+            assert_eq!(c.verdict, Verdict::NotMeasured);
+        }
+    }
+}
