@@ -202,7 +202,9 @@ const SMALL_STUDY: &str =
      [train]\npreset = \"tiny\"\nsteps = 5\n\
      [score]\nsamples = 10\n\
      [lengthgen]\nextras = [0, 20]\nsamples = 8\n\
-     [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n";
+     [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n\
+     [offset]\npe = [\"rope\", \"ape\"]\nattention = [\"softmax\"]\nk = [1]\nseeds = [0]\n\
+     steps = 5\ntrain_len = 4\ntest_lens = [4, 8, 16]\nper_length = 8\n";
 
 #[test]
 fn reproduce_runs_a_small_config_and_reports_bad_configs() {
@@ -235,6 +237,10 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         "theory/discrepancy-index.csv",
         "theory/discrepancy-retrieval.csv",
         "theory/rope-failures.csv",
+        "offset/accuracy.csv",
+        "offset/runs.csv",
+        "offset/mechanism.csv",
+        "offset/runs/ape-softmax/k-1/seed-0/pinning.csv",
     ] {
         assert!(Path::new(&run.join(file)).exists(), "{file} missing");
     }
@@ -254,7 +260,30 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(stdout.contains("claims of the paper"), "{stdout}");
     let claims: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("claims.json")).unwrap()).unwrap();
-    assert_eq!(claims.as_array().unwrap().len(), 11);
+    assert_eq!(claims.as_array().unwrap().len(), 14);
+    // The [offset] table's claims are measured (the third has no linear run to measure).
+    let ids: Vec<&str> = claims
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids[11..],
+        [
+            "offset_rotary_extrapolates",
+            "offset_dilution_law",
+            "offset_linear_fails"
+        ]
+    );
+    assert_eq!(claims[11]["measured_count"], 1);
+    assert_eq!(claims[13]["verdict"], "not_measured");
+    assert!(
+        stdout.contains("implicit bias: fixed-offset retrieval"),
+        "{stdout}"
+    );
+    let report = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(report.contains("Fixed-offset retrieval: rotary, learned absolute, none"));
     // 5 steps of a tiny model learn nothing: the claims that need a learned model fail, with
     // their numbers, and none is marked as holding without them.
     for c in claims.as_array().unwrap() {

@@ -55,6 +55,27 @@ fn a_tiny_experiment_prints_its_tables_and_writes_its_files() {
     );
     assert_eq!(accuracy.lines().count(), 1 + 6 * 7);
     assert!(out.join("runs.csv").exists() && out.join("mechanism.csv").exists());
+    let o = out.to_str().unwrap();
+    for kind in ["offset-accuracy", "offset-dilution", "offset-pinning"] {
+        let svg = dir.path().join("figure.svg");
+        ok(ropelab(&[
+            "plot",
+            kind,
+            "--dir",
+            o,
+            "--out",
+            svg.to_str().unwrap(),
+        ]));
+        assert!(
+            std::fs::read_to_string(&svg).unwrap().starts_with("<svg"),
+            "{kind}"
+        );
+    }
+    let html = dir.path().join("report.html");
+    ok(ropelab(&["report", o, "--out", html.to_str().unwrap()]));
+    assert!(std::fs::read_to_string(&html)
+        .unwrap()
+        .contains("Fixed-offset retrieval"));
 }
 
 #[test]

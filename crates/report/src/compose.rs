@@ -8,6 +8,7 @@ use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
 use ropelab_analysis::dynamics::GAMMA;
 use ropelab_analysis::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
 use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
+use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_io::read_csv;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
@@ -36,6 +37,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     // A directory of `ropelab pretrained` files only: no run config to expect.
     let only_pretrained = !study && pretrained.is_some() && !dir.join("config.toml").exists();
     let languages = dir.join("nstar.csv").exists();
+    let offset = is_offset(dir);
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -44,11 +46,13 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             about.text("Config (config.toml):");
             about.pre(&config);
         }
-        None if only_pretrained || languages => {}
+        None if only_pretrained || languages || offset => {}
         None => about.not_run("config.toml is missing"),
     }
     if languages {
         sections.push(languages_section(dir)?);
+    } else if offset {
+        sections.push(offset_section(dir)?);
     } else if only_pretrained {
         sections.extend(pretrained);
     } else if study {
@@ -60,6 +64,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             sections.extend(seed_sections(seed));
         }
         sections.push(theory_section(dir)?);
+        if is_offset(&dir.join("offset")) {
+            sections.push(offset_section(&dir.join("offset"))?);
+        }
         sections.push(pretrained.unwrap_or_else(|| {
             let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
             s.not_run(
@@ -75,6 +82,8 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     sections.push(about);
     let kind = if languages {
         "formal-language experiment"
+    } else if offset {
+        "fixed-offset experiment"
     } else if study {
         "study"
     } else if only_pretrained {
@@ -163,6 +172,81 @@ fn languages_section(dir: &Path) -> Result<Section> {
             s.table(&header, &cells);
         }
     }
+    Ok(s)
+}
+
+/// A `ropelab offset` directory holds `runs.csv` and `accuracy.csv`.
+fn is_offset(dir: &Path) -> bool {
+    dir.join("runs.csv").exists() && dir.join("accuracy.csv").exists()
+}
+
+/// The implicit-bias experiment of `ropelab offset` (or a study's `offset/`): accuracy versus
+/// test length, the dilution law, pinning, and the mechanisms per run.
+fn offset_section(dir: &Path) -> Result<Section> {
+    let mut s = Section::new(
+        "offset",
+        "Fixed-offset retrieval: rotary, learned absolute, none",
+    );
+    let rows = |name: &str| -> Result<Option<String>> { read_text(&dir.join(name)) };
+    let origin = |name: &str| dir.join(name).display().to_string();
+    let accuracy: Vec<OffsetAccuracyRow> = match rows("accuracy.csv")? {
+        Some(t) => read_csv(&t, &origin("accuracy.csv")).map_err(ReportError::from_display)?,
+        None => vec![],
+    };
+    let runs: Vec<OffsetRunRow> = match rows("runs.csv")? {
+        Some(t) => read_csv(&t, &origin("runs.csv")).map_err(ReportError::from_display)?,
+        None => vec![],
+    };
+    let lines: Vec<MechanismLine> = match rows("mechanism.csv")? {
+        Some(t) => read_csv(&t, &origin("mechanism.csv")).map_err(ReportError::from_display)?,
+        None => vec![],
+    };
+    s.text(
+        "Single-head models trained on fixed-offset retrieval (the target at position i is the \
+         token at i - k) at short lengths and tested at up to 8 x the training length \
+         (docs/offset.md). Accuracy is read at the last position; the mechanisms come from the \
+         first layer: the dilution law's predicted target weight from the carrier s(r) (the \
+         last query's mean logit at offset r) against the measured one, and the key where the \
+         last query's attention peaks.",
+    );
+    s.figures(&[
+        crate::offset::accuracy_vs_length(&accuracy),
+        crate::offset::dilution(&lines),
+        crate::offset::pinning(&lines),
+    ]);
+    let cell = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+    let cells: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.pe.clone(),
+                r.attention.clone(),
+                r.k.to_string(),
+                r.seed.to_string(),
+                format!("{:.1e}", r.equivariance),
+                cell(r.dilution_error, 3),
+                r.mode_key.map_or("-".into(), |k| k.to_string()),
+                cell(r.mode_fraction, 3),
+                cell(r.carrier_rank, 2),
+                cell(r.carrier_alignment, 3),
+            ]
+        })
+        .collect();
+    s.table(
+        &[
+            "pe",
+            "attention",
+            "k",
+            "seed",
+            "equivariance",
+            "dilution error",
+            "argmax mode (longest)",
+            "its share",
+            "carrier rank",
+            "carrier alignment",
+        ],
+        &cells,
+    );
     Ok(s)
 }
 
@@ -530,11 +614,17 @@ pub enum PlotKind {
     /// Accuracy versus string length on one language (`accuracy.csv`), written
     /// `language-accuracy:NAME`.
     LanguageAccuracy(Language),
+    /// Fixed-offset accuracy versus test length (a `ropelab offset` directory's `accuracy.csv`).
+    OffsetAccuracy,
+    /// The dilution law against the measured target weight (`mechanism.csv`).
+    OffsetDilution,
+    /// The most frequent argmax key versus test length (`mechanism.csv`).
+    OffsetPinning,
 }
 
 impl PlotKind {
     /// Every kind with its command-line name.
-    pub const ALL: [(PlotKind, &'static str); 15] = [
+    pub const ALL: [(PlotKind, &'static str); 18] = [
         (PlotKind::Accuracy, "accuracy"),
         (PlotKind::Purity, "purity"),
         (PlotKind::SPos, "s-pos"),
@@ -550,6 +640,9 @@ impl PlotKind {
         (PlotKind::PretrainedTasks, "pretrained-tasks"),
         (PlotKind::NStar, "n-star"),
         (PlotKind::ModHeads, "mod-heads"),
+        (PlotKind::OffsetAccuracy, "offset-accuracy"),
+        (PlotKind::OffsetDilution, "offset-dilution"),
+        (PlotKind::OffsetPinning, "offset-pinning"),
     ];
 }
 
@@ -690,6 +783,22 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
                 )));
             }
             crate::languages::accuracy_vs_length(&rows, language.name())
+        }
+        PlotKind::OffsetAccuracy => {
+            let (text, origin) = csv("accuracy.csv")?;
+            let rows: Vec<OffsetAccuracyRow> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            crate::offset::accuracy_vs_length(&rows)
+        }
+        PlotKind::OffsetDilution | PlotKind::OffsetPinning => {
+            let (text, origin) = csv("mechanism.csv")?;
+            let rows: Vec<MechanismLine> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            if kind == PlotKind::OffsetDilution {
+                crate::offset::dilution(&rows)
+            } else {
+                crate::offset::pinning(&rows)
+            }
         }
     })
 }

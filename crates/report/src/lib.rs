@@ -14,6 +14,7 @@ pub mod figures;
 pub mod heatmap;
 pub mod html;
 pub mod languages;
+pub mod offset;
 pub mod pretrained;
 pub mod viewer;
 

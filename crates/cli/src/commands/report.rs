@@ -45,7 +45,9 @@ pub struct PlotArgs {
     /// discrepancy-index, discrepancy-retrieval, failures, seeds-number, seeds-letter (from a
     /// study directory), pretrained-heads, pretrained-tasks (from a directory holding
     /// `ropelab pretrained` output, or a study's with it in pretrained/), n-star, mod-heads,
-    /// language-accuracy:LANGUAGE (from a `ropelab languages` directory).
+    /// language-accuracy:LANGUAGE (from a `ropelab languages` directory), offset-accuracy,
+    /// offset-dilution, offset-pinning (from a `ropelab offset` directory or a study's
+    /// offset/).
     pub kind: ropelab_report::PlotKind,
     /// The run or study directory holding the figure's file.
     #[arg(long)]
