@@ -153,6 +153,32 @@ fn holding_study(root: &Path) {
         &root.join("theory/discrepancy-retrieval.csv"),
         &curve(&|n| (0.3 - 0.001 * n as f64, 0.31)),
     );
+    // offset/: rotary extrapolates to 4x, APE at chance at 2x, the dilution law within 0.05,
+    // linear attention at 0.2 beyond its range.
+    let mut accuracy = String::from("pe,attention,k,seed,train_len,test_len,n,accuracy,loss\n");
+    let mut runs = String::from(
+        "pe,attention,k,seed,equivariance,dilution_error,mode_key,mode_fraction,carrier_rank,\
+         carrier_alignment\n",
+    );
+    for k in [1, 4] {
+        for (pe, attention, at1, at2, at4) in [
+            ("rope", "softmax", 1.0, 1.0, 0.95),
+            ("ape", "softmax", 1.0, 0.06, 0.06),
+            ("rope", "linear", 0.9, 0.2, 0.1),
+        ] {
+            for (n, a) in [(16, at1), (32, at2), (64, at4)] {
+                accuracy += &format!("{pe},{attention},{k},0,16,{n},64,{a},0.1\n");
+            }
+            let dilution = if pe == "rope" && attention == "softmax" {
+                "0.05"
+            } else {
+                ""
+            };
+            runs += &format!("{pe},{attention},{k},0,1e-7,{dilution},,,,\n");
+        }
+    }
+    write(&root.join("offset/accuracy.csv"), &accuracy);
+    write(&root.join("offset/runs.csv"), &runs);
 }
 
 fn verdict_of(root: &Path, id: &str) -> Claim {
@@ -169,7 +195,7 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     holding_study(dir.path());
     let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
     let claims = verdicts(&files, &Thresholds::default());
-    assert_eq!(claims.len(), 11);
+    assert_eq!(claims.len(), 14);
     for c in &claims {
         assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
         assert!(!c.measured.is_empty() && !c.threshold.is_empty());
@@ -181,6 +207,28 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     assert!(
         c.measured[0].contains("number first below 0.9 at length 33"),
         "{c:?}"
+    );
+    // The offset claims read offset/: two (k, seed) pairs, two rotary softmax runs, two linear.
+    for id in [
+        "offset_rotary_extrapolates",
+        "offset_dilution_law",
+        "offset_linear_fails",
+    ] {
+        let c = verdict_of(dir.path(), id);
+        assert_eq!((c.holding, c.measured_count), (2, 2), "{c:?}");
+    }
+    // A broken offset/runs.csv is an error naming it; without offset/ the claims are not
+    // measured.
+    let runs = dir.path().join("offset/runs.csv");
+    std::fs::write(&runs, "pe,k\nrope,x\n").unwrap();
+    let err = StudyFiles::load(dir.path(), &[0, 1])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("runs.csv"), "{err}");
+    std::fs::remove_dir_all(dir.path().join("offset")).unwrap();
+    assert_eq!(
+        verdict_of(dir.path(), "offset_dilution_law").verdict,
+        Verdict::NotMeasured
     );
 }
 
