@@ -586,10 +586,15 @@ fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     Ok(read_csv(&text, &path.display().to_string())?)
 }
 
+/// One (encoding, attention) line of [`summary`]: pe, attention, (test length, mean accuracy).
+pub type SummaryLine = (String, String, Vec<(usize, f64)>);
+
 /// Mean accuracy over seeds and offsets per (encoding, attention) at each test length, in
-/// grid order: (pe, attention, [(test length, mean accuracy)]).
-pub fn summary(rows: &[OffsetAccuracyRow]) -> Vec<(String, String, Vec<(usize, f64)>)> {
-    let mut out: Vec<(String, String, Vec<(usize, f64, usize)>)> = vec![];
+/// grid order.
+pub fn summary(rows: &[OffsetAccuracyRow]) -> Vec<SummaryLine> {
+    // (pe, attention, [(test length, sum, count)])
+    type Sums = (String, String, Vec<(usize, f64, usize)>);
+    let mut out: Vec<Sums> = vec![];
     for r in rows {
         let i = match out
             .iter()
