@@ -40,6 +40,9 @@ pub enum TaskError {
         split: &'static str,
         attempts: u32,
     },
+    /// A canonical-task setting or sample that is not valid.
+    #[error("canonical task: {0}")]
+    Canonical(String),
     /// A fixed-offset retrieval setting that cannot produce the task.
     #[error("fixed-offset retrieval: {0}")]
     Offset(String),

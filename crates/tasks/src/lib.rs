@@ -8,9 +8,11 @@
 //! answer slot, answer token and hop count, and each sample re-validates from its tokens alone.
 //! [`language`] adds the formal languages of the expressivity experiments (labelled strings for
 //! an EOS classifier), [`offset`] the fixed-offset retrieval of the implicit-bias experiment.
+//! [`canonical`] holds the frequency paper's Index, Retrieval and Partial Induction tasks.
 //! [`prompt`] builds the natural-language 1-hop versions for pretrained models.
 //! This crate has no tensor dependency.
 
+pub mod canonical;
 mod dataset;
 mod error;
 mod jsonl;
@@ -25,6 +27,7 @@ mod sample;
 mod task;
 mod vocab;
 
+pub use canonical::{CanonicalKind, CanonicalSample, CanonicalTask};
 pub use dataset::{summarize, Dataset, Split, Summary};
 pub use error::{Invalid, TaskError};
 pub use jsonl::{line_bytes, sample_bytes, write_jsonl, WriteError};
