@@ -163,7 +163,7 @@ impl SeedFiles {
         match task {
             TaskKind::Number => self.number.as_ref(),
             TaskKind::Letter => self.letter.as_ref(),
-            TaskKind::Language | TaskKind::Offset => None,
+            TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => None,
         }
     }
 }

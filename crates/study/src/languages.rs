@@ -299,6 +299,7 @@ impl Experiment {
                 negatives: self.negatives,
             }),
             offset: None,
+            canonical: None,
             data: DataConfig {
                 train: self.steps.saturating_mul(self.batch),
                 val: 4 * (self.train_lengths[1] - self.train_lengths[0] + 1),

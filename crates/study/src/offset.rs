@@ -277,6 +277,7 @@ impl Experiment {
             },
             layout: Layout::default(),
             language: None,
+            canonical: None,
             offset: Some(OffsetData {
                 vocab: self.vocab,
                 k,

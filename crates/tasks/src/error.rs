@@ -9,8 +9,10 @@ pub enum TaskError {
     /// A dataset (or prompt set) of zero samples was requested.
     #[error("the number of samples must be at least 1")]
     EmptyDataset,
-    /// A task name that is not `number`, `letter`, `language` or `offset`.
-    #[error("unknown task {0:?} (expected `number`, `letter`, `language` or `offset`)")]
+    /// A task name that is not `number`, `letter`, `language`, `offset` or `canonical`.
+    #[error(
+        "unknown task {0:?} (expected `number`, `letter`, `language`, `offset` or `canonical`)"
+    )]
     UnknownTask(String),
     /// A multi-hop generator or analysis was asked for a formal-language or offset run.
     #[error("the {0} task has no multi-hop layout (this needs a number or letter task)")]

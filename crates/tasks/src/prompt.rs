@@ -81,7 +81,9 @@ pub fn prompt(kind: TaskKind, size: usize, seed: u64, index: usize) -> Result<Pr
             question.push(format!("{}{}", lower(rng.random_range(0..26)), lower(key)));
             (LETTER_INSTRUCTION, LETTER_EXAMPLES, question, answer)
         }
-        TaskKind::Language | TaskKind::Offset => return Err(TaskError::NotMultiHop(kind)),
+        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
+            return Err(TaskError::NotMultiHop(kind))
+        }
     };
     let question = question.join(" ");
     let mut text = format!("{instruction}\n\n");
@@ -137,7 +139,7 @@ mod tests {
                     let s = match kind {
                         TaskKind::Number => number::solve(&t),
                         TaskKind::Letter => letter::solve(&t),
-                        TaskKind::Language | TaskKind::Offset => {
+                        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
                             unreachable!("TaskKind::ALL is multi-hop")
                         }
                     }

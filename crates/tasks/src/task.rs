@@ -23,19 +23,23 @@ pub enum TaskKind {
     /// Fixed-offset retrieval (the run's `[offset]` table says the vocabulary, offset and
     /// lengths); no multi-hop layout either.
     Offset,
+    /// A canonical task of the frequency paper (the run's `[canonical]` table says which);
+    /// no multi-hop layout either.
+    Canonical,
 }
 
 impl TaskKind {
     /// The two multi-hop tasks, number first.
     pub const ALL: [TaskKind; 2] = [TaskKind::Number, TaskKind::Letter];
 
-    /// The lowercase name (`number`, `letter`, `language`, `offset`).
+    /// The lowercase name (`number`, `letter`, `language`, `offset`, `canonical`).
     pub fn as_str(self) -> &'static str {
         match self {
             TaskKind::Number => "number",
             TaskKind::Letter => "letter",
             TaskKind::Language => "language",
             TaskKind::Offset => "offset",
+            TaskKind::Canonical => "canonical",
         }
     }
 
@@ -59,6 +63,7 @@ impl FromStr for TaskKind {
             "letter" => Ok(TaskKind::Letter),
             "language" => Ok(TaskKind::Language),
             "offset" => Ok(TaskKind::Offset),
+            "canonical" => Ok(TaskKind::Canonical),
             other => Err(TaskError::UnknownTask(other.to_owned())),
         }
     }
@@ -79,7 +84,9 @@ impl Task {
         Ok(match kind {
             TaskKind::Number => Task::Number(NumberTask::new(layout)?),
             TaskKind::Letter => Task::Letter(LetterTask::new(layout)?),
-            TaskKind::Language | TaskKind::Offset => return Err(TaskError::NotMultiHop(kind)),
+            TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
+                return Err(TaskError::NotMultiHop(kind))
+            }
         })
     }
 

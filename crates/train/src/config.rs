@@ -138,6 +138,17 @@ impl Default for OffsetData {
     }
 }
 
+/// The canonical task a preset's `task = "canonical"` run learns: Index over 16 items of 16
+/// symbols.
+pub fn default_canonical() -> ropelab_tasks::CanonicalTask {
+    ropelab_tasks::CanonicalTask {
+        kind: ropelab_tasks::CanonicalKind::Index,
+        len: 16,
+        symbols: 16,
+        attributes: 1,
+    }
+}
+
 /// Everything that determines a run; saved as `config.toml` in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -162,6 +173,9 @@ pub struct RunConfig {
     /// The retrieval of a `task = "offset"` run (absent for the other tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<OffsetData>,
+    /// The task of a `task = "canonical"` run (absent for the other tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canonical: Option<ropelab_tasks::CanonicalTask>,
     /// Dataset sizes.
     pub data: DataConfig,
     /// Model architecture.
@@ -214,6 +228,7 @@ impl Preset {
         let vocab_size = match (task, Task::new(task, layout.clone())) {
             (_, Ok(t)) => t.vocab().len(),
             (TaskKind::Offset, _) => OffsetData::default().vocab,
+            (TaskKind::Canonical, _) => default_canonical().vocab(),
             _ => language::vocab().len(),
         };
         let (model, optim, data) = match self {
@@ -337,12 +352,16 @@ impl Preset {
             layout,
             language: None,
             offset: None,
+            canonical: None,
             data,
             model,
             optim,
         };
         if task == TaskKind::Offset {
             config.offset = Some(OffsetData::default());
+        }
+        if task == TaskKind::Canonical {
+            config.canonical = Some(default_canonical());
         }
         if task == TaskKind::Language {
             config.language = Some(LanguageData::default());
@@ -373,6 +392,12 @@ impl RunConfig {
                 self.task
             )));
         }
+        if self.canonical.is_some() && self.task != TaskKind::Canonical {
+            return Err(TrainError::Config(format!(
+                "a [canonical] table belongs to task = \"canonical\", not the {} task",
+                self.task
+            )));
+        }
         if self.offset.is_some() && self.task != TaskKind::Offset {
             return Err(TrainError::Config(format!(
                 "an [offset] table belongs to task = \"offset\", not the {} task",
@@ -385,6 +410,7 @@ impl RunConfig {
                 language::vocab().len()
             }
             TaskKind::Offset => self.check_offset()?,
+            TaskKind::Canonical => self.check_canonical()?,
             _ => Task::new(self.task, self.layout.clone())?.vocab().len(),
         };
         if self.model.vocab_size < vocab {
@@ -457,11 +483,42 @@ impl RunConfig {
 
     /// The sequence lengths training batches have (with BOS and EOS for a language run).
     pub fn train_seq_lens(&self) -> Vec<usize> {
+        if let Some(c) = &self.canonical {
+            return vec![c.seq_len()];
+        }
         match (&self.language, &self.offset) {
             (Some(l), _) => (l.lengths[0]..=l.lengths[1]).map(|n| n + 2).collect(),
             (None, Some(o)) => (o.lengths[0]..=o.lengths[1]).collect(),
             (None, None) => vec![self.layout.core_len()],
         }
+    }
+
+    /// The task of a canonical run: the `[canonical]` table, the answer at the last position,
+    /// an LM head. Returns its vocabulary size.
+    fn check_canonical(&self) -> Result<usize> {
+        let c = self.canonical.as_ref().ok_or_else(|| {
+            TrainError::Config(
+                "task = \"canonical\" needs a [canonical] table (kind, len, symbols, attributes)"
+                    .into(),
+            )
+        })?;
+        c.check()?;
+        if self.objective != Objective::LastToken || self.model.head != Head::Lm {
+            return Err(TrainError::Config(
+                "a canonical run predicts the answer at the query: it needs objective = \
+                 \"last_token\" and [model.head] kind = \"lm\""
+                    .into(),
+            ));
+        }
+        if let ropelab_model::PositionEncoding::Learned { max_len, .. } = &self.model.position {
+            if *max_len < c.seq_len() {
+                return Err(TrainError::Config(format!(
+                    "the learned position table has {max_len} rows; samples have {} tokens",
+                    c.seq_len()
+                )));
+            }
+        }
+        Ok(c.vocab())
     }
 
     /// The retrieval of an offset run: the `[offset]` table, a token objective, lengths longer

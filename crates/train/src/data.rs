@@ -102,6 +102,9 @@ pub struct Accuracy {
     /// Language runs: accuracy per string length (without BOS and EOS).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub per_length: BTreeMap<usize, f64>,
+    /// Canonical-task runs: accuracy per answer position.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_position: BTreeMap<usize, f64>,
 }
 
 /// Most sequences in one evaluation batch.
@@ -240,6 +243,7 @@ impl Tally {
                 .collect(),
             token_accuracy: None,
             per_length: BTreeMap::new(),
+            per_position: BTreeMap::new(),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! checkpoints with Hugging Face names, exact resume, and evaluation (overall and per hop,
 //! optionally on length-extended inputs).
 
+pub mod canonical_data;
 mod config;
 pub mod data;
 mod error;

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use ropelab_io::DirLock;
 
+use crate::canonical_data::CanonicalBatches;
 use crate::data::{batch_targets, evaluate_objective, Accuracy, EVAL_MEMORY};
 use crate::language_data::LanguageBatches;
 use crate::offset_data::OffsetBatches;
@@ -68,12 +69,23 @@ enum Data {
     },
     /// Fixed-offset retrieval's batches.
     Offset(OffsetBatches),
+    /// A canonical task's batches.
+    Canonical(CanonicalBatches),
     /// A formal language's batches.
     Language(LanguageBatches),
 }
 
 impl Data {
     fn new(config: &RunConfig) -> Result<Self> {
+        if let Some(task) = &config.canonical {
+            let (train, val) = (config.data.train, config.data.val);
+            return Ok(Data::Canonical(CanonicalBatches::new(
+                *task,
+                config.seed,
+                train,
+                val,
+            )?));
+        }
         if let Some(offset) = &config.offset {
             let (train, val) = (config.data.train, config.data.val);
             return Ok(Data::Offset(OffsetBatches::new(
@@ -123,6 +135,10 @@ impl Data {
                 let (ids, targets) = o.step_batch(step, batch, objective);
                 (ids, targets, batch)
             }
+            Data::Canonical(c) => {
+                let (ids, answers) = c.step_batch(step, batch);
+                (ids, answers, batch)
+            }
         })
     }
 
@@ -132,6 +148,7 @@ impl Data {
             Data::Tasks { val, .. } => evaluate_objective(model, val, EVAL_MEMORY, objective),
             Data::Language(l) => l.evaluate(model, EVAL_MEMORY),
             Data::Offset(o) => o.evaluate(model, EVAL_MEMORY),
+            Data::Canonical(c) => c.evaluate(model, EVAL_MEMORY),
         }
     }
 }

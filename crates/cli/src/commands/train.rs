@@ -161,6 +161,13 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
                     format!("; lowest {a:.3} at length {n}")
                 });
             format!(" over lengths {}{worst}", join_range(&acc.per_length))
+        } else if !acc.per_position.is_empty() {
+            let worst = acc
+                .per_position
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(b.1))
+                .map_or(String::new(), |(p, a)| format!("{a:.3} at position {p}"));
+            format!(" (lowest per answer position: {worst})")
         } else {
             format!(" (per hop {})", join(&acc.per_hop))
         };
