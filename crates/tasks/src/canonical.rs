@@ -3,15 +3,19 @@
 //! - **Index** (purely positional): `len` symbols, then a query naming a position p; the
 //!   answer is the symbol at p.
 //! - **Retrieval** (purely symbolic): `len` items (symbol, attribute) with distinct symbols,
-//!   then a query naming a symbol; the answer is the item holding it.
+//!   then a query naming a symbol; the answer is the attribute bound to it.
 //! - **Partial Induction** (neither): items whose symbols repeat, then a query naming a symbol;
-//!   the answer is the **last** item holding it (match the symbol, prefer the most recent).
+//!   the answer is the attribute of the **last** item holding it (match the symbol, prefer the
+//!   most recent).
 //!
 //! One vocabulary serves all three: item tokens `symbol * attributes + attribute`
-//! (ids 0 .. S·A), then the query tokens (Index: one per position, ids S·A .. S·A + len;
-//! the others: one per symbol, ids S·A .. S·A + S). The answer is an item token id, read at the
-//! last (query) position. The answer's position is uniform over 0 .. len (a sample's index
-//! fixes it: index mod len), so accuracy per answer position is measured on equal shares.
+//! (ids 0 .. S·A), then the query tokens (Index: one per position; the others: one per
+//! symbol), then (Retrieval and Partial Induction) one answer token per attribute. Index
+//! answers with the item (its symbol); the others with the attribute token, so the answer is
+//! bound to the symbol only through attention (an answer naming the whole item could be read
+//! off the bag of items without attending). The answer is read at the last (query) position.
+//! The answer's position is uniform over 0 .. len (a sample's index fixes it: index mod len),
+//! so accuracy per answer position is measured on equal shares.
 
 use std::fmt;
 use std::str::FromStr;
@@ -93,7 +97,7 @@ pub struct CanonicalTask {
 pub struct CanonicalSample {
     /// `len` item tokens then the query token.
     pub ids: Vec<u32>,
-    /// The answer (an item token id).
+    /// The answer token id (Index: the item; the others: the attribute's answer token).
     pub answer: u32,
     /// The position of the answer's item (0 .. len).
     pub answer_pos: usize,
@@ -163,9 +167,25 @@ impl CanonicalTask {
         }
     }
 
-    /// Vocabulary size: items then queries.
+    /// Answer tokens after the queries (Retrieval and Partial Induction: one per attribute).
+    pub fn answers(&self) -> usize {
+        match self.kind {
+            CanonicalKind::Index => 0,
+            _ => self.attributes,
+        }
+    }
+
+    /// Vocabulary size: items, queries, answers.
     pub fn vocab(&self) -> usize {
-        self.items() + self.queries()
+        self.items() + self.queries() + self.answers()
+    }
+
+    /// The answer token of the item `item`.
+    fn answer_of(&self, item: u32) -> u32 {
+        match self.kind {
+            CanonicalKind::Index => item,
+            _ => (self.items() + self.queries()) as u32 + item % self.attributes as u32,
+        }
     }
 
     /// Tokens per sample (items and the query).
@@ -234,7 +254,7 @@ impl CanonicalTask {
         ids.push(query as u32);
         // By construction the answer is the item at p ([`CanonicalTask::solve`] agrees: tested).
         CanonicalSample {
-            answer: ids[p],
+            answer: self.answer_of(ids[p]),
             ids,
             answer_pos: p,
         }
@@ -261,12 +281,12 @@ impl CanonicalTask {
             return bad(format!("position {i}: token {id} is not an item"));
         }
         let q = query[0] as usize;
-        if q < self.items() || q >= self.vocab() {
+        if q < self.items() || q >= self.items() + self.queries() {
             return bad(format!("the last token {q} is not a query"));
         }
         let q = q - self.items();
         match self.kind {
-            CanonicalKind::Index => Ok((items[q], q)),
+            CanonicalKind::Index => Ok((self.answer_of(items[q]), q)),
             CanonicalKind::Retrieval => {
                 let mut seen = vec![false; self.symbols];
                 for &id in items {
@@ -276,12 +296,12 @@ impl CanonicalTask {
                     }
                 }
                 match items.iter().position(|&id| self.symbol_of(id) == q) {
-                    Some(p) => Ok((items[p], p)),
+                    Some(p) => Ok((self.answer_of(items[p]), p)),
                     None => bad(format!("no item holds the queried symbol {q}")),
                 }
             }
             CanonicalKind::Partial => match items.iter().rposition(|&id| self.symbol_of(id) == q) {
-                Some(p) => Ok((items[p], p)),
+                Some(p) => Ok((self.answer_of(items[p]), p)),
                 None => bad(format!("no item holds the queried symbol {q}")),
             },
         }
@@ -299,18 +319,26 @@ mod tests {
         assert_eq!(index.vocab(), 4 + 5);
         assert_eq!(index.solve(&[2, 0, 3, 3, 1, 4 + 3]).unwrap(), (3, 3));
         // Retrieval, 4 symbols x 2 attributes, len 3: items (2,1) (0,0) (3,1) = ids 5 0 7;
-        // query symbol 0 (id 8 + 0) -> item 0 at position 1.
+        // query symbol 0 (id 8 + 0) -> attribute 0 of the item at position 1, answer token
+        // 8 + 4 + 0 = 12.
         let retrieval = CanonicalTask::new(CanonicalKind::Retrieval, 3, 4, 2).unwrap();
-        assert_eq!(retrieval.solve(&[5, 0, 7, 8]).unwrap(), (0, 1));
+        assert_eq!(retrieval.vocab(), 8 + 4 + 2);
+        assert_eq!(retrieval.solve(&[5, 0, 7, 8]).unwrap(), (12, 1));
+        assert_eq!(retrieval.solve(&[5, 0, 7, 11]).unwrap(), (13, 2));
+        assert!(retrieval
+            .solve(&[5, 0, 7, 12])
+            .unwrap_err()
+            .to_string()
+            .contains("not a query"));
         assert!(retrieval
             .solve(&[5, 4, 7, 8])
             .unwrap_err()
             .to_string()
             .contains("twice"));
         // Partial: items (1,0) (2,1) (1,1) (0,0) = ids 2 5 3 0; query symbol 1 (id 8 + 1) ->
-        // the last item with symbol 1, (1,1) = id 3 at position 2.
+        // the last item with symbol 1, (1,1) at position 2: attribute 1, answer token 13.
         let partial = CanonicalTask::new(CanonicalKind::Partial, 4, 4, 2).unwrap();
-        assert_eq!(partial.solve(&[2, 5, 3, 0, 9]).unwrap(), (3, 2));
+        assert_eq!(partial.solve(&[2, 5, 3, 0, 9]).unwrap(), (13, 2));
         assert!(partial.solve(&[2, 5, 3, 0]).is_err());
         assert!(partial
             .solve(&[2, 5, 3, 8, 9])
@@ -345,7 +373,7 @@ mod tests {
                 assert_eq!(x.answer_pos, (i % 10) as usize);
                 per_pos[x.answer_pos] += 1;
                 if kind == CanonicalKind::Partial && x.answer_pos > 0 {
-                    let q = t.symbol_of(x.answer);
+                    let q = t.symbol_of(x.ids[x.answer_pos]);
                     assert!(x.ids[..x.answer_pos].iter().any(|&id| t.symbol_of(id) == q));
                     earlier_same_symbol += 1;
                 }

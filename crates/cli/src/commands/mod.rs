@@ -3,6 +3,7 @@
 mod attention;
 mod bench;
 mod bench_train;
+mod canonical;
 mod eval;
 mod gen;
 mod languages;
@@ -39,6 +40,10 @@ pub enum Command {
     /// The expressivity experiment: EOS classifiers on formal languages per position
     /// encoding, tested beyond their training lengths (N*, nstar.csv).
     Languages(languages::LanguagesArgs),
+    /// Frequency-band training on the canonical tasks (Index, Retrieval, Partial Induction):
+    /// one-layer attention-only RoPE models with the head restricted to a band of planes
+    /// (summary.json, per_position.csv)
+    Canonical(canonical::CanonicalArgs),
     /// The implicit-bias experiment: fixed-offset retrieval with rotary, learned absolute or no
     /// position encoding and softmax or linear attention, tested at up to 8 x the training
     /// length (accuracy.csv)
@@ -74,6 +79,7 @@ impl Command {
             Command::Lengthgen(args) => lengthgen::run(args, guard),
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
+            Command::Canonical(args) => canonical::run_command(args, guard),
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),
             Command::Attention(args) => attention::run(args, guard),

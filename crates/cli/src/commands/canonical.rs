@@ -1,0 +1,137 @@
+//! `ropelab canonical`: frequency-band training on the canonical tasks (docs/canonical.md):
+//! one-layer attention-only RoPE models on Index, Retrieval or Partial Induction with the head
+//! restricted to a band of planes; accuracy overall and per answer position, swap scores and
+//! the largest weight per key position, in `DIR/summary.json` and `DIR/per_position.csv`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use ropelab_io::{Align, Table};
+use ropelab_study::canonical::{run, split, sweep, Band, Experiment};
+use ropelab_tasks::{CanonicalKind, CanonicalTask};
+use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
+
+use super::{Bars, Guard};
+
+/// Arguments of `ropelab canonical`.
+#[derive(Debug, Args)]
+pub struct CanonicalArgs {
+    /// The task: index, retrieval or partial.
+    #[arg(long, value_parser = |s: &str| s.parse::<CanonicalKind>().map_err(|e| e.to_string()))]
+    pub task: CanonicalKind,
+    /// Bands, one per flag: all, high, low, planes=LIST (e.g. planes=0-3,8), or sweep (all,
+    /// high, low and sliding windows of --window planes).
+    #[arg(long, default_value = "all")]
+    pub band: Vec<String>,
+    /// Planes per window of `--band sweep`.
+    #[arg(long, default_value_t = 8)]
+    pub window: usize,
+    /// Seeds, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub seeds: Vec<u64>,
+    /// Items before the query.
+    #[arg(long, default_value_t = 16)]
+    pub len: usize,
+    /// Symbols (default: index 16, retrieval 2 x len, partial 4).
+    #[arg(long)]
+    pub symbols: Option<usize>,
+    /// Attributes per symbol (default: index 1, the others 4).
+    #[arg(long)]
+    pub attributes: Option<usize>,
+    /// Model width = the head's size (its planes are half of it).
+    #[arg(long, default_value_t = 64)]
+    pub d_model: usize,
+    /// Optimizer steps per run.
+    #[arg(long, default_value_t = 1500)]
+    pub steps: usize,
+    /// Output directory (runs/, per_position.csv, summary.json).
+    #[arg(long, default_value = "runs/canonical")]
+    pub out: PathBuf,
+}
+
+/// Runs `ropelab canonical`.
+pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
+    let (symbols, attributes) = match args.task {
+        CanonicalKind::Index => (16, 1),
+        CanonicalKind::Retrieval => (2 * args.len, 4),
+        CanonicalKind::Partial => (4, 4),
+    };
+    let task = CanonicalTask::new(
+        args.task,
+        args.len,
+        args.symbols.unwrap_or(symbols),
+        args.attributes.unwrap_or(attributes),
+    )?;
+    let planes = args.d_model / 2;
+    let mut bands = vec![];
+    for b in &args.band {
+        if b == "sweep" {
+            bands.extend(sweep(planes, args.window));
+        } else {
+            bands.push(b.parse::<Band>()?);
+        }
+    }
+    let mut e = Experiment::new(task, bands, args.seeds.clone());
+    e.d_model = args.d_model;
+    e.steps = args.steps;
+    e.check()?;
+    let config = e.run_config(&e.bands[0], e.seeds[0])?;
+    let need = training_need(&config, &args.out, 0, Engine::Fused).memory(
+        inference_need(&config.model, task.seq_len(), EVAL_MEMORY).memory_bytes(),
+        "testing",
+    );
+    guard.check("canonical", &need)?;
+    let (high, low) = split(&e.rates(), task.len);
+    println!(
+        "{} on {} items ({} symbols x {} attributes): one attention-only layer, one head of {} \
+         dims ({planes} planes, base {}; high = planes 0-{} turning >= pi over the context, \
+         low = planes {}-{} turning < 1 rad), {} bands x {} seeds, {} steps",
+        task.kind,
+        task.len,
+        task.symbols,
+        task.attributes,
+        e.d_model,
+        e.base,
+        high - 1,
+        low,
+        planes - 1,
+        e.bands.len(),
+        e.seeds.len(),
+        e.steps
+    );
+    let start = Instant::now();
+    let bars = Bars::default();
+    let summary = run(&e, &args.out, &bars)?;
+    drop(bars);
+    let mut t = Table::new(&[
+        ("band", Align::Left),
+        ("centre theta", Align::Right),
+        ("accuracy", Align::Right),
+        ("s_pos", Align::Right),
+        ("s_sym", Align::Right),
+        ("per seed", Align::Left),
+    ]);
+    for b in &summary {
+        t.row(vec![
+            b.band.clone(),
+            format!("{:.3e}", b.centre),
+            format!("{:.4}", b.accuracy),
+            format!("{:.3}", b.s_pos),
+            format!("{:.3}", b.s_sym),
+            b.per_seed
+                .iter()
+                .map(|a| format!("{a:.3}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ]);
+    }
+    println!("{}", t.to_string().trim_end());
+    println!(
+        "{:.0} s; wrote summary.json and per_position.csv in {}",
+        start.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    Ok(())
+}

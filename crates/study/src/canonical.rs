@@ -1,0 +1,568 @@
+//! Frequency-band training on the canonical tasks (docs/canonical.md): one-layer,
+//! attention-only RoPE models trained on Index, Retrieval or Partial Induction with their
+//! head restricted to a band of planes, and what each learns: accuracy overall and per answer
+//! position, the head's swap scores, per-plane projection scores, and the largest weight it
+//! puts on each key position.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, ensure, Context, Result};
+use candle_core::{Device, Tensor};
+use ropelab_analysis::swap::{swap_scores, Tau};
+use ropelab_analysis::Captured;
+use ropelab_io::{write_atomic, write_csv};
+use ropelab_model::{
+    AttentionKind, GptJ, Head, ModelConfig, Objective, PlaneMask, PositionEncoding, RopeLayout,
+};
+use ropelab_tasks::{CanonicalTask, Layout, Split, TaskKind};
+use ropelab_train::canonical_data::{accuracy_by_position, PositionAccuracy};
+use ropelab_train::{DataConfig, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY};
+use serde::{Deserialize, Serialize};
+
+use crate::job::train_with_progress;
+use crate::Progress;
+
+/// Which planes of the head rotate (the others are zeroed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Band {
+    /// Every plane.
+    All,
+    /// The high-frequency planes: those turning by at least half a circle over the context
+    /// (theta_k * len >= pi), so no fixed sign of their cosine spans it.
+    High,
+    /// The low-frequency planes: those turning by less than one radian over the context
+    /// (theta_k * len < 1). Planes in between belong to neither (docs/canonical.md).
+    Low,
+    /// Named planes.
+    Planes(Vec<usize>),
+}
+
+impl Band {
+    /// Planes that rotate, given the plane rates and the context length; an error names a
+    /// plane that does not exist or an empty band.
+    pub fn planes(&self, rates: &[f64], len: usize) -> Result<Vec<usize>> {
+        let (high, low) = split(rates, len);
+        let out: Vec<usize> = match self {
+            Band::All => (0..rates.len()).collect(),
+            Band::High => (0..high).collect(),
+            Band::Low => (low..rates.len()).collect(),
+            Band::Planes(p) => {
+                if let Some(bad) = p.iter().find(|&&p| p >= rates.len()) {
+                    bail!(
+                        "band planes={}: plane {bad} does not exist (the head has planes 0-{})",
+                        join(p),
+                        rates.len() - 1
+                    );
+                }
+                p.clone()
+            }
+        };
+        ensure!(!out.is_empty(), "band {self} holds no plane");
+        Ok(out)
+    }
+
+    /// The plane mask of the band: R for its planes, Z for the others.
+    pub fn mask(&self, rates: &[f64], len: usize) -> Result<PlaneMask> {
+        let keep = self.planes(rates, len)?;
+        let text: String = (0..rates.len())
+            .map(|p| if keep.contains(&p) { 'R' } else { 'Z' })
+            .collect();
+        text.parse().map_err(|e: String| anyhow::anyhow!(e))
+    }
+}
+
+/// The band edges for rates in decreasing order: (h, l) with planes 0..h turning by at least
+/// pi over `len` positions (the high band) and planes l.. by less than 1 radian (the low band);
+/// each band keeps at least one plane.
+pub fn split(rates: &[f64], len: usize) -> (usize, usize) {
+    let turn = |g: f64| g * len as f64;
+    let n = rates.len();
+    let high = rates
+        .iter()
+        .filter(|&&g| turn(g) >= std::f64::consts::PI)
+        .count()
+        .clamp(1, n.saturating_sub(1).max(1));
+    let low = rates
+        .iter()
+        .position(|&g| turn(g) < 1.0)
+        .unwrap_or(n - 1)
+        .clamp(high, n - 1);
+    (high, low)
+}
+
+fn join(p: &[usize]) -> String {
+    p.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl fmt::Display for Band {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Band::All => f.write_str("all"),
+            Band::High => f.write_str("high"),
+            Band::Low => f.write_str("low"),
+            Band::Planes(p) => write!(f, "planes={}", join(p)),
+        }
+    }
+}
+
+impl FromStr for Band {
+    type Err = anyhow::Error;
+    /// `all`, `high`, `low` or `planes=0,1,5` (also `planes=0-3`).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "all" => Ok(Band::All),
+            "high" => Ok(Band::High),
+            "low" => Ok(Band::Low),
+            other => {
+                let Some(list) = other.strip_prefix("planes=") else {
+                    bail!("unknown band {other:?} (expected all, high, low, planes=LIST or sweep)");
+                };
+                let mut planes = vec![];
+                for part in list.split(',') {
+                    let num = |t: &str| -> Result<usize> {
+                        t.trim()
+                            .parse()
+                            .with_context(|| format!("band {other:?}: {t:?} is not a plane number"))
+                    };
+                    match part.split_once('-') {
+                        Some((a, b)) => {
+                            let (a, b) = (num(a)?, num(b)?);
+                            ensure!(a <= b, "band {other:?}: {part:?} runs backwards");
+                            planes.extend(a..=b);
+                        }
+                        None => planes.push(num(part)?),
+                    }
+                }
+                planes.sort_unstable();
+                planes.dedup();
+                Ok(Band::Planes(planes))
+            }
+        }
+    }
+}
+
+/// The bands of `--band sweep`: all, high, low, then windows of `width` consecutive planes
+/// sliding by `width / 2` (at least 1).
+pub fn sweep(planes: usize, width: usize) -> Vec<Band> {
+    let mut out = vec![Band::All, Band::High, Band::Low];
+    let width = width.clamp(1, planes);
+    let stride = (width / 2).max(1);
+    let mut start = 0;
+    while start + width <= planes {
+        out.push(Band::Planes((start..start + width).collect()));
+        start += stride;
+    }
+    out
+}
+
+/// One experiment: a task, bands, seeds and the model and training settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Experiment {
+    /// The task.
+    pub task: CanonicalTask,
+    /// Bands.
+    pub bands: Vec<Band>,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Model width (one head of this size).
+    pub d_model: usize,
+    /// RoPE base.
+    pub base: f64,
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Samples per batch.
+    pub batch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Test samples (an equal share per answer position).
+    pub test: usize,
+    /// Test samples the head's swap scores and weights are read on.
+    pub score_samples: usize,
+}
+
+impl Experiment {
+    /// The defaults for `task`: one 64-dim head (32 planes), base 10,000, 1,500 steps of 64 at
+    /// lr 3e-3, 2,048 test samples, 64 scored.
+    pub fn new(task: CanonicalTask, bands: Vec<Band>, seeds: Vec<u64>) -> Self {
+        Experiment {
+            task,
+            bands,
+            seeds,
+            d_model: 64,
+            base: 10_000.0,
+            steps: 1500,
+            batch: 64,
+            lr: 3e-3,
+            test: 2048,
+            score_samples: 64,
+        }
+    }
+
+    /// The plane rates of the head.
+    pub fn rates(&self) -> Vec<f64> {
+        ropelab_model::rope::frequencies(self.base, self.d_model)
+    }
+
+    /// Checks the settings and every band.
+    pub fn check(&self) -> Result<()> {
+        self.task.check()?;
+        ensure!(
+            !self.bands.is_empty(),
+            "the experiment needs at least one band"
+        );
+        ensure!(
+            !self.seeds.is_empty(),
+            "the experiment needs at least one seed"
+        );
+        ensure!(
+            self.d_model >= 2 && self.d_model.is_multiple_of(2),
+            "d_model must be even and at least 2, got {}",
+            self.d_model
+        );
+        ensure!(
+            self.base.is_finite() && self.base > 0.0,
+            "the RoPE base must be positive, got {}",
+            self.base
+        );
+        ensure!(
+            self.steps >= 1 && self.batch >= 1 && self.test >= 1 && self.score_samples >= 1,
+            "steps, batch, test and scored samples must be at least 1"
+        );
+        for b in &self.bands {
+            b.planes(&self.rates(), self.task.len)?;
+        }
+        Ok(())
+    }
+
+    /// The run config of one band and seed.
+    pub fn run_config(&self, band: &Band, seed: u64) -> Result<RunConfig> {
+        let planes = band.mask(&self.rates(), self.task.len)?;
+        let model = ModelConfig {
+            vocab_size: self.task.vocab(),
+            n_layers: 1,
+            n_heads: 1,
+            d_model: self.d_model,
+            d_mlp: 4 * self.d_model,
+            ln_eps: 1e-5,
+            dropout: 0.0,
+            tied_embeddings: false,
+            position: PositionEncoding::Rope {
+                base: self.base,
+                rotary_dim: self.d_model,
+                layout: RopeLayout::Interleaved,
+                planes,
+            },
+            layer_positions: vec![],
+            attention: AttentionKind::Softmax,
+            mlp: false,
+            layer_norm: true,
+            head: Head::Lm,
+        };
+        let config = RunConfig {
+            preset: "canonical".into(),
+            task: TaskKind::Canonical,
+            seed,
+            objective: Objective::LastToken,
+            layout: Layout::default(),
+            language: None,
+            offset: None,
+            canonical: Some(self.task),
+            data: DataConfig {
+                train: self.steps.saturating_mul(self.batch),
+                val: 8 * self.task.len,
+                test: self.test,
+            },
+            model,
+            optim: OptimConfig {
+                steps: self.steps,
+                batch_size: self.batch,
+                lr: self.lr,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                warmup: (self.steps / 10).min(1000),
+                eval_every: (self.steps / 4).max(1),
+                save_every: self.steps,
+                log_every: (self.steps / 50).max(1),
+                keep: Retention {
+                    last: Some(1),
+                    every: None,
+                },
+            },
+        };
+        config.check()?;
+        Ok(config)
+    }
+}
+
+/// The run directory of one band and seed.
+pub fn run_dir(out: &Path, task: &CanonicalTask, band: &Band, seed: u64) -> PathBuf {
+    out.join("runs")
+        .join(task.kind.name())
+        .join(band.to_string().replace([',', '='], "-"))
+        .join(format!("seed-{seed}"))
+}
+
+/// What one trained head does (a run's `head.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadReport {
+    /// Test accuracy.
+    pub accuracy: f64,
+    /// Mean positional swap score at the query over the scored samples.
+    pub s_pos: f64,
+    /// Mean symbolic swap score.
+    pub s_sym: f64,
+    /// Per-plane projection heads' (s_pos, s_sym), planes that rotate only.
+    pub planes: Vec<PlaneScore>,
+    /// Largest attention weight the query put on each key position over the scored samples.
+    pub w_max: Vec<f64>,
+}
+
+/// The swap scores of one plane's projection head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlaneScore {
+    /// Plane.
+    pub plane: usize,
+    /// Its rate (radians per position).
+    pub theta: f64,
+    /// Positional score.
+    pub s_pos: f64,
+    /// Symbolic score.
+    pub s_sym: f64,
+}
+
+/// One row of `per_position.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerPositionRow {
+    /// Task.
+    pub task: String,
+    /// Band.
+    pub band: String,
+    /// Seed.
+    pub seed: u64,
+    /// Answer position.
+    pub position: usize,
+    /// Test samples with their answer there.
+    pub n: usize,
+    /// Accuracy.
+    pub accuracy: f64,
+    /// Largest weight the query put on that key position.
+    pub w_max: f64,
+}
+
+/// One entry of `summary.json`: a band's means over seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BandSummary {
+    /// Task.
+    pub task: String,
+    /// Band.
+    pub band: String,
+    /// Planes that rotate.
+    pub planes: Vec<usize>,
+    /// Mean rate of the band's planes (its centre frequency, radians per position).
+    pub centre: f64,
+    /// Mean test accuracy over seeds.
+    pub accuracy: f64,
+    /// Mean s_pos over seeds.
+    pub s_pos: f64,
+    /// Mean s_sym over seeds.
+    pub s_sym: f64,
+    /// Test accuracy per seed.
+    pub per_seed: Vec<f64>,
+}
+
+/// The head's scores and weights on `n` test samples.
+fn score_head(
+    model: &GptJ,
+    task: &CanonicalTask,
+    seed: u64,
+    n: usize,
+    rates: &[f64],
+    keep: &[usize],
+) -> Result<(f64, f64, Vec<PlaneScore>, Vec<f64>)> {
+    let samples: Vec<_> = (0..n as u64)
+        .map(|i| task.sample(seed, Split::Test, i))
+        .collect();
+    let ids: Vec<u32> = samples.iter().flat_map(|s| s.ids.iter().copied()).collect();
+    let seq = task.seq_len();
+    let ids = Tensor::from_vec(ids, (n, seq), &Device::Cpu)?;
+    let captured = Captured::run(model, &ids, false)?;
+    let query = seq - 1;
+    let (mut s_pos, mut s_sym) = (0.0, 0.0);
+    let mut planes: Vec<PlaneScore> = keep
+        .iter()
+        .map(|&p| PlaneScore {
+            plane: p,
+            theta: rates[p],
+            s_pos: 0.0,
+            s_sym: 0.0,
+        })
+        .collect();
+    let mut w_max = vec![0f64; task.len];
+    for b in 0..n {
+        let view = captured.head_view(0, b, 0, query)?;
+        let s = swap_scores(&view, Tau::DEFAULT);
+        s_pos += s.s_pos / n as f64;
+        s_sym += s.s_sym / n as f64;
+        for p in planes.iter_mut() {
+            let ps = swap_scores(&view.plane(p.plane), Tau::DEFAULT);
+            p.s_pos += ps.s_pos / n as f64;
+            p.s_sym += ps.s_sym / n as f64;
+        }
+        let row = captured.pattern_row(0, b, 0, query)?;
+        for (j, w) in w_max.iter_mut().enumerate() {
+            *w = w.max(row[j]);
+        }
+    }
+    Ok((s_pos, s_sym, planes, w_max))
+}
+
+/// Trains (or reuses) every band and seed in `out/runs/...`, tests and scores each model, and
+/// writes `out/per_position.csv` and `out/summary.json`. Returns the summary per band.
+pub fn run(
+    experiment: &Experiment,
+    out: &Path,
+    progress: &dyn Progress,
+) -> Result<Vec<BandSummary>> {
+    experiment.check()?;
+    let device = Device::Cpu;
+    let rates = experiment.rates();
+    let task = &experiment.task;
+    let mut rows = vec![];
+    let mut summary = vec![];
+    for band in &experiment.bands {
+        let keep = band.planes(&rates, task.len)?;
+        let mut reports = vec![];
+        for &seed in &experiment.seeds {
+            let dir = run_dir(out, task, band, seed);
+            let head_path = dir.join("head.json");
+            let positions_path = dir.join("per_position.csv");
+            let label = format!("{} {band} s{seed}", task.kind);
+            let (report, positions): (HeadReport, Vec<PositionAccuracy>) =
+                if head_path.exists() && positions_path.exists() {
+                    let text = std::fs::read_to_string(&head_path)
+                        .with_context(|| format!("cannot read {}", head_path.display()))?;
+                    let report = serde_json::from_str(&text)
+                        .with_context(|| format!("{} is not a head report", head_path.display()))?;
+                    let text = std::fs::read_to_string(&positions_path)
+                        .with_context(|| format!("cannot read {}", positions_path.display()))?;
+                    (
+                        report,
+                        ropelab_io::read_csv(&text, &positions_path.display().to_string())?,
+                    )
+                } else {
+                    let config = experiment.run_config(band, seed)?;
+                    let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
+                    train_with_progress(&mut trainer, &label, progress)?;
+                    let stage = progress.stage(&format!("test {label}"), 1);
+                    let positions = accuracy_by_position(
+                        trainer.model(),
+                        task,
+                        seed,
+                        Split::Test,
+                        experiment.test,
+                        EVAL_MEMORY,
+                    )?;
+                    let (s_pos, s_sym, planes, w_max) = score_head(
+                        trainer.model(),
+                        task,
+                        seed,
+                        experiment.score_samples,
+                        &rates,
+                        &keep,
+                    )?;
+                    drop(stage);
+                    let n: usize = positions.iter().map(|r| r.n).sum();
+                    let correct: usize = positions.iter().map(|r| r.correct).sum();
+                    let report = HeadReport {
+                        accuracy: correct as f64 / n.max(1) as f64,
+                        s_pos,
+                        s_sym,
+                        planes,
+                        w_max,
+                    };
+                    write_csv(&positions_path, &positions)?;
+                    write_atomic(
+                        &head_path,
+                        serde_json::to_string_pretty(&report)?.as_bytes(),
+                    )?;
+                    (report, positions)
+                };
+            rows.extend(positions.iter().map(|p| PerPositionRow {
+                task: task.kind.name().into(),
+                band: band.to_string(),
+                seed,
+                position: p.position,
+                n: p.n,
+                accuracy: p.correct as f64 / p.n.max(1) as f64,
+                w_max: report.w_max.get(p.position).copied().unwrap_or(f64::NAN),
+            }));
+            reports.push(report);
+        }
+        let mean = |f: &dyn Fn(&HeadReport) -> f64| {
+            reports.iter().map(f).sum::<f64>() / reports.len() as f64
+        };
+        summary.push(BandSummary {
+            task: task.kind.name().into(),
+            band: band.to_string(),
+            centre: keep.iter().map(|&p| rates[p]).sum::<f64>() / keep.len() as f64,
+            planes: keep,
+            accuracy: mean(&|r| r.accuracy),
+            s_pos: mean(&|r| r.s_pos),
+            s_sym: mean(&|r| r.s_sym),
+            per_seed: reports.iter().map(|r| r.accuracy).collect(),
+        });
+    }
+    write_csv(&out.join("per_position.csv"), &rows)?;
+    write_atomic(
+        &out.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?.as_bytes(),
+    )?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_parse_split_and_mask() {
+        let rates = ropelab_model::rope::frequencies(1e4, 16); // 1, 0.316, 0.1, ... 8 planes
+                                                               // Over 16 positions, planes with theta >= 1/16: 1, 0.316, 0.1 -> 3 high planes.
+        assert_eq!(split(&rates, 16), 3);
+        assert_eq!(Band::High.planes(&rates, 16).unwrap(), vec![0, 1, 2]);
+        assert_eq!(
+            Band::Low.planes(&rates, 16).unwrap(),
+            (3..8).collect::<Vec<_>>()
+        );
+        let mask = Band::Low.mask(&rates, 16).unwrap();
+        assert_eq!(mask.len(), 8);
+        assert_eq!(mask, "ZZZRRRRR".parse().unwrap());
+        assert_eq!(
+            "planes=0-2,5".parse::<Band>().unwrap(),
+            Band::Planes(vec![0, 1, 2, 5])
+        );
+        assert_eq!(Band::Planes(vec![0, 5]).to_string(), "planes=0,5");
+        let err = Band::Planes(vec![9])
+            .planes(&rates, 16)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("plane 9 does not exist (the head has planes 0-7)"),
+            "{err}"
+        );
+        for bad in ["mid", "planes=", "planes=3-1", "planes=x"] {
+            assert!(bad.parse::<Band>().is_err(), "{bad}");
+        }
+        let s = sweep(8, 4);
+        assert_eq!(s.len(), 3 + 3);
+        assert_eq!(s[3], Band::Planes(vec![0, 1, 2, 3]));
+        assert_eq!(s[5], Band::Planes(vec![4, 5, 6, 7]));
+    }
+}
