@@ -1,0 +1,97 @@
+//! `ropelab canonical` end to end on a tiny run, and its bad input as one-line errors.
+
+mod common;
+
+use common::{ok, ropelab};
+
+fn one_line_error(args: &[&str], needle: &str) {
+    let out = ropelab(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected a failure: {args:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_tiny_band_sweep_prints_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("canonical");
+    let text = ok(ropelab(&[
+        "canonical",
+        "--task",
+        "index",
+        "--band",
+        "sweep",
+        "--window",
+        "4",
+        "--d-model",
+        "16",
+        "--len",
+        "8",
+        "--steps",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    // all, high, low, and windows 0-3, 2-5, 4-7 of the 8 planes.
+    for band in [
+        "all",
+        "high",
+        "low",
+        "planes=0,1,2,3",
+        "planes=2,3,4,5",
+        "planes=4,5,6,7",
+    ] {
+        assert!(text.contains(band), "{band} not in {text}");
+    }
+    assert!(
+        text.contains("s_pos") && text.contains("centre theta"),
+        "{text}"
+    );
+    assert!(out.join("summary.json").exists() && out.join("per_position.csv").exists());
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never");
+    let o = out.to_str().unwrap();
+    one_line_error(
+        &[
+            "canonical",
+            "--task",
+            "index",
+            "--band",
+            "planes=40",
+            "--out",
+            o,
+        ],
+        "plane 40 does not exist",
+    );
+    one_line_error(
+        &["canonical", "--task", "copy", "--out", o],
+        "unknown canonical task",
+    );
+    one_line_error(
+        &["canonical", "--task", "index", "--band", "mid", "--out", o],
+        "unknown band",
+    );
+    one_line_error(
+        &[
+            "canonical",
+            "--task",
+            "retrieval",
+            "--symbols",
+            "4",
+            "--out",
+            o,
+        ],
+        "distinct symbols",
+    );
+    one_line_error(
+        &["canonical", "--task", "index", "--len", "1", "--out", o],
+        "at least 2 items",
+    );
+    assert!(!out.exists(), "a refused experiment wrote nothing");
+}
