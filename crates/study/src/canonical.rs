@@ -533,10 +533,12 @@ mod tests {
 
     #[test]
     fn bands_parse_split_and_mask() {
-        let rates = ropelab_model::rope::frequencies(1e4, 16); // 1, 0.316, 0.1, ... 8 planes
-                                                               // Over 16 positions, planes with theta >= 1/16: 1, 0.316, 0.1 -> 3 high planes.
-        assert_eq!(split(&rates, 16), 3);
-        assert_eq!(Band::High.planes(&rates, 16).unwrap(), vec![0, 1, 2]);
+        // 8 planes turning by 1, 0.316, 0.1, 0.0316, ... radians per position.
+        let rates = ropelab_model::rope::frequencies(1e4, 16);
+        // Over 16 positions: theta >= pi / 16 = 0.196 for 1 and 0.316 (high), theta < 1 / 16 =
+        // 0.0625 from 0.0316 on (low); plane 2 (0.1) is in neither.
+        assert_eq!(split(&rates, 16), (2, 3));
+        assert_eq!(Band::High.planes(&rates, 16).unwrap(), vec![0, 1]);
         assert_eq!(
             Band::Low.planes(&rates, 16).unwrap(),
             (3..8).collect::<Vec<_>>()
