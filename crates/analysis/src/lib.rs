@@ -6,6 +6,7 @@
 //! heads, frequency use, purity, attention entropy, and the learning dynamics of a run.
 
 pub mod attention;
+pub mod canonical;
 pub mod capture;
 pub mod claims;
 pub mod dynamics;

@@ -50,6 +50,22 @@ fn a_tiny_band_sweep_prints_its_table() {
         "{text}"
     );
     assert!(out.join("summary.json").exists() && out.join("per_position.csv").exists());
+    let o = out.to_str().unwrap();
+    for kind in ["canonical-positions", "canonical-wmax", "canonical-sweep"] {
+        let svg = dir.path().join("figure.svg");
+        ok(ropelab(&[
+            "plot",
+            kind,
+            "--dir",
+            o,
+            "--out",
+            svg.to_str().unwrap(),
+        ]));
+        assert!(
+            std::fs::read_to_string(&svg).unwrap().starts_with("<svg"),
+            "{kind}"
+        );
+    }
 }
 
 #[test]

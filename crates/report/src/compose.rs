@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
 use ropelab_analysis::dynamics::GAMMA;
 use ropelab_analysis::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
@@ -38,6 +39,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     let only_pretrained = !study && pretrained.is_some() && !dir.join("config.toml").exists();
     let languages = dir.join("nstar.csv").exists();
     let offset = is_offset(dir);
+    let canonical = is_canonical(dir);
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -46,13 +48,15 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             about.text("Config (config.toml):");
             about.pre(&config);
         }
-        None if only_pretrained || languages || offset => {}
+        None if only_pretrained || languages || offset || canonical => {}
         None => about.not_run("config.toml is missing"),
     }
     if languages {
         sections.push(languages_section(dir)?);
     } else if offset {
         sections.push(offset_section(dir)?);
+    } else if canonical {
+        sections.push(canonical_section(dir)?);
     } else if only_pretrained {
         sections.extend(pretrained);
     } else if study {
@@ -84,6 +88,8 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         "formal-language experiment"
     } else if offset {
         "fixed-offset experiment"
+    } else if canonical {
+        "frequency-band experiment"
     } else if study {
         "study"
     } else if only_pretrained {
@@ -172,6 +178,73 @@ fn languages_section(dir: &Path) -> Result<Section> {
             s.table(&header, &cells);
         }
     }
+    Ok(s)
+}
+
+/// A `ropelab canonical` directory holds `summary.json` and `per_position.csv`.
+fn is_canonical(dir: &Path) -> bool {
+    dir.join("summary.json").exists() && dir.join("per_position.csv").exists()
+}
+
+/// Frequency-band training on a canonical task: accuracy and w_max per answer position per
+/// band, the band sweep, and the summary per band.
+fn canonical_section(dir: &Path) -> Result<Section> {
+    let mut s = Section::new(
+        "canonical",
+        "Canonical task: which frequency bands solve it",
+    );
+    let positions: Vec<PerPositionRow> = match read_text(&dir.join("per_position.csv"))? {
+        Some(t) => read_csv(&t, &dir.join("per_position.csv").display().to_string())
+            .map_err(ReportError::from_display)?,
+        None => vec![],
+    };
+    let summary: Vec<BandSummary> = match read_text(&dir.join("summary.json"))? {
+        Some(t) => serde_json::from_str(&t).map_err(|e| {
+            ReportError::Input(format!("{}: {e}", dir.join("summary.json").display()))
+        })?,
+        None => vec![],
+    };
+    s.text(
+        "One attention-only RoPE head trained with only a band of its planes (the others zeroed \
+         in q and k; docs/canonical.md): test accuracy and the largest attention weight the \
+         query put on each position (w_max), per answer position, and accuracy against the \
+         band's centre frequency.",
+    );
+    s.figures(&[
+        crate::canonical::accuracy_by_position(&positions),
+        crate::canonical::w_max_by_position(&positions),
+        crate::canonical::sweep(&summary),
+    ]);
+    let cells: Vec<Vec<String>> = summary
+        .iter()
+        .map(|b| {
+            vec![
+                b.task.clone(),
+                b.band.clone(),
+                format!("{:.3e}", b.centre),
+                format!("{:.4}", b.accuracy),
+                format!("{:.3}", b.s_pos),
+                format!("{:.3}", b.s_sym),
+                b.per_seed
+                    .iter()
+                    .map(|a| format!("{a:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ]
+        })
+        .collect();
+    s.table(
+        &[
+            "task",
+            "band",
+            "centre theta",
+            "accuracy",
+            "s_pos",
+            "s_sym",
+            "per seed",
+        ],
+        &cells,
+    );
     Ok(s)
 }
 
@@ -620,11 +693,17 @@ pub enum PlotKind {
     OffsetDilution,
     /// The most frequent argmax key versus test length (`mechanism.csv`).
     OffsetPinning,
+    /// Accuracy per answer position per band (a `ropelab canonical` directory).
+    CanonicalPositions,
+    /// w_max per position per band (`per_position.csv`).
+    CanonicalWmax,
+    /// Accuracy versus the band's centre frequency (`summary.json`).
+    CanonicalSweep,
 }
 
 impl PlotKind {
     /// Every kind with its command-line name.
-    pub const ALL: [(PlotKind, &'static str); 18] = [
+    pub const ALL: [(PlotKind, &'static str); 21] = [
         (PlotKind::Accuracy, "accuracy"),
         (PlotKind::Purity, "purity"),
         (PlotKind::SPos, "s-pos"),
@@ -643,6 +722,9 @@ impl PlotKind {
         (PlotKind::OffsetAccuracy, "offset-accuracy"),
         (PlotKind::OffsetDilution, "offset-dilution"),
         (PlotKind::OffsetPinning, "offset-pinning"),
+        (PlotKind::CanonicalPositions, "canonical-positions"),
+        (PlotKind::CanonicalWmax, "canonical-wmax"),
+        (PlotKind::CanonicalSweep, "canonical-sweep"),
     ];
 }
 
@@ -799,6 +881,22 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             } else {
                 crate::offset::pinning(&rows)
             }
+        }
+        PlotKind::CanonicalPositions | PlotKind::CanonicalWmax => {
+            let (text, origin) = csv("per_position.csv")?;
+            let rows: Vec<PerPositionRow> =
+                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            if kind == PlotKind::CanonicalPositions {
+                crate::canonical::accuracy_by_position(&rows)
+            } else {
+                crate::canonical::w_max_by_position(&rows)
+            }
+        }
+        PlotKind::CanonicalSweep => {
+            let (text, origin) = csv("summary.json")?;
+            let rows: Vec<BandSummary> = serde_json::from_str(&text)
+                .map_err(|e| ReportError::Input(format!("{origin}: {e}")))?;
+            crate::canonical::sweep(&rows)
         }
     })
 }

@@ -8,6 +8,7 @@
 //! experiment. [`compose`] decides what a
 //! directory's files allow.
 
+pub mod canonical;
 pub mod chart;
 pub mod compose;
 pub mod figures;

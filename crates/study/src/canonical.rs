@@ -21,6 +21,8 @@ use ropelab_train::canonical_data::{accuracy_by_position, PositionAccuracy};
 use ropelab_train::{DataConfig, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
+pub use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
+
 use crate::job::train_with_progress;
 use crate::Progress;
 
@@ -335,46 +337,6 @@ pub struct PlaneScore {
     pub s_pos: f64,
     /// Symbolic score.
     pub s_sym: f64,
-}
-
-/// One row of `per_position.csv`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PerPositionRow {
-    /// Task.
-    pub task: String,
-    /// Band.
-    pub band: String,
-    /// Seed.
-    pub seed: u64,
-    /// Answer position.
-    pub position: usize,
-    /// Test samples with their answer there.
-    pub n: usize,
-    /// Accuracy.
-    pub accuracy: f64,
-    /// Largest weight the query put on that key position.
-    pub w_max: f64,
-}
-
-/// One entry of `summary.json`: a band's means over seeds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BandSummary {
-    /// Task.
-    pub task: String,
-    /// Band.
-    pub band: String,
-    /// Planes that rotate.
-    pub planes: Vec<usize>,
-    /// Mean rate of the band's planes (its centre frequency, radians per position).
-    pub centre: f64,
-    /// Mean test accuracy over seeds.
-    pub accuracy: f64,
-    /// Mean s_pos over seeds.
-    pub s_pos: f64,
-    /// Mean s_sym over seeds.
-    pub s_sym: f64,
-    /// Test accuracy per seed.
-    pub per_seed: Vec<f64>,
 }
 
 /// The head's scores and weights on `n` test samples.

@@ -47,7 +47,8 @@ pub struct PlotArgs {
     /// `ropelab pretrained` output, or a study's with it in pretrained/), n-star, mod-heads,
     /// language-accuracy:LANGUAGE (from a `ropelab languages` directory), offset-accuracy,
     /// offset-dilution, offset-pinning (from a `ropelab offset` directory or a study's
-    /// offset/).
+    /// offset/), canonical-positions, canonical-wmax, canonical-sweep (from a `ropelab
+    /// canonical` directory).
     pub kind: ropelab_report::PlotKind,
     /// The run or study directory holding the figure's file.
     #[arg(long)]
