@@ -148,6 +148,23 @@ impl FromStr for Band {
     }
 }
 
+/// Items before the query, by default.
+pub const DEFAULT_LEN: usize = 16;
+
+/// Planes per window of a band sweep, by default.
+pub const DEFAULT_WINDOW: usize = 8;
+
+/// The default (symbols, attributes) of a task with `len` items: Index 16 symbols (no
+/// attributes); Retrieval 2 x len symbols (distinct ones fill the items with room to spare) x 4
+/// attributes; Partial Induction 4 symbols (so they repeat) x 4 attributes.
+pub fn default_sizes(kind: ropelab_tasks::CanonicalKind, len: usize) -> (usize, usize) {
+    match kind {
+        ropelab_tasks::CanonicalKind::Index => (16, 1),
+        ropelab_tasks::CanonicalKind::Retrieval => (2 * len, 4),
+        ropelab_tasks::CanonicalKind::Partial => (4, 4),
+    }
+}
+
 /// The bands of `--band sweep`: all, high, low, then windows of `width` consecutive planes
 /// sliding by `width / 2` (at least 1).
 pub fn sweep(planes: usize, width: usize) -> Vec<Band> {

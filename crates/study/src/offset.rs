@@ -167,7 +167,7 @@ impl Default for Experiment {
             heads: 1,
             d_model: 64,
             train_len: 16,
-            test_lens: vec![16, 24, 32, 48, 64, 96, 128],
+            test_lens: Experiment::test_lens_for(16),
             per_length: 256,
             steps: 1000,
             batch: 64,
@@ -179,6 +179,14 @@ impl Default for Experiment {
 }
 
 impl Experiment {
+    /// The default test lengths for a training length L: 1, 1.5, 2, 3, 4, 6 and 8 x L.
+    pub fn test_lens_for(train_len: usize) -> Vec<usize> {
+        [2, 3, 4, 6, 8, 12, 16]
+            .iter()
+            .map(|x| x * train_len / 2)
+            .collect()
+    }
+
     /// Checks the grid, the lengths and the APE extension rule.
     pub fn check(&self) -> Result<()> {
         for (what, empty) in [

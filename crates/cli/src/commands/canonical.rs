@@ -9,7 +9,9 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 use ropelab_io::{Align, Table};
-use ropelab_study::canonical::{run, split, sweep, Band, Experiment};
+use ropelab_study::canonical::{
+    default_sizes, run, split, sweep, Band, Experiment, DEFAULT_LEN, DEFAULT_WINDOW,
+};
 use ropelab_tasks::{CanonicalKind, CanonicalTask};
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
 
@@ -26,13 +28,13 @@ pub struct CanonicalArgs {
     #[arg(long, default_value = "all")]
     pub band: Vec<String>,
     /// Planes per window of `--band sweep`.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = DEFAULT_WINDOW)]
     pub window: usize,
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub seeds: Vec<u64>,
     /// Items before the query.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = DEFAULT_LEN)]
     pub len: usize,
     /// Symbols (default: index 16, retrieval 2 x len, partial 4).
     #[arg(long)]
@@ -40,12 +42,12 @@ pub struct CanonicalArgs {
     /// Attributes per symbol (default: index 1, the others 4).
     #[arg(long)]
     pub attributes: Option<usize>,
-    /// Model width = the head's size (its planes are half of it).
-    #[arg(long, default_value_t = 64)]
-    pub d_model: usize,
-    /// Optimizer steps per run.
-    #[arg(long, default_value_t = 1500)]
-    pub steps: usize,
+    /// Model width = the head's size (its planes are half of it; default 64).
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// Optimizer steps per run (default 1,500).
+    #[arg(long)]
+    pub steps: Option<usize>,
     /// Output directory (runs/, per_position.csv, summary.json).
     #[arg(long, default_value = "runs/canonical")]
     pub out: PathBuf,
@@ -53,18 +55,17 @@ pub struct CanonicalArgs {
 
 /// Runs `ropelab canonical`.
 pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
-    let (symbols, attributes) = match args.task {
-        CanonicalKind::Index => (16, 1),
-        CanonicalKind::Retrieval => (2 * args.len, 4),
-        CanonicalKind::Partial => (4, 4),
-    };
+    let (symbols, attributes) = default_sizes(args.task, args.len);
     let task = CanonicalTask::new(
         args.task,
         args.len,
         args.symbols.unwrap_or(symbols),
         args.attributes.unwrap_or(attributes),
     )?;
-    let planes = args.d_model / 2;
+    let mut e = Experiment::new(task, vec![], args.seeds.clone());
+    e.d_model = args.d_model.unwrap_or(e.d_model);
+    e.steps = args.steps.unwrap_or(e.steps);
+    let planes = e.d_model / 2;
     let mut bands = vec![];
     for b in &args.band {
         if b == "sweep" {
@@ -73,9 +74,7 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
             bands.push(b.parse::<Band>()?);
         }
     }
-    let mut e = Experiment::new(task, bands, args.seeds.clone());
-    e.d_model = args.d_model;
-    e.steps = args.steps;
+    e.bands = bands;
     e.check()?;
     let config = e.run_config(&e.bands[0], e.seeds[0])?;
     let need = training_need(&config, &args.out, 0, Engine::Fused).memory(

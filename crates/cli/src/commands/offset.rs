@@ -54,9 +54,10 @@ pub struct OffsetArgs {
     /// Score every position i >= k (the full-sequence variant), not only the last.
     #[arg(long)]
     pub full_sequence: bool,
-    /// What APE does at a position beyond its table: clamp (reuse the last row) or error.
-    #[arg(long, default_value = "clamp", value_parser = ["clamp", "error"])]
-    pub ape_beyond: String,
+    /// What APE does at a position beyond its table: clamp (reuse the last row; the default)
+    /// or error.
+    #[arg(long, value_parser = ["clamp", "error"])]
+    pub ape_beyond: Option<String>,
     /// Output directory (runs/, accuracy.csv).
     #[arg(long, default_value = "runs/offset")]
     pub out: PathBuf,
@@ -79,10 +80,7 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
     }
     if let Some(n) = args.train_len {
         e.train_len = n as usize;
-        e.test_lens = [2, 3, 4, 6, 8, 12, 16]
-            .iter()
-            .map(|x| x * e.train_len / 2)
-            .collect();
+        e.test_lens = Experiment::test_lens_for(e.train_len);
     }
     if let Some(v) = args.test_lens {
         e.test_lens = v;
@@ -100,11 +98,11 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
         e.heads = n as usize;
     }
     e.full_sequence = args.full_sequence;
-    e.ape_beyond = if args.ape_beyond == "error" {
-        Beyond::Error
-    } else {
-        Beyond::Clamp
-    };
+    match args.ape_beyond.as_deref() {
+        Some("error") => e.ape_beyond = Beyond::Error,
+        Some(_) => e.ape_beyond = Beyond::Clamp,
+        None => {}
+    }
     e.check()?;
     let grid = e.grid();
     let (pe, a, k, seed) = grid[0];
