@@ -25,8 +25,8 @@ impl OffsetFiles {
             return Ok(None);
         }
         Ok(Some(Self {
-            accuracy: read_rows(&dir.join("accuracy.csv"))?,
-            runs: read_rows(&runs_path)?,
+            accuracy: read_file(&dir.join("accuracy.csv"))?,
+            runs: read_file(&runs_path)?,
         }))
     }
 
@@ -63,14 +63,9 @@ impl OffsetFiles {
     }
 }
 
-/// The rows of one CSV file.
-fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    let text = std::fs::read_to_string(path).map_err(|e| AnalysisError::Io {
-        path: path.to_owned(),
-        source: e,
-    })?;
-    ropelab_io::read_csv(&text, &path.display().to_string())
-        .map_err(|e| AnalysisError::Invalid(e.to_string()))
+/// The rows of one CSV file, as an analysis error.
+fn read_file<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    ropelab_io::read_csv_file(path).map_err(|e| AnalysisError::Invalid(e.to_string()))
 }
 
 /// Measurements of one claim: texts, how many hold, how many were measured.

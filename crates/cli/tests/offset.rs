@@ -2,16 +2,7 @@
 
 mod common;
 
-use common::{ok, ropelab};
-
-fn one_line_error(args: &[&str], needle: &str) {
-    let out = ropelab(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected a failure: {args:?}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains(needle), "{needle:?} not in {err}");
-    assert!(!err.contains("panicked"), "{err}");
-}
+use common::{ok, refused as one_line_error, ropelab};
 
 #[test]
 fn a_tiny_experiment_prints_its_tables_and_writes_its_files() {

@@ -45,6 +45,13 @@ pub fn to_csv<T: Serialize>(rows: &[T]) -> Result<String, CsvError> {
     String::from_utf8(bytes).map_err(|e| error("CSV rows", e))
 }
 
+/// Reads the rows of the CSV file `path` (the error names the file).
+pub fn read_csv_file<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, CsvError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| error(&origin, e))?;
+    read_csv(&text, &origin)
+}
+
 /// Writes `rows` as CSV to `path`, atomically.
 pub fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), CsvError> {
     let origin = path.display().to_string();

@@ -16,7 +16,9 @@ pub mod toml_error;
 
 pub use atomic::{staging_dir_in, write_atomic, write_atomic_with, AtomicFile};
 pub use checksum::{sha256_file, Manifest};
-pub use csv_rows::{csv_records, read_csv, records_to_csv, to_csv, write_csv, CsvError};
+pub use csv_rows::{
+    csv_records, read_csv, read_csv_file, records_to_csv, to_csv, write_csv, CsvError,
+};
 pub use lock::{DirLock, LockError};
 pub use resources::{Available, Need, ResourceError, Size};
 pub use table::{Align, Table};

@@ -11,7 +11,7 @@ use candle_core::Device;
 pub use ropelab_analysis::languages::{n_star, offset_rows, LengthRow, NStarRow, OffsetRow};
 use ropelab_analysis::modular::{bos_curves, mod_head_rows, RunLabel};
 pub use ropelab_analysis::modular::{ModHeadRow, MOD_THRESHOLD};
-use ropelab_io::{read_csv, write_csv};
+use ropelab_io::{read_csv_file, write_csv};
 use ropelab_model::{
     AttentionKind, Head, ModelConfig, Objective, PeriodicTables, PositionEncoding,
 };
@@ -388,7 +388,7 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
         let heads_path = dir.join("heads.csv");
         let mut trained: Option<Trainer> = None;
         let rows: Vec<LengthAccuracy> = if lengths_path.exists() {
-            read_rows(&lengths_path)?
+            read_csv_file(&lengths_path)?
         } else {
             let config = experiment.run_config(language, pe, seed, lr);
             let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
@@ -426,7 +426,7 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
             max_len: rows.last().map_or(0, |r| r.length),
         };
         let heads: Vec<ModHeadRow> = if heads_path.exists() {
-            read_rows(&heads_path)?
+            read_csv_file(&heads_path)?
         } else {
             let loaded;
             let model = match &trained {
@@ -487,13 +487,6 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
     write_csv(&out.join("heads.csv"), &outcome.heads)?;
     write_csv(&out.join("offset.csv"), &outcome.offsets)?;
     Ok(outcome)
-}
-
-/// The rows of a CSV file a run wrote.
-fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(read_csv(&text, &path.display().to_string())?)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use ropelab_analysis::offset::{
     carrier_planes, carrier_summary, equivariance_deviation, mechanisms, PlaneRow,
 };
 pub use ropelab_analysis::offset::{CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetRunRow};
-use ropelab_io::{read_csv, write_csv};
+use ropelab_io::{read_csv_file, write_csv};
 use ropelab_model::{
     AttentionKind, Beyond, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
 };
@@ -424,7 +424,7 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
         let run_path = dir.join("run.csv");
         let mut trained: Option<Trainer> = None;
         let rows: Vec<LengthAccuracy> = if lengths_path.exists() {
-            read_rows(&lengths_path)?
+            read_csv_file(&lengths_path)?
         } else {
             let config = experiment.run_config(pe, attention, k, seed);
             let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
@@ -454,11 +454,11 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
                 .map_or(f64::NAN, |r| r.accuracy())
         };
         let (run_row, mechanism): (OffsetRunRow, Vec<MechanismLine>) = if run_path.exists() {
-            let run_row = read_rows::<OffsetRunRow>(&run_path)?
+            let run_row = read_csv_file::<OffsetRunRow>(&run_path)?
                 .pop()
                 .with_context(|| format!("{} is empty", run_path.display()))?;
             let mechanism = if dir.join("mechanism.csv").exists() {
-                read_rows(&dir.join("mechanism.csv"))?
+                read_csv_file(&dir.join("mechanism.csv"))?
             } else {
                 vec![]
             };
@@ -586,13 +586,6 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
     write_csv(&out.join("runs.csv"), &outcome.runs)?;
     write_csv(&out.join("mechanism.csv"), &outcome.mechanisms)?;
     Ok(outcome)
-}
-
-/// The rows of a CSV file a run wrote.
-fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(read_csv(&text, &path.display().to_string())?)
 }
 
 /// One (encoding, attention) line of [`summary`]: pe, attention, (test length, mean accuracy).

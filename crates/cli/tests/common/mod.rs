@@ -20,3 +20,14 @@ pub fn ok(out: Output) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Runs `ropelab args`, which must be refused with one line on standard error that contains
+/// `needle` (and no panic).
+pub fn refused(args: &[&str], needle: &str) {
+    let out = ropelab(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected a failure: {args:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
