@@ -6,6 +6,7 @@
 //! heads, frequency use, purity, attention entropy, and the learning dynamics of a run.
 
 pub mod attention;
+pub mod band;
 pub mod canonical;
 pub mod capture;
 pub mod claims;
@@ -16,6 +17,7 @@ pub mod languages;
 pub mod lengthgen;
 pub mod lens;
 pub mod margin;
+pub mod mask;
 pub mod modular;
 pub mod offset;
 pub mod offset_claims;

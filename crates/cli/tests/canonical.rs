@@ -1,4 +1,5 @@
-//! `ropelab canonical` end to end on a tiny run, and its bad input as one-line errors.
+//! `ropelab canonical` end to end on a tiny run, `ropelab mask` on a tiny GPT-J run, and their
+//! bad input as one-line errors.
 
 mod common;
 
@@ -101,4 +102,44 @@ fn bad_input_is_a_one_line_error() {
         "at least 2 items",
     );
     assert!(!out.exists(), "a refused experiment wrote nothing");
+}
+
+#[test]
+fn mask_writes_the_drop_per_hop_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("number");
+    let run = run.to_str().unwrap();
+    common::ok(common::ropelab(&[
+        "train", "--task", "number", "--preset", "tiny", "--steps", "4", "--out", run,
+    ]));
+    let stdout = common::ok(common::ropelab(&[
+        "mask", "--run", run, "--layers", "each", "--layers", "0-1", "--band", "no-high", "--band",
+        "low", "--n", "16",
+    ]));
+    assert!(stdout.contains("unmasked accuracy"), "{stdout}");
+    let csv = std::fs::read_to_string(std::path::Path::new(run).join("mask.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "layers,band,planes_kept,planes_total,hop,n,baseline,accuracy,drop"
+    );
+    // 3 groups x 2 bands x (all + 4 hops).
+    assert_eq!(lines.len(), 1 + 3 * 2 * 5);
+    assert!(
+        lines[1].starts_with("0,no-high,3,4,all,16,"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines.iter().any(|l| l.starts_with("0-1,low,")), "{csv}");
+    common::refused(
+        &["mask", "--run", run, "--layers", "2"],
+        "layer 2 does not exist",
+    );
+    common::refused(
+        &["mask", "--run", run, "--band", "planes=7"],
+        "plane 7 does not exist",
+    );
+    common::refused(&["mask", "--run", run, "--band", "middle"], "unknown band");
+    let missing = dir.path().join("none");
+    common::refused(&["mask", "--run", missing.to_str().unwrap()], "none");
 }

@@ -4,149 +4,26 @@
 //! position, the head's swap scores, per-plane projection scores, and the largest weight it
 //! puts on each key position.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
 use ropelab_analysis::swap::{swap_scores, Tau};
 use ropelab_analysis::Captured;
 use ropelab_io::{write_atomic, write_csv};
 use ropelab_model::{
-    AttentionKind, GptJ, Head, ModelConfig, Objective, PlaneMask, PositionEncoding, RopeLayout,
+    AttentionKind, GptJ, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
 };
 use ropelab_tasks::{CanonicalTask, Layout, Split, TaskKind};
 use ropelab_train::canonical_data::{accuracy_by_position, PositionAccuracy};
 use ropelab_train::{DataConfig, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
+pub use ropelab_analysis::band::{split, sweep, Band};
 pub use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
 
 use crate::job::train_with_progress;
 use crate::Progress;
-
-/// Which planes of the head rotate (the others are zeroed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Band {
-    /// Every plane.
-    All,
-    /// The high-frequency planes: those turning by at least half a circle over the context
-    /// (theta_k * len >= pi), so no fixed sign of their cosine spans it.
-    High,
-    /// The low-frequency planes: those turning by less than one radian over the context
-    /// (theta_k * len < 1). Planes in between belong to neither (docs/canonical.md).
-    Low,
-    /// Named planes.
-    Planes(Vec<usize>),
-}
-
-impl Band {
-    /// Planes that rotate, given the plane rates and the context length; an error names a
-    /// plane that does not exist or an empty band.
-    pub fn planes(&self, rates: &[f64], len: usize) -> Result<Vec<usize>> {
-        let (high, low) = split(rates, len);
-        let out: Vec<usize> = match self {
-            Band::All => (0..rates.len()).collect(),
-            Band::High => (0..high).collect(),
-            Band::Low => (low..rates.len()).collect(),
-            Band::Planes(p) => {
-                if let Some(bad) = p.iter().find(|&&p| p >= rates.len()) {
-                    bail!(
-                        "band planes={}: plane {bad} does not exist (the head has planes 0-{})",
-                        join(p),
-                        rates.len() - 1
-                    );
-                }
-                p.clone()
-            }
-        };
-        ensure!(!out.is_empty(), "band {self} holds no plane");
-        Ok(out)
-    }
-
-    /// The plane mask of the band: R for its planes, Z for the others.
-    pub fn mask(&self, rates: &[f64], len: usize) -> Result<PlaneMask> {
-        let keep = self.planes(rates, len)?;
-        let text: String = (0..rates.len())
-            .map(|p| if keep.contains(&p) { 'R' } else { 'Z' })
-            .collect();
-        text.parse().map_err(|e: String| anyhow::anyhow!(e))
-    }
-}
-
-/// The band edges for rates in decreasing order: (h, l) with planes 0..h turning by at least
-/// pi over `len` positions (the high band) and planes l.. by less than 1 radian (the low band);
-/// each band keeps at least one plane.
-pub fn split(rates: &[f64], len: usize) -> (usize, usize) {
-    let turn = |g: f64| g * len as f64;
-    let n = rates.len();
-    let high = rates
-        .iter()
-        .filter(|&&g| turn(g) >= std::f64::consts::PI)
-        .count()
-        .clamp(1, n.saturating_sub(1).max(1));
-    let low = rates
-        .iter()
-        .position(|&g| turn(g) < 1.0)
-        .unwrap_or(n - 1)
-        .clamp(high, n - 1);
-    (high, low)
-}
-
-fn join(p: &[usize]) -> String {
-    p.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-impl fmt::Display for Band {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Band::All => f.write_str("all"),
-            Band::High => f.write_str("high"),
-            Band::Low => f.write_str("low"),
-            Band::Planes(p) => write!(f, "planes={}", join(p)),
-        }
-    }
-}
-
-impl FromStr for Band {
-    type Err = anyhow::Error;
-    /// `all`, `high`, `low` or `planes=0,1,5` (also `planes=0-3`).
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim() {
-            "all" => Ok(Band::All),
-            "high" => Ok(Band::High),
-            "low" => Ok(Band::Low),
-            other => {
-                let Some(list) = other.strip_prefix("planes=") else {
-                    bail!("unknown band {other:?} (expected all, high, low, planes=LIST or sweep)");
-                };
-                let mut planes = vec![];
-                for part in list.split(',') {
-                    let num = |t: &str| -> Result<usize> {
-                        t.trim()
-                            .parse()
-                            .with_context(|| format!("band {other:?}: {t:?} is not a plane number"))
-                    };
-                    match part.split_once('-') {
-                        Some((a, b)) => {
-                            let (a, b) = (num(a)?, num(b)?);
-                            ensure!(a <= b, "band {other:?}: {part:?} runs backwards");
-                            planes.extend(a..=b);
-                        }
-                        None => planes.push(num(part)?),
-                    }
-                }
-                planes.sort_unstable();
-                planes.dedup();
-                Ok(Band::Planes(planes))
-            }
-        }
-    }
-}
 
 /// Items before the query, by default.
 pub const DEFAULT_LEN: usize = 16;
@@ -163,20 +40,6 @@ pub fn default_sizes(kind: ropelab_tasks::CanonicalKind, len: usize) -> (usize, 
         ropelab_tasks::CanonicalKind::Retrieval => (2 * len, 4),
         ropelab_tasks::CanonicalKind::Partial => (4, 4),
     }
-}
-
-/// The bands of `--band sweep`: all, high, low, then windows of `width` consecutive planes
-/// sliding by `width / 2` (at least 1).
-pub fn sweep(planes: usize, width: usize) -> Vec<Band> {
-    let mut out = vec![Band::All, Band::High, Band::Low];
-    let width = width.clamp(1, planes);
-    let stride = (width / 2).max(1);
-    let mut start = 0;
-    while start + width <= planes {
-        out.push(Band::Planes((start..start + width).collect()));
-        start += stride;
-    }
-    out
 }
 
 /// One experiment: a task, bands, seeds and the model and training settings.
@@ -504,46 +367,4 @@ pub fn run(
         serde_json::to_string_pretty(&summary)?.as_bytes(),
     )?;
     Ok(summary)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bands_parse_split_and_mask() {
-        // 8 planes turning by 1, 0.316, 0.1, 0.0316, ... radians per position.
-        let rates = ropelab_model::rope::frequencies(1e4, 16);
-        // Over 16 positions: theta >= pi / 16 = 0.196 for 1 and 0.316 (high), theta < 1 / 16 =
-        // 0.0625 from 0.0316 on (low); plane 2 (0.1) is in neither.
-        assert_eq!(split(&rates, 16), (2, 3));
-        assert_eq!(Band::High.planes(&rates, 16).unwrap(), vec![0, 1]);
-        assert_eq!(
-            Band::Low.planes(&rates, 16).unwrap(),
-            (3..8).collect::<Vec<_>>()
-        );
-        let mask = Band::Low.mask(&rates, 16).unwrap();
-        assert_eq!(mask.len(), 8);
-        assert_eq!(mask, "ZZZRRRRR".parse().unwrap());
-        assert_eq!(
-            "planes=0-2,5".parse::<Band>().unwrap(),
-            Band::Planes(vec![0, 1, 2, 5])
-        );
-        assert_eq!(Band::Planes(vec![0, 5]).to_string(), "planes=0,5");
-        let err = Band::Planes(vec![9])
-            .planes(&rates, 16)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("plane 9 does not exist (the head has planes 0-7)"),
-            "{err}"
-        );
-        for bad in ["mid", "planes=", "planes=3-1", "planes=x"] {
-            assert!(bad.parse::<Band>().is_err(), "{bad}");
-        }
-        let s = sweep(8, 4);
-        assert_eq!(s.len(), 3 + 3);
-        assert_eq!(s[3], Band::Planes(vec![0, 1, 2, 3]));
-        assert_eq!(s[5], Band::Planes(vec![4, 5, 6, 7]));
-    }
 }

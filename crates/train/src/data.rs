@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use candle_core::{Device, Tensor};
 use ropelab_io::resources::bytes;
 use ropelab_model::objective::{cross_entropy_masked, IGNORE};
-use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, Hooks, ModelConfig, Objective};
+use ropelab_model::{
+    argmax_last, ops::cross_entropy, GptJ, Hooks, Intervention, ModelConfig, Objective,
+};
 use ropelab_tasks::Dataset;
 use serde::{Deserialize, Serialize};
 
@@ -187,13 +189,28 @@ pub fn evaluate_objective(
 /// forward pass stays within `memory` bytes (see [`batch_for_budget`]). The model runs frozen
 /// (no autograd graph), whatever it was given as.
 pub fn evaluate(model: &GptJ, dataset: &Dataset, memory: usize) -> Result<Accuracy> {
+    evaluate_intervened(model, dataset, memory, &[])
+}
+
+/// [`evaluate`] with `interventions` applied to every forward pass (e.g. heads restricted to a
+/// band of rotary planes: `ropelab mask`).
+pub fn evaluate_intervened(
+    model: &GptJ,
+    dataset: &Dataset,
+    memory: usize,
+    interventions: &[Intervention],
+) -> Result<Accuracy> {
     let model = &model.clone().frozen();
     let batch_size = batch_for_budget(model.config(), dataset.seq_len(), memory);
     let mut tally = Tally::default();
     for start in (0..dataset.len()).step_by(batch_size) {
         let chunk: Vec<usize> = (start..dataset.len().min(start + batch_size)).collect();
         let b = batch(dataset, &chunk, model.device())?;
-        let logits = model.forward_last(&b.ids, &mut Hooks::new(), None)?;
+        let mut hooks = interventions
+            .iter()
+            .cloned()
+            .fold(Hooks::new(), Hooks::intervene);
+        let logits = model.forward_last(&b.ids, &mut hooks, None)?;
         tally.add(&logits, &b)?;
     }
     Ok(tally.finish())

@@ -20,8 +20,8 @@ mod trainer;
 
 pub use config::{DataConfig, LanguageData, OffsetData, OptimConfig, Preset, Retention, RunConfig};
 pub use data::{
-    batch_for_budget, evaluate, evaluate_objective, forward_bytes, Accuracy, EVAL_BATCH,
-    EVAL_MEMORY,
+    batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes, Accuracy,
+    EVAL_BATCH, EVAL_MEMORY,
 };
 pub use error::{Result, TrainError};
 pub use resources::{inference_need, training_memory, training_need};

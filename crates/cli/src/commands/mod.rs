@@ -8,6 +8,7 @@ mod eval;
 mod gen;
 mod languages;
 mod lengthgen;
+mod mask;
 mod offset;
 mod pretrained;
 mod report;
@@ -35,6 +36,9 @@ pub enum Command {
     /// Accuracy of a checkpoint on length-extended inputs, per hop, with each head's
     /// discrepancy at the query (CSV).
     Lengthgen(lengthgen::LengthgenArgs),
+    /// A trained number/letter model with some layers restricted to a band of rotary planes:
+    /// the accuracy drop per hop count (mask.csv).
+    Mask(mask::MaskArgs),
     /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
     Score(score::ScoreArgs),
     /// The expressivity experiment: EOS classifiers on formal languages per position
@@ -77,6 +81,7 @@ impl Command {
             Command::Eval(args) => eval::run(args, guard),
             Command::Score(args) => score::run(args, guard),
             Command::Lengthgen(args) => lengthgen::run(args, guard),
+            Command::Mask(args) => mask::run(args, guard),
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
             Command::Canonical(args) => canonical::run_command(args, guard),
