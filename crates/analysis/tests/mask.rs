@@ -18,7 +18,7 @@ fn masking_by_intervention_equals_a_plane_masked_model() {
     config.optim.steps = 200;
     config.optim.lr = 1e-2;
     config.optim.save_every = 200;
-    let mut trainer = Trainer::start(&root, config.clone(), &Device::Cpu, |_, _| {}).unwrap();
+    let mut trainer = Trainer::start(&root, config.clone(), &Device::Cpu).unwrap();
     trainer.run(|_| {}).unwrap();
     drop(trainer);
 
@@ -56,7 +56,7 @@ fn masking_by_intervention_equals_a_plane_masked_model() {
             panic!("the tiny preset uses RoPE");
         };
         *planes = band.mask(&rates, data.seq_len()).unwrap();
-        let model = load_weights(model_config, &weights, &Device::Cpu, |_, _| {}).unwrap();
+        let model = load_weights(model_config, &weights, &Device::Cpu).unwrap();
         let plain = evaluate(&model, &data, 1 << 20).unwrap();
         let masked = report
             .rows
