@@ -42,4 +42,7 @@ pub struct BandSummary {
     pub s_sym: f64,
     /// Test accuracy per seed.
     pub per_seed: Vec<f64>,
+    /// Partial Induction: the two kinds of planes, from the plane margins averaged over seeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub two_angles: Option<crate::partial::TwoAngles>,
 }

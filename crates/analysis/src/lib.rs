@@ -21,6 +21,7 @@ pub mod mask;
 pub mod modular;
 pub mod offset;
 pub mod offset_claims;
+pub mod partial;
 pub mod purity;
 pub mod query;
 pub mod reference;

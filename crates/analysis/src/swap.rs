@@ -36,7 +36,8 @@ pub fn cos2(u: (f64, f64), v: (f64, f64)) -> f64 {
     match (nu == 0.0, nv == 0.0) {
         (true, true) => 1.0,
         (true, false) | (false, true) => 0.0,
-        _ => (u.0 * v.0 + u.1 * v.1) / (nu * nv),
+        // Normalise first: the product of two tiny norms can underflow to 0.
+        _ => (u.0 / nu) * (v.0 / nv) + (u.1 / nu) * (v.1 / nv),
     }
 }
 
@@ -162,21 +163,27 @@ pub fn effects(
             // New logits: position a_t holds content b_t and vice versa.
             let new_a: Vec<f64> = a.clone().zip(b.clone()).map(|(p, c)| cross[p][c]).collect();
             let new_b: Vec<f64> = b.clone().zip(a.clone()).map(|(p, c)| cross[p][c]).collect();
-            let new_max = new_a.iter().chain(&new_b).cloned().fold(max, f64::max);
-            let rescale = (max - new_max).exp();
             let removed: f64 = a.clone().chain(b.clone()).map(|p| exp[p]).sum();
-            // When the swapped keys hold most of the mass, z - removed cancels: sum the rest.
-            let rest = if removed > 0.5 * z {
-                (0..=n)
-                    .filter(|p| !a.contains(p) && !b.contains(p))
-                    .map(|p| exp[p])
-                    .sum()
+            // The new softmax's normaliser, relative to the new largest logit. When the
+            // swapped keys hold most of the mass, z - removed cancels (and a hard softmax's
+            // other keys may underflow relative to the old maximum): sum the rest afresh
+            // against the largest logit left.
+            let (rest, new_max) = if removed > 0.5 * z {
+                let others = (0..=n).filter(|p| !a.contains(p) && !b.contains(p));
+                let rest_max = others
+                    .clone()
+                    .map(|p| original[p])
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let new_max = new_a.iter().chain(&new_b).cloned().fold(rest_max, f64::max);
+                let rest: f64 = others.map(|p| (original[p] - new_max).exp()).sum();
+                (rest, new_max)
             } else {
-                z - removed
+                let new_max = new_a.iter().chain(&new_b).cloned().fold(max, f64::max);
+                ((z - removed) * (max - new_max).exp(), new_max)
             };
             let ea: f64 = new_a.iter().map(|l| (l - new_max).exp()).sum();
             let eb: f64 = new_b.iter().map(|l| (l - new_max).exp()).sum();
-            let z_new = rest * rescale + ea + eb;
+            let z_new = rest + ea + eb;
             effects.push(SwapEffect {
                 before: (mass(a), mass(b)),
                 after: (ea / z_new, eb / z_new),

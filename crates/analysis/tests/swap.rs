@@ -245,3 +245,59 @@ fn projection_heads_see_one_plane() {
     let contributions = head.plane_contributions(3, 3);
     assert!((contributions[1] - 30.0).abs() < 1e-12, "{contributions:?}");
 }
+
+/// Swap effects recomputed naively: every swapped logit vector in full, softmax by
+/// log-sum-exp.
+fn naive_effects(head: &HeadView) -> Vec<ropelab_analysis::swap::SwapEffect> {
+    let cross = head.cross_logits();
+    let n = cross.len();
+    let softmax = |l: &[f64]| {
+        let m = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = l.iter().map(|v| (v - m).exp()).sum();
+        l.iter().map(|v| (v - m).exp() / z).collect::<Vec<f64>>()
+    };
+    let original: Vec<f64> = (0..n)
+        .map(|a| cross[a][a])
+        .chain([head.self_logit()])
+        .collect();
+    let before = softmax(&original);
+    let mut out = vec![];
+    for i in 0..n {
+        for j in i + 1..n {
+            let mut l = original.clone();
+            l[i] = cross[i][j];
+            l[j] = cross[j][i];
+            let after = softmax(&l);
+            out.push(ropelab_analysis::swap::SwapEffect {
+                before: (before[i], before[j]),
+                after: (after[i], after[j]),
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn a_hard_head_needing_content_and_position_has_finite_scores() {
+    // Partial Induction's hand-built head at inverse temperature 200: swapping its answer away
+    // leaves every other key's weight below f64's range relative to the old maximum, the case
+    // where a normaliser taken against that maximum is 0 / 0.
+    use ropelab_analysis::partial::{hand_head, hand_view};
+    use ropelab_tasks::{CanonicalKind, CanonicalTask, Split};
+    let task = CanonicalTask::new(CanonicalKind::Partial, 16, 4, 4).unwrap();
+    let head = hand_head(&task).unwrap();
+    for i in 0..20 {
+        let sample = task.sample(0, Split::Test, i);
+        let view = hand_view(&head, &sample.ids).unwrap();
+        let fast = swap_scores(&view, TAU);
+        let naive = scores(&naive_effects(&view), TAU);
+        assert!(
+            fast.s_pos.is_finite() && fast.s_sym.is_finite(),
+            "{i}: {fast:?}"
+        );
+        assert!(
+            (fast.s_pos - naive.s_pos).abs() < 1e-9 && (fast.s_sym - naive.s_sym).abs() < 1e-9,
+            "{i}: {fast:?} vs {naive:?}"
+        );
+    }
+}

@@ -27,6 +27,7 @@ fn band(name: &str, centre: f64, accuracy: f64) -> BandSummary {
         s_pos: 1.0,
         s_sym: 0.0,
         per_seed: vec![accuracy],
+        two_angles: None,
     }
 }
 

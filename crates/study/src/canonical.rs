@@ -14,13 +14,15 @@ use ropelab_io::{write_atomic, write_csv};
 use ropelab_model::{
     AttentionKind, GptJ, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
 };
-use ropelab_tasks::{CanonicalTask, Layout, Split, TaskKind};
+use ropelab_tasks::{CanonicalKind, CanonicalTask, Layout, Split, TaskKind};
 use ropelab_train::canonical_data::{accuracy_by_position, PositionAccuracy};
 use ropelab_train::{DataConfig, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
 pub use ropelab_analysis::band::{split, sweep, Band};
 pub use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
+use ropelab_analysis::partial::{hand_head, hand_view, plane_margins, PlaneMargin, TwoAngles};
+use ropelab_theory::construct::{check, HandHead};
 
 use crate::job::train_with_progress;
 use crate::Progress;
@@ -204,6 +206,30 @@ pub struct HeadReport {
     pub planes: Vec<PlaneScore>,
     /// Largest attention weight the query put on each key position over the scored samples.
     pub w_max: Vec<f64>,
+    /// Partial Induction: every plane's content and recency margins (docs/canonical.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub margins: Vec<PlaneMargin>,
+}
+
+/// The hand-built two-angle head on the experiment's test samples (`hand_head.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandReport {
+    /// Its two planes' angles.
+    pub thetas: Vec<f64>,
+    /// Test samples checked.
+    pub n: usize,
+    /// Accuracy on them.
+    pub accuracy: f64,
+    /// Accuracy with the recency plane's weight set to 0 (content alone).
+    pub content_only: f64,
+    /// Accuracy with the content plane's weight set to 0 (recency alone).
+    pub recency_only: f64,
+    /// Mean s_pos at the query over the scored samples.
+    pub s_pos: f64,
+    /// Mean s_sym.
+    pub s_sym: f64,
+    /// Its plane margins.
+    pub margins: Vec<PlaneMargin>,
 }
 
 /// The swap scores of one plane's projection head.
@@ -219,7 +245,7 @@ pub struct PlaneScore {
     pub s_sym: f64,
 }
 
-/// The head's scores and weights on `n` test samples.
+/// The head's scores, weights and (Partial Induction) plane margins on `n` test samples.
 fn score_head(
     model: &GptJ,
     task: &CanonicalTask,
@@ -227,7 +253,7 @@ fn score_head(
     n: usize,
     rates: &[f64],
     keep: &[usize],
-) -> Result<(f64, f64, Vec<PlaneScore>, Vec<f64>)> {
+) -> Result<HeadScores> {
     let samples: Vec<_> = (0..n as u64)
         .map(|i| task.sample(seed, Split::Test, i))
         .collect();
@@ -247,7 +273,8 @@ fn score_head(
         })
         .collect();
     let mut w_max = vec![0f64; task.len];
-    for b in 0..n {
+    let mut views = vec![];
+    for (b, sample) in samples.iter().enumerate() {
         let view = captured.head_view(0, b, 0, query)?;
         let s = swap_scores(&view, Tau::DEFAULT);
         s_pos += s.s_pos / n as f64;
@@ -261,8 +288,107 @@ fn score_head(
         for (j, w) in w_max.iter_mut().enumerate() {
             *w = w.max(row[j]);
         }
+        if task.kind == CanonicalKind::Partial {
+            views.push((view, sample.ids.clone()));
+        }
     }
-    Ok((s_pos, s_sym, planes, w_max))
+    let margins = if views.is_empty() {
+        vec![]
+    } else {
+        plane_margins(&views, task, rates)?
+    };
+    Ok(HeadScores {
+        s_pos,
+        s_sym,
+        planes,
+        w_max,
+        margins,
+    })
+}
+
+/// Reads `out/hand_head.json` (written by [`run`] for Partial Induction).
+pub fn read_hand(out: &Path) -> Result<HandReport> {
+    let path = out.join("hand_head.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a hand-head report", path.display()))
+}
+
+/// The plane margins of `reports` averaged over seeds (`None` without margins).
+fn mean_margins(reports: &[HeadReport]) -> Option<Vec<PlaneMargin>> {
+    let first = reports.first().filter(|r| !r.margins.is_empty())?;
+    let n = reports.len() as f64;
+    Some(
+        first
+            .margins
+            .iter()
+            .enumerate()
+            .map(|(i, m)| PlaneMargin {
+                content: reports.iter().map(|r| r.margins[i].content).sum::<f64>() / n,
+                recency: reports.iter().map(|r| r.margins[i].recency).sum::<f64>() / n,
+                ..m.clone()
+            })
+            .collect(),
+    )
+}
+
+/// What [`score_head`] measures.
+struct HeadScores {
+    s_pos: f64,
+    s_sym: f64,
+    planes: Vec<PlaneScore>,
+    w_max: Vec<f64>,
+    margins: Vec<PlaneMargin>,
+}
+
+/// The hand-built two-angle head (docs/canonical.md) on `test` test samples of Partial
+/// Induction, with each of its planes alone, and its scores and margins on `scored` of them.
+pub fn hand_report(
+    task: &CanonicalTask,
+    seed: u64,
+    test: usize,
+    scored: usize,
+) -> Result<HandReport> {
+    let head = hand_head(task)?;
+    let thetas = match head.position() {
+        PositionEncoding::Angles { thetas, .. } => thetas.clone(),
+        _ => vec![],
+    };
+    let samples: Vec<_> = (0..test as u64)
+        .map(|i| task.sample(seed, Split::Test, i))
+        .collect();
+    let sequences: Vec<Vec<usize>> = samples
+        .iter()
+        .map(|s| s.ids.iter().map(|&t| t as usize).collect())
+        .collect();
+    let accuracy = |h: &HandHead| -> Result<f64> {
+        let c = check(h, &sequences)?;
+        Ok(c.correct as f64 / c.inputs.max(1) as f64)
+    };
+    let (theta, beta) = (thetas.get(1).copied().unwrap_or(0.0), head.beta());
+    let content_only = HandHead::partial(task.symbols, task.attributes, theta, 1.0, 0.0, beta)?;
+    let recency_only = HandHead::partial(task.symbols, task.attributes, theta, 0.0, 0.5, beta)?;
+    let mut views = vec![];
+    let (mut s_pos, mut s_sym) = (0.0, 0.0);
+    let scored = scored.min(samples.len()).max(1);
+    for s in samples.iter().take(scored) {
+        let view = hand_view(&head, &s.ids)?;
+        let sc = swap_scores(&view, Tau::DEFAULT);
+        s_pos += sc.s_pos / scored as f64;
+        s_sym += sc.s_sym / scored as f64;
+        views.push((view, s.ids.clone()));
+    }
+    Ok(HandReport {
+        n: samples.len(),
+        accuracy: accuracy(&head)?,
+        content_only: accuracy(&content_only)?,
+        recency_only: accuracy(&recency_only)?,
+        s_pos,
+        s_sym,
+        margins: plane_margins(&views, task, &thetas)?,
+        thetas,
+    })
 }
 
 /// Trains (or reuses) every band and seed in `out/runs/...`, tests and scores each model, and
@@ -311,7 +437,7 @@ pub fn run(
                         experiment.test,
                         EVAL_MEMORY,
                     )?;
-                    let (s_pos, s_sym, planes, w_max) = score_head(
+                    let scores = score_head(
                         trainer.model(),
                         task,
                         seed,
@@ -324,10 +450,11 @@ pub fn run(
                     let correct: usize = positions.iter().map(|r| r.correct).sum();
                     let report = HeadReport {
                         accuracy: correct as f64 / n.max(1) as f64,
-                        s_pos,
-                        s_sym,
-                        planes,
-                        w_max,
+                        s_pos: scores.s_pos,
+                        s_sym: scores.s_sym,
+                        planes: scores.planes,
+                        w_max: scores.w_max,
+                        margins: scores.margins,
                     };
                     write_csv(&positions_path, &positions)?;
                     write_atomic(
@@ -359,7 +486,20 @@ pub fn run(
             s_pos: mean(&|r| r.s_pos),
             s_sym: mean(&|r| r.s_sym),
             per_seed: reports.iter().map(|r| r.accuracy).collect(),
+            two_angles: mean_margins(&reports).map(|m| TwoAngles::of(&m)),
         });
+    }
+    if task.kind == CanonicalKind::Partial {
+        let hand = hand_report(
+            task,
+            experiment.seeds[0],
+            experiment.test,
+            experiment.score_samples,
+        )?;
+        write_atomic(
+            &out.join("hand_head.json"),
+            serde_json::to_string_pretty(&hand)?.as_bytes(),
+        )?;
     }
     write_csv(&out.join("per_position.csv"), &rows)?;
     write_atomic(

@@ -10,6 +10,12 @@
 //!   symbol L; queries rho(omega)^(-phi(R)) v for a letter-letter token LR (and
 //!   rho(omega)^(-phi(L)) v otherwise); values identity; F = a. At LR it copies the earlier
 //!   token whose first symbol is R.
+//! - Partial Induction (docs/canonical.md), two planes: plane 0 never turns (angle 0) and
+//!   matches content, keys rho(omega)^(-phi(s)) v for an item of symbol s and queries the same
+//!   for a query of s (the query's own key is 0 there); plane 1 turns by theta per position
+//!   with q = k = v on every token, so its logit cos(theta d) falls with the distance d: a
+//!   recency bias. Logit = content x plane 0 + recency x plane 1; values one-hot on the item's
+//!   attribute answer; F = a. At a query of s it copies the attribute of the last item of s.
 
 use candle_core::{DType, Device, Tensor, D};
 use rand::{Rng, SeedableRng};
@@ -31,6 +37,12 @@ pub enum Symbol {
     LetterNumber(usize, usize),
     /// A letter-letter token (Retrieval): first and second symbol indices.
     LetterLetter(usize, usize),
+    /// An item (Partial Induction): symbol, attribute.
+    Item(usize, usize),
+    /// A query for a symbol (Partial Induction).
+    Query(usize),
+    /// An answer naming an attribute (Partial Induction).
+    Answer(usize),
 }
 
 /// A one-layer, one-head model with per-token query, key and value rows.
@@ -38,8 +50,8 @@ pub enum Symbol {
 pub struct HandHead {
     /// The vocabulary.
     pub vocab: Vec<Symbol>,
-    q: Tensor,      // [vocab, 2]
-    k: Tensor,      // [vocab, 2]
+    q: Tensor,      // [vocab, 2 planes]
+    k: Tensor,      // [vocab, 2 planes]
     v: Tensor,      // [vocab, vocab]
     residual: bool, // F = x + a (Index) or F = a (Retrieval)
     position: PositionEncoding,
@@ -51,9 +63,9 @@ fn rot(angle: f64) -> [f64; 2] {
     [-angle.sin(), angle.cos()]
 }
 
-fn rows(values: Vec<[f64; 2]>, device: &Device) -> Result<Tensor> {
+fn rows<const W: usize>(values: Vec<[f64; W]>, device: &Device) -> Result<Tensor> {
     let n = values.len();
-    Ok(Tensor::from_vec(values.concat(), (n, 2), device)?)
+    Ok(Tensor::from_vec(values.concat(), (n, W), device)?)
 }
 
 impl HandHead {
@@ -80,7 +92,11 @@ impl HandHead {
                 v[i * n + i] = 2.0;
             }
         }
-        Self::build(vocab, q, vec![rot(0.0); n], v, true, theta, beta)
+        let (q, k) = (
+            rows(q, &Device::Cpu)?,
+            rows(vec![rot(0.0); n], &Device::Cpu)?,
+        );
+        Self::build(vocab, q, k, v, true, vec![theta], beta)
     }
 
     /// The Retrieval head over `letters` letters (alphabet) and numbers 1..=`numbers`.
@@ -101,7 +117,7 @@ impl HandHead {
             .collect();
         let first = |s: &Symbol| match *s {
             Symbol::LetterNumber(l, _) | Symbol::LetterLetter(l, _) | Symbol::Letter(l) => l,
-            Symbol::Integer(_) => 0,
+            _ => 0,
         };
         let q = vocab
             .iter()
@@ -116,16 +132,92 @@ impl HandHead {
         for i in 0..n {
             v[i * n + i] = 1.0;
         }
-        Self::build(vocab, q, k, v, false, theta, beta)
+        let (q, k) = (rows(q, &Device::Cpu)?, rows(k, &Device::Cpu)?);
+        Self::build(vocab, q, k, v, false, vec![theta], beta)
+    }
+
+    /// The Partial Induction head over `symbols` symbols x `attributes` attributes, in the
+    /// canonical task's token order (items s x attributes + a, then one query per symbol, then
+    /// one answer per attribute): plane 0 at angle 0 weighted by `content`, plane 1 at `theta`
+    /// weighted by `recency` (either weight may be 0, to see what the other plane does alone).
+    pub fn partial(
+        symbols: usize,
+        attributes: usize,
+        theta: f64,
+        content: f64,
+        recency: f64,
+        beta: f64,
+    ) -> Result<Self> {
+        if symbols < 2 || attributes < 2 {
+            return invalid(format!(
+                "Partial Induction needs at least 2 symbols and 2 attributes, got {symbols} x {attributes}"
+            ));
+        }
+        if !(theta.is_finite() && theta >= 0.0) {
+            return invalid(format!("theta must be non-negative, got {theta}"));
+        }
+        if !(content.is_finite() && recency.is_finite() && content >= 0.0 && recency >= 0.0) {
+            return invalid(format!(
+                "the plane weights must be non-negative, got {content} and {recency}"
+            ));
+        }
+        let omega = 2.0 * std::f64::consts::PI / symbols as f64;
+        let vocab: Vec<Symbol> = (0..symbols)
+            .flat_map(|s| (0..attributes).map(move |a| Symbol::Item(s, a)))
+            .chain((0..symbols).map(Symbol::Query))
+            .chain((0..attributes).map(Symbol::Answer))
+            .collect();
+        let match_row = |s: usize| rot(-(s as f64) * omega);
+        let recent = rot(0.0);
+        let (mut q, mut k) = (vec![], vec![]);
+        for sym in &vocab {
+            let (qc, kc) = match *sym {
+                Symbol::Item(s, _) => ([0.0; 2], match_row(s)),
+                Symbol::Query(s) => (match_row(s), [0.0; 2]),
+                _ => ([0.0; 2], [0.0; 2]),
+            };
+            q.push([
+                content * qc[0],
+                content * qc[1],
+                recency * recent[0],
+                recency * recent[1],
+            ]);
+            k.push([kc[0], kc[1], recent[0], recent[1]]);
+        }
+        let n = vocab.len();
+        let answer = |a: usize| symbols * attributes + symbols + a;
+        let mut v = vec![0.0; n * n];
+        for (i, sym) in vocab.iter().enumerate() {
+            if let Symbol::Item(_, a) = *sym {
+                v[i * n + answer(a)] = 1.0;
+            }
+        }
+        let (q, k) = (rows(q, &Device::Cpu)?, rows(k, &Device::Cpu)?);
+        Self::build(vocab, q, k, v, false, vec![0.0, theta], beta)
+    }
+
+    /// The pre-rotation query and key rows of `token` (`2 x planes` dims each).
+    pub fn query_key(&self, token: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+        Ok((self.q.get(token)?.to_vec1()?, self.k.get(token)?.to_vec1()?))
+    }
+
+    /// The head's position encoding (explicit plane angles).
+    pub fn position(&self) -> &PositionEncoding {
+        &self.position
+    }
+
+    /// The softmax's inverse temperature (the logit scale).
+    pub fn beta(&self) -> f64 {
+        self.beta
     }
 
     fn build(
         vocab: Vec<Symbol>,
-        q: Vec<[f64; 2]>,
-        k: Vec<[f64; 2]>,
+        q: Tensor,
+        k: Tensor,
         v: Vec<f64>,
         residual: bool,
-        theta: f64,
+        thetas: Vec<f64>,
         beta: f64,
     ) -> Result<Self> {
         if !(beta.is_finite() && beta > 0.0) {
@@ -133,15 +225,14 @@ impl HandHead {
                 "the inverse temperature beta must be positive, got {beta}"
             ));
         }
-        let device = Device::Cpu;
         let n = vocab.len();
         Ok(Self {
-            q: rows(q, &device)?,
-            k: rows(k, &device)?,
-            v: Tensor::from_vec(v, (n, n), &device)?,
+            q,
+            k,
+            v: Tensor::from_vec(v, (n, n), &Device::Cpu)?,
             vocab,
             residual,
-            position: PositionEncoding::angles(vec![theta], RopeLayout::Interleaved),
+            position: PositionEncoding::angles(thetas, RopeLayout::Interleaved),
             beta,
         })
     }
@@ -154,10 +245,11 @@ impl HandHead {
             Ok(table.index_select(&flat, 0)?.reshape((b, 1, t, width))?) // [batch, 1, pos, width]
         };
         let n = self.vocab.len();
+        let width = self.q.dim(1)?;
         let z = attend(
             0,
-            heads(&self.q, 2)?,
-            heads(&self.k, 2)?,
+            heads(&self.q, width)?,
+            heads(&self.k, width)?,
             &heads(&self.v, n)?,
             &self.position,
             AttentionKind::Softmax,
@@ -201,7 +293,18 @@ impl HandHead {
                     _ => None,
                 }
             }
-            Symbol::LetterNumber(..) => None,
+            Symbol::Query(s) => {
+                let answer = |a: usize| self.vocab.iter().position(|&x| x == Symbol::Answer(a));
+                seq[..seq.len() - 1]
+                    .iter()
+                    .rev()
+                    .find_map(|&t| match self.vocab[t] {
+                        Symbol::Item(x, a) if x == s => Some(answer(a)),
+                        _ => None,
+                    })
+                    .flatten()
+            }
+            Symbol::LetterNumber(..) | Symbol::Item(..) | Symbol::Answer(_) => None,
         }
     }
 }
@@ -378,6 +481,35 @@ mod tests {
         let retrieval = HandHead::retrieval(8, 8, theta, 40.0 / margin).unwrap();
         let c = check(&retrieval, &random_sequences(&retrieval, n, 500, 2)).unwrap();
         assert_eq!((c.correct, c.inputs), (500, 500), "{c:?}");
+    }
+
+    #[test]
+    fn partial_head_needs_both_of_its_planes() {
+        // Every input up to length 5 over 2 symbols x 2 attributes (8 tokens) whose last token
+        // is a query with an earlier item of its symbol.
+        let n0 = 5;
+        let theta = std::f64::consts::PI / (2.0 * n0 as f64);
+        let head = HandHead::partial(2, 2, theta, 1.0, 0.5, 200.0).unwrap();
+        assert_eq!(head.vocab.len(), 8);
+        assert_eq!(head.vocab[5], Symbol::Query(1));
+        let inputs = all_sequences(head.vocab.len(), n0);
+        let both = check(&head, &inputs).unwrap();
+        assert!(both.inputs > 5_000, "{both:?}");
+        assert_eq!(both.correct, both.inputs, "{both:?}");
+        // Worked example: items (1,0) (0,1) (1,1), query "symbol 1": attribute 1 (answer id 7).
+        assert_eq!(head.expected(&[2, 1, 3, 5]), Some(7));
+        // Content alone cannot tell two items of the queried symbol apart; recency alone
+        // picks the last item whatever its symbol.
+        for (content, recency) in [(1.0, 0.0), (0.0, 0.5)] {
+            let one = HandHead::partial(2, 2, theta, content, recency, 200.0).unwrap();
+            let c = check(&one, &inputs).unwrap();
+            assert!(
+                c.correct < c.inputs && c.min_gap <= 0.0,
+                "{content} {recency}: {c:?}"
+            );
+        }
+        assert!(HandHead::partial(1, 2, theta, 1.0, 0.5, 1.0).is_err());
+        assert!(HandHead::partial(2, 2, theta, -1.0, 0.5, 1.0).is_err());
     }
 
     #[test]

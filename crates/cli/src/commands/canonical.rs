@@ -8,9 +8,11 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
+use ropelab_analysis::partial::{TwoAngles, TWO_ANGLE_RATIO};
 use ropelab_io::{Align, Table};
 use ropelab_study::canonical::{
-    default_sizes, run, split, sweep, Band, Experiment, DEFAULT_LEN, DEFAULT_WINDOW,
+    default_sizes, read_hand, run, split, sweep, Band, BandSummary, Experiment, DEFAULT_LEN,
+    DEFAULT_WINDOW,
 };
 use ropelab_tasks::{CanonicalKind, CanonicalTask};
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
@@ -127,10 +129,63 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
         ]);
     }
     println!("{}", t.to_string().trim_end());
+    if task.kind == CanonicalKind::Partial {
+        print_two_angles(&summary, &args.out)?;
+    }
     println!(
         "{:.0} s; wrote summary.json and per_position.csv in {}",
         start.elapsed().as_secs_f64(),
         args.out.display()
+    );
+    Ok(())
+}
+
+/// Partial Induction: each band's content and recency margins and the angles carrying them,
+/// beside the hand-built two-angle head.
+fn print_two_angles(summary: &[BandSummary], out: &std::path::Path) -> Result<()> {
+    let mut t = Table::new(&[
+        ("head", Align::Left),
+        ("content", Align::Right),
+        ("recency", Align::Right),
+        ("content theta", Align::Right),
+        ("recency theta", Align::Right),
+        ("ratio", Align::Right),
+        ("two kinds", Align::Left),
+    ]);
+    let mut line = |name: String, a: &TwoAngles| {
+        t.row(vec![
+            name,
+            format!("{:.2}", a.content),
+            format!("{:.2}", a.recency),
+            format!("{:.4}", a.content_mean_theta),
+            format!("{:.4}", a.recency_mean_theta),
+            format!("{:.1}", a.recency_mean_theta / a.content_mean_theta),
+            if a.holds() { "yes" } else { "no" }.to_string(),
+        ]);
+    };
+    for b in summary {
+        if let Some(a) = &b.two_angles {
+            line(format!("trained, {}", b.band), a);
+        }
+    }
+    let hand = read_hand(out)?;
+    line("hand-built".into(), &TwoAngles::of(&hand.margins));
+    println!(
+        "plane margins at the query (logits; theta: margin-weighted mean angle, radians per \
+         position; two kinds: both margins > 0 and recency on planes >= {TWO_ANGLE_RATIO}x \
+         faster than content)"
+    );
+    println!("{}", t.to_string().trim_end());
+    println!(
+        "hand-built head (planes at {:.4} and {:.4} rad per position): accuracy {:.4}, content \
+         plane alone {:.4}, recency plane alone {:.4}; s_pos {:.3}, s_sym {:.3}",
+        hand.thetas[0],
+        hand.thetas[1],
+        hand.accuracy,
+        hand.content_only,
+        hand.recency_only,
+        hand.s_pos,
+        hand.s_sym
     );
     Ok(())
 }
