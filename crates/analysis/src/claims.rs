@@ -63,6 +63,8 @@ pub struct Thresholds {
     /// Fixed-offset retrieval: linear attention fails out of range when its accuracy at twice
     /// the training length is at most this.
     pub linear_fail_accuracy: f64,
+    /// Canonical tasks: a band "fails" a task when its accuracy stays below this.
+    pub canonical_fail_accuracy: f64,
 }
 
 impl Default for Thresholds {
@@ -84,6 +86,7 @@ impl Default for Thresholds {
             offset_fail_accuracy: 0.2,
             dilution_error: 0.1,
             linear_fail_accuracy: 0.5,
+            canonical_fail_accuracy: 0.95,
         }
     }
 }
@@ -182,6 +185,8 @@ pub struct StudyFiles {
     pub retrieval: Option<Curve>,
     /// The implicit-bias experiment's tables (`offset/`), when the study ran it.
     pub offset: Option<crate::offset_claims::OffsetFiles>,
+    /// The canonical tasks' summaries (`canonical/`), when the study ran them.
+    pub canonical: Option<crate::canonical_claims::CanonicalFiles>,
 }
 
 fn read(path: &Path) -> Result<Option<String>> {
@@ -297,7 +302,7 @@ pub fn load_curve(path: &Path) -> Result<Option<Curve>> {
 
 impl StudyFiles {
     /// Reads a study directory: `seed-S/{number,letter}/` for each seed,
-    /// `theory/discrepancy-{index,retrieval}.csv` and `offset/`.
+    /// `theory/discrepancy-{index,retrieval}.csv`, `offset/` and `canonical/`.
     pub fn load(root: &Path, seeds: &[u64]) -> Result<Self> {
         let run = |seed: u64, task: TaskKind| -> Result<Option<RunFiles>> {
             let dir: PathBuf = root.join(format!("seed-{seed}")).join(task.as_str());
@@ -321,6 +326,7 @@ impl StudyFiles {
             index: load_curve(&root.join("theory/discrepancy-index.csv"))?,
             retrieval: load_curve(&root.join("theory/discrepancy-retrieval.csv"))?,
             offset: crate::offset_claims::OffsetFiles::load(&root.join("offset"))?,
+            canonical: crate::canonical_claims::CanonicalFiles::load(&root.join("canonical"))?,
         })
     }
 }
@@ -761,6 +767,10 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         1,
     ));
     out.extend(crate::offset_claims::verdicts(files.offset.as_ref(), t));
+    out.extend(crate::canonical_claims::verdicts(
+        files.canonical.as_ref(),
+        t,
+    ));
     out
 }
 

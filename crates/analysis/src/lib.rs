@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod band;
 pub mod canonical;
+pub mod canonical_claims;
 pub mod capture;
 pub mod claims;
 pub mod dynamics;

@@ -51,6 +51,27 @@ pub struct TwoAngles {
     pub recency_mean_theta: f64,
 }
 
+/// The hand-built two-angle head on the experiment's test samples (`hand_head.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandReport {
+    /// Its two planes' angles.
+    pub thetas: Vec<f64>,
+    /// Test samples checked.
+    pub n: usize,
+    /// Accuracy on them.
+    pub accuracy: f64,
+    /// Accuracy with the recency plane's weight set to 0 (content alone).
+    pub content_only: f64,
+    /// Accuracy with the content plane's weight set to 0 (recency alone).
+    pub recency_only: f64,
+    /// Mean s_pos at the query over the scored samples.
+    pub s_pos: f64,
+    /// Mean s_sym.
+    pub s_sym: f64,
+    /// Its plane margins.
+    pub margins: Vec<PlaneMargin>,
+}
+
 /// Recency must ride on planes turning at least this many times faster (margin-weighted mean
 /// angles) than the planes that match content for a head to "use two kinds of planes".
 pub const TWO_ANGLE_RATIO: f64 = 4.0;
@@ -95,11 +116,7 @@ pub type SampleMargins = (Option<Vec<f64>>, Option<Vec<f64>>);
 /// Per-plane (content, recency) margins of `view` (a head at the query of Partial Induction
 /// sample `ids`); `None` for a margin the sample cannot measure (no earlier item of the
 /// queried symbol, or no item of another symbol).
-pub fn sample_margins(
-    view: &HeadView,
-    task: &CanonicalTask,
-    ids: &[u32],
-) -> Result<SampleMargins> {
+pub fn sample_margins(view: &HeadView, task: &CanonicalTask, ids: &[u32]) -> Result<SampleMargins> {
     let (_, a) = task.solve(ids)?;
     if view.n() != task.len {
         return Err(AnalysisError::Invalid(format!(

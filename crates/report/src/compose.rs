@@ -10,6 +10,7 @@ use ropelab_analysis::dynamics::GAMMA;
 use ropelab_analysis::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
 use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
+use ropelab_analysis::partial::{HandReport, TwoAngles, TWO_ANGLE_RATIO};
 use ropelab_io::read_csv;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
@@ -56,7 +57,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     } else if offset {
         sections.push(offset_section(dir)?);
     } else if canonical {
-        sections.push(canonical_section(dir)?);
+        sections.push(canonical_section(dir, "canonical")?);
     } else if only_pretrained {
         sections.extend(pretrained);
     } else if study {
@@ -70,6 +71,12 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         sections.push(theory_section(dir)?);
         if is_offset(&dir.join("offset")) {
             sections.push(offset_section(&dir.join("offset"))?);
+        }
+        for task in ["index", "retrieval", "partial"] {
+            let sub = dir.join("canonical").join(task);
+            if is_canonical(&sub) {
+                sections.push(canonical_section(&sub, &format!("canonical-{task}"))?);
+            }
         }
         sections.push(pretrained.unwrap_or_else(|| {
             let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
@@ -188,10 +195,14 @@ fn is_canonical(dir: &Path) -> bool {
 
 /// Frequency-band training on a canonical task: accuracy and w_max per answer position per
 /// band, the band sweep, and the summary per band.
-fn canonical_section(dir: &Path) -> Result<Section> {
+fn canonical_section(dir: &Path, id: &str) -> Result<Section> {
+    let task = read_text(&dir.join("summary.json"))?
+        .and_then(|t| serde_json::from_str::<Vec<BandSummary>>(&t).ok())
+        .and_then(|b| b.first().map(|b| b.task.clone()))
+        .unwrap_or_default();
     let mut s = Section::new(
-        "canonical",
-        "Canonical task: which frequency bands solve it",
+        id,
+        &format!("Canonical task {task}: which frequency bands solve it"),
     );
     let positions: Vec<PerPositionRow> = match read_text(&dir.join("per_position.csv"))? {
         Some(t) => read_csv(&t, &dir.join("per_position.csv").display().to_string())
@@ -245,7 +256,77 @@ fn canonical_section(dir: &Path) -> Result<Section> {
         ],
         &cells,
     );
+    two_angles_table(dir, &summary, &mut s)?;
     Ok(s)
+}
+
+/// Partial Induction: each band's content and recency margins and the angles carrying them,
+/// beside the hand-built two-angle head (`hand_head.json`).
+fn two_angles_table(dir: &Path, summary: &[BandSummary], s: &mut Section) -> Result<()> {
+    let mut rows: Vec<(String, TwoAngles)> = summary
+        .iter()
+        .filter_map(|b| Some((format!("trained, {}", b.band), b.two_angles.clone()?)))
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let hand: Option<HandReport> = match read_text(&dir.join("hand_head.json"))? {
+        Some(t) => Some(serde_json::from_str(&t).map_err(|e| {
+            ReportError::Input(format!("{}: {e}", dir.join("hand_head.json").display()))
+        })?),
+        None => None,
+    };
+    if let Some(h) = &hand {
+        rows.push(("hand-built".into(), TwoAngles::of(&h.margins)));
+    }
+    s.text(&format!(
+        "Which planes decide at the query (docs/canonical.md): per plane, the content margin (the \
+         answer's content against another symbol's at the answer's position) and the recency \
+         margin (an earlier item of the queried symbol moved to the answer's position against \
+         where it is), summed over planes, with the margin-weighted mean angle of each. \
+         \"Two kinds\": both margins positive and recency on planes at least {TWO_ANGLE_RATIO}x \
+         faster than content."
+    ));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(name, a)| {
+            vec![
+                name.clone(),
+                format!("{:.2}", a.content),
+                format!("{:.2}", a.recency),
+                format!("{:.4}", a.content_mean_theta),
+                format!("{:.4}", a.recency_mean_theta),
+                if a.holds() { "yes" } else { "no" }.into(),
+            ]
+        })
+        .collect();
+    s.table(
+        &[
+            "head",
+            "content margin",
+            "recency margin",
+            "content theta",
+            "recency theta",
+            "two kinds",
+        ],
+        &cells,
+    );
+    if let Some(h) = hand {
+        s.text(&format!(
+            "The hand-built head (planes at {:.4} and {:.4} rad per position) on {} test samples: \
+             accuracy {:.4}; its content plane alone {:.4}, its recency plane alone {:.4}; \
+             s_pos {:.3}, s_sym {:.3}.",
+            h.thetas.first().copied().unwrap_or(f64::NAN),
+            h.thetas.get(1).copied().unwrap_or(f64::NAN),
+            h.n,
+            h.accuracy,
+            h.content_only,
+            h.recency_only,
+            h.s_pos,
+            h.s_sym
+        ));
+    }
+    Ok(())
 }
 
 /// A `ropelab offset` directory holds `runs.csv` and `accuracy.csv`.

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use ropelab_analysis::band::{split, sweep, Band};
 pub use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
+pub use ropelab_analysis::partial::HandReport;
 use ropelab_analysis::partial::{hand_head, hand_view, plane_margins, PlaneMargin, TwoAngles};
 use ropelab_theory::construct::{check, HandHead};
 
@@ -185,6 +186,45 @@ impl Experiment {
     }
 }
 
+/// The canonical part of a study (its `[canonical]` table): which tasks, bands and seeds,
+/// each task with its default sizes and the experiment's other defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyCanonical {
+    /// Tasks (`index`, `retrieval`, `partial`), each in `canonical/<task>/`.
+    pub tasks: Vec<String>,
+    /// Bands (`all`, `high`, `low`, `planes=LIST`, `no-BAND`).
+    pub bands: Vec<String>,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Optimizer steps per run.
+    pub steps: usize,
+}
+
+impl StudyCanonical {
+    /// The experiments this table describes, one per task, checked.
+    pub fn experiments(&self) -> Result<Vec<Experiment>> {
+        ensure!(!self.tasks.is_empty(), "tasks must name at least one task");
+        let bands = self
+            .bands
+            .iter()
+            .map(|b| b.parse::<Band>().map_err(anyhow::Error::from))
+            .collect::<Result<Vec<_>>>()?;
+        self.tasks
+            .iter()
+            .map(|t| {
+                let kind: CanonicalKind = t.parse()?;
+                let (symbols, attributes) = default_sizes(kind, DEFAULT_LEN);
+                let task = CanonicalTask::new(kind, DEFAULT_LEN, symbols, attributes)?;
+                let mut e = Experiment::new(task, bands.clone(), self.seeds.clone());
+                e.steps = self.steps;
+                e.check()?;
+                Ok(e)
+            })
+            .collect()
+    }
+}
+
 /// The run directory of one band and seed.
 pub fn run_dir(out: &Path, task: &CanonicalTask, band: &Band, seed: u64) -> PathBuf {
     out.join("runs")
@@ -208,27 +248,6 @@ pub struct HeadReport {
     pub w_max: Vec<f64>,
     /// Partial Induction: every plane's content and recency margins (docs/canonical.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub margins: Vec<PlaneMargin>,
-}
-
-/// The hand-built two-angle head on the experiment's test samples (`hand_head.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HandReport {
-    /// Its two planes' angles.
-    pub thetas: Vec<f64>,
-    /// Test samples checked.
-    pub n: usize,
-    /// Accuracy on them.
-    pub accuracy: f64,
-    /// Accuracy with the recency plane's weight set to 0 (content alone).
-    pub content_only: f64,
-    /// Accuracy with the content plane's weight set to 0 (recency alone).
-    pub recency_only: f64,
-    /// Mean s_pos at the query over the scored samples.
-    pub s_pos: f64,
-    /// Mean s_sym.
-    pub s_sym: f64,
-    /// Its plane margins.
     pub margins: Vec<PlaneMargin>,
 }
 

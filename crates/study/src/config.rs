@@ -41,6 +41,9 @@ pub struct StudyConfig {
     /// The implicit-bias experiment on fixed-offset retrieval (absent: not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<crate::offset::StudyOffset>,
+    /// Frequency-band training on the canonical tasks (absent: not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canonical: Option<crate::canonical::StudyCanonical>,
     /// The same lens on the pretrained SmolLM2-135M (absent: no pretrained stage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pretrained: Option<crate::pretrained::PretrainedPlan>,
@@ -304,6 +307,10 @@ impl StudyConfig {
         if let Some(plan) = &config.offset {
             plan.experiment()
                 .with_context(|| format!("{origin}: [offset]"))?;
+        }
+        if let Some(plan) = &config.canonical {
+            plan.experiments()
+                .with_context(|| format!("{origin}: [canonical]"))?;
         }
         if let Some(plan) = &config.pretrained {
             plan.check()

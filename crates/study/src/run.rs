@@ -28,6 +28,13 @@ pub enum Milestone<'a> {
     Theory(&'a TheoryResults),
     /// The implicit-bias experiment (`offset/`), when the study has one.
     Offset(&'a crate::offset::Experiment, &'a crate::offset::Outcome),
+    /// Frequency-band training on the canonical tasks (`canonical/<task>/`), per task.
+    Canonical(
+        &'a [(
+            crate::canonical::Experiment,
+            Vec<crate::canonical::BandSummary>,
+        )],
+    ),
     /// The verdict per claim (`claims.json`).
     Claims(&'a [Claim]),
 }
@@ -79,6 +86,16 @@ pub fn reproduce(
         let experiment = plan.experiment()?;
         let outcome = crate::offset::run(&experiment, &out.join("offset"), progress)?;
         report(Milestone::Offset(&experiment, &outcome))?;
+    }
+
+    if let Some(plan) = &config.canonical {
+        let mut done = vec![];
+        for experiment in plan.experiments()? {
+            let dir = out.join("canonical").join(experiment.task.kind.name());
+            let summary = crate::canonical::run(&experiment, &dir, progress)?;
+            done.push((experiment, summary));
+        }
+        report(Milestone::Canonical(&done))?;
     }
 
     let files = StudyFiles::load(out, &config.seeds)?;

@@ -106,28 +106,7 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     let bars = Bars::default();
     let summary = run(&e, &args.out, &bars)?;
     drop(bars);
-    let mut t = Table::new(&[
-        ("band", Align::Left),
-        ("centre theta", Align::Right),
-        ("accuracy", Align::Right),
-        ("s_pos", Align::Right),
-        ("s_sym", Align::Right),
-        ("per seed", Align::Left),
-    ]);
-    for b in &summary {
-        t.row(vec![
-            b.band.clone(),
-            format!("{:.3e}", b.centre),
-            format!("{:.4}", b.accuracy),
-            format!("{:.3}", b.s_pos),
-            format!("{:.3}", b.s_sym),
-            b.per_seed
-                .iter()
-                .map(|a| format!("{a:.3}"))
-                .collect::<Vec<_>>()
-                .join(" "),
-        ]);
-    }
+    let t = band_table(&summary);
     println!("{}", t.to_string().trim_end());
     if task.kind == CanonicalKind::Partial {
         print_two_angles(&summary, &args.out)?;
@@ -142,7 +121,7 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
 
 /// Partial Induction: each band's content and recency margins and the angles carrying them,
 /// beside the hand-built two-angle head.
-fn print_two_angles(summary: &[BandSummary], out: &std::path::Path) -> Result<()> {
+pub fn print_two_angles(summary: &[BandSummary], out: &std::path::Path) -> Result<()> {
     let mut t = Table::new(&[
         ("head", Align::Left),
         ("content", Align::Right),
@@ -188,4 +167,32 @@ fn print_two_angles(summary: &[BandSummary], out: &std::path::Path) -> Result<()
         hand.s_sym
     );
     Ok(())
+}
+
+/// One line per band: centre frequency, accuracy, swap scores (means over seeds), accuracy per
+/// seed.
+pub fn band_table(summary: &[BandSummary]) -> Table {
+    let mut t = Table::new(&[
+        ("band", Align::Left),
+        ("centre theta", Align::Right),
+        ("accuracy", Align::Right),
+        ("s_pos", Align::Right),
+        ("s_sym", Align::Right),
+        ("per seed", Align::Left),
+    ]);
+    for b in summary {
+        t.row(vec![
+            b.band.clone(),
+            format!("{:.3e}", b.centre),
+            format!("{:.4}", b.accuracy),
+            format!("{:.3}", b.s_pos),
+            format!("{:.3}", b.s_sym),
+            b.per_seed
+                .iter()
+                .map(|a| format!("{a:.3}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ]);
+    }
+    t
 }

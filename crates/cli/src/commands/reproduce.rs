@@ -108,6 +108,24 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
                         super::offset::mechanism_table(&outcome.runs, &outcome.mechanisms)
                     );
                 }
+                Milestone::Canonical(done) => {
+                    for (experiment, summary) in done.iter() {
+                        let kind = experiment.task.kind;
+                        println!(
+                            "\ncanonical task {kind} (canonical/{}/): one-layer attention-only \
+                             RoPE head restricted to each band",
+                            kind.name()
+                        );
+                        println!(
+                            "{}",
+                            super::canonical::band_table(summary).to_string().trim_end()
+                        );
+                        if kind == ropelab_tasks::CanonicalKind::Partial {
+                            let dir = args.out.join("canonical").join(kind.name());
+                            super::canonical::print_two_angles(summary, &dir)?;
+                        }
+                    }
+                }
                 Milestone::Claims(verdicts) => {
                     println!("\nclaims of the paper, as measured by this study:");
                     println!("{}", claims::table(verdicts));
