@@ -202,7 +202,7 @@ fn canonical_section(dir: &Path, id: &str) -> Result<Section> {
         .unwrap_or_default();
     let mut s = Section::new(
         id,
-        &format!("Canonical task {task}: which frequency bands solve it"),
+        format!("Canonical task {task}: which frequency bands solve it"),
     );
     let positions: Vec<PerPositionRow> = match read_text(&dir.join("per_position.csv"))? {
         Some(t) => read_csv(&t, &dir.join("per_position.csv").display().to_string())
