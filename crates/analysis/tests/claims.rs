@@ -179,6 +179,52 @@ fn holding_study(root: &Path) {
     }
     write(&root.join("offset/accuracy.csv"), &accuracy);
     write(&root.join("offset/runs.csv"), &runs);
+    // canonical/: Index solved by all and high planes only, Retrieval by all and low planes
+    // only, a mixed Partial Induction head with recency on planes 8x faster than content.
+    let band = |task: &str, band: &str, accuracy: f64, s_pos: f64, extra: &str| {
+        format!(
+            "{{\"task\":\"{task}\",\"band\":\"{band}\",\"planes\":[0],\"centre\":0.1,\
+             \"accuracy\":{accuracy},\"s_pos\":{s_pos},\"s_sym\":{},\"per_seed\":[{accuracy}]{extra}}}",
+            1.0 - s_pos
+        )
+    };
+    let two = ",\"two_angles\":{\"content\":20.0,\"recency\":5.0,\"content_theta\":0.01,\
+               \"recency_theta\":0.2,\"content_mean_theta\":0.02,\"recency_mean_theta\":0.16}";
+    for (task, bands) in [
+        (
+            "index",
+            [("all", 1.0, 1.0), ("high", 1.0, 1.0), ("low", 0.75, 1.0)],
+        ),
+        (
+            "retrieval",
+            [("all", 0.995, 0.0), ("high", 0.73, 0.0), ("low", 1.0, 0.0)],
+        ),
+        (
+            "partial",
+            [("all", 1.0, 0.15), ("high", 0.93, 0.2), ("low", 1.0, 0.1)],
+        ),
+    ] {
+        let rows: Vec<String> = bands
+            .iter()
+            .map(|(b, a, p)| {
+                band(
+                    task,
+                    b,
+                    *a,
+                    *p,
+                    if task == "partial" && *b == "all" {
+                        two
+                    } else {
+                        ""
+                    },
+                )
+            })
+            .collect();
+        write(
+            &root.join(format!("canonical/{task}/summary.json")),
+            &format!("[{}]", rows.join(",")),
+        );
+    }
 }
 
 fn verdict_of(root: &Path, id: &str) -> Claim {
@@ -195,7 +241,7 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     holding_study(dir.path());
     let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
     let claims = verdicts(&files, &Thresholds::default());
-    assert_eq!(claims.len(), 14);
+    assert_eq!(claims.len(), 18);
     for c in &claims {
         assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
         assert!(!c.measured.is_empty() && !c.threshold.is_empty());

@@ -204,7 +204,8 @@ const SMALL_STUDY: &str =
      [lengthgen]\nextras = [0, 20]\nsamples = 8\n\
      [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n\
      [offset]\npe = [\"rope\", \"ape\"]\nattention = [\"softmax\"]\nk = [1]\nseeds = [0]\n\
-     steps = 5\ntrain_len = 4\ntest_lens = [4, 8, 16]\nper_length = 8\n";
+     steps = 5\ntrain_len = 4\ntest_lens = [4, 8, 16]\nper_length = 8\n\
+     [canonical]\ntasks = [\"partial\"]\nbands = [\"all\"]\nseeds = [0]\nsteps = 5\n";
 
 #[test]
 fn reproduce_runs_a_small_config_and_reports_bad_configs() {
@@ -260,7 +261,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(stdout.contains("claims of the paper"), "{stdout}");
     let claims: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("claims.json")).unwrap()).unwrap();
-    assert_eq!(claims.as_array().unwrap().len(), 14);
+    assert_eq!(claims.as_array().unwrap().len(), 18);
     // The [offset] table's claims are measured (the third has no linear run to measure).
     let ids: Vec<&str> = claims
         .as_array()
@@ -269,7 +270,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert_eq!(
-        ids[11..],
+        ids[11..14],
         [
             "offset_rotary_extrapolates",
             "offset_dilution_law",
@@ -284,6 +285,19 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     );
     let report = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(report.contains("Fixed-offset retrieval: rotary, learned absolute, none"));
+    // The [canonical] table: Partial Induction with all planes, its two-angle table and claim.
+    assert!(run.join("canonical/partial/hand_head.json").exists());
+    assert!(
+        stdout.contains("canonical task partial (canonical/partial/)"),
+        "{stdout}"
+    );
+    assert!(
+        report.contains("Canonical task partial"),
+        "report lacks the canonical section"
+    );
+    assert_eq!(claims[17]["id"], "partial_two_angles");
+    assert_eq!(claims[17]["measured_count"], 1);
+    assert_eq!(claims[14]["verdict"], "not_measured");
     // 5 steps of a tiny model learn nothing: the claims that need a learned model fail, with
     // their numbers, and none is marked as holding without them.
     for c in claims.as_array().unwrap() {
