@@ -92,7 +92,7 @@ fn a_canonical_directory_gets_its_own_report() {
     )
     .unwrap();
     let html = ropelab_report::report(dir.path(), "ropelab canonical").unwrap();
-    assert!(html.contains("Canonical task: which frequency bands solve it"));
+    assert!(html.contains("Canonical task index: which frequency bands solve it"));
     assert!(html.contains("<td>0.9876</td>") && html.contains("<td>1.250e-1</td>"));
     assert!(!html.contains("config.toml is missing"));
     std::fs::write(dir.path().join("summary.json"), "{").unwrap();
