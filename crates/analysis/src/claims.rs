@@ -349,7 +349,7 @@ fn pure(l: &HeadStep, gamma: f64) -> HeadKind {
 
 /// Layer types at the final checkpoint: P (a pure positional head), S (a pure symbolic one),
 /// - (neither), one letter per layer.
-fn layer_types(scores: &[HeadStep], gamma: f64) -> String {
+pub fn layer_types(scores: &[HeadStep], gamma: f64) -> String {
     let mut by_layer: BTreeMap<usize, Vec<HeadKind>> = BTreeMap::new();
     for l in last_step(scores) {
         by_layer.entry(l.layer).or_default().push(pure(l, gamma));

@@ -14,6 +14,7 @@ mod pretrained;
 mod report;
 mod reproduce;
 mod score;
+mod sweep;
 mod theory;
 mod train;
 
@@ -52,6 +53,11 @@ pub enum Command {
     /// position encoding and softmax or linear attention, tested at up to 8 x the training
     /// length (accuracy.csv)
     Offset(offset::OffsetArgs),
+    /// Run a sweep file's jobs here (in parallel, by shard, resumable), list them, or write
+    /// them as a Slurm job array (docs/sweeps.md).
+    Sweep(sweep::SweepArgs),
+    /// Merge a sweep's finished jobs into one table, with means over seeds (collected/).
+    Collect(sweep::CollectArgs),
     /// A real pretrained RoPE model (SmolLM2-135M from its GGUF file) under the same lens.
     #[command(subcommand)]
     Pretrained(pretrained::PretrainedCommand),
@@ -85,6 +91,8 @@ impl Command {
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
             Command::Canonical(args) => canonical::run_command(args, guard),
+            Command::Sweep(args) => sweep::run(args),
+            Command::Collect(args) => sweep::collect_command(args),
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),
             Command::Attention(args) => attention::run(args, guard),

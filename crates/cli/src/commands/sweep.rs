@@ -1,0 +1,265 @@
+//! `ropelab sweep` and `ropelab collect`: a sweep file's jobs run here (in parallel, by shard,
+//! resumable), listed, or written as a Slurm job array; and their results merged
+//! (docs/sweeps.md).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use ropelab_io::{write_atomic, Align, Table};
+use ropelab_sweep::collect::{collect, summarise};
+use ropelab_sweep::local::run_jobs;
+use ropelab_sweep::slurm::{script, SlurmOptions};
+use ropelab_sweep::spec::shard;
+use ropelab_sweep::Sweep;
+
+use super::progress;
+
+/// Arguments of `ropelab sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// The sweep file (TOML: a base run config and axes; docs/sweeps.md).
+    pub spec: PathBuf,
+    /// Output directory (jobs/<id>/ per job, collected/ after `collect`).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Jobs run at once here, the machine's threads split between them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub jobs: u64,
+    /// Run only shard I of N (`I/N`, 0 <= I < N): every N-th job of the id-sorted list.
+    #[arg(long, value_parser = parse_shard)]
+    pub shard: Option<(usize, usize)>,
+    /// Print the plan (job id, parameters, state) and run nothing.
+    #[arg(long)]
+    pub list: bool,
+    /// Write a Slurm job array (`OUT/sweep.sbatch`) instead of running here.
+    #[arg(long)]
+    pub slurm: bool,
+    /// With --slurm: submit it with `sbatch`.
+    #[arg(long, requires = "slurm")]
+    pub submit: bool,
+    /// With --slurm: array tasks (shards; default one per job).
+    #[arg(long, requires = "slurm", value_parser = clap::value_parser!(u64).range(1..))]
+    pub shards: Option<u64>,
+    /// With --slurm: array tasks running at once.
+    #[arg(long, requires = "slurm", value_parser = clap::value_parser!(u64).range(1..))]
+    pub array_limit: Option<u64>,
+    /// With --slurm: partition.
+    #[arg(long, requires = "slurm")]
+    pub partition: Option<String>,
+    /// With --slurm: time limit per array task (e.g. 01:00:00).
+    #[arg(long, requires = "slurm")]
+    pub time: Option<String>,
+    /// With --slurm: CPUs per array task.
+    #[arg(long, requires = "slurm", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub cpus_per_task: u64,
+    /// With --slurm: GPUs per array task.
+    #[arg(long, requires = "slurm")]
+    pub gpus: Option<u64>,
+}
+
+/// Parses `I/N`.
+fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{s:?} is not a shard: write I/N with 0 <= I < N (e.g. 0/4)");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// Arguments of `ropelab collect`.
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// A sweep's output directory.
+    pub dir: PathBuf,
+}
+
+/// Runs `ropelab sweep`.
+pub fn run(args: SweepArgs) -> Result<()> {
+    let sweep = Sweep::load(&args.spec)?;
+    let jobs = sweep.jobs()?;
+    let (index, count) = args.shard.unwrap_or((0, 1));
+    let mine = shard(&jobs, index, count);
+    if args.list {
+        return list(&sweep, &jobs, &mine, &args.out);
+    }
+    if args.slurm {
+        return slurm(&args, &sweep, jobs.len());
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "sweep {}: {} jobs{}, {} at a time, {} threads each, in {}",
+        sweep.name,
+        mine.len(),
+        if count > 1 {
+            format!(" (shard {index}/{count} of {})", jobs.len())
+        } else {
+            String::new()
+        },
+        args.jobs.min(mine.len().max(1) as u64),
+        (threads / args.jobs as usize).max(1),
+        args.out.display()
+    );
+    let bar = progress(mine.len() as u64, "jobs");
+    let start = Instant::now();
+    let summary = run_jobs(&mine, &args.out, args.jobs as usize, threads, &|_, _| {
+        bar.inc(1)
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "{} run, {} already done, {} failed in {:.1} s",
+        summary.ran,
+        summary.skipped,
+        summary.failed.len(),
+        start.elapsed().as_secs_f64()
+    );
+    if !summary.failed.is_empty() {
+        let lines: Vec<String> = summary
+            .failed
+            .iter()
+            .map(|(id, e)| format!("{id}: {e}"))
+            .collect();
+        bail!(
+            "{} job(s) failed (run the same command again to retry them): {}",
+            summary.failed.len(),
+            lines.join("; ")
+        );
+    }
+    Ok(())
+}
+
+fn list(
+    sweep: &Sweep,
+    jobs: &[ropelab_sweep::Job],
+    mine: &[&ropelab_sweep::Job],
+    out: &Path,
+) -> Result<()> {
+    let mut t = Table::new(&[
+        ("job", Align::Left),
+        ("state", Align::Left),
+        ("task", Align::Left),
+        ("steps", Align::Right),
+        ("parameters", Align::Left),
+    ]);
+    for j in mine {
+        let dir = ropelab_sweep::local::job_dir(out, &j.id);
+        let state = if dir.join("result.json").exists() {
+            "done"
+        } else if dir.join("run").exists() {
+            "started"
+        } else {
+            "to do"
+        };
+        t.row(vec![
+            j.id.clone(),
+            state.into(),
+            j.config.task.as_str().into(),
+            j.config.optim.steps.to_string(),
+            j.param_text().join(" "),
+        ]);
+    }
+    println!(
+        "sweep {} ({}): {} of {} jobs",
+        sweep.name,
+        sweep.origin,
+        mine.len(),
+        jobs.len()
+    );
+    print!("{t}");
+    Ok(())
+}
+
+fn slurm(args: &SweepArgs, sweep: &Sweep, jobs: usize) -> Result<()> {
+    let shards = args.shards.map_or(jobs, |s| (s as usize).min(jobs)).max(1);
+    let options = SlurmOptions {
+        shards,
+        throttle: args.array_limit.map(|t| t as usize),
+        partition: args.partition.clone(),
+        time: args.time.clone(),
+        cpus_per_task: args.cpus_per_task as usize,
+        gpus: args.gpus.map(|g| g as usize),
+    };
+    std::fs::create_dir_all(args.out.join("slurm"))
+        .with_context(|| format!("cannot create {}", args.out.join("slurm").display()))?;
+    let absolute = |p: &Path| {
+        std::fs::canonicalize(p).with_context(|| format!("cannot resolve {}", p.display()))
+    };
+    let exe = std::env::current_exe().context("cannot find the ropelab binary")?;
+    let text = script(
+        &sweep.name,
+        &exe,
+        &absolute(&args.spec)?,
+        &absolute(&args.out)?,
+        &options,
+    );
+    let path = args.out.join("sweep.sbatch");
+    write_atomic(&path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    println!(
+        "wrote {} ({jobs} jobs in {shards} array tasks)",
+        path.display()
+    );
+    if args.submit {
+        let out = std::process::Command::new("sbatch")
+            .arg(&path)
+            .output()
+            .context("cannot run sbatch (is Slurm installed here?)")?;
+        let said = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            bail!("sbatch refused {}: {}", path.display(), err.trim());
+        }
+        println!("{}", said.trim());
+    }
+    Ok(())
+}
+
+/// Runs `ropelab collect`.
+pub fn collect_command(args: CollectArgs) -> Result<()> {
+    if !args.dir.join("jobs").is_dir() {
+        bail!("{} holds no sweep (no jobs/ directory)", args.dir.display());
+    }
+    let results = collect(&args.dir)?;
+    let mut t = Table::new(&[
+        ("configuration", Align::Left),
+        ("n", Align::Right),
+        ("accuracy", Align::Right),
+        ("sd", Align::Right),
+        ("layer types", Align::Left),
+    ]);
+    for s in summarise(&results) {
+        t.row(vec![
+            if s.config.is_empty() {
+                "-".into()
+            } else {
+                s.config
+            },
+            s.n.to_string(),
+            format!("{:.4}", s.accuracy_mean),
+            format!("{:.4}", s.accuracy_sd),
+            s.layer_types,
+        ]);
+    }
+    print!("{t}");
+    let setup: Vec<f64> = results.iter().map(|r| r.setup_seconds).collect();
+    if !setup.is_empty() {
+        println!(
+            "{} jobs; start-up and data generation {:.3} s per job on average",
+            results.len(),
+            setup.iter().sum::<f64>() / setup.len() as f64
+        );
+    }
+    println!(
+        "wrote {}",
+        args.dir
+            .join("collected/{jobs.csv,jobs.jsonl,summary.csv}")
+            .display()
+    );
+    Ok(())
+}

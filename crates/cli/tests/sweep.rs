@@ -1,0 +1,207 @@
+//! `ropelab sweep` and `collect` on this machine: a 4-job sweep killed with SIGKILL mid-way and
+//! started again ends with the same table as an uninterrupted run; shards run only their jobs;
+//! a failing job is retried by running the command again; bad input is one line.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{ok, refused, ropelab};
+
+/// Four jobs (two seeds x two learning rates) of the tiny number model, long enough to kill.
+const SPEC: &str = "name = \"t\"\npreset = \"tiny\"\ntask = \"number\"\n\
+    [base]\noptim.steps = 300\noptim.save_every = 50\ndata.train = 4000\ndata.test = 64\n\
+    [[axis]]\nkey = \"seed\"\nvalues = [0, 1]\n\
+    [[axis]]\nkey = \"optim.lr\"\nvalues = [0.003, 0.01]\n";
+
+/// The collected table without its timing columns.
+fn table(dir: &Path) -> String {
+    ok(ropelab(&["collect", dir.to_str().unwrap()]));
+    let csv = std::fs::read_to_string(dir.join("collected/jobs.csv")).unwrap();
+    let mut rows = csv::Reader::from_reader(csv.as_bytes());
+    let header = rows.headers().unwrap().clone();
+    let keep: Vec<usize> = (0..header.len())
+        .filter(|&i| !header[i].ends_with("_seconds"))
+        .collect();
+    rows.records()
+        .map(|r| {
+            let r = r.unwrap();
+            keep.iter()
+                .map(|&i| r[i].to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_killed_sweep_resumes_to_the_same_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("sweep.toml");
+    std::fs::write(&spec, SPEC).unwrap();
+    let spec = spec.to_str().unwrap();
+
+    let whole = dir.path().join("whole");
+    ok(ropelab(&[
+        "sweep",
+        spec,
+        "--out",
+        whole.to_str().unwrap(),
+        "--jobs",
+        "2",
+    ]));
+    let expected = table(&whole);
+    assert_eq!(expected.lines().count(), 4, "{expected}");
+
+    // Kill the same sweep once some job has written a checkpoint past step 0.
+    let killed = dir.path().join("killed");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args([
+            "sweep",
+            spec,
+            "--out",
+            killed.to_str().unwrap(),
+            "--jobs",
+            "2",
+        ])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let checkpointed = || {
+        std::fs::read_dir(killed.join("jobs")).is_ok_and(|jobs| {
+            jobs.flatten()
+                .any(|j| j.path().join("run/checkpoints/step-000050").exists())
+        })
+    };
+    while !checkpointed() && start.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let results = |d: &Path| {
+        std::fs::read_dir(d.join("jobs"))
+            .unwrap()
+            .flatten()
+            .filter(|j| j.path().join("result.json").exists())
+            .count()
+    };
+    assert!(
+        results(&killed) < 4,
+        "the sweep finished before it was killed"
+    );
+    let listed = ok(ropelab(&[
+        "sweep",
+        spec,
+        "--out",
+        killed.to_str().unwrap(),
+        "--list",
+    ]));
+    assert!(
+        listed.contains("started") || listed.contains("to do"),
+        "{listed}"
+    );
+    let again = ok(ropelab(&[
+        "sweep",
+        spec,
+        "--out",
+        killed.to_str().unwrap(),
+        "--jobs",
+        "2",
+    ]));
+    assert!(
+        again.contains("already done") && again.contains("0 failed"),
+        "{again}"
+    );
+    assert_eq!(table(&killed), expected);
+}
+
+#[test]
+fn shards_run_their_jobs_and_a_failed_job_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("sweep.toml");
+    std::fs::write(
+        &spec,
+        SPEC.replace("300", "20")
+            .replace("save_every = 50", "save_every = 20"),
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    let out = dir.path().join("out");
+    let out = out.to_str().unwrap();
+    let listed = ok(ropelab(&["sweep", spec, "--out", out, "--list"]));
+    let ids: Vec<String> = listed
+        .lines()
+        .filter(|l| l.starts_with('j') && !l.starts_with("job "))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 4, "{listed}");
+    // Shard 1 of 2: the second and fourth jobs of the sorted list; job ids[1] fails once.
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ropelab"))
+            .args(["sweep", spec, "--out", out])
+            .args(extra)
+            .env("ROPELAB_SWEEP_FAIL_ONCE", &ids[1])
+            .output()
+            .unwrap()
+    };
+    let first = run(&["--shard", "1/2"]);
+    assert!(!first.status.success());
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        err.contains(&format!("{}: job {}: failed on purpose", ids[1], ids[1])),
+        "{err}"
+    );
+    let done = |id: &str| {
+        Path::new(out)
+            .join("jobs")
+            .join(id)
+            .join("result.json")
+            .exists()
+    };
+    assert!(!done(&ids[0]) && !done(&ids[1]) && done(&ids[3]) && !done(&ids[2]));
+    let second = run(&["--shard", "1/2"]);
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(done(&ids[1]));
+    ok(run(&["--shard", "0/2"]));
+    assert!(ids.iter().all(|i| done(i)));
+
+    refused(
+        &["sweep", spec, "--out", out, "--shard", "2/2"],
+        "not a shard",
+    );
+    refused(&["sweep", "missing.toml", "--out", out], "missing.toml");
+    refused(&["collect", dir.path().to_str().unwrap()], "holds no sweep");
+}
+
+#[test]
+fn slurm_scripts_call_one_shard_per_array_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("sweep.toml");
+    std::fs::write(&spec, SPEC).unwrap();
+    let out = dir.path().join("out");
+    let said = ok(ropelab(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--slurm",
+        "--shards",
+        "2",
+        "--array-limit",
+        "1",
+    ]));
+    assert!(said.contains("4 jobs in 2 array tasks"), "{said}");
+    let script = std::fs::read_to_string(out.join("sweep.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --array=0-1%1"), "{script}");
+    assert!(
+        script.contains("--shard \"$SLURM_ARRAY_TASK_ID/2\""),
+        "{script}"
+    );
+}

@@ -1,0 +1,54 @@
+//! # ropelab-sweep
+//!
+//! Sweeps (docs/sweeps.md): a base run config and axes, expanded to jobs with stable ids
+//! ([`spec`]); run on this machine, in parallel, by shard, skipping finished jobs and resuming
+//! interrupted ones ([`local`]); or as a Slurm job array ([`slurm`]); and merged into one table
+//! with means over seeds ([`collect`]).
+
+pub mod collect;
+pub mod local;
+pub mod slurm;
+pub mod spec;
+
+pub use spec::{Job, Sweep};
+
+/// What can go wrong in a sweep.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// A bad sweep file.
+    #[error("{origin}: {message}")]
+    Spec {
+        /// The file.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A job failed.
+    #[error("job {id}: {message}")]
+    Job {
+        /// The job id.
+        id: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Training or a run directory.
+    #[error(transparent)]
+    Train(#[from] ropelab_train::TrainError),
+    /// Scoring.
+    #[error(transparent)]
+    Analysis(#[from] ropelab_analysis::AnalysisError),
+    /// JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias of the sweep crate.
+pub type Result<T> = std::result::Result<T, SweepError>;

@@ -1,0 +1,94 @@
+//! A Slurm job array for a sweep: one array task per shard, each running
+//! `ropelab sweep SPEC --out DIR --shard $SLURM_ARRAY_TASK_ID/N`. Finished jobs are skipped and
+//! interrupted ones resume, so failed or pre-empted tasks are re-run by submitting again.
+
+use std::path::Path;
+
+/// How the array is submitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmOptions {
+    /// Array tasks (shards); at most the number of jobs.
+    pub shards: usize,
+    /// Array tasks running at once (`--array=0-(N-1)%T`), if limited.
+    pub throttle: Option<usize>,
+    /// Partition.
+    pub partition: Option<String>,
+    /// Time limit per array task (Slurm syntax, e.g. `01:00:00`).
+    pub time: Option<String>,
+    /// CPUs per array task.
+    pub cpus_per_task: usize,
+    /// GPUs per array task.
+    pub gpus: Option<usize>,
+}
+
+/// Quotes `s` for a POSIX shell.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The `sbatch` script of a sweep named `name` whose spec is `spec`, writing into `out`,
+/// calling the `ropelab` binary at `exe`.
+pub fn script(name: &str, exe: &Path, spec: &Path, out: &Path, o: &SlurmOptions) -> String {
+    let mut s = String::from("#!/bin/bash\n");
+    s += &format!(
+        "#SBATCH --job-name={}\n",
+        name.replace(char::is_whitespace, "-")
+    );
+    let throttle = o.throttle.map(|t| format!("%{t}")).unwrap_or_default();
+    s += &format!("#SBATCH --array=0-{}{throttle}\n", o.shards.max(1) - 1);
+    s += &format!("#SBATCH --cpus-per-task={}\n", o.cpus_per_task.max(1));
+    if let Some(p) = &o.partition {
+        s += &format!("#SBATCH --partition={p}\n");
+    }
+    if let Some(t) = &o.time {
+        s += &format!("#SBATCH --time={t}\n");
+    }
+    if let Some(g) = o.gpus {
+        s += &format!("#SBATCH --gpus={g}\n");
+    }
+    let logs = out.join("slurm");
+    s += &format!("#SBATCH --output={}/%A_%a.out\n", logs.display());
+    s += "set -euo pipefail\n";
+    s += &format!(
+        "export RAYON_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{}}}\"\n",
+        o.cpus_per_task.max(1)
+    );
+    s += &format!(
+        "exec {} sweep {} --out {} --shard \"$SLURM_ARRAY_TASK_ID/{}\"\n",
+        quote(&exe.display().to_string()),
+        quote(&spec.display().to_string()),
+        quote(&out.display().to_string()),
+        o.shards.max(1)
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_runs_one_shard_per_array_task() {
+        let o = SlurmOptions {
+            shards: 4,
+            throttle: Some(2),
+            partition: Some("debug".into()),
+            time: Some("00:10:00".into()),
+            cpus_per_task: 2,
+            gpus: None,
+        };
+        let s = script(
+            "my sweep",
+            Path::new("/opt/ropelab"),
+            Path::new("sweep's.toml"),
+            Path::new("out"),
+            &o,
+        );
+        assert!(s.contains("#SBATCH --array=0-3%2\n"), "{s}");
+        assert!(s.contains("#SBATCH --job-name=my-sweep\n"));
+        assert!(s.contains("#SBATCH --partition=debug\n#SBATCH --time=00:10:00\n"));
+        assert!(s.contains("--shard \"$SLURM_ARRAY_TASK_ID/4\""));
+        assert!(s.contains(r"'sweep'\''s.toml'"), "{s}");
+        assert!(!s.contains("--gpus"));
+    }
+}

@@ -1,0 +1,349 @@
+//! A sweep file (docs/sweeps.md): a base run config and axes, expanded to a deterministic list
+//! of jobs, each with an id derived from its parameters alone.
+//!
+//! ```toml
+//! name = "example"
+//! preset = "tiny"        # the base run config: a preset for a task ...
+//! task = "number"
+//! [base]                 # ... with any of its keys replaced
+//! optim.steps = 40
+//! [[axis]]               # a product axis: one key, its values
+//! key = "seed"
+//! values = [0, 1]
+//! [[axis]]               # a list axis: keys that vary together, one row of values per job
+//! keys = ["model.d_model", "model.d_mlp"]
+//! values = [[16, 32], [32, 64]]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ropelab_tasks::TaskKind;
+use ropelab_train::{Preset, RunConfig};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use toml::{Table, Value};
+
+use crate::{Result, SweepError};
+
+/// The file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecFile {
+    name: String,
+    preset: Option<String>,
+    task: Option<String>,
+    config: Option<PathBuf>,
+    #[serde(default)]
+    base: Table,
+    #[serde(default)]
+    axis: Vec<AxisFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AxisFile {
+    key: Option<String>,
+    keys: Option<Vec<String>>,
+    values: Vec<Value>,
+}
+
+/// One axis: keys that vary together and one row of values per step of the axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Axis {
+    /// Dotted run-config keys (`seed`, `optim.lr`, `model.position.base`).
+    pub keys: Vec<String>,
+    /// One value per key, per step.
+    pub rows: Vec<Vec<Value>>,
+}
+
+/// A parsed, checked sweep.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// Name (for the Slurm job and the collected tables).
+    pub name: String,
+    /// The base run config as a TOML table (preset or file, with `[base]` applied).
+    pub base: Table,
+    /// Axes, in file order; jobs are their product.
+    pub axes: Vec<Axis>,
+    /// The file it came from (for error messages).
+    pub origin: String,
+}
+
+/// One job: its parameters (axis keys and values, in axis order) and the run config they make.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Stable id: `j` and 12 hex digits of the SHA-256 of its sorted `key=value` lines.
+    pub id: String,
+    /// (key, value) in axis order.
+    pub params: Vec<(String, Value)>,
+    /// The run config.
+    pub config: RunConfig,
+}
+
+impl Job {
+    /// The parameters as `key=value` texts.
+    pub fn param_text(&self) -> Vec<String> {
+        self.params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", value_text(v)))
+            .collect()
+    }
+}
+
+/// A TOML value as one short text (strings without quotes).
+pub fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The id of a parameter set: independent of axis order and of other jobs.
+pub fn job_id(params: &[(String, Value)]) -> String {
+    let mut lines: Vec<String> = params.iter().map(|(k, v)| format!("{k}={}\n", v)).collect();
+    lines.sort();
+    let digest = Sha256::digest(lines.concat().as_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("j{hex}")
+}
+
+fn bad<T>(origin: &str, message: String) -> Result<T> {
+    Err(SweepError::Spec {
+        origin: origin.to_string(),
+        message,
+    })
+}
+
+impl Sweep {
+    /// Parses sweep text; `origin` names the file in errors. Checks every key of `[base]` and of
+    /// every axis against the run config, and every axis's shape.
+    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+        let file: SpecFile = toml::from_str(text).map_err(|e| SweepError::Spec {
+            origin: origin.to_string(),
+            message: ropelab_io::toml_error::describe(text, &e),
+        })?;
+        let mut base = match (&file.config, &file.preset, &file.task) {
+            (Some(path), None, None) => {
+                let path = Path::new(origin)
+                    .parent()
+                    .unwrap_or(Path::new("."))
+                    .join(path);
+                let config = RunConfig::load(&path).map_err(|e| SweepError::Spec {
+                    origin: origin.to_string(),
+                    message: format!("config: {e}"),
+                })?;
+                as_table(&config)
+            }
+            (None, preset, Some(task)) => {
+                let preset: Preset = preset.as_deref().unwrap_or("tiny").parse().map_err(
+                    |e: ropelab_train::TrainError| SweepError::Spec {
+                        origin: origin.to_string(),
+                        message: format!("preset: {e}"),
+                    },
+                )?;
+                let task: TaskKind = task.parse().map_err(|e| SweepError::Spec {
+                    origin: origin.to_string(),
+                    message: format!("task: {e}"),
+                })?;
+                as_table(&preset.config(task))
+            }
+            _ => {
+                return bad(
+                    origin,
+                    "give the base run config as `task` (with an optional `preset`) or as \
+                     `config = \"FILE.toml\"`, not both"
+                        .into(),
+                )
+            }
+        };
+        for (key, value) in flatten(&file.base, "") {
+            set(&mut base, &key, value).map_err(|m| SweepError::Spec {
+                origin: origin.to_string(),
+                message: format!("[base] {m}"),
+            })?;
+        }
+        let mut axes = vec![];
+        for (i, a) in file.axis.iter().enumerate() {
+            let name = format!("axis {}", i + 1);
+            let keys = match (&a.key, &a.keys) {
+                (Some(k), None) => vec![k.clone()],
+                (None, Some(k)) if !k.is_empty() => k.clone(),
+                _ => return bad(origin, format!("{name}: give `key` or a non-empty `keys`")),
+            };
+            if a.values.is_empty() {
+                return bad(
+                    origin,
+                    format!("{name} ({}): `values` is empty", keys.join(", ")),
+                );
+            }
+            let rows: Vec<Vec<Value>> = if keys.len() == 1 {
+                a.values.iter().map(|v| vec![v.clone()]).collect()
+            } else {
+                a.values
+                    .iter()
+                    .map(|row| match row {
+                        Value::Array(r) if r.len() == keys.len() => Ok(r.clone()),
+                        other => bad(
+                            origin,
+                            format!(
+                                "{name} ({}): each value must list {} values, got {other}",
+                                keys.join(", "),
+                                keys.len()
+                            ),
+                        ),
+                    })
+                    .collect::<Result<_>>()?
+            };
+            for k in &keys {
+                if axes.iter().any(|x: &Axis| x.keys.contains(k)) {
+                    return bad(origin, format!("{name}: key {k} is on two axes"));
+                }
+                set(&mut base.clone(), k, rows[0][0].clone()).map_err(|m| SweepError::Spec {
+                    origin: origin.to_string(),
+                    message: format!("{name}: {m}"),
+                })?;
+            }
+            axes.push(Axis { keys, rows });
+        }
+        Ok(Self {
+            name: file.name,
+            base,
+            axes,
+            origin: origin.to_string(),
+        })
+    }
+
+    /// Reads and parses a sweep file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| SweepError::Io {
+            path: path.to_owned(),
+            source: e,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Every job, the product of the axes (the last axis varying fastest), each config checked;
+    /// sorted by id, so the list does not depend on the order of the axes' values.
+    pub fn jobs(&self) -> Result<Vec<Job>> {
+        let mut assignments: Vec<Vec<(String, Value)>> = vec![vec![]];
+        for axis in &self.axes {
+            let mut next = vec![];
+            for a in &assignments {
+                for row in &axis.rows {
+                    let mut b = a.clone();
+                    b.extend(axis.keys.iter().cloned().zip(row.iter().cloned()));
+                    next.push(b);
+                }
+            }
+            assignments = next;
+        }
+        let mut jobs = Vec::with_capacity(assignments.len());
+        let mut seen = BTreeMap::new();
+        for params in assignments {
+            let id = job_id(&params);
+            let mut table = self.base.clone();
+            for (k, v) in &params {
+                set(&mut table, k, v.clone()).map_err(|m| SweepError::Spec {
+                    origin: self.origin.clone(),
+                    message: m,
+                })?;
+            }
+            let text = toml::to_string(&table).map_err(|e| SweepError::Spec {
+                origin: self.origin.clone(),
+                message: e.to_string(),
+            })?;
+            let label = format!("{} (job {id}: {})", self.origin, texts(&params).join(", "));
+            // The error names the sweep file and the job's parameters.
+            let config = RunConfig::from_toml(&text, Path::new(&label))?;
+            if let Some(other) = seen.insert(id.clone(), texts(&params)) {
+                return bad(
+                    &self.origin,
+                    format!("two jobs have the same parameters: {}", other.join(", ")),
+                );
+            }
+            jobs.push(Job { id, params, config });
+        }
+        jobs.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(jobs)
+    }
+}
+
+fn texts(params: &[(String, Value)]) -> Vec<String> {
+    params
+        .iter()
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
+        .collect()
+}
+
+fn as_table(config: &RunConfig) -> Table {
+    toml::from_str(&config.to_toml()).expect("a run config's TOML is a table")
+}
+
+/// The leaves of a table as dotted keys (a table of tables flattens; arrays are leaves).
+fn flatten(table: &Table, prefix: &str) -> Vec<(String, Value)> {
+    let mut out = vec![];
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            Value::Table(t) => out.extend(flatten(t, &key)),
+            other => out.push((key, other.clone())),
+        }
+    }
+    out
+}
+
+/// Replaces the value at dotted `key` (which must exist); a scalar given for a list becomes a
+/// one-element list.
+pub fn set(table: &mut Table, key: &str, value: Value) -> std::result::Result<(), String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut at = table;
+    for (i, part) in parts.iter().enumerate() {
+        let known = || {
+            let mut k: Vec<&str> = at.keys().map(String::as_str).collect();
+            k.sort_unstable();
+            k.join(", ")
+        };
+        if !at.contains_key(*part) {
+            let within = if i == 0 {
+                "the run config".to_string()
+            } else {
+                format!("[{}]", parts[..i].join("."))
+            };
+            return Err(format!(
+                "unknown config key {key}: {within} has no `{part}` (it has {})",
+                known()
+            ));
+        }
+        if i + 1 == parts.len() {
+            let slot = at.get_mut(*part).expect("checked above");
+            *slot = match (&*slot, value) {
+                (Value::Array(_), Value::Array(v)) => Value::Array(v),
+                (Value::Array(_), v) => Value::Array(vec![v]),
+                (Value::Table(_), _) => {
+                    return Err(format!("config key {key} is a table; name one of its keys"))
+                }
+                (_, v) => v,
+            };
+            return Ok(());
+        }
+        at = match at.get_mut(*part) {
+            Some(Value::Table(t)) => t,
+            _ => return Err(format!("config key {key}: `{part}` is not a table")),
+        };
+    }
+    Ok(())
+}
+
+/// Shard `index` of `count`: every `count`-th job of the id-sorted list, from `index`.
+pub fn shard(jobs: &[Job], index: usize, count: usize) -> Vec<&Job> {
+    jobs.iter()
+        .enumerate()
+        .filter(|(i, _)| count > 0 && i % count == index)
+        .map(|(_, j)| j)
+        .collect()
+}

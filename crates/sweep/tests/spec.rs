@@ -1,0 +1,102 @@
+//! Sweep files: product and list axes, stable ids, shards that partition the jobs, and bad
+//! input as one-line errors naming the key.
+
+use proptest::prelude::*;
+use ropelab_sweep::spec::shard;
+use ropelab_sweep::Sweep;
+
+const BASE: &str = "name = \"t\"\npreset = \"tiny\"\ntask = \"number\"\n[base]\noptim.steps = 3\n";
+
+fn sweep(axes: &str) -> Sweep {
+    Sweep::parse(&format!("{BASE}{axes}"), "t.toml").unwrap()
+}
+
+fn err(text: &str) -> String {
+    let e = match Sweep::parse(text, "t.toml") {
+        Err(e) => e.to_string(),
+        Ok(s) => s.jobs().unwrap_err().to_string(),
+    };
+    assert_eq!(e.lines().count(), 1, "{e}");
+    e
+}
+
+#[test]
+fn axes_expand_to_a_product_with_stable_ids() {
+    let s = sweep(
+        "[[axis]]\nkey = \"seed\"\nvalues = [0, 1]\n\
+         [[axis]]\nkeys = [\"model.d_model\", \"model.d_mlp\"]\nvalues = [[16, 32], [32, 24]]\n",
+    );
+    let jobs = s.jobs().unwrap();
+    assert_eq!(jobs.len(), 4);
+    let j = jobs
+        .iter()
+        .find(|j| j.param_text() == ["seed=1", "model.d_model=32", "model.d_mlp=24"])
+        .unwrap();
+    assert_eq!(j.config.seed, 1);
+    assert_eq!((j.config.model.d_model, j.config.model.d_mlp), (32, 24));
+    assert_eq!(j.config.optim.steps, 3, "[base] applies to every job");
+    // Adding a value keeps every other job's id; reordering values changes nothing.
+    let more = sweep(
+        "[[axis]]\nkey = \"seed\"\nvalues = [2, 1, 0]\n\
+         [[axis]]\nkeys = [\"model.d_model\", \"model.d_mlp\"]\nvalues = [[32, 24], [16, 32]]\n",
+    );
+    let ids: Vec<String> = more.jobs().unwrap().iter().map(|j| j.id.clone()).collect();
+    assert_eq!(ids.len(), 6);
+    for j in &jobs {
+        assert!(ids.contains(&j.id), "{} renumbered", j.id);
+    }
+    // A sweep without axes is one job, the base.
+    assert_eq!(sweep("").jobs().unwrap().len(), 1);
+}
+
+#[test]
+fn bad_sweeps_are_one_line_errors_naming_the_key() {
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkey = \"optim.lrr\"\nvalues = [1]\n"
+    ));
+    assert!(
+        e.contains("unknown config key optim.lrr: [optim] has no `lrr`"),
+        "{e}"
+    );
+    let e = err(&format!("{BASE}[[axis]]\nkey = \"seed\"\nvalues = []\n"));
+    assert!(e.contains("axis 1 (seed): `values` is empty"), "{e}");
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkeys = [\"seed\", \"optim.lr\"]\nvalues = [[1]]\n"
+    ));
+    assert!(e.contains("each value must list 2 values"), "{e}");
+    let e = err("name = \"t\"\ntask = \"number\"\n[base]\nmodle.d_model = 3\n");
+    assert!(e.contains("[base] unknown config key modle.d_model"), "{e}");
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkey = \"optim.lr\"\nvalues = [-1.0]\n"
+    ));
+    assert!(e.contains("optim.lr=-1"), "{e}");
+    let e = err("name = \"t\"\n");
+    assert!(e.contains("give the base run config"), "{e}");
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkey = \"seed\"\nvalues = [1, 1]\n"
+    ));
+    assert!(e.contains("two jobs have the same parameters"), "{e}");
+    let e = err(&format!("{BASE}colour = 1\n"));
+    assert!(e.contains("colour"), "{e}");
+}
+
+proptest! {
+    #[test]
+    fn shards_partition_the_jobs(seeds in 1usize..7, lrs in 1usize..4, n in 1usize..9) {
+        let seeds: Vec<String> = (0..seeds).map(|s| s.to_string()).collect();
+        let lrs: Vec<String> = (0..lrs).map(|i| format!("{}.0e-3", i + 1)).collect();
+        let s = sweep(&format!(
+            "[[axis]]\nkey = \"seed\"\nvalues = [{}]\n[[axis]]\nkey = \"optim.lr\"\nvalues = [{}]\n",
+            seeds.join(", "),
+            lrs.join(", ")
+        ));
+        let jobs = s.jobs().unwrap();
+        let mut seen: Vec<String> = (0..n)
+            .flat_map(|i| shard(&jobs, i, n).into_iter().map(|j| j.id.clone()))
+            .collect();
+        seen.sort();
+        let mut all: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
+        all.sort();
+        prop_assert_eq!(seen, all);
+    }
+}
