@@ -21,7 +21,7 @@ use super::progress;
 pub struct SweepArgs {
     /// The sweep file (TOML: a base run config and axes; docs/sweeps.md).
     pub spec: PathBuf,
-    /// Output directory (jobs/<id>/ per job, collected/ after `collect`).
+    /// Output directory (`jobs/<id>/` per job, `collected/` after `collect`).
     #[arg(long)]
     pub out: PathBuf,
     /// Jobs run at once here, the machine's threads split between them.
@@ -92,7 +92,8 @@ pub fn run(args: SweepArgs) -> Result<()> {
     if args.slurm {
         return slurm(&args, &sweep, jobs.len());
     }
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The global pool's size: the machine's cores, or RAYON_NUM_THREADS (Slurm's CPUs).
+    let threads = rayon::current_num_threads();
     println!(
         "sweep {}: {} jobs{}, {} at a time, {} threads each, in {}",
         sweep.name,
