@@ -91,7 +91,7 @@ impl Command {
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
             Command::Canonical(args) => canonical::run_command(args, guard),
-            Command::Sweep(args) => sweep::run(args),
+            Command::Sweep(args) => sweep::run(args, guard),
             Command::Collect(args) => sweep::collect_command(args),
             Command::Theory(cmd) => theory::run(cmd, guard),
             Command::Pretrained(cmd) => pretrained::run(cmd, guard),

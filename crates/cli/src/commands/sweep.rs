@@ -14,7 +14,10 @@ use ropelab_sweep::slurm::{script, SlurmOptions};
 use ropelab_sweep::spec::shard;
 use ropelab_sweep::Sweep;
 
-use super::progress;
+use ropelab_io::Need;
+use ropelab_train::{training_need, Engine};
+
+use super::{progress, Guard};
 
 /// Arguments of `ropelab sweep`.
 #[derive(Debug, Args)]
@@ -81,7 +84,7 @@ pub struct CollectArgs {
 }
 
 /// Runs `ropelab sweep`.
-pub fn run(args: SweepArgs) -> Result<()> {
+pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
     let sweep = Sweep::load(&args.spec)?;
     let jobs = sweep.jobs()?;
     let (index, count) = args.shard.unwrap_or((0, 1));
@@ -92,6 +95,18 @@ pub fn run(args: SweepArgs) -> Result<()> {
     if args.slurm {
         return slurm(&args, &sweep, jobs.len());
     }
+    // Memory of the largest job times the jobs at once, disk of every job of this shard.
+    let parallel = (args.jobs as usize).min(mine.len().max(1)) as u64;
+    let (mut memory, mut disk) = (0u64, 0u64);
+    for j in &mine {
+        let need = training_need(&j.config, &args.out, 0, Engine::Fused);
+        memory = memory.max(need.memory_bytes());
+        disk = disk.saturating_add(need.disk_bytes());
+    }
+    let need = Need::new()
+        .memory(memory.saturating_mul(parallel), format!("{parallel} job(s) at once"))
+        .disk(&args.out, disk, format!("{} runs", mine.len()));
+    guard.check("sweep", &need)?;
     // The global pool's size: the machine's cores, or RAYON_NUM_THREADS (Slurm's CPUs).
     let threads = rayon::current_num_threads();
     println!(
