@@ -104,7 +104,10 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
         disk = disk.saturating_add(need.disk_bytes());
     }
     let need = Need::new()
-        .memory(memory.saturating_mul(parallel), format!("{parallel} job(s) at once"))
+        .memory(
+            memory.saturating_mul(parallel),
+            format!("{parallel} job(s) at once"),
+        )
         .disk(&args.out, disk, format!("{} runs", mine.len()));
     guard.check("sweep", &need)?;
     // The global pool's size: the machine's cores, or RAYON_NUM_THREADS (Slurm's CPUs).
