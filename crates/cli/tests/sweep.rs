@@ -178,6 +178,25 @@ fn shards_run_their_jobs_and_a_failed_job_is_retried() {
     );
     refused(&["sweep", "missing.toml", "--out", out], "missing.toml");
     refused(&["collect", dir.path().to_str().unwrap()], "holds no sweep");
+    // A job far too large for this machine is refused before anything runs.
+    let huge = dir.path().join("huge.toml");
+    std::fs::write(
+        &huge,
+        "name = \"h\"\ntask = \"number\"\n[base]\nmodel.d_model = 65536\nmodel.d_mlp = 262144\n\
+         model.position.rotary_dim = 8\n",
+    )
+    .unwrap();
+    let big = dir.path().join("big");
+    refused(
+        &[
+            "sweep",
+            huge.to_str().unwrap(),
+            "--out",
+            big.to_str().unwrap(),
+        ],
+        "sweep would need about",
+    );
+    assert!(!big.join("jobs").exists());
 }
 
 #[test]
