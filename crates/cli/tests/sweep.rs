@@ -116,6 +116,9 @@ fn a_killed_sweep_resumes_to_the_same_table() {
         "{again}"
     );
     assert_eq!(table(&killed), expected);
+    let report = std::fs::read_to_string(killed.join("report.html")).unwrap();
+    assert!(report.contains("Sweep: every configuration over its seeds"));
+    assert!(report.contains("optim.lr=0.003"));
 }
 
 #[test]

@@ -12,6 +12,7 @@ use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_analysis::partial::{HandReport, TwoAngles, TWO_ANGLE_RATIO};
 use ropelab_io::read_csv;
+use ropelab_sweep::collect::ConfigSummary;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
 
@@ -41,6 +42,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     let languages = dir.join("nstar.csv").exists();
     let offset = is_offset(dir);
     let canonical = is_canonical(dir);
+    let sweep = dir.join("collected/summary.csv").exists();
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -49,10 +51,12 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             about.text("Config (config.toml):");
             about.pre(&config);
         }
-        None if only_pretrained || languages || offset || canonical => {}
+        None if only_pretrained || languages || offset || canonical || sweep => {}
         None => about.not_run("config.toml is missing"),
     }
-    if languages {
+    if sweep {
+        sections.push(sweep_section(dir)?);
+    } else if languages {
         sections.push(languages_section(dir)?);
     } else if offset {
         sections.push(offset_section(dir)?);
@@ -91,7 +95,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         sections.extend(pretrained);
     }
     sections.push(about);
-    let kind = if languages {
+    let kind = if sweep {
+        "sweep"
+    } else if languages {
         "formal-language experiment"
     } else if offset {
         "fixed-offset experiment"
@@ -185,6 +191,49 @@ fn languages_section(dir: &Path) -> Result<Section> {
             s.table(&header, &cells);
         }
     }
+    Ok(s)
+}
+
+/// A collected sweep (`ropelab collect`): accuracy per configuration over seeds, the summary
+/// table and the per-job table.
+fn sweep_section(dir: &Path) -> Result<Section> {
+    let mut s = Section::new("sweep", "Sweep: every configuration over its seeds");
+    let path = dir.join("collected/summary.csv");
+    let rows: Vec<ConfigSummary> = match read_text(&path)? {
+        Some(t) => read_csv(&t, &path.display().to_string()).map_err(ReportError::from_display)?,
+        None => vec![],
+    };
+    s.text(
+        "The jobs of `ropelab sweep` (docs/sweeps.md), merged by `ropelab collect`: test accuracy \
+         (validation accuracy where the task has no test evaluation) per configuration, the mean \
+         over its seeds with an error bar of one standard deviation.",
+    );
+    s.figures(&[crate::sweep::accuracy_by_config(&rows)]);
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            vec![
+                (i + 1).to_string(),
+                r.config.clone(),
+                r.n.to_string(),
+                format!("{:.4}", r.accuracy_mean),
+                format!("{:.4}", r.accuracy_sd),
+                r.layer_types.clone(),
+            ]
+        })
+        .collect();
+    s.table(
+        &[
+            "#",
+            "configuration",
+            "n",
+            "accuracy",
+            "sd",
+            "layer types per seed",
+        ],
+        &cells,
+    );
     Ok(s)
 }
 

@@ -17,6 +17,7 @@ pub mod html;
 pub mod languages;
 pub mod offset;
 pub mod pretrained;
+pub mod sweep;
 pub mod viewer;
 
 use std::path::{Path, PathBuf};

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ropelab_io::write_atomic;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::local::{read_result, JobResult};
 use crate::{Result, SweepError};
 
 /// One configuration's results over seeds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigSummary {
     /// The parameters other than `seed`, `key=value` joined by spaces.
     pub config: String,

@@ -274,11 +274,17 @@ pub fn collect_command(args: CollectArgs) -> Result<()> {
             setup.iter().sum::<f64>() / setup.len() as f64
         );
     }
+    let command = format!("ropelab collect {}", args.dir.display());
+    let html = ropelab_report::report(&args.dir, &command)?;
+    let report = args.dir.join("report.html");
+    write_atomic(&report, html.as_bytes())
+        .with_context(|| format!("cannot write {}", report.display()))?;
     println!(
-        "wrote {}",
+        "wrote {} and {}",
         args.dir
             .join("collected/{jobs.csv,jobs.jsonl,summary.csv}")
-            .display()
+            .display(),
+        report.display()
     );
     Ok(())
 }
