@@ -116,6 +116,15 @@ fn a_killed_sweep_resumes_to_the_same_table() {
         "{again}"
     );
     assert_eq!(table(&killed), expected);
+    let header = std::fs::read_to_string(killed.join("collected/jobs.csv")).unwrap();
+    assert!(
+        header
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",length_17,length_33,length_81,length_273"),
+        "{header}"
+    );
     let report = std::fs::read_to_string(killed.join("report.html")).unwrap();
     assert!(report.contains("Sweep: every configuration over its seeds"));
     assert!(report.contains("optim.lr=0.003"));

@@ -1,4 +1,5 @@
-//! Merging a sweep's finished jobs into tables (`OUT/collected/`): one row per job, and one
+//! Merging a sweep's finished jobs into tables (`OUT/collected/`): one row per job (parameters,
+//! final metrics, layer types, accuracy per input length), and one
 //! row per configuration (the parameters other than `seed`) with mean, standard deviation and
 //! count over seeds.
 
@@ -116,6 +117,15 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
         h.dedup();
         h
     };
+    let lengths: Vec<usize> = {
+        let mut l: Vec<usize> = results
+            .iter()
+            .flat_map(|r| r.length_accuracy.keys().copied())
+            .collect();
+        l.sort_unstable();
+        l.dedup();
+        l
+    };
     let mut w = csv::Writer::from_writer(vec![]);
     let mut header = vec!["id".to_string()];
     header.extend(keys.iter().cloned());
@@ -133,6 +143,7 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
         .map(String::from),
     );
     header.extend(hops.iter().map(|h| format!("hop_{h}")));
+    header.extend(lengths.iter().map(|l| format!("length_{l}")));
     w.write_record(&header).expect("writing to memory");
     let num = |x: Option<f64>| x.map_or(String::new(), |v| v.to_string());
     for r in results {
@@ -152,6 +163,11 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
             format!("{:.3}", r.eval_seconds),
         ]);
         row.extend(hops.iter().map(|h| num(r.per_hop.get(h).copied())));
+        row.extend(
+            lengths
+                .iter()
+                .map(|l| num(r.length_accuracy.get(l).copied())),
+        );
         w.write_record(&row).expect("writing to memory");
     }
     String::from_utf8(w.into_inner().expect("writing to memory")).expect("CSV of UTF-8 text")

@@ -11,6 +11,7 @@ use std::time::Instant;
 use candle_core::Device;
 use ropelab_analysis::claims::layer_types;
 use ropelab_analysis::dynamics::{score_run, ScoreOptions};
+use ropelab_analysis::lengthgen::{length_generalisation, LengthOptions};
 use ropelab_io::write_atomic;
 use ropelab_train::eval::eval_checkpoint;
 use ropelab_train::{Trainer, EVAL_MEMORY};
@@ -34,7 +35,7 @@ pub struct JobResult {
     pub setup_seconds: f64,
     /// Seconds of training (this attempt).
     pub train_seconds: f64,
-    /// Seconds of testing and scoring.
+    /// Seconds of testing, scoring and the length test.
     pub eval_seconds: f64,
     /// Last validation accuracy (from the run's metrics).
     pub val_accuracy: Option<f64>,
@@ -44,7 +45,18 @@ pub struct JobResult {
     pub per_hop: BTreeMap<usize, f64>,
     /// Layer types at the last checkpoint (P, S, - per layer; number and letter tasks).
     pub layer_types: Option<String>,
+    /// Accuracy of the last checkpoint per input length (number and letter tasks: the
+    /// training length and [`LENGTH_EXTRAS`] tokens longer, [`LENGTH_SAMPLES`] test samples
+    /// each).
+    #[serde(default)]
+    pub length_accuracy: BTreeMap<usize, f64>,
 }
+
+/// Extension tokens of the length-generalisation test of every number/letter job.
+pub const LENGTH_EXTRAS: [usize; 4] = [0, 16, 64, 256];
+
+/// Test samples per length of that test.
+pub const LENGTH_SAMPLES: usize = 256;
 
 /// Where job `id` lives in `out`.
 pub fn job_dir(out: &Path, id: &str) -> PathBuf {
@@ -101,12 +113,22 @@ pub fn run_job(job: &Job, out: &Path) -> Result<(JobResult, bool)> {
     let train_seconds = start.elapsed().as_secs_f64();
     let start = Instant::now();
     let (mut test_accuracy, mut per_hop, mut types) = (None, BTreeMap::new(), None);
+    let mut length_accuracy = BTreeMap::new();
     if job.config.task.is_multi_hop() {
         let test = eval_checkpoint(&run, None, 0, None, EVAL_MEMORY, &device)?;
         test_accuracy = Some(test.accuracy.accuracy);
         per_hop = test.accuracy.per_hop.clone();
         let scores = score_run(&run, &ScoreOptions::default(), &device, |_, _| {})?;
         types = Some(layer_types(&scores.lines, GAMMA));
+        let options = LengthOptions {
+            extras: LENGTH_EXTRAS.to_vec(),
+            samples: Some(LENGTH_SAMPLES),
+            step: None,
+            memory: EVAL_MEMORY,
+        };
+        for row in length_generalisation(&run, &options, &device, |_, _| {})? {
+            length_accuracy.insert(row.length, row.accuracy);
+        }
     }
     let result = JobResult {
         id: job.id.clone(),
@@ -120,6 +142,7 @@ pub fn run_job(job: &Job, out: &Path) -> Result<(JobResult, bool)> {
         test_accuracy,
         per_hop,
         layer_types: types,
+        length_accuracy,
     };
     write_atomic(
         &result_path,
