@@ -4,37 +4,15 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{ok, ropelab};
+use common::{collected_table, ok, ropelab};
 
 const SPEC: &str = "name = \"slurm-test\"\npreset = \"tiny\"\ntask = \"number\"\n\
     [base]\noptim.steps = 30\ndata.train = 2000\ndata.test = 64\n\
     [[axis]]\nkey = \"seed\"\nvalues = [0, 1]\n\
     [[axis]]\nkey = \"optim.lr\"\nvalues = [0.003, 0.01]\n";
-
-/// The collected table without its timing columns.
-fn table(dir: &Path) -> String {
-    ok(ropelab(&["collect", dir.to_str().unwrap()]));
-    let csv = std::fs::read_to_string(dir.join("collected/jobs.csv")).unwrap();
-    let mut rows = csv::Reader::from_reader(csv.as_bytes());
-    let header = rows.headers().unwrap().clone();
-    let keep: Vec<usize> = (0..header.len())
-        .filter(|&i| !header[i].ends_with("_seconds"))
-        .collect();
-    rows.records()
-        .map(|r| {
-            let r = r.unwrap();
-            keep.iter()
-                .map(|&i| r[i].to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 /// Submits the sweep's array (with `fail` as the fault switch) and waits for it to leave the
 /// queue, at most `limit`.
@@ -94,7 +72,7 @@ fn a_sweep_runs_as_a_slurm_job_array_and_a_failed_task_is_resubmitted() {
         "--jobs",
         "2",
     ]));
-    let expected = table(&local);
+    let expected = collected_table(&local);
 
     let listed = ok(ropelab(&["sweep", spec, "--out", "unused", "--list"]));
     let victim = listed
@@ -121,5 +99,5 @@ fn a_sweep_runs_as_a_slurm_job_array_and_a_failed_task_is_resubmitted() {
     // Resubmitting the same array re-runs only the failed job.
     submit_and_wait(spec, out, "", limit);
     assert!(done(&victim));
-    assert_eq!(table(&cluster), expected);
+    assert_eq!(collected_table(&cluster), expected);
 }

@@ -8,34 +8,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{ok, refused, ropelab};
+use common::{collected_table, ok, refused, ropelab};
 
 /// Four jobs (two seeds x two learning rates) of the tiny number model, long enough to kill.
 const SPEC: &str = "name = \"t\"\npreset = \"tiny\"\ntask = \"number\"\n\
     [base]\noptim.steps = 300\noptim.save_every = 50\ndata.train = 4000\ndata.test = 64\n\
     [[axis]]\nkey = \"seed\"\nvalues = [0, 1]\n\
     [[axis]]\nkey = \"optim.lr\"\nvalues = [0.003, 0.01]\n";
-
-/// The collected table without its timing columns.
-fn table(dir: &Path) -> String {
-    ok(ropelab(&["collect", dir.to_str().unwrap()]));
-    let csv = std::fs::read_to_string(dir.join("collected/jobs.csv")).unwrap();
-    let mut rows = csv::Reader::from_reader(csv.as_bytes());
-    let header = rows.headers().unwrap().clone();
-    let keep: Vec<usize> = (0..header.len())
-        .filter(|&i| !header[i].ends_with("_seconds"))
-        .collect();
-    rows.records()
-        .map(|r| {
-            let r = r.unwrap();
-            keep.iter()
-                .map(|&i| r[i].to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 #[test]
 fn a_killed_sweep_resumes_to_the_same_table() {
@@ -53,7 +32,7 @@ fn a_killed_sweep_resumes_to_the_same_table() {
         "--jobs",
         "2",
     ]));
-    let expected = table(&whole);
+    let expected = collected_table(&whole);
     assert_eq!(expected.lines().count(), 4, "{expected}");
 
     // Kill the same sweep once some job has written a checkpoint past step 0.
@@ -115,7 +94,7 @@ fn a_killed_sweep_resumes_to_the_same_table() {
         again.contains("already done") && again.contains("0 failed"),
         "{again}"
     );
-    assert_eq!(table(&killed), expected);
+    assert_eq!(collected_table(&killed), expected);
     let header = std::fs::read_to_string(killed.join("collected/jobs.csv")).unwrap();
     assert!(
         header

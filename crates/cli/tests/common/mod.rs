@@ -31,3 +31,25 @@ pub fn refused(args: &[&str], needle: &str) {
     assert!(err.contains(needle), "{needle:?} not in {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// The collected table of a sweep directory (after `ropelab collect`) without its timing
+/// columns, one line per job.
+pub fn collected_table(dir: &std::path::Path) -> String {
+    ok(ropelab(&["collect", dir.to_str().unwrap()]));
+    let csv = std::fs::read_to_string(dir.join("collected/jobs.csv")).unwrap();
+    let mut rows = csv::Reader::from_reader(csv.as_bytes());
+    let header = rows.headers().unwrap().clone();
+    let keep: Vec<usize> = (0..header.len())
+        .filter(|&i| !header[i].ends_with("_seconds"))
+        .collect();
+    rows.records()
+        .map(|r| {
+            let r = r.unwrap();
+            keep.iter()
+                .map(|&i| r[i].to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
