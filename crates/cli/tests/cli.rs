@@ -312,6 +312,33 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(csv.starts_with("n,delta,bound,delta_max\n"));
     assert_eq!(csv.lines().count(), 51);
 
+    // The study's models are sweep jobs: `collect` merges them like a sweep's, with the test
+    // accuracy reproduce reported, and the study's report keeps its sections.
+    let said = ropelab(&["collect", run.to_str().unwrap()]);
+    assert!(said.status.success(), "{}", stderr(&said));
+    let jobs = std::fs::read_to_string(run.join("collected/jobs.csv")).unwrap();
+    assert_eq!(jobs.lines().count(), 3, "{jobs}");
+    let header: Vec<&str> = jobs.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for (line, trained) in jobs
+        .lines()
+        .skip(1)
+        .zip(training.as_array().unwrap().iter().rev())
+    {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells[column("seed")], "3");
+        assert_eq!(
+            cells[column("task")],
+            trained["task"].as_str().unwrap(),
+            "{jobs}"
+        );
+        let accuracy: f64 = cells[column("test_accuracy")].parse().unwrap();
+        assert_eq!(accuracy, trained["test"]["accuracy"].as_f64().unwrap());
+    }
+    let collected = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(collected.contains("Sweep: every configuration over its seeds"));
+    assert!(collected.contains("Fixed-offset retrieval: rotary, learned absolute, none"));
+
     // A second reproduce reuses the finished runs.
     let again = ropelab(&[
         "reproduce",

@@ -168,7 +168,10 @@ fn shards_run_their_jobs_and_a_failed_job_is_retried() {
         "not a shard",
     );
     refused(&["sweep", "missing.toml", "--out", out], "missing.toml");
-    refused(&["collect", dir.path().to_str().unwrap()], "holds no sweep");
+    refused(
+        &["collect", dir.path().to_str().unwrap()],
+        "holds no finished job",
+    );
     // A job far too large for this machine is refused before anything runs.
     let huge = dir.path().join("huge.toml");
     std::fs::write(
@@ -214,4 +217,66 @@ fn slurm_scripts_call_one_shard_per_array_task() {
         script.contains("--shard \"$SLURM_ARRAY_TASK_ID/2\""),
         "{script}"
     );
+}
+
+/// A sweep over each experiment task: what a job measures follows its task.
+#[test]
+fn experiment_jobs_measure_what_their_task_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = [
+        ("language", "language.lengths = [1, 8]\n"),
+        ("offset", "offset.lengths = [4, 8]\n"),
+        ("canonical", ""),
+    ];
+    for (task, extra) in tasks {
+        let spec = dir.path().join(format!("{task}.toml"));
+        std::fs::write(
+            &spec,
+            format!(
+                "name = \"{task}\"\ntask = \"{task}\"\n[base]\noptim.steps = 5\n{extra}\
+                 [[axis]]\nkey = \"seed\"\nvalues = [0, 1]\n"
+            ),
+        )
+        .unwrap();
+        let out = dir.path().join(task);
+        ok(ropelab(&[
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]));
+        ok(ropelab(&["collect", out.to_str().unwrap()]));
+        let text = std::fs::read_to_string(out.join("collected/jobs.jsonl")).unwrap();
+        let results: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(results.len(), 2);
+        for r in &results {
+            let accuracy = r["test_accuracy"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&accuracy), "{r}");
+            let lengths: Vec<&String> = r["length_accuracy"].as_object().unwrap().keys().collect();
+            match task {
+                // N* is read over every length up to twice the longest training string; the
+                // table keeps the longest training length and three beyond it.
+                "language" => {
+                    let n_star = r["n_star"].as_u64().unwrap();
+                    assert!((8..=16).contains(&n_star), "{r}");
+                    assert_eq!(lengths, ["10", "12", "16", "8"], "{r}");
+                    let rows = std::fs::read_to_string(
+                        out.join("jobs")
+                            .join(r["id"].as_str().unwrap())
+                            .join("run/lengths.csv"),
+                    )
+                    .unwrap();
+                    assert_eq!(rows.lines().count(), 1 + 16, "{rows}");
+                }
+                "offset" => assert_eq!(lengths, ["16", "32", "64", "8"], "{r}"),
+                _ => assert!(lengths.is_empty(), "{r}"),
+            }
+        }
+        let summary = std::fs::read_to_string(out.join("collected/summary.csv")).unwrap();
+        let star = summary.lines().nth(1).unwrap().split(',').nth(5).unwrap();
+        assert_eq!(!star.is_empty(), task == "language", "{summary}");
+    }
 }

@@ -3,13 +3,15 @@
 //! The one home of how ropelab writes files and tables: every file is written to a temporary
 //! name beside its target and renamed into place ([`atomic`]), every CSV goes through the `csv`
 //! crate with serde rows ([`csv_rows`]), every terminal table through one printer ([`table`]),
-//! a directory has one writer at a time ([`lock`]), and a command's memory and disk are
+//! a directory has one writer at a time ([`lock`]), long work reports progress through one trait
+//! ([`progress`]), and a command's memory and disk are
 //! estimated before it starts ([`resources`]).
 
 pub mod atomic;
 pub mod checksum;
 pub mod csv_rows;
 pub mod lock;
+pub mod progress;
 pub mod resources;
 pub mod table;
 pub mod toml_error;
@@ -20,5 +22,6 @@ pub use csv_rows::{
     csv_records, read_csv, read_csv_file, records_to_csv, to_csv, write_csv, CsvError,
 };
 pub use lock::{DirLock, LockError};
+pub use progress::{Progress, Quiet, Stage};
 pub use resources::{Available, Need, ResourceError, Size};
 pub use table::{Align, Table};

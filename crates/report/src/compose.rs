@@ -12,7 +12,7 @@ use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_analysis::partial::{HandReport, TwoAngles, TWO_ANGLE_RATIO};
 use ropelab_io::read_csv;
-use ropelab_sweep::collect::ConfigSummary;
+use ropelab_sweep::collect::{ConfigSummary, LengthSummary};
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
 
@@ -42,7 +42,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     let languages = dir.join("nstar.csv").exists();
     let offset = is_offset(dir);
     let canonical = is_canonical(dir);
-    let sweep = dir.join("collected/summary.csv").exists();
+    let collected = dir.join("collected/summary.csv").exists();
+    // A study collected with `ropelab collect` stays a study, with the sweep's tables in it.
+    let sweep = collected && !study;
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -69,6 +71,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
         sections.push(claims_section(dir)?);
         sections.push(seeds_section(&files));
+        if collected {
+            sections.push(sweep_section(dir)?);
+        }
         for seed in &files.seeds {
             sections.extend(seed_sections(seed));
         }
@@ -208,32 +213,56 @@ fn sweep_section(dir: &Path) -> Result<Section> {
          (validation accuracy where the task has no test evaluation) per configuration, the mean \
          over its seeds with an error bar of one standard deviation.",
     );
-    s.figures(&[crate::sweep::accuracy_by_config(&rows)]);
+    let mut figures = vec![crate::sweep::accuracy_by_config(&rows)];
+    let path = dir.join("collected/lengths.csv");
+    let lengths: Vec<LengthSummary> = match read_text(&path)? {
+        Some(t) => read_csv(&t, &path.display().to_string()).map_err(ReportError::from_display)?,
+        None => vec![],
+    };
+    if let Some(svg) = crate::sweep::accuracy_vs_length(&rows, &lengths) {
+        s.text(&format!(
+            "Accuracy against input length: each job's length test (docs/sweeps.md, \"What a job \
+             measures\"), the mean over seeds with a band of one standard deviation; the first \
+             {} configurations are drawn.",
+            crate::sweep::MAX_LENGTH_LINES
+        ));
+        figures.push(svg);
+    }
+    s.figures(&figures);
+    let with_star = rows.iter().any(|r| r.n_star_mean.is_some());
     let cells: Vec<Vec<String>> = rows
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            vec![
+            let mut row = vec![
                 (i + 1).to_string(),
                 r.config.clone(),
                 r.n.to_string(),
                 format!("{:.4}", r.accuracy_mean),
                 format!("{:.4}", r.accuracy_sd),
                 r.layer_types.clone(),
-            ]
+            ];
+            if with_star {
+                row.push(match (r.n_star_mean, r.n_star_sd) {
+                    (Some(m), Some(sd)) => format!("{m:.1} +- {sd:.1}"),
+                    _ => "-".into(),
+                });
+            }
+            row
         })
         .collect();
-    s.table(
-        &[
-            "#",
-            "configuration",
-            "n",
-            "accuracy",
-            "sd",
-            "layer types per seed",
-        ],
-        &cells,
-    );
+    let mut header = vec![
+        "#",
+        "configuration",
+        "n",
+        "accuracy",
+        "sd",
+        "layer types per seed",
+    ];
+    if with_star {
+        header.push("N* (mean +- sd)");
+    }
+    s.table(&header, &cells);
     Ok(s)
 }
 

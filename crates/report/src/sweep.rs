@@ -1,7 +1,8 @@
-//! The figure of a collected sweep (`ropelab collect`): accuracy per configuration, the mean
-//! over seeds with an error bar of one standard deviation.
+//! The figures of a collected sweep (`ropelab collect`): accuracy per configuration, the mean
+//! over seeds with an error bar of one standard deviation, and accuracy against input length
+//! per configuration with a band of one standard deviation over seeds.
 
-use ropelab_sweep::collect::ConfigSummary;
+use ropelab_sweep::collect::{ConfigSummary, LengthSummary};
 
 use crate::chart::{Chart, Series};
 
@@ -71,6 +72,57 @@ pub fn accuracy_by_config(rows: &[ConfigSummary]) -> String {
     .to_svg()
 }
 
+/// Configurations drawn in the accuracy-vs-length figure (the table lists them all).
+pub const MAX_LENGTH_LINES: usize = 8;
+
+/// Accuracy against input length, one line per configuration (the first
+/// [`MAX_LENGTH_LINES`] in `summary.csv` order, numbered as in the table) with a band of one
+/// standard deviation over seeds; `None` when no job measured more than one length.
+pub fn accuracy_vs_length(configs: &[ConfigSummary], rows: &[LengthSummary]) -> Option<String> {
+    let mut series = vec![];
+    for (i, c) in configs.iter().enumerate().take(MAX_LENGTH_LINES) {
+        let mine: Vec<&LengthSummary> = rows.iter().filter(|r| r.config == c.config).collect();
+        if mine.len() < 2 {
+            continue;
+        }
+        let name = if c.config.is_empty() {
+            format!("#{}", i + 1)
+        } else {
+            format!("#{} {}", i + 1, c.config)
+        };
+        series.push(
+            Series::new(
+                name,
+                mine.iter().map(|r| (r.length as f64, r.mean)).collect(),
+            )
+            .with_band(
+                mine.iter()
+                    .map(|r| (r.length as f64, r.mean - r.sd, r.mean + r.sd))
+                    .collect(),
+            )
+            .colored(i),
+        );
+    }
+    if series.is_empty() {
+        return None;
+    }
+    let lengths = || rows.iter().map(|r| r.length as f64);
+    let lo = lengths().fold(f64::INFINITY, f64::min);
+    let hi = lengths().fold(f64::NEG_INFINITY, f64::max);
+    Some(
+        Chart {
+            title: "Sweep: accuracy against input length (mean +- sd over seeds)".into(),
+            x_label: "input length (tokens; string length for formal languages)".into(),
+            log_x: lo > 0.0 && hi >= 8.0 * lo,
+            y_label: "accuracy".into(),
+            y_range: Some((-0.02, 1.02)),
+            series,
+            ..Chart::default()
+        }
+        .to_svg(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,7 +134,33 @@ mod tests {
             accuracy_mean: mean,
             accuracy_sd: 0.1,
             layer_types: "- -".into(),
+            n_star_mean: None,
+            n_star_sd: None,
         }
+    }
+
+    fn length(config: &str, length: usize, mean: f64) -> LengthSummary {
+        LengthSummary {
+            config: config.into(),
+            length,
+            n: 2,
+            mean,
+            sd: 0.05,
+        }
+    }
+
+    #[test]
+    fn one_line_per_configuration_with_two_or_more_lengths() {
+        let configs = [row("optim.lr=0.01", 0.5), row("optim.lr=0.001", 0.9)];
+        let rows = [
+            length("optim.lr=0.01", 17, 0.9),
+            length("optim.lr=0.01", 33, 0.4),
+            length("optim.lr=0.001", 17, 0.8),
+        ];
+        let svg = accuracy_vs_length(&configs, &rows).expect("one configuration has a curve");
+        assert!(svg.contains("#1 optim.lr=0.01"), "{svg}");
+        assert!(!svg.contains("#2 optim.lr=0.001"), "{svg}");
+        assert_eq!(accuracy_vs_length(&configs, &rows[2..]), None);
     }
 
     #[test]

@@ -1,26 +1,25 @@
-//! One model of the study per (seed, task): trained (or resumed, or reused), evaluated on the
-//! test split, scored at every checkpoint, tested on longer inputs and its attention on one
-//! test input kept for the report; each result reused when
-//! its file exists. Jobs run side by side, each on a rayon pool of its share of the cores, and
-//! their files do not depend on how many run at once.
+//! One model of the study per (seed, task), run as a sweep job (`ropelab_sweep`, the code path
+//! of `ropelab sweep`): trained (or resumed, or reused), evaluated on the test split, scored at
+//! every checkpoint, tested on longer inputs and its attention on one test input kept for the
+//! report; each result reused when its file exists, the job's `result.json` written last. Jobs
+//! run side by side, each on a rayon pool of its share of the cores, and their files do not
+//! depend on how many run at once.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use candle_core::Device;
-use ropelab_analysis::attention::{attention_view, write_view, AttentionView};
-use ropelab_analysis::dynamics::{score_run, HeadStep};
-use ropelab_analysis::lengthgen::{from_csv, length_generalisation, to_csv, LengthRow};
-use ropelab_io::write_atomic;
+use ropelab_analysis::dynamics::HeadStep;
+use ropelab_analysis::lengthgen::{from_csv, LengthRow};
+use ropelab_sweep::measure::MeasureOptions;
+use ropelab_sweep::{Job, Pool};
 use ropelab_tasks::TaskKind;
-use ropelab_train::eval::{eval_checkpoint, EvalReport};
-use ropelab_train::{Trainer, EVAL_MEMORY};
+use ropelab_train::eval::EvalReport;
 use serde::Serialize;
 
 use crate::{Progress, StudyConfig};
+
+pub use ropelab_sweep::local::train_with_progress;
+pub use ropelab_sweep::measure::read_scores;
 
 /// One trained model of the study (a row of `training.json`).
 #[derive(Debug, Serialize)]
@@ -33,11 +32,11 @@ pub struct Trained {
     pub run: String,
     /// Optimizer steps.
     pub steps: usize,
-    /// Wall time of training (0 when reused).
+    /// Wall time of training (of the attempt that finished the job).
     pub train_seconds: f64,
-    /// Wall time of scoring.
+    /// Wall time of scoring (0 when its file was reused).
     pub score_seconds: f64,
-    /// Wall time of length generalisation.
+    /// Wall time of length generalisation (0 when its file was reused).
     pub lengthgen_seconds: f64,
     /// Test accuracy of the last checkpoint.
     pub test: EvalReport,
@@ -65,9 +64,43 @@ pub fn workers(parallel: Option<usize>, jobs: usize) -> usize {
     parallel.unwrap_or(cores).clamp(1, jobs.max(1))
 }
 
-/// Runs every (seed, task) job, `parallel` at a time (default: one per core), each on a rayon
-/// pool of its share of the cores; results come back in job order. The first failure stops
-/// handing out jobs and is returned with its seed and task.
+/// The run directory of the model of `kind` and `seed`, relative to the study's directory.
+pub fn run_dir(seed: u64, kind: TaskKind) -> PathBuf {
+    Path::new(&format!("seed-{seed}")).join(kind.as_str())
+}
+
+/// The sweep job of each (seed, task) pair: parameters `seed` and `task`, the study's run
+/// config, its run directory `seed-S/<task>`.
+pub fn sweep_jobs(config: &StudyConfig, jobs: &[(u64, TaskKind)]) -> Result<Vec<Job>> {
+    jobs.iter()
+        .map(|&(seed, kind)| {
+            let params = vec![
+                ("seed".to_string(), toml::Value::Integer(seed as i64)),
+                (
+                    "task".to_string(),
+                    toml::Value::String(kind.as_str().into()),
+                ),
+            ];
+            let run = config.train.run_config(kind, seed, &config.tasks)?;
+            Ok(Job::in_run_dir(params, run, run_dir(seed, kind)))
+        })
+        .collect()
+}
+
+/// What every study job measures: the config's scoring and length test, and the attention
+/// viewer's file.
+pub fn measure_options(config: &StudyConfig) -> MeasureOptions {
+    MeasureOptions {
+        score: config.score_options(),
+        length: config.length_options(),
+        attention_view: true,
+        ..MeasureOptions::default()
+    }
+}
+
+/// Runs every (seed, task) job through the sweep runner, `parallel` at a time (default: one
+/// per core), each on a rayon pool of its share of the cores; results come back in job order.
+/// The first failure stops handing out jobs and is returned with its seed and task.
 pub fn run_jobs(
     config: &StudyConfig,
     jobs: &[(u64, TaskKind)],
@@ -76,153 +109,58 @@ pub fn run_jobs(
     progress: &dyn Progress,
 ) -> Result<Vec<Trained>> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = workers(parallel, jobs.len());
-    let threads = (cores / workers).max(1);
-    let pools = (0..workers)
-        .map(|_| rayon::ThreadPoolBuilder::new().num_threads(threads).build())
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let next = AtomicUsize::new(0);
-    let results: Vec<Mutex<Option<Result<Trained>>>> =
-        jobs.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for pool in &pools {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&(seed, kind)) = jobs.get(i) else {
-                    break;
-                };
-                let r = pool.install(|| run_job(config, seed, kind, out, progress));
-                if r.is_err() {
-                    // Stop handing out jobs; the error is reported below.
-                    next.store(jobs.len(), Ordering::SeqCst);
-                }
-                if let Ok(mut slot) = results[i].lock() {
-                    *slot = Some(r);
-                }
-            });
-        }
-    });
-    let mut trained = vec![];
-    for (slot, &(seed, kind)) in results.into_iter().zip(jobs) {
-        let slot = slot
-            .into_inner()
-            .map_err(|_| anyhow::anyhow!("a job panicked"))?;
-        match slot {
-            Some(Ok(t)) => trained.push(t),
-            Some(Err(e)) => return Err(e.context(format!("seed {seed}, {kind} task"))),
-            None => {}
-        }
-    }
-    anyhow::ensure!(trained.len() == jobs.len(), "a job did not run");
-    Ok(trained)
-}
-
-/// Runs `trainer` to its last step with a "train LABEL" stage showing the steps and the loss.
-pub fn train_with_progress(
-    trainer: &mut Trainer,
-    label: &str,
-    progress: &dyn Progress,
-) -> Result<()> {
-    let total = trainer.config().optim.steps;
-    let stage = progress.stage(&format!("train {label}"), total as u64);
-    stage.set(trainer.step() as u64);
-    trainer.run(|p| {
-        stage.set(p.step as u64);
-        if p.step % 10 == 0 {
-            stage.message(format!("train {label} {:.3}", p.loss));
-        }
-    })?;
-    Ok(())
-}
-
-/// Trains (or resumes, or reuses) the model of `kind` and `seed` in `out/seed-S/<task>`,
-/// evaluates its last checkpoint on the test split, scores every checkpoint and measures
-/// length generalisation (each reused when its file exists).
-pub fn run_job(
-    config: &StudyConfig,
-    seed: u64,
-    kind: TaskKind,
-    out: &Path,
-    progress: &dyn Progress,
-) -> Result<Trained> {
-    let device = Device::Cpu;
-    let run = config.train.run_config(kind, seed, &config.tasks)?;
-    let dir = out.join(format!("seed-{seed}")).join(kind.as_str());
-    let mut trainer = Trainer::start_or_resume(&dir, run, &device)?;
-    let label = format!("s{seed} {kind}");
-    let start = Instant::now();
-    let total = trainer.config().optim.steps;
-    train_with_progress(&mut trainer, &label, progress)?;
-    drop(trainer); // releases the run directory's lock for the scoring below
-    let train_seconds = start.elapsed().as_secs_f64();
-    let test = eval_checkpoint(&dir, None, 0, None, EVAL_MEMORY, &device)?;
-    let eval_path = dir.join("eval").join(test.file_name(true));
-    write_atomic(&eval_path, serde_json::to_string_pretty(&test)?.as_bytes())
-        .with_context(|| format!("cannot write {}", eval_path.display()))?;
-
-    let start = Instant::now();
-    let scores_path = dir.join("scores.jsonl");
-    let scores: Vec<HeadStep> = if scores_path.exists() {
-        read_scores(&scores_path)?
-    } else {
-        let stage = progress.stage(&format!("score {label}"), 0);
-        let options = config.score_options();
-        score_run(&dir, &options, &device, |done, total| {
-            stage.set_total(total as u64);
-            stage.set(done as u64);
-        })?
-        .lines
+    let pool = Pool {
+        parallel: workers(parallel, jobs.len()),
+        threads: cores,
+        fail_fast: true,
     };
-    let score_seconds = start.elapsed().as_secs_f64();
-
-    let start = Instant::now();
-    let lengths_path = dir.join("lengthgen.csv");
-    let lengths = if lengths_path.exists() {
-        let text = std::fs::read_to_string(&lengths_path)
-            .with_context(|| format!("cannot read {}", lengths_path.display()))?;
-        from_csv(&text, &lengths_path.display().to_string())?
-    } else {
-        let options = config.length_options();
-        let stage = progress.stage(&format!("length {label}"), options.extras.len() as u64);
-        let rows =
-            length_generalisation(&dir, &options, &device, |done, _| stage.set(done as u64))?;
-        write_atomic(&lengths_path, to_csv(&rows)?.as_bytes())
-            .with_context(|| format!("cannot write {}", lengths_path.display()))?;
-        rows
-    };
-    let lengthgen_seconds = start.elapsed().as_secs_f64();
-    // The report's attention viewer: every head on the first test input, last checkpoint.
-    let last = test.step;
-    let view_path = dir
-        .join("attention")
-        .join(AttentionView::file_name(last, 0));
-    if !view_path.exists() {
-        let view = attention_view(&dir, Some(last), 0, &device)?;
-        write_view(&dir, &view)?;
+    let sweep = sweep_jobs(config, jobs)?;
+    let refs: Vec<&Job> = sweep.iter().collect();
+    let summary = ropelab_sweep::run_jobs(
+        &refs,
+        out,
+        pool,
+        &measure_options(config),
+        progress,
+        &|_, _| {},
+    )?;
+    if let Some((id, e)) = summary.failed.first() {
+        let (seed, kind) = sweep
+            .iter()
+            .zip(jobs)
+            .find(|(j, _)| &j.id == id)
+            .map(|(_, &p)| p)
+            .expect("a failed job is one of the jobs");
+        anyhow::bail!("seed {seed}, {kind} task: {e}");
     }
-    Ok(Trained {
-        seed,
-        task: kind,
-        run: dir.display().to_string(),
-        steps: total,
-        train_seconds,
-        score_seconds,
-        lengthgen_seconds,
-        test,
-        scores,
-        lengths,
-    })
-}
-
-/// Reads a run's `scores.jsonl`.
-pub fn read_scores(path: &Path) -> Result<Vec<HeadStep>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}: line {} is not a score line", path.display(), i + 1))
+    anyhow::ensure!(summary.results.len() == jobs.len(), "a job did not run");
+    summary
+        .results
+        .into_iter()
+        .zip(&sweep)
+        .zip(jobs)
+        .map(|((result, job), &(seed, kind))| {
+            let dir = out.join(&job.run);
+            let scores = read_scores(&dir.join("scores.jsonl"))?;
+            let path = dir.join("lengthgen.csv");
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let lengths = from_csv(&text, &path.display().to_string())?;
+            let test = result.test.map(EvalReport::from).with_context(|| {
+                format!("{}: the job's result has no test evaluation", dir.display())
+            })?;
+            Ok(Trained {
+                seed,
+                task: kind,
+                run: dir.display().to_string(),
+                steps: result.steps,
+                train_seconds: result.train_seconds,
+                score_seconds: result.score_seconds,
+                lengthgen_seconds: result.length_seconds,
+                test,
+                scores,
+                lengths,
+            })
         })
         .collect()
 }

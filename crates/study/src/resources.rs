@@ -9,7 +9,7 @@ use ropelab_tasks::{line_bytes, Dataset, Split, Task};
 use ropelab_train::resources::kept_checkpoints;
 use ropelab_train::{training_need, Engine};
 
-use crate::job::{jobs, workers};
+use crate::job::{jobs, run_dir, workers};
 use crate::StudyConfig;
 
 /// Memory and disk of `reproduce` with `config` in `out`, `parallel` models at a time
@@ -23,7 +23,7 @@ pub fn need(config: &StudyConfig, out: &Path, parallel: Option<usize>) -> Result
     let mut need = Need::new();
     for &(seed, kind) in &jobs {
         let run = config.train.run_config(kind, seed, &config.tasks)?;
-        let dir = out.join(format!("seed-{seed}")).join(kind.as_str());
+        let dir = out.join(run_dir(seed, kind));
         let train = training_need(&run, &dir, 0, Engine::Fused);
         let score = config
             .score_options()

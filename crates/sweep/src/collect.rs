@@ -1,7 +1,8 @@
 //! Merging a sweep's finished jobs into tables (`OUT/collected/`): one row per job (parameters,
-//! final metrics, layer types, accuracy per input length), and one
-//! row per configuration (the parameters other than `seed`) with mean, standard deviation and
-//! count over seeds.
+//! final metrics, layer types, N*, accuracy per input length), one row per configuration (the
+//! parameters other than `seed`) with mean, standard deviation and count over seeds, and one
+//! row per configuration and input length. A `reproduce` directory collects the same way (its
+//! models are sweep jobs with parameters `seed` and `task`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,32 +26,78 @@ pub struct ConfigSummary {
     pub accuracy_sd: f64,
     /// Layer types per seed, in job order (`-` where not measured).
     pub layer_types: String,
+    /// Mean N* over seeds (language jobs; empty for the others).
+    #[serde(default)]
+    pub n_star_mean: Option<f64>,
+    /// Its sample standard deviation.
+    #[serde(default)]
+    pub n_star_sd: Option<f64>,
 }
 
-/// Every finished job's result in `out/jobs/`, sorted by id.
+/// One configuration's accuracy at one input length over seeds (`lengths.csv`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LengthSummary {
+    /// The configuration, as in [`ConfigSummary::config`].
+    pub config: String,
+    /// Input length (tokens; string length for a language job).
+    pub length: usize,
+    /// Jobs (seeds) measured there.
+    pub n: usize,
+    /// Mean accuracy.
+    pub mean: f64,
+    /// Its sample standard deviation (0 for one job).
+    pub sd: f64,
+}
+
+/// Mean and sample standard deviation (0 for fewer than two values; NaN mean for none).
+pub fn mean_sd(values: &[f64]) -> (f64, f64) {
+    let n = values.len();
+    if n == 0 {
+        return (f64::NAN, 0.0);
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let sd = if n > 1 {
+        (values.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    (mean, sd)
+}
+
+/// Every finished job's result under `out`, sorted by id: each `out/*/*/result.json` (a sweep's
+/// `jobs/<id>/`, the study's `seed-S/<task>/`).
 pub fn results(out: &Path) -> Result<Vec<JobResult>> {
-    let jobs = out.join("jobs");
-    let entries = match std::fs::read_dir(&jobs) {
+    let mut found = vec![];
+    for dir in subdirs(out)? {
+        for job in subdirs(&dir)? {
+            if let Some(r) = read_result(&job.join("result.json"))? {
+                found.push(r);
+            }
+        }
+    }
+    found.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(found)
+}
+
+/// The directories in `dir` (none when it does not exist), sorted.
+fn subdirs(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let io = |e| SweepError::Io {
+        path: dir.to_owned(),
+        source: e,
+    };
+    let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => {
-            return Err(SweepError::Io {
-                path: jobs,
-                source: e,
-            })
-        }
+        Err(e) => return Err(io(e)),
     };
     let mut out = vec![];
     for entry in entries {
-        let entry = entry.map_err(|e| SweepError::Io {
-            path: jobs.clone(),
-            source: e,
-        })?;
-        if let Some(r) = read_result(&entry.path().join("result.json"))? {
-            out.push(r);
+        let entry = entry.map_err(io)?;
+        if entry.file_type().map_err(io)?.is_dir() {
+            out.push(entry.path());
         }
     }
-    out.sort_by(|a, b| a.id.cmp(&b.id));
+    out.sort();
     Ok(out)
 }
 
@@ -59,42 +106,76 @@ fn accuracy(r: &JobResult) -> Option<f64> {
     r.test_accuracy.or(r.val_accuracy)
 }
 
-/// The results grouped by configuration (parameters without `seed`).
-pub fn summarise(results: &[JobResult]) -> Vec<ConfigSummary> {
+/// The configuration of a result: its parameters other than `seed`, `key=value` joined by
+/// spaces.
+fn config_of(r: &JobResult) -> String {
+    r.params
+        .iter()
+        .filter(|(k, _)| k.as_str() != "seed")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn groups(results: &[JobResult]) -> BTreeMap<String, Vec<&JobResult>> {
     let mut groups: BTreeMap<String, Vec<&JobResult>> = BTreeMap::new();
     for r in results {
-        let config: Vec<String> = r
-            .params
-            .iter()
-            .filter(|(k, _)| k.as_str() != "seed")
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        groups.entry(config.join(" ")).or_default().push(r);
+        groups.entry(config_of(r)).or_default().push(r);
     }
     groups
+}
+
+/// The results grouped by configuration (parameters without `seed`).
+pub fn summarise(results: &[JobResult]) -> Vec<ConfigSummary> {
+    groups(results)
         .into_iter()
         .map(|(config, rs)| {
             let acc: Vec<f64> = rs.iter().filter_map(|r| accuracy(r)).collect();
-            let n = acc.len();
-            let mean = acc.iter().sum::<f64>() / n.max(1) as f64;
-            let sd = if n > 1 {
-                (acc.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-            } else {
-                0.0
-            };
+            let (mean, sd) = mean_sd(&acc);
+            let stars: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.n_star.map(|n| n as f64))
+                .collect();
+            let (star_mean, star_sd) = mean_sd(&stars);
             ConfigSummary {
                 config,
                 n: rs.len(),
-                accuracy_mean: if n == 0 { f64::NAN } else { mean },
+                accuracy_mean: mean,
                 accuracy_sd: sd,
                 layer_types: rs
                     .iter()
                     .map(|r| r.layer_types.clone().unwrap_or_else(|| "-".into()))
                     .collect::<Vec<_>>()
                     .join(" "),
+                n_star_mean: (!stars.is_empty()).then_some(star_mean),
+                n_star_sd: (!stars.is_empty()).then_some(star_sd),
             }
         })
         .collect()
+}
+
+/// Accuracy per input length of every configuration, mean and sd over its seeds.
+pub fn length_summary(results: &[JobResult]) -> Vec<LengthSummary> {
+    let mut out = vec![];
+    for (config, rs) in groups(results) {
+        let mut by_length: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        for r in &rs {
+            for (&l, &a) in &r.length_accuracy {
+                by_length.entry(l).or_default().push(a);
+            }
+        }
+        for (length, values) in by_length {
+            let (mean, sd) = mean_sd(&values);
+            out.push(LengthSummary {
+                config: config.clone(),
+                length,
+                n: values.len(),
+                mean,
+                sd,
+            });
+        }
+    }
+    out
 }
 
 /// The per-job table as CSV: id, one column per parameter, then the measurements.
@@ -139,6 +220,7 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
             "setup_seconds",
             "train_seconds",
             "eval_seconds",
+            "n_star",
         ]
         .map(String::from),
     );
@@ -161,6 +243,7 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
             format!("{:.3}", r.setup_seconds),
             format!("{:.3}", r.train_seconds),
             format!("{:.3}", r.eval_seconds),
+            r.n_star.map_or(String::new(), |n| n.to_string()),
         ]);
         row.extend(hops.iter().map(|h| num(r.per_hop.get(h).copied())));
         row.extend(
@@ -173,7 +256,8 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
     String::from_utf8(w.into_inner().expect("writing to memory")).expect("CSV of UTF-8 text")
 }
 
-/// Writes `out/collected/{jobs.csv, jobs.jsonl, summary.csv}`; returns the results.
+/// Writes `out/collected/{jobs.csv, jobs.jsonl, summary.csv, lengths.csv}`; returns the
+/// results.
 pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
     let all = results(out)?;
     let dir = out.join("collected");
@@ -187,11 +271,11 @@ pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
         lines.push('\n');
     }
     write_atomic(&dir.join("jobs.jsonl"), lines.as_bytes()).map_err(io(dir.join("jobs.jsonl")))?;
-    ropelab_io::write_csv(&dir.join("summary.csv"), &summarise(&all)).map_err(|e| {
-        SweepError::Job {
-            id: "collect".into(),
-            message: e.to_string(),
-        }
-    })?;
+    let csv_error = |e: ropelab_io::CsvError| SweepError::Job {
+        id: "collect".into(),
+        message: e.to_string(),
+    };
+    ropelab_io::write_csv(&dir.join("summary.csv"), &summarise(&all)).map_err(csv_error)?;
+    ropelab_io::write_csv(&dir.join("lengths.csv"), &length_summary(&all)).map_err(csv_error)?;
     Ok(all)
 }

@@ -1,15 +1,19 @@
 //! # ropelab-sweep
 //!
 //! Sweeps (docs/sweeps.md): a base run config and axes, expanded to jobs with stable ids
-//! ([`spec`]); run on this machine, in parallel, by shard, skipping finished jobs and resuming
-//! interrupted ones ([`local`]); or as a Slurm job array ([`slurm`]); and merged into one table
+//! ([`spec`]) and priced by a measured steps/s ([`estimate`]); run on this machine, in parallel, by shard, skipping finished jobs and resuming
+//! interrupted ones ([`local`]), each measured as its task asks ([`measure`]); or as a Slurm job array ([`slurm`]); and merged into one table
 //! with means over seeds ([`collect`]).
 
 pub mod collect;
+pub mod estimate;
 pub mod local;
+pub mod measure;
 pub mod slurm;
 pub mod spec;
 
+pub use local::{run_job, run_jobs, JobResult, Pool, RunSummary};
+pub use measure::MeasureOptions;
 pub use spec::{Job, Sweep};
 
 /// What can go wrong in a sweep.

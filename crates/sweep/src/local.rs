@@ -1,6 +1,7 @@
-//! Running jobs on this machine: one job trains (or resumes) its run in `OUT/jobs/<id>/run`,
-//! tests and scores its last checkpoint, and writes `result.json` last, so a job with that file
-//! is done and skipped, and an interrupted one resumes from its latest checkpoint.
+//! Running jobs on this machine: one job trains (or resumes) its run (`OUT/jobs/<id>/run` in a
+//! sweep, `OUT/seed-S/<task>` in the study), measures it ([`crate::measure`]) and writes
+//! `result.json` last, so a job with that file is done and skipped, and an interrupted one
+//! resumes from its latest checkpoint. `reproduce` runs its models through the same code.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,14 +10,12 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use candle_core::Device;
-use ropelab_analysis::claims::layer_types;
-use ropelab_analysis::dynamics::{score_run, ScoreOptions};
-use ropelab_analysis::lengthgen::{length_generalisation, LengthOptions};
-use ropelab_io::write_atomic;
-use ropelab_train::eval::eval_checkpoint;
-use ropelab_train::{Trainer, EVAL_MEMORY};
+use ropelab_io::{write_atomic, Progress};
+use ropelab_train::eval::EvalReport;
+use ropelab_train::{Accuracy, Trainer};
 use serde::{Deserialize, Serialize};
 
+use crate::measure::{measure, MeasureOptions};
 use crate::spec::{value_text, Job};
 use crate::{Result, SweepError};
 
@@ -37,6 +36,12 @@ pub struct JobResult {
     pub train_seconds: f64,
     /// Seconds of testing, scoring and the length test.
     pub eval_seconds: f64,
+    /// Seconds of scoring (part of `eval_seconds`; 0 when reused or not measured).
+    #[serde(default)]
+    pub score_seconds: f64,
+    /// Seconds of the length test (part of `eval_seconds`).
+    #[serde(default)]
+    pub length_seconds: f64,
     /// Last validation accuracy (from the run's metrics).
     pub val_accuracy: Option<f64>,
     /// Test accuracy of the last checkpoint (number and letter tasks).
@@ -45,34 +50,91 @@ pub struct JobResult {
     pub per_hop: BTreeMap<usize, f64>,
     /// Layer types at the last checkpoint (P, S, - per layer; number and letter tasks).
     pub layer_types: Option<String>,
-    /// Accuracy of the last checkpoint per input length (number and letter tasks: the
-    /// training length and [`LENGTH_EXTRAS`] tokens longer, [`LENGTH_SAMPLES`] test samples
-    /// each).
+    /// Accuracy of the last checkpoint per input length (see [`crate::measure`]).
     #[serde(default)]
     pub length_accuracy: BTreeMap<usize, f64>,
+    /// N* of a language job.
+    #[serde(default)]
+    pub n_star: Option<usize>,
+    /// The test-split evaluation of a number/letter job (its `eval/` file).
+    #[serde(default)]
+    pub test: Option<TestEval>,
 }
 
-/// Extension tokens of the length-generalisation test of every number/letter job.
-pub const LENGTH_EXTRAS: [usize; 4] = [0, 16, 64, 256];
+/// A test-split evaluation as a job's result keeps it: [`EvalReport`] with its accuracy as a
+/// nested object (serde cannot read back integer map keys, the per-hop accuracy, from a
+/// flattened one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestEval {
+    /// Checkpoint step.
+    pub step: usize,
+    /// Extension tokens.
+    pub extra: usize,
+    /// Input length.
+    pub seq_len: usize,
+    /// Test accuracy.
+    pub accuracy: Accuracy,
+}
 
-/// Test samples per length of that test.
-pub const LENGTH_SAMPLES: usize = 256;
+impl From<EvalReport> for TestEval {
+    fn from(r: EvalReport) -> Self {
+        Self {
+            step: r.step,
+            extra: r.extra,
+            seq_len: r.seq_len,
+            accuracy: r.accuracy,
+        }
+    }
+}
 
-/// Where job `id` lives in `out`.
+impl From<TestEval> for EvalReport {
+    fn from(t: TestEval) -> Self {
+        Self {
+            step: t.step,
+            extra: t.extra,
+            seq_len: t.seq_len,
+            accuracy: t.accuracy,
+        }
+    }
+}
+
+/// Where job `id` of a sweep lives in `out` (the directory of [`Job::new`]).
 pub fn job_dir(out: &Path, id: &str) -> PathBuf {
     out.join("jobs").join(id)
 }
-
-/// The purity tolerance of the layer types in results.
-pub const GAMMA: f64 = 0.1;
 
 /// Test-only fault switch: a job whose id is in this environment variable fails once (before
 /// training), leaving a marker in its directory, and runs normally when started again.
 pub const FAIL_ONCE_ENV: &str = "ROPELAB_SWEEP_FAIL_ONCE";
 
-/// Runs `job` in `out` (or returns its result when it is already done).
-pub fn run_job(job: &Job, out: &Path) -> Result<(JobResult, bool)> {
-    let dir = job_dir(out, &job.id);
+/// Trains `trainer` to its last step with a "train LABEL" stage showing the steps and the loss.
+pub fn train_with_progress(
+    trainer: &mut Trainer,
+    label: &str,
+    progress: &dyn Progress,
+) -> ropelab_train::Result<Option<f64>> {
+    let total = trainer.config().optim.steps;
+    let stage = progress.stage(&format!("train {label}"), total as u64);
+    stage.set(trainer.step() as u64);
+    let val = trainer.run(|p| {
+        stage.set(p.step as u64);
+        if p.step % 10 == 0 {
+            stage.message(format!("train {label} {:.3}", p.loss));
+        }
+    })?;
+    Ok(val.map(|a| a.accuracy))
+}
+
+/// Runs `job` in `out` (or returns its result when it is already done): trains or resumes its
+/// run, measures it ([`measure`]) and writes `result.json` last. The bool says whether it ran
+/// now.
+pub fn run_job(
+    job: &Job,
+    out: &Path,
+    options: &MeasureOptions,
+    progress: &dyn Progress,
+) -> Result<(JobResult, bool)> {
+    let dir = out.join(&job.dir);
     let result_path = dir.join("result.json");
     if let Some(done) = read_result(&result_path)? {
         return Ok((done, false));
@@ -102,34 +164,17 @@ pub fn run_job(job: &Job, out: &Path) -> Result<(JobResult, bool)> {
             });
         }
     }
-    let device = Device::Cpu;
-    let run = dir.join("run");
+    let run = out.join(&job.run);
+    let label = job.label();
     let start = Instant::now();
-    let mut trainer = Trainer::start_or_resume(&run, job.config.clone(), &device)?;
+    let mut trainer = Trainer::start_or_resume(&run, job.config.clone(), &Device::Cpu)?;
     let setup_seconds = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let val = trainer.run(|_| {})?.map(|a| a.accuracy);
-    drop(trainer); // releases the run directory's lock for the scoring below
+    let val_accuracy = train_with_progress(&mut trainer, &label, progress)?;
+    drop(trainer); // releases the run directory's lock for the measurements below
     let train_seconds = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let (mut test_accuracy, mut per_hop, mut types) = (None, BTreeMap::new(), None);
-    let mut length_accuracy = BTreeMap::new();
-    if job.config.task.is_multi_hop() {
-        let test = eval_checkpoint(&run, None, 0, None, EVAL_MEMORY, &device)?;
-        test_accuracy = Some(test.accuracy.accuracy);
-        per_hop = test.accuracy.per_hop.clone();
-        let scores = score_run(&run, &ScoreOptions::default(), &device, |_, _| {})?;
-        types = Some(layer_types(&scores.lines, GAMMA));
-        let options = LengthOptions {
-            extras: LENGTH_EXTRAS.to_vec(),
-            samples: Some(LENGTH_SAMPLES),
-            step: None,
-            memory: EVAL_MEMORY,
-        };
-        for row in length_generalisation(&run, &options, &device, |_, _| {})? {
-            length_accuracy.insert(row.length, row.accuracy);
-        }
-    }
+    let m = measure(&run, &job.config, options, &label, progress)?;
     let result = JobResult {
         id: job.id.clone(),
         params,
@@ -138,11 +183,15 @@ pub fn run_job(job: &Job, out: &Path) -> Result<(JobResult, bool)> {
         setup_seconds,
         train_seconds,
         eval_seconds: start.elapsed().as_secs_f64(),
-        val_accuracy: val,
-        test_accuracy,
-        per_hop,
-        layer_types: types,
-        length_accuracy,
+        score_seconds: m.score_seconds,
+        length_seconds: m.length_seconds,
+        val_accuracy,
+        test_accuracy: m.test_accuracy,
+        per_hop: m.per_hop,
+        layer_types: m.layer_types,
+        length_accuracy: m.length_accuracy,
+        n_star: m.n_star,
+        test: m.test.map(TestEval::from),
     };
     write_atomic(
         &result_path,
@@ -178,22 +227,41 @@ pub struct RunSummary {
     pub skipped: usize,
     /// (job id, error) of the jobs that failed.
     pub failed: Vec<(String, String)>,
+    /// The finished jobs' results, in job order.
+    pub results: Vec<JobResult>,
 }
 
-/// Runs `jobs` in `out`, `parallel` at a time with the machine's threads split between them
-/// (each job in its own thread pool of `threads / parallel`, at least 1); `done(id, ran)` after
-/// each. Failed jobs are reported, not fatal to the others.
+/// Where a worker leaves a job's outcome (its result, and whether it ran now).
+type Slot = Mutex<Option<Result<(JobResult, bool)>>>;
+
+/// How jobs share this machine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pool {
+    /// Jobs at once.
+    pub parallel: usize,
+    /// Threads of the machine, split between them (each job gets `threads / parallel`, at
+    /// least 1).
+    pub threads: usize,
+    /// Stop handing out jobs after the first failure (the study); a sweep runs the others.
+    pub fail_fast: bool,
+}
+
+/// Runs `jobs` in `out`, `pool.parallel` at a time, each job in its own rayon thread pool of
+/// its share of the threads; `done(id, ran)` after each. A failed job is reported in the
+/// summary, and the others still run unless `pool.fail_fast`. Results and files do not depend
+/// on how many jobs run at once.
 pub fn run_jobs(
     jobs: &[&Job],
     out: &Path,
-    parallel: usize,
-    threads: usize,
+    pool: Pool,
+    options: &MeasureOptions,
+    progress: &dyn Progress,
     done: &(dyn Fn(&str, bool) + Sync),
 ) -> Result<RunSummary> {
-    let parallel = parallel.clamp(1, jobs.len().max(1));
-    let per_job = (threads / parallel).max(1);
+    let parallel = pool.parallel.clamp(1, jobs.len().max(1));
+    let per_job = (pool.threads / parallel).max(1);
     let next = AtomicUsize::new(0);
-    let summary = Mutex::new(RunSummary::default());
+    let slots: Vec<Slot> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let pools = (0..parallel)
         .map(|_| {
             rayon::ThreadPoolBuilder::new()
@@ -206,26 +274,81 @@ pub fn run_jobs(
         })
         .collect::<Result<Vec<_>>>()?;
     std::thread::scope(|s| {
-        for pool in &pools {
+        for rayon_pool in &pools {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(job) = jobs.get(i) else { break };
-                let outcome = pool.install(|| run_job(job, out));
-                let mut sum = summary.lock().expect("no job panics while holding it");
-                match outcome {
-                    Ok((_, ran)) => {
-                        if ran {
-                            sum.ran += 1;
-                        } else {
-                            sum.skipped += 1;
-                        }
-                        drop(sum);
-                        done(&job.id, ran);
-                    }
-                    Err(e) => sum.failed.push((job.id.clone(), e.to_string())),
+                let outcome = rayon_pool.install(|| run_job(job, out, options, progress));
+                match &outcome {
+                    Ok((_, ran)) => done(&job.id, *ran),
+                    Err(_) if pool.fail_fast => next.store(jobs.len(), Ordering::SeqCst),
+                    Err(_) => {}
                 }
+                *slots[i]
+                    .lock()
+                    .expect("no job panics while holding its slot") = Some(outcome);
             });
         }
     });
-    Ok(summary.into_inner().expect("the workers have finished"))
+    let mut summary = RunSummary::default();
+    for (slot, job) in slots.into_iter().zip(jobs) {
+        match slot.into_inner().expect("the workers have finished") {
+            Some(Ok((result, ran))) => {
+                if ran {
+                    summary.ran += 1;
+                } else {
+                    summary.skipped += 1;
+                }
+                summary.results.push(result);
+            }
+            Some(Err(e)) => summary.failed.push((job.id.clone(), e.to_string())),
+            None => {}
+        }
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_with_a_test_evaluation_reads_back_as_written() {
+        let mut accuracy = Accuracy {
+            n: 10,
+            accuracy: 0.7,
+            loss: 0.5,
+            ..Accuracy::default()
+        };
+        accuracy.per_hop.insert(1, 1.0);
+        accuracy.per_hop.insert(3, 0.4);
+        let result = JobResult {
+            id: "j0".into(),
+            params: BTreeMap::from([("seed".into(), "0".into())]),
+            task: "number".into(),
+            steps: 5,
+            setup_seconds: 0.1,
+            train_seconds: 1.0,
+            eval_seconds: 2.0,
+            score_seconds: 1.5,
+            length_seconds: 0.5,
+            val_accuracy: Some(0.6),
+            test_accuracy: Some(0.7),
+            per_hop: accuracy.per_hop.clone(),
+            layer_types: Some("P-".into()),
+            length_accuracy: BTreeMap::from([(17, 0.7), (33, 0.2)]),
+            n_star: None,
+            test: Some(TestEval {
+                step: 5,
+                extra: 0,
+                seq_len: 17,
+                accuracy,
+            }),
+        };
+        let text = serde_json::to_string_pretty(&result).unwrap();
+        let back: JobResult = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, result);
+        let report = EvalReport::from(back.test.unwrap());
+        assert_eq!(report.accuracy.per_hop[&3], 0.4);
+    }
 }

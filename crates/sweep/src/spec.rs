@@ -70,7 +70,8 @@ pub struct Sweep {
     pub origin: String,
 }
 
-/// One job: its parameters (axis keys and values, in axis order) and the run config they make.
+/// One job: its parameters (axis keys and values, in axis order), the run config they make and
+/// where it lives.
 #[derive(Debug, Clone)]
 pub struct Job {
     /// Stable id: `j` and 12 hex digits of the SHA-256 of its sorted `key=value` lines.
@@ -79,9 +80,50 @@ pub struct Job {
     pub params: Vec<(String, Value)>,
     /// The run config.
     pub config: RunConfig,
+    /// Its directory (`job.json`, `result.json`), relative to the sweep's output directory.
+    pub dir: PathBuf,
+    /// Its run directory, relative to the sweep's output directory.
+    pub run: PathBuf,
 }
 
 impl Job {
+    /// A sweep's job: directory `jobs/<id>`, run directory `jobs/<id>/run`.
+    pub fn new(params: Vec<(String, Value)>, config: RunConfig) -> Self {
+        let id = job_id(&params);
+        let dir = Path::new("jobs").join(&id);
+        Self {
+            run: dir.join("run"),
+            dir,
+            id,
+            params,
+            config,
+        }
+    }
+
+    /// A job whose directory is its run directory `dir` (the study's `seed-S/<task>`).
+    pub fn in_run_dir(params: Vec<(String, Value)>, config: RunConfig, dir: PathBuf) -> Self {
+        Self {
+            id: job_id(&params),
+            params,
+            config,
+            run: dir.clone(),
+            dir,
+        }
+    }
+
+    /// A short label for progress bars: `key=value` of each parameter, with the key's last
+    /// dotted part (`seed=0 lr=0.003`).
+    pub fn label(&self) -> String {
+        self.params
+            .iter()
+            .map(|(k, v)| {
+                let short = k.rsplit('.').next().unwrap_or(k);
+                format!("{short}={}", value_text(v))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// The parameters as `key=value` texts.
     pub fn param_text(&self) -> Vec<String> {
         self.params
@@ -262,7 +304,7 @@ impl Sweep {
                     format!("two jobs have the same parameters: {}", other.join(", ")),
                 );
             }
-            jobs.push(Job { id, params, config });
+            jobs.push(Job::new(params, config));
         }
         jobs.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(jobs)

@@ -10,7 +10,7 @@ use crate::data::{evaluate, Accuracy};
 use crate::{Result, RunDir};
 
 /// The result of `ropelab eval`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EvalReport {
     /// Checkpoint step.
     pub step: usize,

@@ -56,7 +56,8 @@ pub enum Command {
     /// Run a sweep file's jobs here (in parallel, by shard, resumable), list them, or write
     /// them as a Slurm job array (docs/sweeps.md).
     Sweep(sweep::SweepArgs),
-    /// Merge a sweep's finished jobs into one table, with means over seeds (collected/).
+    /// Merge the finished jobs of a sweep (or of a reproduce directory) into tables, with means
+    /// over seeds (collected/).
     Collect(sweep::CollectArgs),
     /// A real pretrained RoPE model (SmolLM2-135M from its GGUF file) under the same lens.
     #[command(subcommand)]
@@ -126,6 +127,13 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
 #[derive(Debug, Default)]
 pub struct Bars {
     multi: indicatif::MultiProgress,
+}
+
+impl Bars {
+    /// An overall bar (e.g. over a sweep's jobs) drawn above the stages.
+    pub fn overall(&self, len: u64, what: &str) -> indicatif::ProgressBar {
+        styled(self.multi.add(indicatif::ProgressBar::new(len)), what)
+    }
 }
 
 /// One stage's bar: cleared and removed from the display when dropped.

@@ -9,15 +9,16 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use ropelab_io::{write_atomic, Align, Table};
 use ropelab_sweep::collect::{collect, summarise};
-use ropelab_sweep::local::run_jobs;
+use ropelab_sweep::estimate::{estimate, TIMED_STEPS};
 use ropelab_sweep::slurm::{script, SlurmOptions};
 use ropelab_sweep::spec::shard;
 use ropelab_sweep::Sweep;
+use ropelab_sweep::{run_jobs, MeasureOptions, Pool};
 
 use ropelab_io::Need;
 use ropelab_train::{training_need, Engine};
 
-use super::{progress, Guard};
+use super::{Bars, Guard};
 
 /// Arguments of `ropelab sweep`.
 #[derive(Debug, Args)]
@@ -125,11 +126,16 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
         (threads / args.jobs as usize).max(1),
         args.out.display()
     );
-    let bar = progress(mine.len() as u64, "jobs");
+    let bars = Bars::default();
+    let bar = bars.overall(mine.len() as u64, "jobs");
     let start = Instant::now();
-    let summary = run_jobs(&mine, &args.out, args.jobs as usize, threads, &|_, _| {
-        bar.inc(1)
-    })?;
+    let pool = Pool {
+        parallel: args.jobs as usize,
+        threads,
+        fail_fast: false,
+    };
+    let options = MeasureOptions::default();
+    let summary = run_jobs(&mine, &args.out, pool, &options, &bars, &|_, _| bar.inc(1))?;
     bar.finish_and_clear();
     println!(
         "{} run, {} already done, {} failed in {:.1} s",
@@ -164,22 +170,40 @@ fn list(
         ("state", Align::Left),
         ("task", Align::Left),
         ("steps", Align::Right),
+        ("steps/s", Align::Right),
+        ("est. training", Align::Right),
         ("parameters", Align::Left),
     ]);
+    let done = |j: &ropelab_sweep::Job| out.join(&j.dir).join("result.json").exists();
+    let todo: Vec<&ropelab_sweep::Job> = mine.iter().copied().filter(|j| !done(j)).collect();
+    let estimates = estimate(&todo).context("cannot measure the jobs' training speed")?;
+    let mut left = 0.0;
+    let mut next = estimates.iter();
     for j in mine {
-        let dir = ropelab_sweep::local::job_dir(out, &j.id);
-        let state = if dir.join("result.json").exists() {
+        let state = if done(j) {
             "done"
-        } else if dir.join("run").exists() {
+        } else if out.join(&j.run).exists() {
             "started"
         } else {
             "to do"
+        };
+        let (rate, cost) = match (done(j), next.next()) {
+            (false, Some(e)) => {
+                left += e.train_seconds;
+                (
+                    format!("{:.1}", e.steps_per_second),
+                    duration(e.train_seconds),
+                )
+            }
+            _ => ("-".into(), "-".into()),
         };
         t.row(vec![
             j.id.clone(),
             state.into(),
             j.config.task.as_str().into(),
             j.config.optim.steps.to_string(),
+            rate,
+            cost,
             j.param_text().join(" "),
         ]);
     }
@@ -191,6 +215,12 @@ fn list(
         jobs.len()
     );
     print!("{t}");
+    println!(
+        "training left: about {} one job at a time on {} threads (steps/s measured here now over \
+         {TIMED_STEPS} steps per model shape; scoring and tests come on top)",
+        duration(left),
+        rayon::current_num_threads()
+    );
     Ok(())
 }
 
@@ -241,19 +271,32 @@ fn slurm(args: &SweepArgs, sweep: &Sweep, jobs: usize) -> Result<()> {
 
 /// Runs `ropelab collect`.
 pub fn collect_command(args: CollectArgs) -> Result<()> {
-    if !args.dir.join("jobs").is_dir() {
-        bail!("{} holds no sweep (no jobs/ directory)", args.dir.display());
+    if !args.dir.is_dir() {
+        bail!("{} is not a directory", args.dir.display());
     }
     let results = collect(&args.dir)?;
-    let mut t = Table::new(&[
+    if results.is_empty() {
+        bail!(
+            "{} holds no finished job (no */*/result.json: run `ropelab sweep` or `ropelab \
+             reproduce` there first)",
+            args.dir.display()
+        );
+    }
+    let summary = summarise(&results);
+    let with_star = summary.iter().any(|s| s.n_star_mean.is_some());
+    let mut columns = vec![
         ("configuration", Align::Left),
         ("n", Align::Right),
         ("accuracy", Align::Right),
         ("sd", Align::Right),
         ("layer types", Align::Left),
-    ]);
-    for s in summarise(&results) {
-        t.row(vec![
+    ];
+    if with_star {
+        columns.push(("N*", Align::Right));
+    }
+    let mut t = Table::new(&columns);
+    for s in summary {
+        let mut row = vec![
             if s.config.is_empty() {
                 "-".into()
             } else {
@@ -263,7 +306,11 @@ pub fn collect_command(args: CollectArgs) -> Result<()> {
             format!("{:.4}", s.accuracy_mean),
             format!("{:.4}", s.accuracy_sd),
             s.layer_types,
-        ]);
+        ];
+        if with_star {
+            row.push(s.n_star_mean.map_or("-".into(), |m| format!("{m:.1}")));
+        }
+        t.row(row);
     }
     print!("{t}");
     let setup: Vec<f64> = results.iter().map(|r| r.setup_seconds).collect();
@@ -282,9 +329,22 @@ pub fn collect_command(args: CollectArgs) -> Result<()> {
     println!(
         "wrote {} and {}",
         args.dir
-            .join("collected/{jobs.csv,jobs.jsonl,summary.csv}")
+            .join("collected/{jobs.csv,jobs.jsonl,summary.csv,lengths.csv}")
             .display(),
         report.display()
     );
     Ok(())
+}
+
+/// Seconds as `12 s`, `3.4 min` or `2.1 h`.
+fn duration(seconds: f64) -> String {
+    if seconds < 10.0 {
+        format!("{seconds:.1} s")
+    } else if seconds < 90.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 5400.0 {
+        format!("{:.1} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    }
 }
