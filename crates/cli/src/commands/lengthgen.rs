@@ -142,7 +142,13 @@ pub fn table(rows: &[LengthRow]) -> String {
             r.n.to_string(),
             format!("{:.4}", r.accuracy),
             hops.join(" "),
-            format!("{:.2}", r.seconds),
+            // Rows read back from lengthgen.csv carry no time (the study's training table has
+            // each model's total).
+            if r.seconds > 0.0 {
+                format!("{:.2}", r.seconds)
+            } else {
+                "-".into()
+            },
             margins.join(" "),
         ]);
     }
