@@ -306,6 +306,149 @@ impl Llama {
         Ok(x)
     }
 
+    /// Logits at the last `tails[r]` positions of every suffix `suffixes[r]` ([tails[r], vocab]
+    /// each), every suffix attending to the keys and values in `head` (a shared prefix, run
+    /// once) and to its own earlier tokens; `head` is not changed. The suffixes run as one
+    /// batch, right-padded to the longest: padding comes after each row's own tokens, so the
+    /// causal mask alone keeps it out of them, and the head's keys are broadcast to every row
+    /// rather than copied. The same logits as [`Llama::prefill`] of each suffix on a copy of
+    /// `head` (a test). Scores take about `rows x heads x longest x (head + longest)` floats
+    /// ([`Llama::suffix_batch_bytes`]).
+    pub fn forward_suffixes(
+        &self,
+        head: &KvCache,
+        suffixes: &[&[u32]],
+        tails: &[usize],
+    ) -> Result<Vec<Tensor>> {
+        let c = &self.config;
+        let bad = |m: String| Err(crate::PretrainedError::Input(m));
+        if suffixes.is_empty() || suffixes.len() != tails.len() {
+            return bad(format!(
+                "{} suffixes with {} tails: give one tail per suffix, at least one suffix",
+                suffixes.len(),
+                tails.len()
+            ));
+        }
+        if let Some((r, _)) = suffixes
+            .iter()
+            .zip(tails)
+            .enumerate()
+            .find(|(_, (ids, &tail))| tail == 0 || tail > ids.len())
+        {
+            return bad(format!(
+                "suffix {r}: logits of the last {} of {} tokens",
+                tails[r],
+                suffixes[r].len()
+            ));
+        }
+        let b = suffixes.len();
+        let s = suffixes.iter().map(|ids| ids.len()).max().unwrap_or(1);
+        let start = head.len;
+        let head_layers = if head.layers.len() == c.n_layers {
+            head.layers.clone()
+        } else if head.is_empty() {
+            vec![None; c.n_layers]
+        } else {
+            return bad(format!(
+                "the head cache has {} layers, the model {}",
+                head.layers.len(),
+                c.n_layers
+            ));
+        };
+        let mut ids = vec![0u32; b * s];
+        for (r, row) in suffixes.iter().enumerate() {
+            ids[r * s..r * s + row.len()].copy_from_slice(row);
+        }
+        let ids = Tensor::from_vec(ids, b * s, &self.device)?;
+        let mut x = self
+            .embed
+            .index_select(&ids, 0)?
+            .reshape((b, s, c.d_model))?;
+        let positions: Vec<usize> = (start..start + s).collect();
+        let rotation = self.position.rotation();
+        let angles = match &rotation {
+            Some(r) => Some(rope::angles_of(&positions, r, &self.device)?),
+            None => None,
+        };
+        // Suffix query i sees suffix keys 0..=i (and every head key).
+        let mask: Vec<f32> = (0..s)
+            .flat_map(|i| (0..s).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let mask = Tensor::from_vec(mask, (s, s), &self.device)?; // [q, k]
+        let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
+        let group = nh / nkv;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (blk, cached) in self.blocks.iter().zip(&head_layers) {
+            let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
+            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
+                Ok(linear(&h, w)?
+                    .reshape((b, s, n, hd))?
+                    .transpose(1, 2)?
+                    .contiguous()?) // [b, n, s, hd]
+            };
+            let (mut q, mut k) = (heads(&blk.q, nh)?, heads(&blk.k, nkv)?);
+            if let (Some(r), Some((cos, sin))) = (&rotation, &angles) {
+                q = rope::rotate(&q, cos, sin, r.rotary_dim, r.layout)?;
+                k = rope::rotate(&k, cos, sin, r.rotary_dim, r.layout)?;
+            }
+            let v = heads(&blk.v, nkv)?;
+            // Query heads grouped by their key/value head: [b, nkv, group * s, hd].
+            let q = q.reshape((b, nkv, group * s, hd))?;
+            let own = (q.matmul(&k.t()?)? * scale)?
+                .reshape((b, nkv, group, s, s))?
+                .broadcast_add(&mask)?
+                .reshape((b, nkv, group * s, s))?; // [b, nkv, group * s, s]
+            let z = match cached {
+                Some((kh, vh)) => {
+                    let len = kh.dim(2)?;
+                    // [1, nkv, len, hd] keys serve every row.
+                    let shared = (q.broadcast_matmul(&kh.t()?)? * scale)?; // [b, nkv, g*s, len]
+                    let p = softmax_last_dim(&Tensor::cat(&[&shared, &own], 3)?)?;
+                    let from_head = p.narrow(3, 0, len)?.contiguous()?.broadcast_matmul(vh)?;
+                    let from_own = p.narrow(3, len, s)?.contiguous()?.matmul(&v)?;
+                    (from_head + from_own)?
+                }
+                None => softmax_last_dim(&own)?.matmul(&v)?,
+            }; // [b, nkv, group * s, hd]
+            let merged = z
+                .reshape((b, nh, s, hd))?
+                .transpose(1, 2)?
+                .reshape((b, s, nh * hd))?;
+            x = (x + linear(&merged, &blk.o)?)?;
+            let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
+            let gated = (linear(&h, &blk.gate)?.silu()? * linear(&h, &blk.up)?)?;
+            x = (&x + linear(&gated, &blk.down)?)?;
+        }
+        // Only the asked positions are unembedded.
+        let rows: Vec<u32> = suffixes
+            .iter()
+            .zip(tails)
+            .enumerate()
+            .flat_map(|(r, (ids, &tail))| {
+                (ids.len() - tail..ids.len()).map(move |p| (r * s + p) as u32)
+            })
+            .collect();
+        let picked = Tensor::from_vec(rows, tails.iter().sum::<usize>(), &self.device)?;
+        let h = x.reshape((b * s, c.d_model))?.index_select(&picked, 0)?;
+        let logits = linear(&rms_norm(&h, &self.norm, c.rms_eps)?, &self.unembed)?; // [sum, vocab]
+        let mut out = Vec::with_capacity(b);
+        let mut at = 0;
+        for &tail in tails {
+            out.push(logits.narrow(0, at, tail)?);
+            at += tail;
+        }
+        Ok(out)
+    }
+
+    /// Bytes of the attention scores of [`Llama::forward_suffixes`] for `rows` suffixes of up
+    /// to `longest` tokens after a head of `head` tokens (scores and their softmax, f32).
+    pub fn suffix_batch_bytes(&self, rows: usize, longest: usize, head: usize) -> u64 {
+        let c = &self.config;
+        let scores = rows as u64 * c.n_heads as u64 * longest as u64 * (head + longest) as u64;
+        let mlp = rows as u64 * longest as u64 * c.d_ff as u64 * 3;
+        (2 * scores + mlp) * 4
+    }
+
     /// Runs `ids` through the model into `cache`, `chunk` tokens per call (at least 1), and
     /// returns the logits at its last `tail` positions [tail, vocab] (tail >= 1, at most
     /// ids.len()). Peak memory grows with chunk x context, not context^2

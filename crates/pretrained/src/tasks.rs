@@ -107,13 +107,27 @@ pub fn answers(
 /// Teacher-forced answers with the keys and values of shared prompt heads computed once: every
 /// prompt of a task opens with the same instructions and solved examples, so the head (the text
 /// up to the prompt's last line break) is run once and each prompt runs only its last line and
-/// answer. The result is [`answers`]' (a test checks it); a head that does not tokenize as a
-/// prefix of its prompt is not shared.
+/// answer. [`SharedHeads::answers_many`] runs those suffixes in batches
+/// ([`Llama::forward_suffixes`]: right padding, the causal mask keeps it out). The result is
+/// [`answers`]' (tests check both paths); a head that does not tokenize as a prefix of its
+/// prompt is not shared.
 pub struct SharedHeads<'a> {
     model: &'a Llama,
     tokenizer: &'a GgufTokenizer,
     /// (head text, its ids, the cache after it) of the last head seen.
     head: Option<(String, Vec<u32>, KvCache)>,
+}
+
+/// Memory for the attention scores of one batch of suffixes (see
+/// [`Llama::suffix_batch_bytes`]); a suffix longer than [`PREFILL_CHUNK`] runs alone, in
+/// chunks.
+pub const BATCH_BYTES: u64 = 256 << 20;
+
+/// One prompt, tokenized and checked: its ids, prompt + answer ids, and its head text.
+struct Item {
+    ids: Vec<u32>,
+    full: Vec<u32>,
+    head: String,
 }
 
 impl<'a> SharedHeads<'a> {
@@ -129,6 +143,84 @@ impl<'a> SharedHeads<'a> {
     /// Whether greedy decoding after `prompt` starts with ` ` + `answer`, and the prompt's
     /// length in tokens ([`answers`]).
     pub fn answers(&mut self, prompt: &str, answer: &str) -> Result<(bool, usize)> {
+        let item = self.item(prompt, answer)?;
+        let (shared, _) = self.share(&item)?;
+        let mut cache = self.head_cache(shared);
+        let rest = &item.full[shared..item.full.len() - 1];
+        let tail = item.full.len() - item.ids.len();
+        let logits = self.model.prefill(rest, &mut cache, PREFILL_CHUNK, tail)?; // [tail, vocab]
+        Ok((check(&item, &logits)?, item.ids.len()))
+    }
+
+    /// [`SharedHeads::answers`] of every (prompt, answer), in order: prompts that share a head
+    /// run their suffixes together in batches of at most [`BATCH_BYTES`] of scores;
+    /// `progress(done)` after each batch.
+    pub fn answers_many(
+        &mut self,
+        items: &[(String, String)],
+        mut progress: impl FnMut(usize),
+    ) -> Result<Vec<(bool, usize)>> {
+        let items: Vec<Item> = items
+            .iter()
+            .map(|(p, a)| self.item(p, a))
+            .collect::<Result<_>>()?;
+        let mut out = Vec::with_capacity(items.len());
+        let mut i = 0;
+        while i < items.len() {
+            let (shared, head_len) = self.share(&items[i])?;
+            let suffix = |it: &Item| it.full.len() - 1 - shared;
+            if shared == 0 || suffix(&items[i]) > PREFILL_CHUNK {
+                let mut cache = self.head_cache(shared);
+                let it = &items[i];
+                let tail = it.full.len() - it.ids.len();
+                let logits = self.model.prefill(
+                    &it.full[shared..it.full.len() - 1],
+                    &mut cache,
+                    PREFILL_CHUNK,
+                    tail,
+                )?;
+                out.push((check(it, &logits)?, it.ids.len()));
+                i += 1;
+                progress(out.len());
+                continue;
+            }
+            // The longest run of following items with the same head whose batch fits.
+            let mut end = i + 1;
+            let mut longest = suffix(&items[i]);
+            while end < items.len() && items[end].head == items[i].head {
+                let (s, _) = self.share(&items[end])?;
+                let next = longest.max(suffix(&items[end]));
+                if s != shared
+                    || next > PREFILL_CHUNK
+                    || self.model.suffix_batch_bytes(end + 1 - i, next, head_len) > BATCH_BYTES
+                {
+                    break;
+                }
+                longest = next;
+                end += 1;
+            }
+            let batch = &items[i..end];
+            let suffixes: Vec<&[u32]> = batch
+                .iter()
+                .map(|it| &it.full[shared..it.full.len() - 1])
+                .collect();
+            let tails: Vec<usize> = batch
+                .iter()
+                .map(|it| it.full.len() - it.ids.len())
+                .collect();
+            let (_, _, cache) = self.head.as_ref().expect("set by share");
+            let logits = self.model.forward_suffixes(cache, &suffixes, &tails)?;
+            for (it, l) in batch.iter().zip(&logits) {
+                out.push((check(it, l)?, it.ids.len()));
+            }
+            i = end;
+            progress(out.len());
+        }
+        Ok(out)
+    }
+
+    /// Tokenizes `prompt` and ` ` + `answer` after it; the answer must continue the prompt.
+    fn item(&self, prompt: &str, answer: &str) -> Result<Item> {
         let ids = self.tokenizer.encode(prompt)?;
         let full = self.tokenizer.encode(&format!("{prompt} {answer}"))?;
         if full.len() <= ids.len() || full[..ids.len()] != ids[..] {
@@ -136,39 +228,48 @@ impl<'a> SharedHeads<'a> {
                 "the answer {answer:?} does not tokenize as a continuation of the prompt"
             )));
         }
-        let head_text = prompt.rfind('\n').map_or("", |i| &prompt[..=i]);
-        if self.head.as_ref().is_none_or(|h| h.0 != head_text) {
-            let head_ids = self.tokenizer.encode(head_text)?;
+        let head = prompt.rfind('\n').map_or("", |i| &prompt[..=i]).to_owned();
+        Ok(Item { ids, full, head })
+    }
+
+    /// Makes `item`'s head the current one (running it when new); returns how many of the
+    /// item's tokens it shares (0 when the prompt's own tokens do not start with the head's)
+    /// and the head's length.
+    fn share(&mut self, item: &Item) -> Result<(usize, usize)> {
+        if self.head.as_ref().is_none_or(|h| h.0 != item.head) {
+            let head_ids = self.tokenizer.encode(&item.head)?;
             let mut cache = KvCache::new(self.model.config().n_layers);
             if !head_ids.is_empty() {
-                let input =
-                    Tensor::from_vec(head_ids.clone(), (1, head_ids.len()), self.model.device())?;
-                self.model.forward_cached(&input, &mut cache)?;
+                self.model
+                    .prefill(&head_ids, &mut cache, PREFILL_CHUNK, 1)?;
             }
-            self.head = Some((head_text.to_owned(), head_ids, cache));
+            self.head = Some((item.head.clone(), head_ids, cache));
         }
-        let (_, head_ids, head_cache) = self.head.as_ref().expect("set above");
-        // The head is shared only when the prompt's own tokens start with it.
+        let (_, head_ids, _) = self.head.as_ref().expect("set above");
+        let ids = &item.ids;
         let shared =
             if !head_ids.is_empty() && head_ids.len() < ids.len() && ids.starts_with(head_ids) {
                 head_ids.len()
             } else {
                 0
             };
-        let mut cache = if shared > 0 {
-            head_cache.clone()
-        } else {
-            KvCache::new(self.model.config().n_layers)
-        };
-        // Positions shared..full.len() - 1 are input, fed in chunks; the logits at positions
-        // ids.len() - 1 .. full.len() - 2 predict the answer's tokens.
-        let rest = &full[shared..full.len() - 1];
-        let tail = full.len() - ids.len();
-        let logits = self.model.prefill(rest, &mut cache, PREFILL_CHUNK, tail)?; // [tail, vocab]
-        let predicted: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
-        let ok = (0..tail).all(|i| predicted[i] == full[ids.len() + i]);
-        Ok((ok, ids.len()))
+        Ok((shared, head_ids.len()))
     }
+
+    /// A copy of the current head's cache when `shared` > 0, else an empty cache.
+    fn head_cache(&self, shared: usize) -> KvCache {
+        match (&self.head, shared) {
+            (Some((_, _, cache)), s) if s > 0 => cache.clone(),
+            _ => KvCache::new(self.model.config().n_layers),
+        }
+    }
+}
+
+/// Whether the logits at the answer's positions ([tail, vocab]) predict its tokens.
+fn check(item: &Item, logits: &Tensor) -> Result<bool> {
+    let predicted: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
+    let at = item.ids.len();
+    Ok((0..item.full.len() - at).all(|i| predicted[i] == item.full[at + i]))
 }
 
 /// Accuracy of `model` on `n` prompts per run and size.
@@ -185,23 +286,22 @@ pub fn accuracy_table(
     let mut done = 0;
     let mut shared = SharedHeads::new(model, tokenizer);
     for &size in sizes {
-        let mut accs = vec![];
-        let mut prompt_tokens = 0;
+        // Every prompt of this size (run by run), answered in batches.
+        let mut items = Vec::with_capacity(runs * n);
         for run in 0..runs {
-            let mut correct = 0;
             for i in 0..n {
                 let p = prompt(task, size, run as u64, i)
                     .map_err(|e| PretrainedError::Tokenizer(e.to_string()))?;
-                let (ok, len) = shared.answers(&p.prompt, &p.answer)?;
-                if run == 0 && i == 0 {
-                    prompt_tokens = len;
-                }
-                correct += usize::from(ok);
-                done += 1;
-                progress(done);
+                items.push((p.prompt, p.answer));
             }
-            accs.push(correct as f64 / n as f64);
         }
+        let answered = shared.answers_many(&items, |k| progress(done + k))?;
+        done += items.len();
+        let prompt_tokens = answered.first().map_or(0, |a| a.1);
+        let accs: Vec<f64> = answered
+            .chunks(n.max(1))
+            .map(|run| run.iter().filter(|a| a.0).count() as f64 / n as f64)
+            .collect();
         let mean = accs.iter().sum::<f64>() / accs.len() as f64;
         let sd = (accs.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / accs.len() as f64).sqrt();
         rows.push(SizeRow {
@@ -244,19 +344,13 @@ pub fn index_accuracy(
     let mut done = 0;
     let mut shared = SharedHeads::new(model, tokenizer);
     for &len in lengths {
-        let (mut correct, mut tokens) = (0, 0);
-        for i in 0..n {
-            let (prompt, answer) = index_prompt(len, 0, i);
-            let (ok, t) = shared.answers(&prompt, &answer)?;
-            correct += usize::from(ok);
-            tokens = t;
-            done += 1;
-            progress(done);
-        }
+        let items: Vec<(String, String)> = (0..n).map(|i| index_prompt(len, 0, i)).collect();
+        let answered = shared.answers_many(&items, |k| progress(done + k))?;
+        done += items.len();
         out.push(IndexRow {
             length: len,
-            prompt_tokens: tokens,
-            accuracy: correct as f64 / n as f64,
+            prompt_tokens: answered.last().map_or(0, |a| a.1),
+            accuracy: answered.iter().filter(|a| a.0).count() as f64 / n as f64,
         });
     }
     Ok(out)

@@ -485,3 +485,104 @@ fn shared_prompt_heads_give_the_same_answers() {
     }
     assert!(correct > 0 && correct < agreed, "{correct} of {agreed}");
 }
+
+#[test]
+fn batched_suffixes_equal_one_prefill_each() {
+    use ropelab_pretrained::llama::KvCache;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let n = tokens().len() as u32;
+    let head: Vec<u32> = (0..9).map(|i| (i * 5 + 1) % n).collect();
+    let suffixes: Vec<Vec<u32>> = [1usize, 6, 3, 11]
+        .iter()
+        .enumerate()
+        .map(|(r, &len)| {
+            (0..len as u32)
+                .map(|i| (i * 3 + r as u32 * 7 + 2) % n)
+                .collect()
+        })
+        .collect();
+    let tails = [1usize, 4, 3, 2];
+    let refs: Vec<&[u32]> = suffixes.iter().map(Vec::as_slice).collect();
+    // With a shared head, and with none (an empty cache).
+    for head in [&head[..], &[][..]] {
+        let mut cache = KvCache::new(model.config().n_layers);
+        if !head.is_empty() {
+            model.prefill(head, &mut cache, 4, 1).unwrap();
+        }
+        let batched = model.forward_suffixes(&cache, &refs, &tails).unwrap();
+        assert_eq!(cache.len(), head.len(), "the head's cache is not changed");
+        for ((suffix, &tail), got) in suffixes.iter().zip(&tails).zip(&batched) {
+            let mut own = cache.clone();
+            let want: Vec<f32> = model
+                .prefill(suffix, &mut own, 5, tail)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+    }
+    // Bad requests are one-line errors.
+    let cache = KvCache::new(model.config().n_layers);
+    for (suffixes, tails) in [
+        (vec![&[1u32, 2][..]], vec![3usize]),
+        (vec![&[1u32, 2][..]], vec![0]),
+        (vec![&[][..]], vec![1]),
+        (vec![], vec![]),
+        (vec![&[1u32][..]], vec![1, 1]),
+    ] {
+        let err = model
+            .forward_suffixes(&cache, &suffixes, &tails)
+            .unwrap_err();
+        assert!(!err.to_string().contains('\n'), "{err}");
+    }
+}
+
+#[test]
+fn batched_prompt_answers_equal_one_at_a_time() {
+    use ropelab_pretrained::tasks::{answers, SharedHeads};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let words = ["a", "b", "c", "ab", "1", "x"];
+    let mut items = vec![];
+    // Runs of prompts under one head, a head change, and prompts without a line break.
+    for head in ["a b c\n1 x\n", "ab ab\n", ""] {
+        for (i, a) in words.iter().enumerate() {
+            let suffix = words[..=i].join(" ");
+            for answer in ["a", "ab", "x"] {
+                items.push((format!("{head}{suffix} {a}"), answer.to_string()));
+            }
+        }
+    }
+    let want: Vec<(bool, usize)> = items
+        .iter()
+        .map(|(p, a)| answers(&model, &tokenizer, p, a).unwrap())
+        .collect();
+    let mut calls = vec![];
+    let got = SharedHeads::new(&model, &tokenizer)
+        .answers_many(&items, |done| calls.push(done))
+        .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(calls.last(), Some(&items.len()));
+    assert!(
+        calls.len() < items.len(),
+        "prompts ran in batches: {calls:?}"
+    );
+    let correct = got.iter().filter(|g| g.0).count();
+    assert!(
+        correct > 0 && correct < got.len(),
+        "{correct} of {}",
+        got.len()
+    );
+}
