@@ -306,7 +306,7 @@ impl Llama {
         Ok(x)
     }
 
-    /// Logits at the last `tails[r]` positions of every suffix `suffixes[r]` ([tails[r], vocab]
+    /// Logits at the last `tails[r]` positions of every suffix `suffixes[r]` (`[tails[r], vocab]`
     /// each), every suffix attending to the keys and values in `head` (a shared prefix, run
     /// once) and to its own earlier tokens; `head` is not changed. The suffixes run as one
     /// batch, right-padded to the longest: padding comes after each row's own tokens, so the

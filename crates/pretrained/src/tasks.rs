@@ -118,10 +118,12 @@ pub struct SharedHeads<'a> {
     head: Option<(String, Vec<u32>, KvCache)>,
 }
 
-/// Memory for the attention scores of one batch of suffixes (see
+/// Memory for the attention scores and MLP activations of one batch of suffixes (see
 /// [`Llama::suffix_batch_bytes`]); a suffix longer than [`PREFILL_CHUNK`] runs alone, in
-/// chunks.
-pub const BATCH_BYTES: u64 = 256 << 20;
+/// chunks. 64 MB measured best on 2 cores (`ropelab bench prompts`: 256 MB made 300-token
+/// suffixes slower than one at a time, 16 MB and 64 MB about even there and 1.6x faster at
+/// 100 tokens).
+pub const BATCH_BYTES: u64 = 64 << 20;
 
 /// One prompt, tokenized and checked: its ids, prompt + answer ids, and its head text.
 struct Item {

@@ -21,6 +21,23 @@ pub enum BenchCommand {
     Prefill(BenchPrefillArgs),
     /// Greedy decoding speed of SmolLM2 with its KV cache (and, for reference, without it).
     Decode(BenchDecodeArgs),
+    /// Prompt-task answers of SmolLM2: batched suffixes after the shared head against one
+    /// prompt at a time (same answers checked).
+    Prompts(BenchPromptsArgs),
+}
+
+/// Arguments of `ropelab bench prompts`.
+#[derive(Debug, Args)]
+pub struct BenchPromptsArgs {
+    /// Task of the prompts.
+    #[arg(long, default_value = "number")]
+    pub task: TaskKind,
+    /// Target-window sizes.
+    #[arg(long, value_delimiter = ',', default_values_t = [12usize, 100, 300])]
+    pub sizes: Vec<usize>,
+    /// Prompts per size (run 0).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub n: u64,
 }
 
 /// Arguments of `ropelab bench decode`.
@@ -84,7 +101,71 @@ pub fn run(cmd: BenchCommand, guard: super::Guard) -> Result<()> {
         BenchCommand::Rope(args) => bench_rope(args, guard),
         BenchCommand::Prefill(args) => bench_prefill(args),
         BenchCommand::Decode(args) => bench_decode(args),
+        BenchCommand::Prompts(args) => bench_prompts(args),
     }
+}
+
+fn bench_prompts(args: BenchPromptsArgs) -> Result<()> {
+    use ropelab_pretrained::tasks::SharedHeads;
+    use ropelab_tasks::prompt::prompt;
+    anyhow::ensure!(
+        args.task.is_multi_hop(),
+        "--task must be number or letter, not {}",
+        args.task
+    );
+    let (model, _) = smollm2_and_text(1)?;
+    let path = ropelab_pretrained::fetch::ensure_model()?;
+    let tokenizer = ropelab_pretrained::tokenizer::GgufTokenizer::from_gguf(
+        &ropelab_pretrained::gguf::GgufFile::open(&path)?,
+    )?;
+    println!(
+        "ropelab bench prompts: SmolLM2-135M (f32), {} task, {} prompts per size, {} threads",
+        args.task,
+        args.n,
+        candle_core::utils::get_num_threads()
+    );
+    println!(
+        "{:>5} {:>7} {:>14} {:>12} {:>8} {:>8}",
+        "size", "tokens", "one at a time", "batched", "speedup", "correct"
+    );
+    let (mut single_total, mut batched_total) = (0.0, 0.0);
+    for &size in &args.sizes {
+        let items: Vec<(String, String)> = (0..args.n as usize)
+            .map(|i| prompt(args.task, size, 0, i).map(|p| (p.prompt, p.answer)))
+            .collect::<std::result::Result<_, _>>()?;
+        // The shared head is computed before each timing, so both time only the prompts.
+        let mut heads = SharedHeads::new(&model, &tokenizer);
+        heads.answers(&items[0].0, &items[0].1)?;
+        let start = Instant::now();
+        let single: Vec<(bool, usize)> = items
+            .iter()
+            .map(|(p, a)| heads.answers(p, a))
+            .collect::<std::result::Result<_, _>>()?;
+        let single_s = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let batched = heads.answers_many(&items, |_| {})?;
+        let batched_s = start.elapsed().as_secs_f64();
+        anyhow::ensure!(
+            single == batched,
+            "size {size}: batched and one-at-a-time answers disagree"
+        );
+        single_total += single_s;
+        batched_total += batched_s;
+        println!(
+            "{size:>5} {:>7} {:>12.2} s {:>10.2} s {:>7.1}x {:>5}/{}",
+            batched[0].1,
+            single_s,
+            batched_s,
+            single_s / batched_s,
+            batched.iter().filter(|b| b.0).count(),
+            items.len()
+        );
+    }
+    println!(
+        "total: {single_total:.2} s one at a time, {batched_total:.2} s batched ({:.1}x), same answers",
+        single_total / batched_total
+    );
+    Ok(())
 }
 
 fn bench_gen(args: BenchGenArgs) -> Result<()> {
