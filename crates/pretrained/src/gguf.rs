@@ -67,14 +67,15 @@ impl LlamaConfig {
 impl LlamaConfig {
     /// Peak bytes of a cached forward over `tokens` positions fed `chunk` at a time (batch 1,
     /// f32): the key/value cache of every layer (2 x layers x kv_heads x T x head_dim), one
-    /// chunk's scores and pattern against every key (3 x heads x chunk x T), its residual
-    /// stream and MLP activations, and logits at `logit_rows` positions. Saturating.
+    /// chunk's scores and pattern against one block of keys (3 x heads x chunk x
+    /// min(T, [`crate::llama::ATTENTION_BLOCK`])), its residual stream and MLP activations, and
+    /// logits at `logit_rows` positions. Saturating.
     pub fn cached_bytes(&self, tokens: usize, chunk: usize, logit_rows: usize) -> u64 {
         use ropelab_io::resources::bytes;
         let (t, c) = (tokens, chunk.min(tokens));
         [
             bytes(&[4, 2, self.n_layers, self.n_kv_heads, t, self.head_dim()]),
-            bytes(&[4, 3, self.n_heads, c, t]),
+            bytes(&[4, 3, self.n_heads, c, t.min(crate::llama::ATTENTION_BLOCK)]),
             bytes(&[4, 16, c, self.d_model]),
             bytes(&[4, 4, c, self.d_ff]),
             bytes(&[4, logit_rows, self.vocab_size]),

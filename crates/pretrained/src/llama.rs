@@ -15,8 +15,8 @@ use ropelab_model::{
 use crate::gguf::{GgufFile, LlamaConfig};
 use crate::Result;
 
-/// Tokens per cached forward call of a long prompt: memory grows with this times the context
-/// (about 150 MB of scores at 8K tokens for SmolLM2), not with the context squared.
+/// Tokens per cached forward call of a long prompt: memory grows with this times
+/// [`ATTENTION_BLOCK`] keys, not with the context squared.
 pub const PREFILL_CHUNK: usize = 512;
 
 /// One block's weights, stored transposed ([in, out], contiguous) so that every projection is
@@ -42,6 +42,83 @@ pub struct Llama {
     unembed: Tensor, // [d_model, vocab] (transposed)
     position: PositionEncoding,
     device: Device,
+    /// Keys per block of the cached path's attention ([`ATTENTION_BLOCK`] by default).
+    attention_block: usize,
+}
+
+/// Keys per block of the cached forward's attention: scores are computed block by block with a
+/// running softmax (flash-attention style), so a chunk of queries holds `chunk x block` scores,
+/// not `chunk x context` (about 19 MB instead of 150 MB at 8K tokens for SmolLM2).
+pub const ATTENTION_BLOCK: usize = 1024;
+
+/// `softmax(q k^T * scale + causal mask) v` for queries at positions `start .. start + t`
+/// (grouped: q `[1, nkv, group * t, hd]`, query head g of kv head h at rows `g * t ..`) against
+/// keys and values `[1, nkv, total, hd]` at positions `0 .. total`, computed over key blocks of
+/// `block` with a running maximum and sum; one block is the plain softmax. Returns
+/// `[1, nkv, group * t, hd]`.
+fn attend_blocked(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    (start, t, group): (usize, usize, usize),
+    scale: f64,
+    block: usize,
+) -> Result<Tensor> {
+    let (_, nkv, rows, _) = q.dims4()?;
+    let total = k.dim(2)?;
+    let block = block.max(1);
+    // Scores of keys j0..j1 with the causal mask where a query could see past itself.
+    let scores = |j0: usize, j1: usize| -> Result<Tensor> {
+        let kb = k.narrow(2, j0, j1 - j0)?.contiguous()?;
+        let s = (q.matmul(&kb.t()?)? * scale)?; // [1, nkv, group * t, j1 - j0]
+        if j1 <= start + 1 {
+            return Ok(s); // every key is at or before every query
+        }
+        let mask: Vec<f32> = (0..t)
+            .flat_map(|i| {
+                (j0..j1).map(move |j| {
+                    if j <= start + i {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, (t, j1 - j0), q.device())?; // [q, k]
+        Ok(s.reshape((1, nkv, group, t, j1 - j0))?
+            .broadcast_add(&mask)?
+            .reshape((1, nkv, rows, j1 - j0))?)
+    };
+    if total <= block {
+        return Ok(softmax_last_dim(&scores(0, total)?)?.matmul(v)?);
+    }
+    // Running maximum m, sum l and unnormalised output acc per query row. Every row sees key
+    // 0, so m is finite after the first block and fully masked later blocks add exactly 0.
+    let mut state: Option<(Tensor, Tensor, Tensor)> = None;
+    for j0 in (0..total).step_by(block) {
+        let j1 = (j0 + block).min(total);
+        let s = scores(j0, j1)?;
+        let block_max = s.max_keepdim(D::Minus1)?; // [1, nkv, rows, 1]
+        let m = match &state {
+            Some((m, _, _)) => m.maximum(&block_max)?,
+            None => block_max,
+        };
+        let p = s.broadcast_sub(&m)?.exp()?;
+        let sum = p.sum_keepdim(D::Minus1)?;
+        let pv = p.matmul(&v.narrow(2, j0, j1 - j0)?.contiguous()?)?; // [1, nkv, rows, hd]
+        state = Some(match state {
+            Some((old, l, acc)) => {
+                let carry = (old - &m)?.exp()?; // [1, nkv, rows, 1]
+                let l = ((l * &carry)? + sum)?;
+                let acc = (acc.broadcast_mul(&carry)? + pv)?;
+                (m, l, acc)
+            }
+            None => (m, sum, pv),
+        });
+    }
+    let (_, l, acc) = state.expect("at least one block");
+    Ok(acc.broadcast_div(&l)?)
 }
 
 /// x [..., in] times a transposed Linear weight wt [in, out].
@@ -105,7 +182,15 @@ impl Llama {
             unembed,
             position,
             device: device.clone(),
+            attention_block: ATTENTION_BLOCK,
         })
+    }
+
+    /// The same model with the cached path's attention computed over key blocks of `block`
+    /// (at least 1); results equal the default's to f32 rounding (a test).
+    pub fn with_attention_block(mut self, block: usize) -> Self {
+        self.attention_block = block.max(1);
+        self
     }
 
     /// The configuration.
@@ -253,19 +338,6 @@ impl Llama {
             None => None,
         };
         let total = start + t;
-        // Query i (position start + i) sees keys 0..=start + i.
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| {
-                (0..total).map(move |j| {
-                    if j <= start + i {
-                        0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                })
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, total), &self.device)?; // [q, k]
         let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
         let group = nh / nkv;
         let scale = 1.0 / (hd as f64).sqrt();
@@ -287,12 +359,8 @@ impl Llama {
                                                      // Query heads grouped by their key/value head (head h uses kv head h / group):
                                                      // [1, nkv, group * t, hd].
             let q = q.reshape((1, nkv, group * t, hd))?;
-            let scores = (q.matmul(&k.t()?)? * scale)?; // [1, nkv, group * t, total]
-            let scores = scores
-                .reshape((1, nkv, group, t, total))?
-                .broadcast_add(&mask)?
-                .reshape((1, nkv, group * t, total))?;
-            let z = softmax_last_dim(&scores)?.matmul(&v)?; // [1, nkv, group * t, hd]
+            // Query i (position start + i) sees keys 0..=start + i.
+            let z = attend_blocked(&q, &k, &v, (start, t, group), scale, self.attention_block)?; // [1, nkv, group * t, hd]
             let merged = z
                 .reshape((1, nh, t, hd))?
                 .transpose(1, 2)?

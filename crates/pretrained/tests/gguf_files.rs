@@ -586,3 +586,49 @@ fn batched_prompt_answers_equal_one_at_a_time() {
         got.len()
     );
 }
+
+#[test]
+fn key_blocks_with_a_running_softmax_equal_one_softmax() {
+    use ropelab_pretrained::llama::KvCache;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let whole = Llama::load(&path, &Device::Cpu).unwrap();
+    let n = tokens().len() as u32;
+    let ids: Vec<u32> = (0..40).map(|i| (i * 11 + 5) % n).collect();
+    let logits = |model: &Llama, chunk: usize| -> Vec<f32> {
+        let mut cache = KvCache::new(model.config().n_layers);
+        model
+            .prefill(&ids, &mut cache, chunk, ids.len())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    // One block (the default, far above 40 keys) against blocks of 1, 3 and 16 keys, with
+    // chunks that start inside, at and between blocks.
+    let worst = |got: &[f32], want: &[f32]| {
+        assert_eq!(got.len(), want.len());
+        got.iter()
+            .zip(want)
+            .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
+            .fold(0f32, f32::max)
+    };
+    let want = logits(&whole, 7);
+    // f32 rounding alone: the unblocked path fed in other chunks differs by up to 2.1e-5
+    // (relative) here; the blocked paths must stay within the same order.
+    const ROUNDING: f32 = 5e-5;
+    for chunk in [1, 40] {
+        assert!(worst(&logits(&whole, chunk), &want) < ROUNDING);
+    }
+    for block in [1, 3, 16] {
+        let blocked = Llama::load(&path, &Device::Cpu)
+            .unwrap()
+            .with_attention_block(block);
+        for chunk in [1, 7, 40] {
+            let error = worst(&logits(&blocked, chunk), &want);
+            assert!(error < ROUNDING, "block {block}, chunk {chunk}: {error:e}");
+        }
+    }
+}
