@@ -230,6 +230,15 @@ impl<'a> SharedHeads<'a> {
                 "the answer {answer:?} does not tokenize as a continuation of the prompt"
             )));
         }
+        let context = self.model.config().context_length;
+        if full.len() > context {
+            return Err(PretrainedError::Input(format!(
+                "a prompt of {} tokens with its answer ({} tokens) exceeds the model's context \
+                 of {context} tokens",
+                ids.len(),
+                full.len()
+            )));
+        }
         let head = prompt.rfind('\n').map_or("", |i| &prompt[..=i]).to_owned();
         Ok(Item { ids, full, head })
     }

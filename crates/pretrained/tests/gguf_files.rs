@@ -632,3 +632,30 @@ fn key_blocks_with_a_running_softmax_equal_one_softmax() {
         }
     }
 }
+
+#[test]
+fn a_prompt_beyond_the_context_is_refused_in_one_line() {
+    use ropelab_pretrained::tasks::SharedHeads;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let mut shared = SharedHeads::new(&model, &tokenizer);
+    // The tiny model's context is 256 tokens.
+    let long = vec!["a"; 300].join(" ");
+    for err in [
+        shared.answers(&long, "b").unwrap_err(),
+        shared
+            .answers_many(&[(long.clone(), "b".into())], |_| {})
+            .unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(
+            text.contains("exceeds the model's context of 256"),
+            "{text}"
+        );
+        assert!(!text.contains('\n'), "{text}");
+    }
+    assert!(shared.answers("a b", "a").is_ok());
+}

@@ -177,6 +177,14 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             let longest = a.lengths.iter().copied().max().unwrap_or(1);
             let (prompt, answer) = index_prompt(longest, 0, 0);
             let tokens = tokenizer.encode(&format!("{prompt}{answer}"))?.len();
+            let context = model.config().context_length;
+            anyhow::ensure!(
+                tokens <= context,
+                "array length {longest} makes prompts of about {tokens} tokens, beyond the \
+                 model's context of {context} tokens (about 2 tokens per element: lengths up to \
+                 about {} fit)",
+                context.saturating_sub(tokens.saturating_sub(2 * longest)) / 2
+            );
             let need = Need::new().memory(
                 model.config().cached_bytes(tokens, PREFILL_CHUNK, PREFILL_CHUNK),
                 format!(
