@@ -209,6 +209,17 @@ fn write_model(path: &Path) -> Written {
     }
 }
 
+/// The self-written tiny Llama and its tokenizer, loaded from a GGUF file in a temporary
+/// directory (kept alive by the returned guard).
+fn tiny_model() -> (tempfile::TempDir, Llama, GgufTokenizer) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    (dir, model, tokenizer)
+}
+
 #[test]
 fn small_files_load_exactly_and_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,11 +326,7 @@ proptest! {
 #[test]
 fn teacher_forced_answers_equal_greedy_decoding() {
     use ropelab_pretrained::tasks::answers;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_model(&path);
-    let model = Llama::load(&path, &Device::Cpu).unwrap();
-    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let (_dir, model, tokenizer) = tiny_model();
     let (mut agreed, mut correct) = (0, 0);
     let words = ["a", "b", "c", "ab", "1", "x", "y", "<|im_start|>"];
     let prompts: Vec<String> = words
@@ -460,11 +467,7 @@ fn cached_decoding_equals_recomputing_the_whole_sequence() {
 #[test]
 fn shared_prompt_heads_give_the_same_answers() {
     use ropelab_pretrained::tasks::{answers, SharedHeads};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_model(&path);
-    let model = Llama::load(&path, &Device::Cpu).unwrap();
-    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let (_dir, model, tokenizer) = tiny_model();
     let mut shared = SharedHeads::new(&model, &tokenizer);
     let words = ["a", "b", "c", "ab", "1", "x"];
     let (mut agreed, mut correct) = (0, 0);
@@ -489,10 +492,7 @@ fn shared_prompt_heads_give_the_same_answers() {
 #[test]
 fn batched_suffixes_equal_one_prefill_each() {
     use ropelab_pretrained::llama::KvCache;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_model(&path);
-    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    let (_dir, model, _) = tiny_model();
     let n = tokens().len() as u32;
     let head: Vec<u32> = (0..9).map(|i| (i * 5 + 1) % n).collect();
     let suffixes: Vec<Vec<u32>> = [1usize, 6, 3, 11]
@@ -549,11 +549,7 @@ fn batched_suffixes_equal_one_prefill_each() {
 #[test]
 fn batched_prompt_answers_equal_one_at_a_time() {
     use ropelab_pretrained::tasks::{answers, SharedHeads};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_model(&path);
-    let model = Llama::load(&path, &Device::Cpu).unwrap();
-    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let (_dir, model, tokenizer) = tiny_model();
     let words = ["a", "b", "c", "ab", "1", "x"];
     let mut items = vec![];
     // Runs of prompts under one head, a head change, and prompts without a line break.
@@ -636,11 +632,7 @@ fn key_blocks_with_a_running_softmax_equal_one_softmax() {
 #[test]
 fn a_prompt_beyond_the_context_is_refused_in_one_line() {
     use ropelab_pretrained::tasks::SharedHeads;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    write_model(&path);
-    let model = Llama::load(&path, &Device::Cpu).unwrap();
-    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let (_dir, model, tokenizer) = tiny_model();
     let mut shared = SharedHeads::new(&model, &tokenizer);
     // The tiny model's context is 256 tokens.
     let long = vec!["a"; 300].join(" ");

@@ -178,35 +178,17 @@ pub fn length_summary(results: &[JobResult]) -> Vec<LengthSummary> {
     out
 }
 
+/// Every key any result has, sorted (the columns of a table over all jobs).
+fn union<K: Ord>(results: &[JobResult], keys: impl Fn(&JobResult) -> Vec<K>) -> Vec<K> {
+    let all: std::collections::BTreeSet<K> = results.iter().flat_map(keys).collect();
+    all.into_iter().collect()
+}
+
 /// The per-job table as CSV: id, one column per parameter, then the measurements.
 pub fn jobs_csv(results: &[JobResult]) -> String {
-    let keys: Vec<String> = {
-        let mut k: Vec<String> = results
-            .iter()
-            .flat_map(|r| r.params.keys().cloned())
-            .collect();
-        k.sort();
-        k.dedup();
-        k
-    };
-    let hops: Vec<usize> = {
-        let mut h: Vec<usize> = results
-            .iter()
-            .flat_map(|r| r.per_hop.keys().copied())
-            .collect();
-        h.sort_unstable();
-        h.dedup();
-        h
-    };
-    let lengths: Vec<usize> = {
-        let mut l: Vec<usize> = results
-            .iter()
-            .flat_map(|r| r.length_accuracy.keys().copied())
-            .collect();
-        l.sort_unstable();
-        l.dedup();
-        l
-    };
+    let keys = union(results, |r| r.params.keys().cloned().collect());
+    let hops = union(results, |r| r.per_hop.keys().copied().collect());
+    let lengths = union(results, |r| r.length_accuracy.keys().copied().collect());
     let mut w = csv::Writer::from_writer(vec![]);
     let mut header = vec!["id".to_string()];
     header.extend(keys.iter().cloned());
