@@ -221,7 +221,7 @@ fn sweep_section(dir: &Path) -> Result<Section> {
     };
     if let Some(svg) = crate::sweep::accuracy_vs_length(&rows, &lengths) {
         s.text(&format!(
-            "Accuracy against input length: each job's length test (docs/sweeps.md, \"What a job \
+            "The second figure, accuracy against input length: each job's length test (docs/sweeps.md, \"What a job \
              measures\"), the mean over seeds with a band of one standard deviation; the first \
              {} configurations are drawn.",
             crate::sweep::MAX_LENGTH_LINES
