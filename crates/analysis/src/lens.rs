@@ -142,21 +142,54 @@ impl Default for ModelRopeOptions {
 }
 
 impl ModelRopeOptions {
-    /// Memory of [`model_rope_failures`] on heads of `head_dim` dims, beyond the model and its
-    /// forward pass over [`ROPE_TEXT_TOKENS`] tokens (see [`FailureConfig::need`]).
-    pub fn need(&self, head_dim: usize) -> ropelab_io::Need {
-        FailureConfig {
-            d: head_dim,
+    /// Tokens of the text run through the model: the longest context length, at most the
+    /// model's context of `context` tokens.
+    pub fn text_tokens(&self, context: usize) -> usize {
+        self.lengths.iter().copied().max().unwrap_or(2).min(context)
+    }
+
+    /// Memory of [`model_rope_failures`] on `config`'s model: a hooked forward pass over
+    /// [`ModelRopeOptions::text_tokens`] tokens (attention in key blocks: no full pattern is
+    /// kept), the captured q and k of the chosen layers, and the failure statistics' draws and
+    /// score curves (see [`FailureConfig::need`]).
+    pub fn need(&self, config: &ropelab_pretrained::gguf::LlamaConfig) -> ropelab_io::Need {
+        use ropelab_io::resources::bytes;
+        let t = self.text_tokens(config.context_length);
+        let captured = bytes(&[
+            4,
+            2,
+            self.layers.len(),
+            config.n_heads,
+            t,
+            config.head_dim(),
+        ]);
+        let mut need = FailureConfig {
+            d: config.head_dim(),
             lengths: self.lengths.clone(),
             draws: self.draws,
             ..FailureConfig::default()
         }
         .need()
+        .memory(
+            config.forward_bytes(t, false, 0),
+            format!("a forward pass over {t} tokens"),
+        );
+        need = need.memory(
+            captured,
+            format!("q and k of {} layers at {t} positions", self.layers.len()),
+        );
+        need
     }
 }
 
-/// Tokens of the text whose q and k vectors are drawn.
-pub const ROPE_TEXT_TOKENS: usize = 256;
+/// The English text whose q and k vectors [`model_rope_failures`] reads, repeated to the length
+/// asked for.
+pub const ROPE_TEXT: &str = "Rotary position embeddings rotate each pair of query and key \
+    dimensions by an angle proportional to the position, so attention scores depend on relative \
+    distance. The lowest frequencies turn so slowly that they barely move across a long \
+    document, while the highest ones wrap around many times within a single sentence. A model \
+    that reads a long report, a story or a table of numbers must still find the token it needs, \
+    whether it sits in the previous line or thousands of positions earlier. ";
 
 /// One layer's failure rates at one context length (one CSV row of `pretrained rope-stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -201,8 +234,12 @@ impl LayerFailureRow {
 }
 
 /// RoPE failure statistics (the theory lab's four events) with the model's own pre-rotation
-/// q and k vectors: for each layer, `draws` triples (a query at one position, two keys at
-/// others, a random head) from a fixed English text of [`ROPE_TEXT_TOKENS`] tokens (seed 0).
+/// q and k vectors: one hooked forward pass over [`ROPE_TEXT`] repeated to the longest context
+/// length M (at most the model's context) captures q and k of the chosen layers; for each layer
+/// and each M, `draws` triples (a query at one position, two keys at others, a random head) are
+/// drawn from the positions below M (seed 0), so a longer context uses vectors from deeper into
+/// the text. A causal model's vectors at positions below M are the same in a pass over M tokens
+/// as in the longer one. M beyond the model's context draws from the whole text.
 pub fn model_rope_failures(
     model: &Llama,
     tokenizer: &GgufTokenizer,
@@ -220,13 +257,20 @@ pub fn model_rope_failures(
             "context lengths must be at least 2 and draws at least 1".into(),
         ));
     }
-    let text = "Rotary position embeddings rotate each pair of query and key dimensions by an \
-                angle proportional to the position, so attention scores depend on relative \
-                distance. "
-        .repeat(40);
-    let mut ids = tokenizer.encode(&text)?;
-    ids.truncate(ROPE_TEXT_TOKENS);
-    let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+    let want = options.text_tokens(c.context_length);
+    let mut ids = tokenizer.encode(ROPE_TEXT)?;
+    let unit = ids.len().max(1);
+    if ids.len() < want {
+        ids = tokenizer.encode(&ROPE_TEXT.repeat(want.div_ceil(unit) + 1))?;
+    }
+    ids.truncate(want);
+    let t = ids.len();
+    if t < 2 {
+        return Err(AnalysisError::Invalid(format!(
+            "the text is {t} token(s) long: the statistics need a query and keys at two positions"
+        )));
+    }
+    let input = Tensor::from_vec(ids, (1, t), &Device::Cpu)?;
     let points: Vec<HookPoint> = options
         .layers
         .iter()
@@ -244,7 +288,7 @@ pub fn model_rope_failures(
         .map(|p| model.position().plane_dims(p))
         .collect();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let (t, hd) = (ids.len(), c.head_dim());
+    let hd = c.head_dim();
     let mut rows = vec![];
     for &layer in &options.layers {
         let get = |kind| -> Result<Vec<f32>> {
@@ -258,32 +302,29 @@ pub fn model_rope_failures(
         let vec_at = |data: &[f32], head: usize, pos: usize| -> Vec<f64> {
             theory_vector(&data[(head * t + pos) * hd..][..hd], &planes)
         };
-        let draws: Vec<Triple> = (0..options.draws)
-            .map(|_| {
-                let head = rng.random_range(0..c.n_heads);
-                let (i, j1, j2) = (
-                    rng.random_range(1..t),
-                    rng.random_range(1..t),
-                    rng.random_range(1..t),
-                );
-                Triple {
-                    q: vec_at(&q, head, i),
-                    k1: vec_at(&k, head, j1),
-                    k2: vec_at(&k, head, j2),
-                }
-            })
-            .collect();
-        rows.extend(
-            failure_rows(
-                &draws,
-                &freqs,
-                c.rope_base,
-                &options.lengths,
-                options.format,
-            )
-            .iter()
-            .map(|r| LayerFailureRow::new(layer, r)),
-        );
+        for &m in &options.lengths {
+            let below = m.min(t);
+            let draws: Vec<Triple> = (0..options.draws)
+                .map(|_| {
+                    let head = rng.random_range(0..c.n_heads);
+                    let (i, j1, j2) = (
+                        rng.random_range(1..below),
+                        rng.random_range(1..below),
+                        rng.random_range(1..below),
+                    );
+                    Triple {
+                        q: vec_at(&q, head, i),
+                        k1: vec_at(&k, head, j1),
+                        k2: vec_at(&k, head, j2),
+                    }
+                })
+                .collect();
+            rows.extend(
+                failure_rows(&draws, &freqs, c.rope_base, &[m], options.format)
+                    .iter()
+                    .map(|r| LayerFailureRow::new(layer, r)),
+            );
+        }
     }
     Ok(rows)
 }

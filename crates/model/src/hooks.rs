@@ -203,6 +203,26 @@ impl Hooks {
         self.cache.get(&point)
     }
 
+    /// Whether `point` is captured (in full or its last position).
+    pub fn wants(&self, point: HookPoint) -> bool {
+        self.capture.contains(&point) || self.capture_last.contains(&point)
+    }
+
+    /// Whether layer `layer`'s full attention scores or pattern are captured or replaced: only
+    /// then must attention materialise them ([batch, heads, pos, pos]).
+    pub fn needs_full_pattern(&self, layer: usize) -> bool {
+        [HookKind::AttnScores, HookKind::Pattern]
+            .iter()
+            .any(|&kind| {
+                let point = HookPoint::new(layer, kind);
+                self.capture.contains(&point)
+                    || self
+                        .interventions
+                        .iter()
+                        .any(|i| matches!(i, Intervention::Replace { hook, .. } if *hook == point))
+            })
+    }
+
     /// All captured tensors.
     pub fn cache(&self) -> &BTreeMap<HookPoint, Tensor> {
         &self.cache

@@ -43,17 +43,24 @@ impl LlamaConfig {
         self.d_model / self.n_heads
     }
 
-    /// Peak activation bytes of one forward pass over `tokens` positions (batch 1, f32):
-    /// the attention scores, softmax and pattern of one layer (3 x heads x T^2), the residual
-    /// stream, q/k/v and MLP activations (16 x T x d_model + 4 x T x d_ff), logits at every
-    /// position (`all_logits`, T x vocab) and every layer's pattern kept by hooks
-    /// (`captured_layers` x heads x T^2). Saturating.
+    /// Peak activation bytes of one hooked forward pass over `tokens` positions (batch 1, f32):
+    /// one layer's attention scores, softmax and pattern (3 x heads x T^2 when any layer's full
+    /// pattern is captured, else in query chunks and key blocks of
+    /// [`crate::llama::ATTENTION_BLOCK`]: 3 x heads x min(T, block)^2), the residual stream,
+    /// q/k/v and MLP activations (16 x T x d_model + 4 x T x d_ff), logits at every position
+    /// (`all_logits`, T x vocab) and every captured layer's pattern (`captured_layers` x heads x
+    /// T^2). Saturating.
     pub fn forward_bytes(&self, tokens: usize, all_logits: bool, captured_layers: usize) -> u64 {
         use ropelab_io::resources::bytes;
         let t = tokens;
         let logit_rows = if all_logits { t } else { 1 };
+        let block = if captured_layers > 0 {
+            t
+        } else {
+            t.min(crate::llama::ATTENTION_BLOCK)
+        };
         [
-            bytes(&[4, 3, self.n_heads, t, t]),
+            bytes(&[4, 3, self.n_heads, block, block]),
             bytes(&[4, 16, t, self.d_model]),
             bytes(&[4, 4, t, self.d_ff]),
             bytes(&[4, logit_rows, self.vocab_size]),

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use candle_core::{Device, Tensor, D};
-use ropelab_model::attention::attend;
+use ropelab_model::attention::{attend_in_blocks, blocked_softmax};
 use ropelab_model::ops::softmax_last_dim;
 use ropelab_model::{
     rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout,
@@ -42,84 +42,15 @@ pub struct Llama {
     unembed: Tensor, // [d_model, vocab] (transposed)
     position: PositionEncoding,
     device: Device,
-    /// Keys per block of the cached path's attention ([`ATTENTION_BLOCK`] by default).
+    /// Keys per block of the attention ([`ATTENTION_BLOCK`] by default).
     attention_block: usize,
 }
 
-/// Keys per block of the cached forward's attention: scores are computed block by block with a
-/// running softmax (flash-attention style), so a chunk of queries holds `chunk x block` scores,
-/// not `chunk x context` (about 19 MB instead of 150 MB at 8K tokens for SmolLM2).
-pub const ATTENTION_BLOCK: usize = 1024;
-
-/// `softmax(q k^T * scale + causal mask) v` for queries at positions `start .. start + t`
-/// (grouped: q `[1, nkv, group * t, hd]`, query head g of kv head h at rows `g * t ..`) against
-/// keys and values `[1, nkv, total, hd]` at positions `0 .. total`, computed over key blocks of
-/// `block` with a running maximum and sum; one block is the plain softmax. Returns
-/// `[1, nkv, group * t, hd]`.
-fn attend_blocked(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    (start, t, group): (usize, usize, usize),
-    scale: f64,
-    block: usize,
-) -> Result<Tensor> {
-    let (_, nkv, rows, _) = q.dims4()?;
-    let total = k.dim(2)?;
-    let block = block.max(1);
-    // Scores of keys j0..j1 with the causal mask where a query could see past itself.
-    let scores = |j0: usize, j1: usize| -> Result<Tensor> {
-        let kb = k.narrow(2, j0, j1 - j0)?.contiguous()?;
-        let s = (q.matmul(&kb.t()?)? * scale)?; // [1, nkv, group * t, j1 - j0]
-        if j1 <= start + 1 {
-            return Ok(s); // every key is at or before every query
-        }
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| {
-                (j0..j1).map(move |j| {
-                    if j <= start + i {
-                        0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                })
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, j1 - j0), q.device())?; // [q, k]
-        Ok(s.reshape((1, nkv, group, t, j1 - j0))?
-            .broadcast_add(&mask)?
-            .reshape((1, nkv, rows, j1 - j0))?)
-    };
-    if total <= block {
-        return Ok(softmax_last_dim(&scores(0, total)?)?.matmul(v)?);
-    }
-    // Running maximum m, sum l and unnormalised output acc per query row. Every row sees key
-    // 0, so m is finite after the first block and fully masked later blocks add exactly 0.
-    let mut state: Option<(Tensor, Tensor, Tensor)> = None;
-    for j0 in (0..total).step_by(block) {
-        let j1 = (j0 + block).min(total);
-        let s = scores(j0, j1)?;
-        let block_max = s.max_keepdim(D::Minus1)?; // [1, nkv, rows, 1]
-        let m = match &state {
-            Some((m, _, _)) => m.maximum(&block_max)?,
-            None => block_max,
-        };
-        let p = s.broadcast_sub(&m)?.exp()?;
-        let sum = p.sum_keepdim(D::Minus1)?;
-        let pv = p.matmul(&v.narrow(2, j0, j1 - j0)?.contiguous()?)?; // [1, nkv, rows, hd]
-        state = Some(match state {
-            Some((old, l, acc)) => {
-                let carry = (old - &m)?.exp()?; // [1, nkv, rows, 1]
-                let l = ((l * &carry)? + sum)?;
-                let acc = (acc.broadcast_mul(&carry)? + pv)?;
-                (m, l, acc)
-            }
-            None => (m, sum, pv),
-        });
-    }
-    let (_, l, acc) = state.expect("at least one block");
-    Ok(acc.broadcast_div(&l)?)
-}
+/// Keys per block of the attention (cached and hooked paths): scores are computed block by
+/// block with a running softmax (flash-attention style), so a chunk of queries holds
+/// `chunk x block` scores, not `chunk x context` (about 19 MB instead of 150 MB at 8K tokens
+/// for SmolLM2).
+pub use ropelab_model::attention::ATTENTION_BLOCK;
 
 /// x [..., in] times a transposed Linear weight wt [in, out].
 fn linear(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
@@ -186,8 +117,9 @@ impl Llama {
         })
     }
 
-    /// The same model with the cached path's attention computed over key blocks of `block`
-    /// (at least 1); results equal the default's to f32 rounding (a test).
+    /// The same model with attention computed over key blocks of `block` (at least 1): always
+    /// on the cached path, on the hooked path for inputs longer than `block` whose full pattern
+    /// is not needed; results equal the default's to f32 rounding (a test).
     pub fn with_attention_block(mut self, block: usize) -> Self {
         self.attention_block = block.max(1);
         self
@@ -271,17 +203,15 @@ impl Llama {
         let k = hooks.point(point(HookKind::K), k)?;
         let v = hooks.point(point(HookKind::V), expand(heads(&blk.v, nkv)?)?)?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let z = attend(
+        let z = attend_in_blocks(
             layer,
-            q,
-            k,
-            &v,
+            (q, k, &v),
             &self.position,
-            AttentionKind::Softmax,
-            scale,
+            (AttentionKind::Softmax, scale),
             hooks,
             None,
-        )?;
+            self.attention_block,
+        )?; // [b, nh, t, hd]
         let z = hooks.ablate(layer, z)?;
         let z = hooks.point(point(HookKind::Z), z)?;
         let merged = z.transpose(1, 2)?.reshape((b, t, nh * hd))?;
@@ -360,7 +290,7 @@ impl Llama {
                                                      // [1, nkv, group * t, hd].
             let q = q.reshape((1, nkv, group * t, hd))?;
             // Query i (position start + i) sees keys 0..=start + i.
-            let z = attend_blocked(&q, &k, &v, (start, t, group), scale, self.attention_block)?; // [1, nkv, group * t, hd]
+            let z = blocked_softmax(&q, &k, &v, (start, t, group), scale, self.attention_block)?; // [1, nkv, group * t, hd]
             let merged = z
                 .reshape((1, nh, t, hd))?
                 .transpose(1, 2)?

@@ -27,8 +27,8 @@ pub mod table_defaults {
 
 /// Defaults of `pretrained index-task`.
 pub mod index_defaults {
-    /// Array lengths.
-    pub const LENGTHS: [usize; 4] = [8, 32, 128, 512];
+    /// Prompt lengths in tokens.
+    pub const LENGTHS: [usize; 4] = [64, 256, 1024, 2048];
     /// Prompts per length.
     pub const PROMPTS: usize = 20;
 }
@@ -67,12 +67,16 @@ fn split<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<f64>
         .collect()
 }
 
-/// Accuracy on the index-in-array prompt at one array length (one CSV row).
+/// Accuracy on the index-in-array prompt at one prompt length (one CSV row).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct IndexRow {
-    /// Array length.
+    /// Prompt length asked for, in tokens: each prompt holds the longest array that fits.
     pub length: usize,
-    /// Prompt length in tokens (last prompt).
+    /// Shortest array of the prompts.
+    pub min_elements: usize,
+    /// Longest array of the prompts.
+    pub max_elements: usize,
+    /// Longest prompt in tokens.
     pub prompt_tokens: usize,
     /// Fraction answered (chance 0.25).
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
@@ -231,12 +235,14 @@ impl<'a> SharedHeads<'a> {
             )));
         }
         let context = self.model.config().context_length;
-        if full.len() > context {
+        // The last answer token is predicted, never fed: full.len() - 1 positions run.
+        if full.len() - 1 > context {
             return Err(PretrainedError::Input(format!(
-                "a prompt of {} tokens with its answer ({} tokens) exceeds the model's context \
-                 of {context} tokens",
+                "a prompt of {} tokens with its answer ({} tokens, {} fed) exceeds the model's \
+                 context of {context} tokens",
                 ids.len(),
-                full.len()
+                full.len(),
+                full.len() - 1
             )));
         }
         let head = prompt.rfind('\n').map_or("", |i| &prompt[..=i]).to_owned();
@@ -343,7 +349,44 @@ pub fn index_prompt(len: usize, seed: u64, index: usize) -> (String, String) {
     (prompt, array[k].to_owned())
 }
 
-/// Accuracy on the index-in-array prompt per array length (`n` prompts each, seed 0).
+/// Prompt `index` (seed 0) of the index-in-array task with the longest array whose prompt
+/// stays within `tokens` tokens, found by bisection over the array length (the arrays of one
+/// index grow by appending, so the prompt's length rises with the array's up to the digits of
+/// the asked position). Returns (prompt, answer, elements, prompt tokens).
+pub fn index_prompt_within(
+    tokenizer: &GgufTokenizer,
+    tokens: usize,
+    index: usize,
+) -> Result<(String, String, usize, usize)> {
+    let count = |len: usize| -> Result<(String, String, usize)> {
+        let (prompt, answer) = index_prompt(len, 0, index);
+        let n = tokenizer.encode(&prompt)?.len();
+        Ok((prompt, answer, n))
+    };
+    let shortest = count(1)?;
+    if shortest.2 > tokens {
+        return Err(PretrainedError::Input(format!(
+            "a prompt of {tokens} tokens cannot hold an array: the shortest index prompt is {} \
+             tokens",
+            shortest.2
+        )));
+    }
+    // Invariant: lo fits; hi does not (every element takes at least one token).
+    let (mut lo, mut best, mut hi) = (1, shortest, tokens + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let got = count(mid)?;
+        if got.2 <= tokens {
+            (lo, best) = (mid, got);
+        } else {
+            hi = mid;
+        }
+    }
+    Ok((best.0, best.1, lo, best.2))
+}
+
+/// Accuracy on the index-in-array prompt per prompt length in tokens (`n` prompts each, seed
+/// 0; each holds the longest array that fits, [`index_prompt_within`]).
 pub fn index_accuracy(
     model: &Llama,
     tokenizer: &GgufTokenizer,
@@ -351,16 +394,29 @@ pub fn index_accuracy(
     n: usize,
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<IndexRow>> {
+    let context = model.config().context_length;
+    if let Some(&l) = lengths.iter().find(|&&l| l == 0 || l > context) {
+        return Err(PretrainedError::Input(format!(
+            "a prompt length of {l} tokens: lengths must be between 1 and the model's context of \
+             {context} tokens"
+        )));
+    }
     let mut out = vec![];
     let mut done = 0;
     let mut shared = SharedHeads::new(model, tokenizer);
     for &len in lengths {
-        let items: Vec<(String, String)> = (0..n).map(|i| index_prompt(len, 0, i)).collect();
+        let prompts = (0..n)
+            .map(|i| index_prompt_within(tokenizer, len, i))
+            .collect::<Result<Vec<_>>>()?;
+        let items: Vec<(String, String)> =
+            prompts.iter().map(|p| (p.0.clone(), p.1.clone())).collect();
         let answered = shared.answers_many(&items, |k| progress(done + k))?;
         done += items.len();
         out.push(IndexRow {
             length: len,
-            prompt_tokens: answered.last().map_or(0, |a| a.1),
+            min_elements: prompts.iter().map(|p| p.2).min().unwrap_or(0),
+            max_elements: prompts.iter().map(|p| p.2).max().unwrap_or(0),
+            prompt_tokens: prompts.iter().map(|p| p.3).max().unwrap_or(0),
             accuracy: answered.iter().filter(|a| a.0).count() as f64 / n as f64,
         });
     }

@@ -629,6 +629,49 @@ fn key_blocks_with_a_running_softmax_equal_one_softmax() {
     }
 }
 
+/// The hooked forward of a long input whose patterns nobody captures in full takes the bounded
+/// path (key blocks, running softmax): the same logits as the full patterns give, and a
+/// last-row capture of every layer's scores and pattern equals the full captures' last rows.
+#[test]
+fn the_hooked_forward_in_key_blocks_matches_the_full_patterns() {
+    use ropelab_model::{HookKind, HookPoint};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let whole = Llama::load(&path, &Device::Cpu).unwrap();
+    let layers = whole.config().n_layers;
+    let n = tokens().len() as u32;
+    // Two rows, so the bounded path runs batched.
+    let ids: Vec<u32> = (0..2 * 40).map(|i| (i * 7 + 3) % n).collect();
+    let ids = Tensor::from_vec(ids, (2, 40), &Device::Cpu).unwrap();
+    let points: Vec<HookPoint> = (0..layers)
+        .flat_map(|l| [HookKind::AttnScores, HookKind::Pattern].map(|kind| HookPoint::new(l, kind)))
+        .collect();
+    let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+    let worst = |got: &[f32], want: &[f32]| {
+        assert_eq!(got.len(), want.len());
+        got.iter()
+            .zip(want)
+            .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
+            .fold(0f32, f32::max)
+    };
+    let mut full = Hooks::new().capture(points.clone());
+    let want = flat(&whole.forward(&ids, &mut full).unwrap());
+    for block in [3, 16] {
+        let blocked = Llama::load(&path, &Device::Cpu)
+            .unwrap()
+            .with_attention_block(block);
+        let mut last = Hooks::new().capture_last(points.clone());
+        let got = flat(&blocked.forward(&ids, &mut last).unwrap());
+        assert!(worst(&got, &want) < 5e-5, "block {block}");
+        for &p in &points {
+            let row = full.get(p).unwrap().narrow(2, 39, 1).unwrap();
+            let error = worst(&flat(last.get(p).unwrap()), &flat(&row));
+            assert!(error < 5e-5, "block {block}, {p}: {error:e}");
+        }
+    }
+}
+
 #[test]
 fn a_prompt_beyond_the_context_is_refused_in_one_line() {
     use ropelab_pretrained::tasks::SharedHeads;

@@ -31,6 +31,14 @@ pub struct PretrainedPlan {
     pub runs: usize,
     /// Prompts per run and size.
     pub prompts: usize,
+    /// Context lengths M of the RoPE failure statistics: the model reads a text of the longest
+    /// (about 90 s at 8,192 tokens on 2 cores). Default: `pretrained rope-stats`'s.
+    #[serde(default = "default_rope_lengths")]
+    pub rope_lengths: Vec<usize>,
+}
+
+fn default_rope_lengths() -> Vec<usize> {
+    ModelRopeOptions::default().lengths
 }
 
 impl PretrainedPlan {
@@ -43,6 +51,10 @@ impl PretrainedPlan {
         anyhow::ensure!(
             !self.sizes.is_empty() && self.sizes.iter().all(|&s| s > 0),
             "sizes must list at least one window size, each at least 1"
+        );
+        anyhow::ensure!(
+            !self.rope_lengths.is_empty() && self.rope_lengths.iter().all(|&m| m >= 2),
+            "rope_lengths must list at least one context length, each at least 2"
         );
         Ok(())
     }
@@ -102,7 +114,11 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
     }
     if !stats.exists() {
         let _stage = progress.stage("smollm2 rope stats", 0);
-        let rows = model_rope_failures(m, tokenizer, &ModelRopeOptions::default())?;
+        let options = ModelRopeOptions {
+            lengths: plan.rope_lengths.clone(),
+            ..ModelRopeOptions::default()
+        };
+        let rows = model_rope_failures(m, tokenizer, &options)?;
         ropelab_io::write_csv(&stats, &rows)?;
     }
     Ok(files)

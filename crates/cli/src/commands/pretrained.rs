@@ -15,16 +15,11 @@ use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
 use ropelab_pretrained::fetch::ensure_model;
 use ropelab_pretrained::llama::PREFILL_CHUNK;
 use ropelab_pretrained::load_smollm2;
-use ropelab_pretrained::tasks::{
-    accuracy_table, index_accuracy, index_defaults, index_prompt, table_defaults,
-};
+use ropelab_pretrained::tasks::{accuracy_table, index_accuracy, index_defaults, table_defaults};
 use ropelab_tasks::TaskKind;
 
 use super::{progress, Guard};
 
-/// Longest array of `pretrained index-task`: its prompt is built (and tokenized) before the
-/// memory estimate of its forward pass, so it is bounded first.
-const MAX_INDEX_LENGTH: usize = 100_000;
 use crate::output::write_atomic;
 
 /// Pretrained-model subcommands.
@@ -45,14 +40,16 @@ pub enum PretrainedCommand {
     /// RoPE failure statistics with the model's own pre-rotation q and k vectors (query at one
     /// position, two keys at others, per chosen layer), CSV out.
     RopeStats(PretrainedRopeArgs),
-    /// Accuracy on `arr = [..]; arr[K] =` over four symbols (chance 25%) versus array length.
+    /// Accuracy on `arr = [..]; arr[K] =` over four symbols (chance 25%) versus prompt length
+    /// in tokens.
     IndexTask(IndexTaskArgs),
 }
 
 /// Arguments of `ropelab pretrained index-task`.
 #[derive(Debug, Args)]
 pub struct IndexTaskArgs {
-    /// Array lengths, comma-separated.
+    /// Prompt lengths in tokens, comma-separated (at most the model's context): each prompt
+    /// holds the longest array that fits.
     #[arg(long, value_delimiter = ',', default_values_t = index_defaults::LENGTHS)]
     pub lengths: Vec<usize>,
     /// Prompts per length.
@@ -166,49 +163,50 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::Score(a) => score(&a),
         PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
         PretrainedCommand::IndexTask(a) => {
-            anyhow::ensure!(
-                a.lengths
-                    .iter()
-                    .all(|&l| (1..=MAX_INDEX_LENGTH).contains(&l)),
-                "array lengths must be between 1 and {MAX_INDEX_LENGTH}"
-            );
             let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
-            // The longest prompt's tokens: one forward pass with logits at every position.
-            let longest = a.lengths.iter().copied().max().unwrap_or(1);
-            let (prompt, answer) = index_prompt(longest, 0, 0);
-            let tokens = tokenizer.encode(&format!("{prompt}{answer}"))?.len();
             let context = model.config().context_length;
             anyhow::ensure!(
-                tokens <= context,
-                "array length {longest} makes prompts of about {tokens} tokens, beyond the \
-                 model's context of {context} tokens (about 2 tokens per element: lengths up to \
-                 about {} fit)",
-                context.saturating_sub(tokens.saturating_sub(2 * longest)) / 2
+                !a.lengths.is_empty() && a.lengths.iter().all(|&l| (1..=context).contains(&l)),
+                "--lengths: prompt lengths in tokens must be between 1 and the model's context \
+                 of {context}"
             );
+            // The longest prompt: one cached forward pass, 512 tokens at a time.
+            let tokens = a.lengths.iter().copied().max().unwrap_or(1);
             let need = Need::new().memory(
-                model.config().cached_bytes(tokens, PREFILL_CHUNK, PREFILL_CHUNK),
-                format!(
-                    "a forward pass over {tokens} tokens (length {longest}), {PREFILL_CHUNK} at a time"
-                ),
+                model
+                    .config()
+                    .cached_bytes(tokens, PREFILL_CHUNK, PREFILL_CHUNK),
+                format!("a forward pass over {tokens} tokens, {PREFILL_CHUNK} at a time"),
             );
             guard.check("pretrained index-task", &need)?;
+            let start = Instant::now();
             let bar = progress(a.lengths.len() as u64 * a.n, "index prompts");
             let rows = index_accuracy(&model, &tokenizer, &a.lengths, a.n as usize, |d| {
                 bar.set_position(d as u64)
             })?;
             bar.finish_and_clear();
-            let mut table =
-                Table::new(&[("length", Right), ("tokens", Right), ("accuracy", Right)]);
+            let mut table = Table::new(&[
+                ("length", Right),
+                ("elements", Right),
+                ("tokens", Right),
+                ("accuracy", Right),
+            ]);
             for r in &rows {
                 table.row([
                     r.length.to_string(),
+                    format!("{}-{}", r.min_elements, r.max_elements),
                     r.prompt_tokens.to_string(),
                     format!("{:.3}", r.accuracy),
                 ]);
             }
             print!("{table}");
             write_csv(&a.out, &rows)?;
-            println!("wrote {} (chance 0.25)", a.out.display());
+            println!(
+                "{} prompts in {:.1} s; wrote {} (chance 0.25)",
+                rows.len() as u64 * a.n,
+                start.elapsed().as_secs_f64(),
+                a.out.display()
+            );
             Ok(())
         }
         PretrainedCommand::Tasks(a) => {
@@ -320,11 +318,10 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
         draws: a.draws as usize,
         format: a.format,
     };
-    guard.check(
-        "pretrained rope-stats",
-        &options.need(model.config().head_dim()),
-    )?;
+    guard.check("pretrained rope-stats", &options.need(model.config()))?;
+    let start = Instant::now();
     let rows = model_rope_failures(&model, &tokenizer, &options)?;
+    let seconds = start.elapsed().as_secs_f64();
     let mut table = Table::new(&[
         ("layer", Right),
         ("M", Right),
@@ -345,6 +342,10 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     }
     print!("{table}");
     write_csv(&a.out, &rows)?;
-    println!("wrote {}", a.out.display());
+    println!(
+        "q and k from a forward pass over {} tokens in {seconds:.1} s; wrote {}",
+        options.text_tokens(model.config().context_length),
+        a.out.display()
+    );
     Ok(())
 }
