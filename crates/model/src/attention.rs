@@ -26,7 +26,7 @@ pub const QUERY_CHUNK: usize = 512;
 /// `v` [batch, heads, pos, d_v] at positions 0..pos; logits are `scale * rq . rk`, turned into
 /// weights by `kind` (a causal softmax, or the causally masked logits themselves for linear
 /// attention). Passes the rotated q/k, scores and pattern through `hooks` as layer `layer`, and
-/// returns z [batch, heads, pos, d_v]. Inputs longer than [`ATTENTION_BLOCK`] whose full scores
+/// returns z [batch, heads, pos, d_v]. Inputs longer than [`QUERY_CHUNK`] whose full scores
 /// and pattern are neither captured nor replaced take the bounded path (see [`attend_in_blocks`]).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
@@ -52,7 +52,7 @@ pub fn attend(
 }
 
 /// [`attend`] with the bounded path's block size given: a softmax layer without dropout whose
-/// input is longer than `block` and whose full scores and pattern `hooks` does not need
+/// input is longer than one query chunk (min(`block`, [`QUERY_CHUNK`])) and whose full scores and pattern `hooks` does not need
 /// ([`Hooks::needs_full_pattern`]) is computed in query chunks and key blocks of `block`; a
 /// `capture_last` of its scores or pattern is then computed from the last query row alone.
 /// The same z as the full path to f32 rounding (a test).
@@ -85,7 +85,7 @@ pub fn attend_in_blocks(
     let block = block.max(1);
     if kind == AttentionKind::Softmax
         && dropout.is_none()
-        && t > block
+        && t > block.min(QUERY_CHUNK)
         && !hooks.needs_full_pattern(layer)
     {
         return bounded(layer, (&rq, &rk, v), scale, hooks, block);

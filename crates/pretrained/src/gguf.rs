@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
 
+use crate::quant::QuantMatrix;
 use crate::{PretrainedError, Result};
 
 /// Sizes of a Llama model, from `llama.*` metadata keys.
@@ -45,8 +46,9 @@ impl LlamaConfig {
 
     /// Peak activation bytes of one hooked forward pass over `tokens` positions (batch 1, f32):
     /// one layer's attention scores, softmax and pattern (3 x heads x T^2 when any layer's full
-    /// pattern is captured, else in query chunks and key blocks of
-    /// [`crate::llama::ATTENTION_BLOCK`]: 3 x heads x min(T, block)^2), the residual stream,
+    /// pattern is captured, else in query chunks of [`ropelab_model::attention::QUERY_CHUNK`]
+    /// and key blocks of [`crate::llama::ATTENTION_BLOCK`]: 3 x heads x chunk x block), the
+    /// residual stream,
     /// q/k/v and MLP activations (16 x T x d_model + 4 x T x d_ff), logits at every position
     /// (`all_logits`, T x vocab) and every captured layer's pattern (`captured_layers` x heads x
     /// T^2). Saturating.
@@ -54,13 +56,16 @@ impl LlamaConfig {
         use ropelab_io::resources::bytes;
         let t = tokens;
         let logit_rows = if all_logits { t } else { 1 };
-        let block = if captured_layers > 0 {
-            t
+        let (chunk, block) = if captured_layers > 0 {
+            (t, t)
         } else {
-            t.min(crate::llama::ATTENTION_BLOCK)
+            (
+                t.min(ropelab_model::attention::QUERY_CHUNK),
+                t.min(crate::llama::ATTENTION_BLOCK),
+            )
         };
         [
-            bytes(&[4, 3, self.n_heads, block, block]),
+            bytes(&[4, 3, self.n_heads, chunk, block]),
             bytes(&[4, 16, t, self.d_model]),
             bytes(&[4, 4, t, self.d_ff]),
             bytes(&[4, logit_rows, self.vocab_size]),
@@ -242,6 +247,18 @@ impl GgufFile {
 
     /// Tensor `name` dequantized to f32, checked against `shape` (candle order: [rows, cols]).
     pub fn tensor(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        Ok(self.tensor_and_blocks(name, shape, device)?.0)
+    }
+
+    /// Tensor `name` dequantized to f32 and, for a [rows, cols] matrix stored as Q4_1 or Q8_0,
+    /// also kept in its blocks ([`QuantMatrix`]); checked against `shape` like
+    /// [`GgufFile::tensor`].
+    pub fn tensor_and_blocks(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<(Tensor, Option<QuantMatrix>)> {
         let path = self.path.clone();
         // Check the declared shape before reading: a corrupted dimension must be an error, not
         // a dequantization buffer of absurd size.
@@ -275,7 +292,17 @@ impl GgufFile {
                 ),
             ));
         }
-        Ok(t)
+        let blocks = match shape {
+            [rows, cols] => {
+                let data = q
+                    .data()
+                    .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?;
+                QuantMatrix::from_gguf(q.dtype(), *rows, *cols, &data)
+                    .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?
+            }
+            _ => None,
+        };
+        Ok((t, blocks))
     }
 
     /// Whether the file holds tensor `name`.

@@ -10,6 +10,7 @@
 pub mod fetch;
 pub mod gguf;
 pub mod llama;
+pub mod quant;
 pub mod tasks;
 pub mod tokenizer;
 

@@ -13,6 +13,7 @@ use ropelab_model::{
 };
 
 use crate::gguf::{GgufFile, LlamaConfig};
+use crate::quant::QuantMatrix;
 use crate::Result;
 
 /// Tokens per cached forward call of a long prompt: memory grows with this times
@@ -31,6 +32,20 @@ struct Block {
     gate: Tensor,      // [d_model, d_ff]
     up: Tensor,        // [d_model, d_ff]
     down: Tensor,      // [d_ff, d_model]
+    /// The same projections in the file's quantized blocks, when it stores them so (used for
+    /// single-token steps, see [`Llama::with_quantized_decode`]).
+    quant: Option<QuantBlock>,
+}
+
+/// One block's projections as [out, in] matrices in quantized blocks.
+struct QuantBlock {
+    q: QuantMatrix,
+    k: QuantMatrix,
+    v: QuantMatrix,
+    o: QuantMatrix,
+    gate: QuantMatrix,
+    up: QuantMatrix,
+    down: QuantMatrix,
 }
 
 /// A Llama model with f32 weights.
@@ -44,6 +59,10 @@ pub struct Llama {
     device: Device,
     /// Keys per block of the attention ([`ATTENTION_BLOCK`] by default).
     attention_block: usize,
+    /// The unembedding [vocab, d_model] in quantized blocks, when the file stores it so.
+    unembed_quant: Option<QuantMatrix>,
+    /// Whether single-token cached steps use the quantized blocks.
+    quantized_decode: bool,
 }
 
 /// Keys per block of the attention (cached and hooked paths): scores are computed block by
@@ -60,6 +79,23 @@ fn linear(x: &Tensor, wt: &Tensor) -> Result<Tensor> {
     let mut out = dims;
     *out.last_mut().expect("non-empty") = wt.dim(1)?;
     Ok(y.reshape(out)?)
+}
+
+/// x [..., in] times a quantized [out, in] matrix: [..., out] (a matrix-vector product per row
+/// of x; meant for one row).
+fn quant_linear(x: &Tensor, w: &QuantMatrix) -> Result<Tensor> {
+    let input: Vec<f32> = x.flatten_all()?.to_vec1()?;
+    let rows = input.len() / w.cols().max(1);
+    let mut out = vec![0f32; rows * w.rows()];
+    for (x, y) in input
+        .chunks_exact(w.cols())
+        .zip(out.chunks_exact_mut(w.rows()))
+    {
+        w.matvec(x, y);
+    }
+    let mut dims = x.dims().to_vec();
+    *dims.last_mut().expect("non-empty") = w.rows();
+    Ok(Tensor::from_vec(out, dims, x.device())?)
 }
 
 /// A Linear weight [out, in] stored as [in, out], contiguous.
@@ -80,30 +116,58 @@ impl Llama {
         let mut file = GgufFile::open(path)?;
         let c = file.llama_config()?;
         let (d, hd, ff, v) = (c.d_model, c.head_dim(), c.d_ff, c.vocab_size);
-        let embed = file.tensor("token_embd.weight", &[v, d], device)?;
+        let (embed, embed_quant) = file.tensor_and_blocks("token_embd.weight", &[v, d], device)?;
         let mut blocks = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let mut t = |name: &str, shape: &[usize]| {
                 file.tensor(&format!("blk.{i}.{name}"), shape, device)
             };
+            let attn_norm = t("attn_norm.weight", &[d])?;
+            let ffn_norm = t("ffn_norm.weight", &[d])?;
+            let mut m = |name: &str, rows: usize, cols: usize| {
+                file.tensor_and_blocks(&format!("blk.{i}.{name}"), &[rows, cols], device)
+            };
+            let (q, qq) = m("attn_q.weight", c.n_heads * hd, d)?;
+            let (k, qk) = m("attn_k.weight", c.n_kv_heads * hd, d)?;
+            let (v, qv) = m("attn_v.weight", c.n_kv_heads * hd, d)?;
+            let (o, qo) = m("attn_output.weight", d, c.n_heads * hd)?;
+            let (gate, qg) = m("ffn_gate.weight", ff, d)?;
+            let (up, qu) = m("ffn_up.weight", ff, d)?;
+            let (down, qd) = m("ffn_down.weight", d, ff)?;
+            let quant = match (qq, qk, qv, qo, qg, qu, qd) {
+                (Some(q), Some(k), Some(v), Some(o), Some(gate), Some(up), Some(down)) => {
+                    Some(QuantBlock {
+                        q,
+                        k,
+                        v,
+                        o,
+                        gate,
+                        up,
+                        down,
+                    })
+                }
+                _ => None, // some projection is stored otherwise: f32 throughout
+            };
             blocks.push(Block {
-                attn_norm: t("attn_norm.weight", &[d])?,
-                q: transposed(t("attn_q.weight", &[c.n_heads * hd, d])?)?,
-                k: transposed(t("attn_k.weight", &[c.n_kv_heads * hd, d])?)?,
-                v: transposed(t("attn_v.weight", &[c.n_kv_heads * hd, d])?)?,
-                o: transposed(t("attn_output.weight", &[d, c.n_heads * hd])?)?,
-                ffn_norm: t("ffn_norm.weight", &[d])?,
-                gate: transposed(t("ffn_gate.weight", &[ff, d])?)?,
-                up: transposed(t("ffn_up.weight", &[ff, d])?)?,
-                down: transposed(t("ffn_down.weight", &[d, ff])?)?,
+                attn_norm,
+                q: transposed(q)?,
+                k: transposed(k)?,
+                v: transposed(v)?,
+                o: transposed(o)?,
+                ffn_norm,
+                gate: transposed(gate)?,
+                up: transposed(up)?,
+                down: transposed(down)?,
+                quant,
             });
         }
         let norm = file.tensor("output_norm.weight", &[d], device)?;
-        let unembed = transposed(if file.has_tensor("output.weight") {
-            file.tensor("output.weight", &[v, d], device)?
+        let (unembed, unembed_quant) = if file.has_tensor("output.weight") {
+            file.tensor_and_blocks("output.weight", &[v, d], device)?
         } else {
-            embed.clone() // tied embeddings
-        })?;
+            (embed.clone(), embed_quant) // tied embeddings
+        };
+        let unembed = transposed(unembed)?;
         let position = PositionEncoding::rope(c.rope_base, c.rope_dim, RopeLayout::Interleaved);
         Ok(Self {
             config: c,
@@ -114,11 +178,30 @@ impl Llama {
             position,
             device: device.clone(),
             attention_block: ATTENTION_BLOCK,
+            unembed_quant,
+            quantized_decode: true,
         })
     }
 
+    /// The same model with single-token cached steps (decoding) computed from the file's
+    /// quantized blocks (`true`, the default where every projection of a block is Q4_1 or
+    /// Q8_0) or from the dequantized f32 weights (`false`). The weights are the same numbers
+    /// either way; only the order of the sums differs (a test compares the two). Decoding reads
+    /// every weight once per token, so the blocks' fewer bytes make it several times faster.
+    pub fn with_quantized_decode(mut self, on: bool) -> Self {
+        self.quantized_decode = on;
+        self
+    }
+
+    /// Whether single-token steps run from quantized blocks (asked for and available).
+    pub fn decodes_quantized(&self) -> bool {
+        self.quantized_decode
+            && self.device.is_cpu()
+            && self.blocks.iter().all(|b| b.quant.is_some())
+    }
+
     /// The same model with attention computed over key blocks of `block` (at least 1): always
-    /// on the cached path, on the hooked path for inputs longer than `block` whose full pattern
+    /// on the cached path, on the hooked path for inputs longer than a query chunk whose full pattern
     /// is not needed; results equal the default's to f32 rounding (a test).
     pub fn with_attention_block(mut self, block: usize) -> Self {
         self.attention_block = block.max(1);
@@ -231,7 +314,13 @@ impl Llama {
         let x = self.trunk_cached(ids, cache)?; // [1, new, d_model]
         let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
         let h = rms_norm(&last, &self.norm, self.config.rms_eps)?;
-        linear(&h, &self.unembed)
+        match (
+            &self.unembed_quant,
+            x.dim(1)? == 1 && self.decodes_quantized(),
+        ) {
+            (Some(w), true) => quant_linear(&h, w),
+            _ => linear(&h, &self.unembed),
+        }
     }
 
     /// Logits at every position of `ids` [1, new] given the tokens in `cache` (which gains
@@ -271,20 +360,31 @@ impl Llama {
         let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
         let group = nh / nkv;
         let scale = 1.0 / (hd as f64).sqrt();
+        // One new token: every projection is a matrix-vector product, bound by reading the
+        // weights, so it runs from the file's smaller quantized blocks.
+        let quantized = t == 1 && self.decodes_quantized();
+        let project = |x: &Tensor, w: &Tensor, q: Option<&QuantMatrix>| match q {
+            Some(q) if quantized => quant_linear(x, q),
+            _ => linear(x, w),
+        };
         for (layer, blk) in self.blocks.iter().enumerate() {
+            let qb = blk.quant.as_ref();
             let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
-            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(linear(&h, w)?
+            let heads = |w: &Tensor, q: Option<&QuantMatrix>, n: usize| -> Result<Tensor> {
+                Ok(project(&h, w, q)?
                     .reshape((1, t, n, hd))?
                     .transpose(1, 2)?
                     .contiguous()?) // [1, n, t, hd]
             };
-            let (mut q, mut k) = (heads(&blk.q, nh)?, heads(&blk.k, nkv)?);
+            let (mut q, mut k) = (
+                heads(&blk.q, qb.map(|b| &b.q), nh)?,
+                heads(&blk.k, qb.map(|b| &b.k), nkv)?,
+            );
             if let (Some(r), Some((cos, sin))) = (&rotation, &angles) {
                 q = rope::rotate(&q, cos, sin, r.rotary_dim, r.layout)?;
                 k = rope::rotate(&k, cos, sin, r.rotary_dim, r.layout)?;
             }
-            let v = heads(&blk.v, nkv)?;
+            let v = heads(&blk.v, qb.map(|b| &b.v), nkv)?;
             let (k, v) = cache.append(layer, k, v)?; // [1, nkv, total, hd]
                                                      // Query heads grouped by their key/value head (head h uses kv head h / group):
                                                      // [1, nkv, group * t, hd].
@@ -295,10 +395,11 @@ impl Llama {
                 .reshape((1, nh, t, hd))?
                 .transpose(1, 2)?
                 .reshape((1, t, nh * hd))?;
-            x = (x + linear(&merged, &blk.o)?)?;
+            x = (x + project(&merged, &blk.o, qb.map(|b| &b.o))?)?;
             let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
-            let gated = (linear(&h, &blk.gate)?.silu()? * linear(&h, &blk.up)?)?;
-            x = (&x + linear(&gated, &blk.down)?)?;
+            let gated = (project(&h, &blk.gate, qb.map(|b| &b.gate))?.silu()?
+                * project(&h, &blk.up, qb.map(|b| &b.up))?)?;
+            x = (&x + project(&gated, &blk.down, qb.map(|b| &b.down))?)?;
         }
         cache.len = total;
         Ok(x)

@@ -71,6 +71,12 @@ struct Written {
 }
 
 fn write_model(path: &Path) -> Written {
+    write_model_with(path, GgmlDType::F32)
+}
+
+/// The tiny model with its value projections stored as `v_dtype` (F32 by default: a file that
+/// mixes block formats; Q8_0 makes every projection quantized).
+fn write_model_with(path: &Path, v_dtype: GgmlDType) -> Written {
     let dev = Device::Cpu;
     let toks = tokens();
     let v = toks.len();
@@ -113,7 +119,7 @@ fn write_model(path: &Path) -> Written {
                 name("attn_v.weight"),
                 vec![HD, D],
                 q8_values(HD, D, l),
-                GgmlDType::F32,
+                v_dtype,
             ),
             (
                 name("attn_output.weight"),
@@ -378,6 +384,66 @@ fn generate_uncached(model: &Llama, prompt: &[u32], max_new: usize) -> Vec<u32> 
         ids.push(next[0]);
     }
     ids[prompt.len()..].to_vec()
+}
+
+/// Single-token steps from the file's Q4_1 / Q8_0 blocks: the same tokens as recomputing the
+/// whole sequence in f32, and every step's logits equal the full forward's to f32 rounding.
+/// A file with an f32 projection, or the option off, decodes in f32.
+#[test]
+fn quantized_decoding_equals_the_f32_model() {
+    use ropelab_pretrained::llama::KvCache;
+    let dir = tempfile::tempdir().unwrap();
+    let mixed = dir.path().join("mixed.gguf");
+    write_model(&mixed);
+    assert!(!Llama::load(&mixed, &Device::Cpu)
+        .unwrap()
+        .decodes_quantized());
+    let path = dir.path().join("quantized.gguf");
+    write_model_with(&path, GgmlDType::Q8_0);
+    let model = Llama::load(&path, &Device::Cpu).unwrap();
+    assert!(model.decodes_quantized());
+    let f32_model = Llama::load(&path, &Device::Cpu)
+        .unwrap()
+        .with_quantized_decode(false);
+    assert!(!f32_model.decodes_quantized());
+    for prompt in [vec![2u32], vec![2, 5, 7], vec![1, 9, 10, 11, 3, 4, 8]] {
+        let want = generate_uncached(&f32_model, &prompt, 12);
+        assert_eq!(
+            model.generate(&prompt, 12, None).unwrap(),
+            want,
+            "{prompt:?}"
+        );
+        assert_eq!(f32_model.generate(&prompt, 12, None).unwrap(), want);
+    }
+    let n = tokens().len() as u32;
+    let ids: Vec<u32> = (0..12).map(|i| (i * 5 + 2) % n).collect();
+    let full = f32_model
+        .forward(
+            &Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu).unwrap(),
+            &mut Hooks::new(),
+        )
+        .unwrap(); // [1, pos, vocab]
+    let mut cache = KvCache::new(model.config().n_layers);
+    for (pos, &id) in ids.iter().enumerate() {
+        let one = Tensor::from_vec(vec![id], (1, 1), &Device::Cpu).unwrap();
+        let got: Vec<f32> = model
+            .forward_cached(&one, &mut cache)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let want: Vec<f32> = full.get(0).unwrap().get(pos).unwrap().to_vec1().unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            // f32 rounding: the blocks scale partial sums (d * sum q x + m * sum x) where the
+            // f32 path rounds each weight d q + m first; 1.6e-5 at most here, the same order as
+            // the key-block test's 2.1e-5.
+            assert!(
+                (g - w).abs() <= 5e-5 * (1.0 + w.abs()),
+                "position {pos}: {g} vs {w}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -316,19 +316,39 @@ fn bench_decode(args: BenchDecodeArgs) -> Result<()> {
     use ropelab_model::Hooks;
     let (model, prompt) = smollm2_and_text(args.prompt as usize)?;
     let new = args.new as usize;
-    // Cached: prefill once, then one token per step (model.generate).
+    // Cached: prefill once, then one token per step (model.generate), the steps from the
+    // file's quantized blocks (the default) and from the f32 weights.
+    let quantized = model.decodes_quantized();
     let start = Instant::now();
     let out = black_box(model.generate(&prompt, new, None)?);
     let cached = start.elapsed().as_secs_f64();
     println!(
-        "ropelab bench decode: SmolLM2-135M (f32), {} prompt + {} new tokens, {} threads: \
+        "ropelab bench decode: SmolLM2-135M ({}), {} prompt + {} new tokens, {} threads: \
          {:.1} tokens/s with the KV cache ({:.2} s, prefill included)",
+        if quantized {
+            "steps from the file's Q4_1/Q8_0 blocks"
+        } else {
+            "f32"
+        },
         prompt.len(),
         out.len(),
         candle_core::utils::get_num_threads(),
         out.len() as f64 / cached,
         cached
     );
+    let model = model.with_quantized_decode(false);
+    if quantized {
+        let start = Instant::now();
+        let f32_out = black_box(model.generate(&prompt, new, None)?);
+        let seconds = start.elapsed().as_secs_f64();
+        println!(
+            "  steps from the f32 weights: {:.1} tokens/s ({seconds:.2} s); the blocks are \
+             {:.1}x faster, {} tokens",
+            f32_out.len() as f64 / seconds,
+            seconds / cached,
+            if f32_out == out { "same" } else { "different" }
+        );
+    }
     if args.uncached {
         let start = Instant::now();
         let mut ids = prompt.clone();
