@@ -17,9 +17,9 @@ use crate::{rope, AttentionKind, PositionEncoding, Result};
 pub const ATTENTION_BLOCK: usize = 1024;
 
 /// Queries per chunk of the bounded path (at most the block): one chunk's scores against one
-/// key block stay below glibc's 32 MB mmap threshold for a dozen heads (9 x 512 x 1024 x 4 B =
-/// 19 MB for SmolLM2), so their buffers are reused from the heap instead of being mapped and
-/// page-faulted afresh for every block.
+/// key block stay below the 32 MiB up to which the command line keeps freed buffers on the heap
+/// (`mallopt` at start-up) for a dozen heads (9 x 512 x 1024 x 4 B = 19 MB for SmolLM2), so
+/// they are reused instead of being mapped and page-faulted afresh for every block.
 pub const QUERY_CHUNK: usize = 512;
 
 /// Attends with queries `q` and keys `k` [batch, heads, pos, d] (before rotation) over values
