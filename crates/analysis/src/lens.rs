@@ -59,12 +59,31 @@ pub struct PromptHead {
     pub freq_mean_plane: f64,
 }
 
+/// Bytes of captured attention patterns one batch of [`score_prompts`] may hold (every layer's
+/// [rows, heads, pos, pos] in f32); a batch takes as many prompts as fit, at least one.
+pub const SCORE_BATCH_BYTES: u64 = 256 << 20;
+
 /// Swap scores of every head at the last token of `options.prompts` prompts of the task's
-/// natural-language version, averaged over prompts; `progress(done)` after each prompt.
+/// natural-language version, averaged over prompts; `progress(done)` after each batch. The
+/// prompts run in batches (right-padded: a causal model's positions before the padding do not
+/// see it, and each prompt is scored at its own last token over its own keys) of as many as
+/// [`SCORE_BATCH_BYTES`] of patterns allow; the same scores as one prompt at a time to f32
+/// rounding (a test).
 pub fn score_prompts(
     model: &Llama,
     tokenizer: &GgufTokenizer,
     options: &PromptScoreOptions,
+    progress: impl FnMut(usize),
+) -> Result<Vec<PromptHead>> {
+    score_prompts_in_batches(model, tokenizer, options, SCORE_BATCH_BYTES, progress)
+}
+
+/// [`score_prompts`] with the batch's pattern budget given (`0`: one prompt at a time).
+pub fn score_prompts_in_batches(
+    model: &Llama,
+    tokenizer: &GgufTokenizer,
+    options: &PromptScoreOptions,
+    batch_bytes: u64,
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<PromptHead>> {
     if options.prompts == 0 {
@@ -72,27 +91,55 @@ pub fn score_prompts(
     }
     let c = model.config();
     let (n_layers, n_heads) = (c.n_layers, c.n_heads);
+    let prompts = (0..options.prompts)
+        .map(|i| -> Result<Vec<u32>> {
+            let p = ropelab_tasks::prompt::prompt(options.task, options.size, 0, i)?;
+            Ok(tokenizer.encode(&p.prompt)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut sums = vec![[0.0f64; 4]; n_layers * n_heads];
-    for i in 0..options.prompts {
-        let p = ropelab_tasks::prompt::prompt(options.task, options.size, 0, i)?;
-        let ids = tokenizer.encode(&p.prompt)?;
-        let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
+    let mut done = 0;
+    while done < prompts.len() {
+        // As many prompts as the budget allows (patterns grow with the longest squared).
+        let mut end = done + 1;
+        while end < prompts.len() {
+            let longest = prompts[done..=end].iter().map(Vec::len).max().unwrap_or(1) as u64;
+            let bytes =
+                4 * (end - done + 1) as u64 * (n_layers * n_heads) as u64 * longest * longest;
+            if bytes > batch_bytes {
+                break;
+            }
+            end += 1;
+        }
+        let batch = &prompts[done..end];
+        let longest = batch.iter().map(Vec::len).max().unwrap_or(1);
+        let mut ids = vec![0u32; batch.len() * longest];
+        for (r, p) in batch.iter().enumerate() {
+            ids[r * longest..r * longest + p.len()].copy_from_slice(p);
+        }
+        let input = Tensor::from_vec(ids, (batch.len(), longest), &Device::Cpu)?;
         let mut hooks: Hooks = Captured::hooks(n_layers, false);
         model.trunk(&input, &mut hooks)?;
         let cap = Captured::from_hooks(&hooks, vec![model.position().clone(); n_layers], false)?;
-        let heads = score_captured(&cap, &[vec![ids.len() - 1]], options.tau, None, false)?;
-        for (slot, h) in sums.iter_mut().zip(&heads) {
-            let values = [
-                h.scores.s_pos,
-                h.scores.s_sym,
-                h.entropy,
-                mean_plane(&h.freq_use),
-            ];
-            for (s, v) in slot.iter_mut().zip(values) {
-                *s += v;
+        for (r, p) in batch.iter().enumerate() {
+            // This row alone, at its own last token.
+            let mut queries = vec![vec![]; batch.len()];
+            queries[r] = vec![p.len() - 1];
+            let heads = score_captured(&cap, &queries, options.tau, None, false)?;
+            for (slot, h) in sums.iter_mut().zip(&heads) {
+                let values = [
+                    h.scores.s_pos,
+                    h.scores.s_sym,
+                    h.entropy,
+                    mean_plane(&h.freq_use),
+                ];
+                for (s, v) in slot.iter_mut().zip(values) {
+                    *s += v;
+                }
             }
         }
-        progress(i + 1);
+        done = end;
+        progress(done);
     }
     let n = options.prompts as f64;
     Ok(sums
