@@ -374,6 +374,21 @@ fn teacher_forced_answers_equal_greedy_decoding() {
     );
 }
 
+/// The largest relative difference |got - want| / (1 + |want|).
+fn worst(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
+        .fold(0f32, f32::max)
+}
+
+/// Logits at every position of one uncached, unhooked forward pass: [1, pos, vocab].
+fn full_forward(model: &Llama, ids: &[u32]) -> Tensor {
+    let input = Tensor::from_vec(ids.to_vec(), (1, ids.len()), &Device::Cpu).unwrap();
+    model.forward(&input, &mut Hooks::new()).unwrap()
+}
+
 /// Greedy decoding without a cache: the whole sequence again for every new token.
 fn generate_uncached(model: &Llama, prompt: &[u32], max_new: usize) -> Vec<u32> {
     let mut ids = prompt.to_vec();
@@ -417,12 +432,7 @@ fn quantized_decoding_equals_the_f32_model() {
     }
     let n = tokens().len() as u32;
     let ids: Vec<u32> = (0..12).map(|i| (i * 5 + 2) % n).collect();
-    let full = f32_model
-        .forward(
-            &Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu).unwrap(),
-            &mut Hooks::new(),
-        )
-        .unwrap(); // [1, pos, vocab]
+    let full = full_forward(&f32_model, &ids); // [1, pos, vocab]
     let mut cache = KvCache::new(model.config().n_layers);
     for (pos, &id) in ids.iter().enumerate() {
         let one = Tensor::from_vec(vec![id], (1, 1), &Device::Cpu).unwrap();
@@ -464,12 +474,7 @@ fn cached_decoding_equals_recomputing_the_whole_sequence() {
     }
     // Logits: prefill in two chunks, then one token at a time, against the full forward.
     let ids: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % n).collect();
-    let full = model
-        .forward(
-            &Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu).unwrap(),
-            &mut Hooks::new(),
-        )
-        .unwrap(); // [1, pos, vocab]
+    let full = full_forward(&model, &ids); // [1, pos, vocab]
     let mut cache = KvCache::new(model.config().n_layers);
     let mut end = 0;
     for chunk in [5, 4, 1, 1, 1, 8] {
@@ -670,13 +675,6 @@ fn key_blocks_with_a_running_softmax_equal_one_softmax() {
     };
     // One block (the default, far above 40 keys) against blocks of 1, 3 and 16 keys, with
     // chunks that start inside, at and between blocks.
-    let worst = |got: &[f32], want: &[f32]| {
-        assert_eq!(got.len(), want.len());
-        got.iter()
-            .zip(want)
-            .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
-            .fold(0f32, f32::max)
-    };
     let want = logits(&whole, 7);
     // f32 rounding alone: the unblocked path fed in other chunks differs by up to 2.1e-5
     // (relative) here; the blocked paths must stay within the same order.
@@ -714,13 +712,6 @@ fn the_hooked_forward_in_key_blocks_matches_the_full_patterns() {
         .flat_map(|l| [HookKind::AttnScores, HookKind::Pattern].map(|kind| HookPoint::new(l, kind)))
         .collect();
     let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
-    let worst = |got: &[f32], want: &[f32]| {
-        assert_eq!(got.len(), want.len());
-        got.iter()
-            .zip(want)
-            .map(|(g, w)| (g - w).abs() / (1.0 + w.abs()))
-            .fold(0f32, f32::max)
-    };
     let mut full = Hooks::new().capture(points.clone());
     let want = flat(&whole.forward(&ids, &mut full).unwrap());
     for block in [3, 16] {
