@@ -12,8 +12,8 @@ use crate::hooks::{HookKind, HookPoint, Hooks};
 use crate::ops::{softmax_last_dim, Dropout};
 use crate::{rope, AttentionKind, PositionEncoding, Result};
 
-/// Keys per block (and queries per chunk) of the bounded path: a chunk holds `block^2` scores
-/// per head (4 MB in f32) whatever the input length.
+/// Keys per block of the bounded path: a query chunk holds `chunk x block` scores per head
+/// (2 MB in f32 with [`QUERY_CHUNK`]) whatever the input length.
 pub const ATTENTION_BLOCK: usize = 1024;
 
 /// Queries per chunk of the bounded path (at most the block): one chunk's scores against one
@@ -52,9 +52,10 @@ pub fn attend(
 }
 
 /// [`attend`] with the bounded path's block size given: a softmax layer without dropout whose
-/// input is longer than one query chunk (min(`block`, [`QUERY_CHUNK`])) and whose full scores and pattern `hooks` does not need
-/// ([`Hooks::needs_full_pattern`]) is computed in query chunks and key blocks of `block`; a
-/// `capture_last` of its scores or pattern is then computed from the last query row alone.
+/// input is longer than one query chunk (min(`block`, [`QUERY_CHUNK`])) and whose full scores
+/// and pattern `hooks` does not need ([`Hooks::needs_full_pattern`]) is computed in query
+/// chunks and key blocks of `block`; a `capture_last` of its scores or pattern is then
+/// computed from the last query row alone.
 /// The same z as the full path to f32 rounding (a test).
 pub fn attend_in_blocks(
     layer: usize,

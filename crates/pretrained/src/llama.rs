@@ -240,6 +240,16 @@ impl Llama {
 
     /// Residual stream after the last block: [batch, pos, d_model].
     pub fn trunk(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        self.trunk_with_progress(ids, hooks, |_| {})
+    }
+
+    /// [`Llama::trunk`], calling `progress(blocks done)` after each block (long inputs).
+    pub fn trunk_with_progress(
+        &self,
+        ids: &Tensor,
+        hooks: &mut Hooks,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Tensor> {
         let c = &self.config;
         hooks.check(c.n_layers, c.n_heads, c.head_dim() / 2)?;
         let (b, t) = ids.dims2()?;
@@ -249,6 +259,7 @@ impl Llama {
             .reshape((b, t, c.d_model))?;
         for layer in 0..c.n_layers {
             x = self.block(layer, &x, hooks)?;
+            progress(layer + 1);
         }
         Ok(x)
     }

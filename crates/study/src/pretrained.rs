@@ -113,12 +113,12 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
         }
     }
     if !stats.exists() {
-        let _stage = progress.stage("smollm2 rope stats", 0);
+        let stage = progress.stage("smollm2 rope stats", m.config().n_layers as u64);
         let options = ModelRopeOptions {
             lengths: plan.rope_lengths.clone(),
             ..ModelRopeOptions::default()
         };
-        let rows = model_rope_failures(m, tokenizer, &options)?;
+        let rows = model_rope_failures(m, tokenizer, &options, |d| stage.set(d as u64))?;
         ropelab_io::write_csv(&stats, &rows)?;
     }
     Ok(files)

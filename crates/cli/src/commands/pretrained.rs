@@ -320,7 +320,9 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     };
     guard.check("pretrained rope-stats", &options.need(model.config()))?;
     let start = Instant::now();
-    let rows = model_rope_failures(&model, &tokenizer, &options)?;
+    let bar = progress(model.config().n_layers as u64, "rope-stats blocks");
+    let rows = model_rope_failures(&model, &tokenizer, &options, |d| bar.set_position(d as u64))?;
+    bar.finish_and_clear();
     let seconds = start.elapsed().as_secs_f64();
     let mut table = Table::new(&[
         ("layer", Right),
