@@ -232,8 +232,8 @@ fn a_study_too_large_for_the_machine_is_refused_before_its_directory_exists() {
     let dir = tempfile::tempdir().unwrap();
     let quick = include_str!("../../../configs/quick.toml");
     let huge = quick.replace(
-        "preset = \"quick\"",
-        "preset = \"quick\"\nn_layers = 100\nd_model = 4096\nn_heads = 32\nd_mlp = 16384",
+        "d_model = 128\nd_mlp = 512",
+        "n_layers = 100\nd_model = 4096\nn_heads = 32\nd_mlp = 16384",
     );
     assert_ne!(huge, quick);
     let config = dir.path().join("huge.toml");

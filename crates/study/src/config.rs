@@ -423,15 +423,19 @@ mod tests {
         let text = QUICK.replace("preset = \"quick\"", "preset = \"huge\"");
         let err = format!("{:#}", StudyConfig::parse(&text, "my.toml").unwrap_err());
         assert!(err.contains("unknown preset"), "{err}");
-        let text = QUICK.replace("seeds = [0, 1]", "seeds = [0, 1]\ncolour = \"red\"");
+        let text = QUICK.replace("seeds = [0, 1, 2]", "seeds = [0, 1, 2]\ncolour = \"red\"");
         let err = StudyConfig::parse(&text, "my.toml")
             .unwrap_err()
             .to_string();
         assert!(err.contains("colour"), "{err}");
         for (from, to, needle) in [
-            ("seeds = [0, 1]", "seeds = []", "at least one seed"),
-            ("seeds = [0, 1]", "seeds = [4, 4]", "seed 4 is listed twice"),
-            ("lr = 0.001", "lr = -1.0", "lr"),
+            ("seeds = [0, 1, 2]", "seeds = []", "at least one seed"),
+            (
+                "seeds = [0, 1, 2]",
+                "seeds = [4, 4]",
+                "seed 4 is listed twice",
+            ),
+            ("lr = 0.0003", "lr = -1.0", "lr"),
             ("dropout = 0.1", "n_heads = 3\ndropout = 0.1", "[train]"),
             (
                 "extras = [0, 16, 32, 64, 128, 256, 512, 850]",
@@ -484,14 +488,19 @@ mod tests {
                 run.optim.beta1,
                 run.optim.warmup
             ),
-            (3000, 1e-3, 0.95, 300)
+            (3000, 3e-4, 0.95, 300)
         );
         assert_eq!((run.optim.eval_every, run.optim.save_every), (100, 150));
         assert_eq!(
-            (run.model.n_layers, run.model.d_model, run.model.dropout),
-            (6, 64, 0.1)
+            (
+                run.model.n_layers,
+                run.model.d_model,
+                run.model.d_mlp,
+                run.model.dropout
+            ),
+            (6, 128, 512, 0.1)
         );
-        let text = QUICK.replace("dropout = 0.1", "dropout = 0.1\nd_model = 32\nn_heads = 2");
+        let text = QUICK.replace("d_model = 128", "d_model = 32\nn_heads = 2");
         let c = StudyConfig::parse(&text, "x.toml").unwrap();
         let run = c
             .train
