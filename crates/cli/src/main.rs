@@ -19,8 +19,9 @@ use commands::Command;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Run even when the up-front estimate of memory or disk exceeds what this machine has
-    /// available (every command estimates both from its arguments before it starts).
+    /// Run even when the up-front estimate of memory, disk or time exceeds what this machine
+    /// has available or the stated limit (every command estimates them from its arguments
+    /// before it starts), and load checkpoints that have no manifest (unverified).
     #[arg(long, global = true)]
     force: bool,
 }
@@ -103,6 +104,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // `--force` also loads checkpoints that have no manifest (written before manifests).
+    ropelab_io::allow_unsealed(cli.force);
     match cli.command.run(cli.force) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed stdout (`ropelab gen ... --out - | head`) is not a failure.

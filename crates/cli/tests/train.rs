@@ -538,12 +538,18 @@ fn an_edited_run_config_or_a_misplaced_state_is_refused() {
         "--out",
         out.to_str().unwrap(),
     ];
-    // The manifest catches the edit first; without one (a checkpoint from before manifests)
-    // the step check does.
+    // The manifest catches the edit first; without one the checkpoint is refused as
+    // unverified, and with --force (a checkpoint from before manifests) the step check does.
     one_line_error(&ropelab(&resume), "state.json does not match its checksum");
     std::fs::remove_file(out.join("checkpoints/step-000010/manifest.json")).unwrap();
     one_line_error(
         &ropelab(&resume),
+        "checkpoint is unverified: it has no manifest.json",
+    );
+    let mut forced = resume.to_vec();
+    forced.push("--force");
+    one_line_error(
+        &ropelab(&forced),
         "records step 7 but sits in the folder of step 10",
     );
 }

@@ -132,7 +132,13 @@ pub fn write_atomic_with(
 ) -> io::Result<()> {
     let (tmp, _) = AtomicFile::create(path)?.into_temp()?;
     let tmp_path = tmp.path().to_owned();
-    let result = write(&tmp_path).and_then(|_| tmp.persist(path).map(|_| ()).map_err(|e| e.error));
+    // The umask's mode, which the temporary file was created with: a writer that replaces the
+    // file at `tmp_path` with one of its own (safetensors renames a private 0600 temporary file
+    // over it) would otherwise leave its mode on the target.
+    let permissions = tmp.as_file().metadata()?.permissions();
+    let result = write(&tmp_path)
+        .and_then(|_| std::fs::set_permissions(&tmp_path, permissions))
+        .and_then(|_| tmp.persist(path).map(|_| ()).map_err(|e| e.error));
     unregister(&tmp_path);
     result
 }
@@ -241,6 +247,27 @@ mod tests {
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&ours), mode(&plain));
         assert_ne!(mode(&ours), 0o600, "a private temporary file's mode leaked");
+    }
+
+    /// A writer that renames a private (0600) file of its own over the temporary path, as the
+    /// safetensors saver does, still leaves a file with the umask's mode.
+    #[cfg(unix)]
+    #[test]
+    fn a_writer_that_replaces_the_temporary_file_keeps_the_umask_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        fs::write(&plain, b"x").unwrap();
+        let ours = dir.path().join("weights");
+        write_atomic_with(&ours, |tmp| {
+            let private = tempfile::NamedTempFile::new_in(tmp.parent().unwrap())?;
+            fs::write(private.path(), b"tensors")?;
+            private.persist(tmp).map(|_| ()).map_err(|e| e.error)
+        })
+        .unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(fs::read(&ours).unwrap(), b"tensors");
+        assert_eq!(mode(&ours), mode(&plain));
     }
 
     #[test]

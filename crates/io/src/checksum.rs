@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -25,6 +26,24 @@ pub fn sha256_file(path: &Path) -> io::Result<String> {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect())
+}
+
+/// The hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether a folder without a manifest is accepted unverified (see [`allow_unsealed`]).
+static ALLOW_UNSEALED: AtomicBool = AtomicBool::new(false);
+
+/// Accepts (`true`) or refuses (`false`, the default) folders without a manifest in
+/// [`Manifest::verify`] from now on, process-wide: `--force` accepts checkpoints written before
+/// manifests existed.
+pub fn allow_unsealed(allow: bool) {
+    ALLOW_UNSEALED.store(allow, Ordering::SeqCst);
 }
 
 /// Name of the manifest file inside a sealed folder.
@@ -54,13 +73,22 @@ impl Manifest {
         crate::write_atomic(&dir.join(MANIFEST), text.as_bytes())
     }
 
-    /// Checks `files` of `dir` against its manifest: `Ok(None)` when they match (or the folder
-    /// predates manifests and has none), `Ok(Some(reason))` naming the first file that does not.
+    /// Checks `files` of `dir` against its manifest: `Ok(None)` when they match,
+    /// `Ok(Some(reason))` naming the first file that does not, or saying that the folder has
+    /// no manifest (unless [`allow_unsealed`] accepted such folders).
     pub fn verify(dir: &Path, files: &[&str]) -> io::Result<Option<String>> {
         let path = dir.join(MANIFEST);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if ALLOW_UNSEALED.load(Ordering::SeqCst) {
+                    return Ok(None);
+                }
+                return Ok(Some(format!(
+                    "it has no {MANIFEST}, so its files cannot be checked (written before \
+                     manifests, or the manifest was removed); pass --force to load it unverified"
+                )));
+            }
             Err(e) => return Err(e),
         };
         let m: Self = match serde_json::from_str(&text) {
@@ -113,9 +141,27 @@ mod tests {
             .contains("no checksum"));
     }
 
+    /// A folder without a manifest is refused (its files cannot be checked) unless unsealed
+    /// folders were allowed (`--force`).
     #[test]
-    fn a_folder_without_a_manifest_is_not_checked() {
+    fn a_folder_without_a_manifest_is_refused_unless_allowed() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(Manifest::verify(dir.path(), &["x"]).unwrap(), None);
+        let why = Manifest::verify(dir.path(), &["x"]).unwrap().unwrap();
+        assert!(
+            why.contains("has no manifest.json") && why.contains("--force"),
+            "{why}"
+        );
+        allow_unsealed(true);
+        let allowed = Manifest::verify(dir.path(), &["x"]).unwrap();
+        allow_unsealed(false);
+        assert_eq!(allowed, None);
+    }
+
+    #[test]
+    fn the_sha256_of_bytes_is_the_standard_one() {
+        assert_eq!(
+            sha256_hex(b"hello"),
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
     }
 }

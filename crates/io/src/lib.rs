@@ -17,7 +17,7 @@ pub mod table;
 pub mod toml_error;
 
 pub use atomic::{staging_dir_in, write_atomic, write_atomic_with, AtomicFile};
-pub use checksum::{sha256_file, Manifest};
+pub use checksum::{allow_unsealed, sha256_file, sha256_hex, Manifest};
 pub use csv_rows::{
     csv_records, read_csv, read_csv_file, records_to_csv, to_csv, write_csv, CsvError,
 };

@@ -84,3 +84,28 @@ pub fn hf_config(config: &ModelConfig) -> serde_json::Value {
         "ropelab_exact_in_transformers": config.hf_exact(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Weights follow the umask like every other file (the safetensors writer's own private
+    /// temporary file must not leave its 0600 on them).
+    #[cfg(unix)]
+    #[test]
+    fn saved_weights_have_the_umask_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        let tensors = HashMap::from([(
+            "w".to_string(),
+            Tensor::zeros((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap(),
+        )]);
+        let path = dir.path().join("model.safetensors");
+        save_tensors(&tensors, &path).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), mode(&plain));
+        assert_eq!(load_tensors(&path, &Device::Cpu).unwrap().len(), 1);
+    }
+}

@@ -12,7 +12,7 @@ pub mod measure;
 pub mod slurm;
 pub mod spec;
 
-pub use local::{run_job, run_jobs, JobResult, Pool, RunSummary};
+pub use local::{job_state, run_job, run_jobs, JobResult, JobState, Pool, RunSummary};
 pub use measure::MeasureOptions;
 pub use spec::{Job, Sweep};
 

@@ -12,7 +12,7 @@ use std::time::Instant;
 use candle_core::Device;
 use ropelab_io::{write_atomic, Progress};
 use ropelab_train::eval::EvalReport;
-use ropelab_train::{Accuracy, Trainer};
+use ropelab_train::{Accuracy, RunDir, Trainer};
 use serde::{Deserialize, Serialize};
 
 use crate::measure::{measure, MeasureOptions};
@@ -59,6 +59,10 @@ pub struct JobResult {
     /// The test-split evaluation of a number/letter job (its `eval/` file).
     #[serde(default)]
     pub test: Option<TestEval>,
+    /// SHA-256 of the resolved run config that made this result ([`RunConfig::digest`]): a
+    /// rerun whose job has another config is refused, never answered with this result.
+    #[serde(default)]
+    pub config_sha256: Option<String>,
 }
 
 /// A test-split evaluation as a job's result keeps it: [`EvalReport`] with its accuracy as a
@@ -136,8 +140,15 @@ pub fn run_job(
 ) -> Result<(JobResult, bool)> {
     let dir = out.join(&job.dir);
     let result_path = dir.join("result.json");
-    if let Some(done) = read_result(&result_path)? {
-        return Ok((done, false));
+    match job_state(job, out)? {
+        JobState::Done(done) => return Ok((*done, false)),
+        JobState::Stale(why) => {
+            return Err(SweepError::Job {
+                id: job.id.clone(),
+                message: why,
+            })
+        }
+        JobState::Started | JobState::ToDo => {}
     }
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -192,6 +203,7 @@ pub fn run_job(
         length_accuracy: m.length_accuracy,
         n_star: m.n_star,
         test: m.test.map(TestEval::from),
+        config_sha256: Some(job.config.digest()),
     };
     write_atomic(
         &result_path,
@@ -199,6 +211,61 @@ pub fn run_job(
     )
     .map_err(io(&result_path))?;
     Ok((result, true))
+}
+
+/// Where a job stands in its output directory.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobState {
+    /// Finished, by this job's config: its result.
+    Done(Box<JobResult>),
+    /// Finished or started with another run config: why, naming the first setting that
+    /// differs (its result is never reused).
+    Stale(String),
+    /// Its run directory exists, with no result yet.
+    Started,
+    /// Nothing of it exists.
+    ToDo,
+}
+
+/// The state of `job` in `out`: a result counts as this job's only when the run config that
+/// made it (its `config_sha256`, or for a result from before that key the run directory's
+/// `config.toml`) is the job's own.
+pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
+    let run = out.join(&job.run);
+    let result = read_result(&out.join(&job.dir).join("result.json"))?;
+    let digest = job.config.digest();
+    if let Some(r) = &result {
+        if r.config_sha256.as_deref() == Some(digest.as_str()) {
+            return Ok(JobState::Done(Box::new(r.clone())));
+        }
+    }
+    if !RunDir::new(&run).config_path().exists() {
+        return Ok(match result {
+            None => JobState::ToDo,
+            Some(_) => JobState::Stale(format!(
+                "{} holds a result of another run config (its run directory is gone); remove \
+                 the job's directory or choose another --out",
+                out.join(&job.dir).display()
+            )),
+        });
+    }
+    let (_, existing) = RunDir::open(&run)?;
+    if let Some((key, now, was)) = job.config.difference(&existing) {
+        return Ok(JobState::Stale(format!(
+            "{} was run with {key} = {was}, the sweep now gives {key} = {now}: its results are \
+             not reused; remove the job's directory or choose another --out",
+            run.display()
+        )));
+    }
+    Ok(match result {
+        Some(r) if r.config_sha256.is_none() => JobState::Done(Box::new(r)),
+        Some(_) => JobState::Stale(format!(
+            "{}: its result.json records another run config than its run directory; remove the \
+             job's directory or choose another --out",
+            out.join(&job.dir).display()
+        )),
+        None => JobState::Started,
+    })
 }
 
 /// A job's result, when it has one.
@@ -344,6 +411,7 @@ mod tests {
                 seq_len: 17,
                 accuracy,
             }),
+            config_sha256: Some("ab".into()),
         };
         let text = serde_json::to_string_pretty(&result).unwrap();
         let back: JobResult = serde_json::from_str(&text).unwrap();

@@ -605,6 +605,19 @@ impl RunConfig {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("a run config always serialises")
     }
+
+    /// The SHA-256 (hex) of the config's TOML: the key of everything a run makes from it.
+    pub fn digest(&self) -> String {
+        ropelab_io::sha256_hex(self.to_toml().as_bytes())
+    }
+
+    /// The first setting (dotted key) in which `self` and `other` differ, with `self`'s value
+    /// and `other`'s, or None when they are equal.
+    pub fn difference(&self, other: &RunConfig) -> Option<(String, String, String)> {
+        let a = serde_json::to_value(self).ok()?;
+        let b = serde_json::to_value(other).ok()?;
+        crate::run_dir::first_difference(&a, &b, "")
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use ropelab_model::checkpoint::{
 use ropelab_model::GptJ;
 use serde::{Deserialize, Serialize};
 
+use crate::data::Accuracy;
 use crate::optim::AdamW;
 use crate::{Result, RunConfig, TrainError};
 
@@ -30,6 +31,10 @@ pub struct CheckpointState {
     pub pending_loss_sum: f64,
     /// Number of losses in `pending_loss_sum`.
     pub pending_loss_count: usize,
+    /// The `metrics.jsonl` line written at this checkpoint's step, when one was (so a resume
+    /// restores it when the file lost it, e.g. a torn last line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_line: Option<String>,
 }
 
 /// The files of a checkpoint folder, sealed by its manifest.
@@ -213,11 +218,16 @@ impl RunDir {
     }
 
     /// Fails when one of `files` of checkpoint `step` does not match the checksum its manifest
-    /// recorded when it was written (a checkpoint from before manifests is not checked).
+    /// recorded when it was written, or has no manifest (accepted only after
+    /// [`ropelab_io::allow_unsealed`], i.e. `--force`).
     pub fn verify_checkpoint(&self, step: usize, files: &[&str]) -> Result<()> {
         let dir = self.checkpoint_dir(step);
         match Manifest::verify(&dir, files).map_err(|e| TrainError::io(&dir, e))? {
             None => Ok(()),
+            Some(why) if why.starts_with("it has no") => Err(TrainError::run_dir(
+                &dir,
+                format!("checkpoint is unverified: {why}"),
+            )),
             Some(why) => Err(TrainError::run_dir(
                 &dir,
                 format!("checkpoint is corrupted: {why}"),
@@ -287,26 +297,74 @@ impl RunDir {
         Ok((model, optimizer, state))
     }
 
-    /// Keeps only the metrics lines of steps up to `step` (and drops a torn last line), so a
-    /// resumed run appends exactly what an uninterrupted one would have written.
-    pub fn truncate_metrics(&self, step: usize) -> Result<()> {
+    /// Keeps only the metrics lines of steps up to `step`, so a resumed run appends exactly
+    /// what an uninterrupted one would have written: a torn last line (no newline) is dropped,
+    /// and `restore` (the checkpoint's own line) is appended when the kept lines lack it. A
+    /// complete line that is not a metrics line is an error naming the file and the line.
+    pub fn truncate_metrics(&self, step: usize, restore: Option<&str>) -> Result<()> {
         let path = self.metrics_path();
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(TrainError::io(path, e)),
         };
-        let kept: String = text
-            .split_inclusive('\n')
-            .filter(|line| line.ends_with('\n'))
-            .filter(|line| {
-                serde_json::from_str::<serde_json::Value>(line)
-                    .ok()
-                    .and_then(|v| v["step"].as_u64())
-                    .is_some_and(|s| s as usize <= step)
-            })
-            .collect();
+        let mut kept = String::with_capacity(text.len());
+        let mut last_step = None;
+        for (i, line) in text.split_inclusive('\n').enumerate() {
+            if !line.ends_with('\n') {
+                break; // torn by a kill: rewritten below or by the resumed steps
+            }
+            let line_step = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .ok_or_else(|| {
+                    TrainError::run_dir(
+                        &path,
+                        format!(
+                            "line {} is not a metrics line (a JSON object with a step)",
+                            i + 1
+                        ),
+                    )
+                })? as usize;
+            if line_step <= step {
+                kept.push_str(line);
+                last_step = Some(line_step);
+            }
+        }
+        if let Some(line) = restore {
+            if last_step != Some(step) {
+                kept.push_str(line.trim_end_matches('\n'));
+                kept.push('\n');
+            }
+        }
+        if kept == text {
+            return Ok(());
+        }
         write_atomic(&path, kept.as_bytes())
+    }
+
+    /// The last validation recorded in `metrics.jsonl` (None when there is none).
+    pub fn last_validation(&self) -> Result<Option<Accuracy>> {
+        #[derive(serde::Deserialize)]
+        struct Line {
+            val: Option<Accuracy>,
+        }
+        let path = self.metrics_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(TrainError::io(path, e)),
+        };
+        let mut last = None;
+        for (i, line) in text.lines().enumerate() {
+            let l: Line = serde_json::from_str(line).map_err(|e| {
+                TrainError::run_dir(&path, format!("line {} is not a metrics line: {e}", i + 1))
+            })?;
+            if l.val.is_some() {
+                last = l.val;
+            }
+        }
+        Ok(last)
     }
 
     /// Deletes the saved checkpoints that `keep` does not keep (see [`crate::Retention`]).
@@ -317,8 +375,13 @@ impl RunDir {
         let steps = self.checkpoints()?;
         for &step in &steps {
             if !keep.keeps(step, &steps) {
+                // Renamed out of the checkpoint list first, so a kill during the removal
+                // leaves a `.old-step-*` folder that the next writer removes, never a
+                // half-deleted checkpoint.
                 let dir = self.checkpoint_dir(step);
-                fs::remove_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+                let doomed = self.checkpoints_dir().join(format!(".old-step-{step:06}"));
+                fs::rename(&dir, &doomed).map_err(|e| TrainError::io(&dir, e))?;
+                fs::remove_dir_all(&doomed).map_err(|e| TrainError::io(&doomed, e))?;
             }
         }
         Ok(())
@@ -378,7 +441,7 @@ fn pretty(value: &impl Serialize) -> String {
 }
 
 /// The first key (dotted path) whose values differ between two JSON values, with both values.
-fn first_difference(
+pub(crate) fn first_difference(
     a: &serde_json::Value,
     b: &serde_json::Value,
     path: &str,

@@ -56,7 +56,8 @@ pub struct Trainer {
     optimizer: AdamW,
     data: Data,
     state: CheckpointState,
-    last_val: Option<f64>,
+    /// The latest validation (restored from `metrics.jsonl` on resume).
+    last_val: Option<Accuracy>,
     engine: Engine,
 }
 
@@ -182,14 +183,15 @@ impl Trainer {
                 adam_updates: 0,
                 pending_loss_sum: 0.0,
                 pending_loss_count: 0,
+                metrics_line: None,
             },
             last_val: None,
         };
         let val = trainer
             .data
             .validate(&trainer.model, trainer.config.objective)?;
-        trainer.last_val = Some(val.accuracy);
-        trainer.dir.append_metrics(&MetricsLine {
+        trainer.last_val = Some(val.clone());
+        trainer.log(&MetricsLine {
             step: 0,
             lr: 0.0,
             loss: None,
@@ -208,6 +210,14 @@ impl Trainer {
         let (dir, mut config) = RunDir::open(root)?;
         dir.remove_stale_temporaries()?;
         if let Some(steps) = steps {
+            let done = dir.checkpoints()?.last().copied().unwrap_or(0);
+            if steps < done {
+                return Err(TrainError::Config(format!(
+                    "{} is at step {done}: --steps {steps} would shorten it; give at least {done} (or nothing, to finish its own {})",
+                    root.display(),
+                    config.optim.steps
+                )));
+            }
             config.optim.steps = steps;
             config.check()?;
         }
@@ -219,7 +229,8 @@ impl Trainer {
         }
         let step = dir.latest_checkpoint()?;
         let (model, optimizer, state) = dir.load_training_state(step, &config, device)?;
-        dir.truncate_metrics(step)?;
+        dir.truncate_metrics(step, state.metrics_line.as_deref())?;
+        let last_val = dir.last_validation()?;
         let data = Data::new(&config)?;
         Ok(Self {
             _lock: lock,
@@ -230,7 +241,7 @@ impl Trainer {
             optimizer,
             data,
             state,
-            last_val: None,
+            last_val,
         })
     }
 
@@ -243,9 +254,10 @@ impl Trainer {
             return Self::start(root, config, device);
         }
         let (_, existing) = RunDir::open(root)?;
-        if existing != config {
+        if let Some((key, ours, theirs)) = config.difference(&existing) {
             return Err(TrainError::Config(format!(
-                "{} holds a run with another config; delete it or choose another directory",
+                "{} holds a run with another config ({key} = {theirs} there, {ours} asked); \
+                 delete it or choose another directory",
                 root.display()
             )));
         }
@@ -278,6 +290,13 @@ impl Trainer {
         self.state.step
     }
 
+    /// Appends `line` to `metrics.jsonl`, and keeps its text for this step's checkpoint.
+    fn log(&mut self, line: &MetricsLine) -> Result<()> {
+        self.dir.append_metrics(line)?;
+        self.state.metrics_line = Some(serde_json::to_string(line).expect("metrics serialise"));
+        Ok(())
+    }
+
     fn save(&self) -> Result<()> {
         self.dir
             .save_checkpoint(&self.state, &self.model, &self.optimizer, &self.config)?;
@@ -299,14 +318,15 @@ impl Trainer {
         })
     }
 
-    /// Trains until `optim.steps`, calling `observe` after every step. Returns the final
-    /// validation accuracy.
+    /// Trains until `optim.steps`, calling `observe` after every step. Returns the latest
+    /// validation (also when no step was left to run: a resumed finished run returns the one
+    /// its metrics recorded).
     pub fn run(&mut self, mut observe: impl FnMut(&Progress)) -> Result<Option<Accuracy>> {
         let o = self.config.optim.clone();
         let mut stepper = Stepper::new(self.engine, &self.model)?;
-        let mut last = None;
         while self.state.step < o.steps {
             let step = self.state.step + 1;
+            self.state.metrics_line = None;
             let mut dropout = step_dropout(self.config.model.dropout, self.config.seed, step);
             let objective = self.config.objective;
             let (ids, targets, rows) = self.data.step_batch(step, o.batch_size, objective)?;
@@ -338,14 +358,13 @@ impl Trainer {
             if eval_now || step.is_multiple_of(o.log_every) {
                 let val = if eval_now {
                     let acc = self.data.validate(&self.model, objective)?;
-                    self.last_val = Some(acc.accuracy);
-                    last = Some(acc.clone());
+                    self.last_val = Some(acc.clone());
                     Some(acc)
                 } else {
                     None
                 };
                 let mean = self.state.pending_loss_sum / self.state.pending_loss_count as f64;
-                self.dir.append_metrics(&MetricsLine {
+                self.log(&MetricsLine {
                     step,
                     lr,
                     loss: Some(mean),
@@ -361,10 +380,10 @@ impl Trainer {
                 step,
                 total: o.steps,
                 loss: loss_value,
-                val_accuracy: self.last_val,
+                val_accuracy: self.last_val.as_ref().map(|v| v.accuracy),
             });
         }
         stepper.sync(&self.model)?;
-        Ok(last)
+        Ok(self.last_val.clone())
     }
 }

@@ -13,7 +13,7 @@ use ropelab_sweep::estimate::{estimate, TIMED_STEPS};
 use ropelab_sweep::slurm::{script, SlurmOptions};
 use ropelab_sweep::spec::shard;
 use ropelab_sweep::Sweep;
-use ropelab_sweep::{run_jobs, MeasureOptions, Pool};
+use ropelab_sweep::{job_state, run_jobs, JobState, MeasureOptions, Pool};
 
 use ropelab_io::Need;
 use ropelab_train::{training_need, Engine};
@@ -174,20 +174,32 @@ fn list(
         ("est. training", Align::Right),
         ("parameters", Align::Left),
     ]);
-    let done = |j: &ropelab_sweep::Job| out.join(&j.dir).join("result.json").exists();
-    let todo: Vec<&ropelab_sweep::Job> = mine.iter().copied().filter(|j| !done(j)).collect();
+    let states = mine
+        .iter()
+        .map(|j| job_state(j, out))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let done = |s: &JobState| matches!(s, JobState::Done(_));
+    let todo: Vec<&ropelab_sweep::Job> = mine
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| !done(s))
+        .map(|(j, _)| *j)
+        .collect();
     let estimates = estimate(&todo).context("cannot measure the jobs' training speed")?;
     let mut left = 0.0;
     let mut next = estimates.iter();
-    for j in mine {
-        let state = if done(j) {
-            "done"
-        } else if out.join(&j.run).exists() {
-            "started"
-        } else {
-            "to do"
+    let mut stale = vec![];
+    for (j, s) in mine.iter().zip(&states) {
+        let state = match s {
+            JobState::Done(_) => "done",
+            JobState::Stale(why) => {
+                stale.push(format!("{}: {why}", j.id));
+                "stale"
+            }
+            JobState::Started => "started",
+            JobState::ToDo => "to do",
         };
-        let (rate, cost) = match (done(j), next.next()) {
+        let (rate, cost) = match (done(s), next.next()) {
             (false, Some(e)) => {
                 left += e.train_seconds;
                 (
@@ -215,6 +227,9 @@ fn list(
         jobs.len()
     );
     print!("{t}");
+    for line in &stale {
+        println!("stale {line}");
+    }
     println!(
         "training left: about {} one job at a time on {} threads (steps/s measured here now over \
          {TIMED_STEPS} steps per model shape; scoring and tests come on top)",

@@ -105,7 +105,8 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
                 every: args.keep_every.map(|m| m as usize),
             };
         }
-        println!(
+        // Announced once the run has started: a refused one prints only its error.
+        let announce = format!(
             "training {} on the {} task ({} preset): {} layers x {} heads, d_model {}, {} parameters, {} steps of {}",
             args.out.display(),
             config.task,
@@ -119,7 +120,9 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
         );
         config.check()?;
         guard.check("train", &training_need(&config, &args.out, 0, args.engine))?;
-        Trainer::start(&args.out, config, &device)?
+        let t = Trainer::start(&args.out, config, &device)?;
+        println!("{announce}");
+        t
     };
     trainer.set_engine(args.engine)?;
     let start = Instant::now();

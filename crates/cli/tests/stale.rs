@@ -1,0 +1,246 @@
+//! No stale or foreign result is reused silently: a sweep whose `[base]` changed refuses its
+//! old results, a job resumed after its last checkpoint writes the same result as one that was
+//! never interrupted, weights follow the umask, and a finished run is never shortened by
+//! `--resume --steps`.
+
+mod common;
+
+use std::path::Path;
+
+use common::{collected_table, ok, ropelab};
+
+/// One job of the tiny number model.
+fn spec(steps: usize) -> String {
+    format!(
+        "name = \"s\"\npreset = \"tiny\"\ntask = \"number\"\n\
+         [base]\noptim.steps = {steps}\noptim.save_every = 20\ndata.train = 2000\ndata.test = 64\n\
+         [[axis]]\nkey = \"seed\"\nvalues = [0]\n"
+    )
+}
+
+fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    ropelab(&args)
+}
+
+/// The only job directory of a one-job sweep.
+fn job_dir(out: &Path) -> std::path::PathBuf {
+    let mut jobs: Vec<_> = std::fs::read_dir(out.join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    jobs.pop().unwrap()
+}
+
+/// A result.json without its wall-time fields.
+fn timeless(path: &Path) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for key in [
+        "setup_seconds",
+        "train_seconds",
+        "eval_seconds",
+        "score_seconds",
+        "length_seconds",
+    ] {
+        v.as_object_mut().unwrap().remove(key);
+    }
+    v
+}
+
+#[test]
+fn a_sweep_whose_base_changed_refuses_its_old_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    let out = dir.path().join("out");
+    std::fs::write(&file, spec(40)).unwrap();
+    ok(sweep(&file, &out, &[]));
+    let before = std::fs::read(job_dir(&out).join("result.json")).unwrap();
+
+    std::fs::write(&file, spec(80)).unwrap();
+    let rerun = sweep(&file, &out, &[]);
+    let err = String::from_utf8_lossy(&rerun.stderr);
+    assert!(!rerun.status.success(), "a stale result was reused: {err}");
+    assert!(
+        err.contains("optim.steps = 40") && err.contains("optim.steps = 80"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let listed = ok(sweep(&file, &out, &["--list"]));
+    assert!(listed.contains("stale"), "{listed}");
+    assert!(!listed.contains(" done "), "{listed}");
+    // Nothing of the old job was touched.
+    assert_eq!(
+        std::fs::read(job_dir(&out).join("result.json")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn a_job_resumed_after_its_last_checkpoint_writes_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(40)).unwrap();
+    let whole = dir.path().join("whole");
+    ok(sweep(&file, &whole, &[]));
+    let expected_table = collected_table(&whole);
+    let expected = timeless(&job_dir(&whole).join("result.json"));
+    assert!(
+        expected["val_accuracy"].is_number(),
+        "no validation accuracy: {expected}"
+    );
+
+    // A job killed after its last checkpoint (training done, measurement not written): only
+    // the run directory is left.
+    let resumed = dir.path().join("resumed");
+    ok(sweep(&file, &resumed, &[]));
+    let job = job_dir(&resumed);
+    for leftover in ["result.json", "run/scores.jsonl", "run/lengthgen.csv"] {
+        std::fs::remove_file(job.join(leftover)).unwrap();
+    }
+    std::fs::remove_dir_all(job.join("run/eval")).unwrap();
+    std::fs::remove_file(job.join("run/measured.json")).ok();
+    ok(sweep(&file, &resumed, &[]));
+    assert_eq!(timeless(&job.join("result.json")), expected);
+    assert_eq!(collected_table(&resumed), expected_table);
+    let jsonl = |d: &Path| {
+        std::fs::read_to_string(d.join("collected/jobs.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                for k in [
+                    "setup_seconds",
+                    "train_seconds",
+                    "eval_seconds",
+                    "score_seconds",
+                    "length_seconds",
+                ] {
+                    v.as_object_mut().unwrap().remove(k);
+                }
+                v
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(jsonl(&resumed), jsonl(&whole));
+}
+
+/// Weights, optimizer state and every other file of a job follow the umask (a collaborator or
+/// a cluster job under another user can read them), like a file this process creates.
+#[cfg(unix)]
+#[test]
+fn every_file_of_a_job_follows_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(20)).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&file, &out, &[]));
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"x").unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let want = mode(&plain);
+    let mut files = vec![];
+    let mut stack = vec![out.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    assert!(
+        files.iter().any(|p| p.ends_with("model.safetensors"))
+            && files.iter().any(|p| p.ends_with("optimizer.safetensors")),
+        "{files:?}"
+    );
+    for f in &files {
+        assert_eq!(mode(f), want, "{} has mode {:o}", f.display(), mode(f));
+    }
+}
+
+#[test]
+fn resume_never_shortens_a_run_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let run = run.to_str().unwrap();
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "30",
+        "--save-every",
+        "10",
+        "--out",
+        run,
+    ]));
+    let out = ropelab(&["train", "--resume", "--steps", "20", "--out", run]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "shortened silently");
+    assert!(
+        err.contains("is at step 30") && err.contains("--steps 20"),
+        "{err}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("training"),
+        "a refused run announced training: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// A torn last metrics line is restored on resume from the checkpoint that recorded it; a
+/// garbage line in the middle is an error naming the file and the line, never dropped.
+#[test]
+fn metrics_lines_are_never_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let run_s = run.to_str().unwrap();
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "30",
+        "--save-every",
+        "10",
+        "--out",
+        run_s,
+    ]));
+    let metrics = run.join("metrics.jsonl");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        whole.lines().last().unwrap().contains("\"step\":30"),
+        "{whole}"
+    );
+    // Torn: the last line loses its end (and its newline).
+    std::fs::write(&metrics, &whole[..whole.len() - 7]).unwrap();
+    ok(ropelab(&["train", "--resume", "--out", run_s]));
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole);
+
+    let mut lines: Vec<&str> = whole.lines().collect();
+    lines[1] = "{not json";
+    std::fs::write(&metrics, lines.join("\n") + "\n").unwrap();
+    let out = ropelab(&["train", "--resume", "--out", run_s]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("metrics.jsonl") && err.contains("line 2 is not a metrics line"),
+        "{err}"
+    );
+}
