@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use ropelab_io::{Ledger, LEDGER};
 use ropelab_tasks::TaskKind;
 use ropelab_train::Accuracy;
 use serde::{Deserialize, Serialize};
@@ -223,16 +224,74 @@ struct EvalFile {
 }
 
 impl RunFiles {
-    /// Reads the files of the run directory `dir` (missing files stay empty).
+    /// Reads the files of the run directory `dir` (missing files stay empty). When the run was
+    /// measured by a study or sweep job (it has a ledger, `measured.json`), only the files the
+    /// ledger vouches for are read: a listed file that changed since, or a measurement file the
+    /// ledger does not list (another command's), is an error naming it. Without a ledger (a
+    /// run measured by hand), the full test-split evaluation of the latest step is read, never
+    /// a partial one (`eval --n N`).
     pub fn load(dir: &Path) -> Result<Self> {
+        let ledger = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))?;
+        // Whether to read `file`: it exists and, under a ledger, is vouched for by it.
+        let wanted = |file: &str| -> Result<bool> {
+            let path = dir.join(file);
+            match &ledger {
+                None => Ok(path.exists()),
+                Some(l) => {
+                    if l.vouch(dir, file)
+                        .map_err(|e| AnalysisError::Invalid(e.to_string()))?
+                    {
+                        Ok(true)
+                    } else if path.exists() {
+                        Err(invalid(
+                            &path,
+                            format!(
+                                "not listed in {LEDGER}: another command wrote it, not the \
+                                 measurement of this run; move it away and rerun to measure it"
+                            ),
+                        ))
+                    } else {
+                        Ok(false)
+                    }
+                }
+            }
+        };
+        // The JSON files of `folder` to read: the ledger's, or every one found.
+        let listed = |folder: &str| -> Result<Vec<PathBuf>> {
+            match &ledger {
+                Some(l) => l
+                    .listed(&format!("{folder}/"))
+                    .into_iter()
+                    .filter_map(|f| match wanted(f) {
+                        Ok(true) => Some(Ok(dir.join(f))),
+                        Ok(false) => None,
+                        Err(e) => Some(Err(e)),
+                    })
+                    .collect(),
+                None => {
+                    let Ok(entries) = std::fs::read_dir(dir.join(folder)) else {
+                        return Ok(vec![]);
+                    };
+                    let mut paths: Vec<PathBuf> = entries
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                        .collect();
+                    paths.sort();
+                    Ok(paths)
+                }
+            }
+        };
         let mut out = RunFiles::default();
         let scores = dir.join("scores.jsonl");
-        if let Some(text) = read(&scores)? {
-            for (i, line) in text.lines().enumerate() {
-                out.scores.push(
-                    serde_json::from_str(line)
-                        .map_err(|e| invalid(&scores, format!("line {}: {e}", i + 1)))?,
-                );
+        if wanted("scores.jsonl")? {
+            if let Some(text) = read(&scores)? {
+                for (i, line) in text.lines().enumerate() {
+                    out.scores.push(
+                        serde_json::from_str(line)
+                            .map_err(|e| invalid(&scores, format!("line {}: {e}", i + 1)))?,
+                    );
+                }
             }
         }
         let metrics = dir.join("metrics.jsonl");
@@ -246,45 +305,37 @@ impl RunFiles {
                 }
             }
         }
-        let evals = dir.join("eval");
-        if let Ok(entries) = std::fs::read_dir(&evals) {
-            let mut best: Option<(usize, Accuracy)> = None;
-            for e in entries.flatten() {
-                let path = e.path();
-                if path.extension().is_none_or(|x| x != "json") {
-                    continue;
-                }
-                let Some(text) = read(&path)? else { continue };
-                let f: EvalFile = serde_json::from_str(&text).map_err(|e| invalid(&path, e))?;
-                if f.extra == 0 && best.as_ref().is_none_or(|b| f.step > b.0) {
-                    let accuracy = Accuracy {
-                        n: f.n,
-                        accuracy: f.accuracy,
-                        loss: f.loss,
-                        per_hop: f.per_hop,
-                        ..Accuracy::default()
-                    };
-                    best = Some((f.step, accuracy));
-                }
+        let mut best: Option<(usize, Accuracy)> = None;
+        for path in listed("eval")? {
+            // `step-S-extra-E-nN.json` is a partial evaluation (`eval --n N`), never the test.
+            let partial = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .is_some_and(|s| s.rsplit('-').next().is_some_and(|p| p.starts_with('n')));
+            let Some(text) = read(&path)? else { continue };
+            let f: EvalFile = serde_json::from_str(&text).map_err(|e| invalid(&path, e))?;
+            if !partial && f.extra == 0 && best.as_ref().is_none_or(|b| f.step > b.0) {
+                let accuracy = Accuracy {
+                    n: f.n,
+                    accuracy: f.accuracy,
+                    loss: f.loss,
+                    per_hop: f.per_hop,
+                    ..Accuracy::default()
+                };
+                best = Some((f.step, accuracy));
             }
-            out.test = best.map(|b| b.1);
         }
+        out.test = best.map(|b| b.1);
         let lengths = dir.join("lengthgen.csv");
-        if let Some(text) = read(&lengths)? {
-            out.lengths = from_csv(&text, &lengths.display().to_string())?;
-        }
-        if let Ok(entries) = std::fs::read_dir(dir.join("attention")) {
-            let mut paths: Vec<PathBuf> = entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "json"))
-                .collect();
-            paths.sort();
-            for path in paths {
-                let Some(text) = read(&path)? else { continue };
-                out.attention
-                    .push(serde_json::from_str(&text).map_err(|e| invalid(&path, e))?);
+        if wanted("lengthgen.csv")? {
+            if let Some(text) = read(&lengths)? {
+                out.lengths = from_csv(&text, &lengths.display().to_string())?;
             }
+        }
+        for path in listed("attention")? {
+            let Some(text) = read(&path)? else { continue };
+            out.attention
+                .push(serde_json::from_str(&text).map_err(|e| invalid(&path, e))?);
         }
         Ok(out)
     }

@@ -34,6 +34,8 @@ pub struct ScoreOptions {
     pub planes: bool,
     /// Memory budget of one captured batch, in bytes (see [`capture_bytes`]).
     pub memory: usize,
+    /// Where the lines go (default: `scores.jsonl` in the run directory).
+    pub out: Option<PathBuf>,
 }
 
 impl Default for ScoreOptions {
@@ -46,6 +48,7 @@ impl Default for ScoreOptions {
             blocks: None,
             planes: false,
             memory: EVAL_MEMORY,
+            out: None,
         }
     }
 }
@@ -134,7 +137,8 @@ pub struct RunScores {
     pub path: PathBuf,
 }
 
-/// Scores every checkpoint of the run in `root` and writes `scores.jsonl` there.
+/// Scores every checkpoint of the run in `root` and writes `scores.jsonl` there (or to
+/// `options.out`).
 pub fn score_run(
     root: &Path,
     options: &ScoreOptions,
@@ -235,7 +239,10 @@ pub fn score_run(
     progress(steps.len(), steps.len());
     normalise_entropy(&mut lines);
 
-    let path = root.join("scores.jsonl");
+    let path = options
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("scores.jsonl"));
     let mut text = Vec::new();
     for line in &lines {
         serde_json::to_writer(&mut text, line).expect("scores serialise");

@@ -244,3 +244,80 @@ fn metrics_lines_are_never_lost() {
         "{err}"
     );
 }
+
+/// A small study: one seed, tiny models, no offset or canonical part.
+const STUDY: &str = "name = \"small\"\nseeds = [3]\n[tasks]\ntrain = 500\nval = 20\n\
+     test = 40\ntarget_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n\
+     [train]\npreset = \"tiny\"\nsteps = 5\n\
+     [score]\nsamples = 10\n\
+     [lengthgen]\nextras = [0, 20]\nsamples = 8\n\
+     [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n";
+
+/// The study's verdicts read only its own files: other commands cannot replace them, a
+/// partial evaluation is not read as the test, and a file replaced by hand is refused.
+#[test]
+fn a_study_reads_only_the_files_it_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("small.toml");
+    std::fs::write(&config, STUDY).unwrap();
+    let study = dir.path().join("study");
+    let reproduce = [
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        study.to_str().unwrap(),
+    ];
+    ok(ropelab(&reproduce));
+    let claims = std::fs::read(study.join("claims.json")).unwrap();
+    let model = study.join("seed-3/number");
+    let m = model.to_str().unwrap();
+    let scores = std::fs::read(model.join("scores.jsonl")).unwrap();
+    let lengths = std::fs::read(model.join("lengthgen.csv")).unwrap();
+
+    // A partial evaluation gets its own file; the study's test accuracy is unchanged.
+    ok(ropelab(&["eval", "--run", m, "--n", "1"]));
+    // Replacing the study's files is refused in one line, before any work.
+    for args in [
+        vec!["score", "--run", m, "--samples", "2"],
+        vec!["lengthgen", "--run", m, "--extras", "0", "--n", "4"],
+    ] {
+        let out = ropelab(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} replaced a study file");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("measured.json") && err.contains("--out"),
+            "{err}"
+        );
+    }
+    let elsewhere = dir.path().join("mine.jsonl");
+    ok(ropelab(&[
+        "score",
+        "--run",
+        m,
+        "--samples",
+        "2",
+        "--out",
+        elsewhere.to_str().unwrap(),
+    ]));
+    assert!(elsewhere.exists());
+    assert_eq!(std::fs::read(model.join("scores.jsonl")).unwrap(), scores);
+    assert_eq!(std::fs::read(model.join("lengthgen.csv")).unwrap(), lengths);
+
+    ok(ropelab(&reproduce));
+    assert_eq!(
+        String::from_utf8(std::fs::read(study.join("claims.json")).unwrap()).unwrap(),
+        String::from_utf8(claims).unwrap()
+    );
+
+    // A file replaced by hand is refused, naming it.
+    std::fs::copy(&elsewhere, model.join("scores.jsonl")).unwrap();
+    let out = ropelab(&reproduce);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a replaced scores.jsonl was read");
+    assert!(
+        err.contains("seed-3/number/scores.jsonl") && err.contains("replaced"),
+        "{err}"
+    );
+}

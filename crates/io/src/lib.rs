@@ -5,11 +5,13 @@
 //! crate with serde rows ([`csv_rows`]), every terminal table through one printer ([`table`]),
 //! a directory has one writer at a time ([`lock`]), long work reports progress through one trait
 //! ([`progress`]), and a command's memory and disk are
-//! estimated before it starts ([`resources`]).
+//! estimated before it starts ([`resources`]), and what a study or sweep job measured into a
+//! run directory is vouched for by its ledger ([`ledger`]).
 
 pub mod atomic;
 pub mod checksum;
 pub mod csv_rows;
+pub mod ledger;
 pub mod lock;
 pub mod progress;
 pub mod resources;
@@ -21,6 +23,7 @@ pub use checksum::{allow_unsealed, sha256_file, sha256_hex, Manifest};
 pub use csv_rows::{
     csv_records, read_csv, read_csv_file, records_to_csv, to_csv, write_csv, CsvError,
 };
+pub use ledger::{refuse_owned, Ledger, Standing, LEDGER};
 pub use lock::{DirLock, LockError};
 pub use progress::{Progress, Quiet, Stage};
 pub use resources::{Available, Need, ResourceError, Size};

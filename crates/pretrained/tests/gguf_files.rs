@@ -446,10 +446,11 @@ fn quantized_decoding_equals_the_f32_model() {
         let want: Vec<f32> = full.get(0).unwrap().get(pos).unwrap().to_vec1().unwrap();
         for (g, w) in got.iter().zip(&want) {
             // f32 rounding: the blocks scale partial sums (d * sum q x + m * sum x) where the
-            // f32 path rounds each weight d q + m first; 1.6e-5 at most here, the same order as
-            // the key-block test's 2.1e-5.
+            // f32 path rounds each weight d q + m first, and each kernel sums in its own order:
+            // 1.6e-5 at most with the AVX-512 kernels, 5.9e-5 with the AVX2 ones (an AMD EPYC
+            // without AVX-512), against logits of order 0.1-1.
             assert!(
-                (g - w).abs() <= 5e-5 * (1.0 + w.abs()),
+                (g - w).abs() <= 1.5e-4 * (1.0 + w.abs()),
                 "position {pos}: {g} vs {w}"
             );
         }

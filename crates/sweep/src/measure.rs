@@ -1,8 +1,10 @@
 //! What a job measures on its trained run, by task (docs/sweeps.md, "What a job measures"):
 //! - **number / letter**: the test split (overall and per hop), every checkpoint's swap scores
 //!   and the layer types, the length test, and (on request) the attention viewer's file; each
-//!   file (`eval/`, `scores.jsonl`, `lengthgen.csv`, `attention/`) reused when it exists, so a
-//!   job stopped while scoring resumes there;
+//!   file (`eval/`, `scores.jsonl`, `lengthgen.csv`, `attention/`) is recorded in the run's
+//!   ledger (`measured.json`, [`ropelab_io::ledger`]) with the settings that made it and its
+//!   checksum, and reused only when the ledger vouches for it, so a job stopped while scoring
+//!   resumes there and a file another command wrote is refused, never read;
 //! - **language**: accuracy on test strings of every training length and of every length up to
 //!   [`LANGUAGE_REACH`] x the longest, and N* (`lengths.csv`);
 //! - **offset**: last-position accuracy at the training lengths and at 1, 2, 4 and 8 x the
@@ -18,7 +20,7 @@ use ropelab_analysis::claims::layer_types;
 use ropelab_analysis::dynamics::{score_run, HeadStep, ScoreOptions};
 use ropelab_analysis::languages::n_star;
 use ropelab_analysis::lengthgen::{self, length_generalisation, LengthOptions, LengthRow};
-use ropelab_io::{write_atomic, Progress};
+use ropelab_io::{write_atomic, Ledger, Progress, Standing, LEDGER};
 use ropelab_model::GptJ;
 use ropelab_tasks::{LanguageSamples, OffsetTask, Split, TaskKind};
 use ropelab_train::canonical_data::accuracy_by_position;
@@ -132,35 +134,61 @@ fn multi_hop(
     device: &Device,
 ) -> Result<Measured> {
     let test = eval_checkpoint(run, None, 0, None, EVAL_MEMORY, device)?;
-    let eval_path = run.join("eval").join(test.file_name(true));
-    write_json(&eval_path, &test)?;
+    let eval_file = format!("eval/{}", test.file_name(true));
+    let eval_key = format!("test split of step {}", test.step);
+    Ledger::begin(run, &eval_file, &eval_key).map_err(|e| io(&run.join(LEDGER), e))?;
+    write_json(&run.join(&eval_file), &test)?;
+    Ledger::finish(run, &eval_file, &eval_key).map_err(|e| io(&run.join(LEDGER), e))?;
 
     let start = std::time::Instant::now();
-    let scores_path = run.join("scores.jsonl");
-    let scores: Vec<HeadStep> = if scores_path.exists() {
-        read_scores(&scores_path)?
-    } else {
+    let s = &options.score;
+    let score_key = format!(
+        "swap scores of every checkpoint: samples {}, query {:?}, tau {}, accuracy samples {}, blocks {:?}, planes {}",
+        s.samples, s.query, s.tau, s.eval_samples, s.blocks, s.planes
+    );
+    let scores: Vec<HeadStep> = owned(run, "scores.jsonl", &score_key, read_scores, || {
         let stage = progress.stage(&format!("score {label}"), 0);
-        score_run(run, &options.score, device, |done, total| {
+        Ok(score_run(run, &options.score, device, |done, total| {
             stage.set_total(total as u64);
             stage.set(done as u64);
         })?
-        .lines
-    };
+        .lines)
+    })?;
     let score_seconds = start.elapsed().as_secs_f64();
 
     let start = std::time::Instant::now();
-    let lengths = read_or_measure_lengths(run, &options.length, label, progress, device)?;
+    let l = &options.length;
+    let length_key = format!(
+        "length test: extras {:?}, samples {:?}, step {:?}",
+        l.extras, l.samples, l.step
+    );
+    let read_lengths = |path: &Path| -> Result<Vec<LengthRow>> {
+        let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
+        Ok(lengthgen::from_csv(&text, &path.display().to_string())?)
+    };
+    let lengths = owned(run, "lengthgen.csv", &length_key, read_lengths, || {
+        let stage = progress.stage(&format!("length {label}"), l.extras.len() as u64);
+        let rows = length_generalisation(run, l, device, |done, _| stage.set(done as u64))?;
+        let path = run.join("lengthgen.csv");
+        write_atomic(&path, lengthgen::to_csv(&rows)?.as_bytes()).map_err(|e| io(&path, e))?;
+        Ok(rows)
+    })?;
     let length_seconds = start.elapsed().as_secs_f64();
 
     if options.attention_view {
-        let path = run
-            .join("attention")
-            .join(AttentionView::file_name(test.step, 0));
-        if !path.exists() {
-            let view = attention_view(run, Some(test.step), 0, device)?;
-            write_view(run, &view)?;
-        }
+        let file = format!("attention/{}", AttentionView::file_name(test.step, 0));
+        let key = format!("attention of step {} on test input 0", test.step);
+        owned(
+            run,
+            &file,
+            &key,
+            |_| Ok(()),
+            || {
+                let view = attention_view(run, Some(test.step), 0, device)?;
+                write_view(run, &view)?;
+                Ok(())
+            },
+        )?;
     }
     Ok(Measured {
         test_accuracy: Some(test.accuracy.accuracy),
@@ -174,23 +202,31 @@ fn multi_hop(
     })
 }
 
-/// The run's `lengthgen.csv`, measured and written first when it does not exist.
-fn read_or_measure_lengths(
+/// `file` of `run`, read with `read` when the run's ledger vouches for it under `key` (a job
+/// stopped while measuring resumes there), else made by `make` (which writes it) and recorded.
+/// A file the ledger does not vouch for (another command's, or other settings') is refused in
+/// one line, never read.
+fn owned<T>(
     run: &Path,
-    options: &LengthOptions,
-    label: &str,
-    progress: &dyn Progress,
-    device: &Device,
-) -> Result<Vec<LengthRow>> {
-    let path = run.join("lengthgen.csv");
-    if path.exists() {
-        let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
-        return Ok(lengthgen::from_csv(&text, &path.display().to_string())?);
+    file: &str,
+    key: &str,
+    read: impl FnOnce(&Path) -> Result<T>,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let ledger = |e| io(&run.join(LEDGER), e);
+    match Ledger::check(run, file, key).map_err(ledger)? {
+        Standing::Own => read(&run.join(file)),
+        Standing::Absent | Standing::Pending => {
+            Ledger::begin(run, file, key).map_err(ledger)?;
+            let made = make()?;
+            Ledger::finish(run, file, key).map_err(ledger)?;
+            Ok(made)
+        }
+        Standing::Foreign(why) => Err(SweepError::Job {
+            id: run.display().to_string(),
+            message: format!("{why}; move it away and rerun: the job measures it again"),
+        }),
     }
-    let stage = progress.stage(&format!("length {label}"), options.extras.len() as u64);
-    let rows = length_generalisation(run, options, device, |done, _| stage.set(done as u64))?;
-    write_atomic(&path, lengthgen::to_csv(&rows)?.as_bytes()).map_err(|e| io(&path, e))?;
-    Ok(rows)
 }
 
 /// A language run: training lengths lo..=hi and every length up to [`LANGUAGE_REACH`] x hi.

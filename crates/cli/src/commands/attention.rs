@@ -33,6 +33,14 @@ pub fn run(args: AttentionArgs, guard: Guard) -> Result<()> {
         guard.check("attention", &need)?;
     }
     let view = attention_view(&args.run, args.step, args.sample, &Device::Cpu)?;
+    let target =
+        args.run
+            .join("attention")
+            .join(ropelab_analysis::attention::AttentionView::file_name(
+                view.step,
+                view.sample,
+            ));
+    ropelab_io::refuse_owned(&args.run, &target, Some(&serde_json::to_vec(&view)?))?;
     let path = write_view(&args.run, &view)?;
     println!(
         "{} task, step {}, test input {} ({} hops): answer {}, model {}",

@@ -78,7 +78,9 @@ pub fn run(args: EvalArgs, guard: Guard) -> Result<()> {
         .run
         .join("eval")
         .join(report.file_name(args.n.is_none()));
-    write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+    let text = serde_json::to_string_pretty(&report)?;
+    ropelab_io::refuse_owned(&args.run, &path, Some(text.as_bytes()))?;
+    write_atomic(&path, text.as_bytes())?;
     println!("wrote {}", path.display());
     if let Some(peak) = peak_rss_mib() {
         println!("peak RSS {peak:.1} MiB");

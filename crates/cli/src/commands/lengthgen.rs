@@ -83,6 +83,7 @@ pub fn run(args: LengthgenArgs, guard: Guard) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| args.run.join("lengthgen.csv"));
+    ropelab_io::refuse_owned(&args.run, &out, None)?;
     if let Ok((_, config)) = RunDir::open(&args.run) {
         guard.check("lengthgen", &options.need(&config))?;
     }

@@ -43,6 +43,10 @@ pub struct ScoreArgs {
     /// Memory budget of one captured batch in MiB (samples run in batches that fit it).
     #[arg(long = "memory-mb", default_value_t = ropelab_train::data::EVAL_MEMORY >> 20, value_parser = crate::output::parse_memory_mib)]
     pub memory: usize,
+    /// Output file (default: RUN/scores.jsonl; a study's or sweep job's own file is never
+    /// replaced).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Runs `ropelab score`.
@@ -54,8 +58,14 @@ pub fn run(args: ScoreArgs, guard: Guard) -> Result<()> {
         blocks: args.blocks.map(|m| m as usize),
         planes: args.planes,
         memory: args.memory,
+        out: args.out.clone(),
         ..ScoreOptions::default()
     };
+    let target = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.run.join("scores.jsonl"));
+    ropelab_io::refuse_owned(&args.run, &target, None)?;
     ropelab_analysis::dynamics::check_gamma(args.gamma)?;
     if let Ok((dir, config)) = RunDir::open(&args.run) {
         let checkpoints = dir.checkpoints().map_or(1, |c| c.len());

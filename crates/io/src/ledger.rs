@@ -1,0 +1,259 @@
+//! The ledger of a measured run (`RUN/measured.json`): every file a study or sweep job wrote
+//! into a run directory when it measured the run (its test evaluation, swap scores, length
+//! test, attention file), each with the key of the settings that made it and its SHA-256. A
+//! job reuses a file, and a study's verdicts read it, only when the ledger vouches for it: a
+//! file that another command replaced, or that was measured with other settings, is refused in
+//! one line, never read silently; and the commands that write into a run directory refuse to
+//! overwrite a file the ledger lists.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{sha256_file, write_atomic};
+
+/// The ledger's file name inside a run directory.
+pub const LEDGER: &str = "measured.json";
+
+/// One measured file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The settings that made it (a short text: what was measured, and with what).
+    pub key: String,
+    /// Its SHA-256; None while it is being written (a job killed then measures it again).
+    pub sha256: Option<String>,
+}
+
+/// A run directory's measured files, by path relative to the run directory (`/`-separated).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Relative path -> entry.
+    pub files: BTreeMap<String, Entry>,
+}
+
+/// Whether a file may be reused under a key (see [`Ledger::check`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// The file does not exist.
+    Absent,
+    /// The ledger vouches for it: made under this key, unchanged since.
+    Own,
+    /// Its writing under this key began and never finished (measure it again).
+    Pending,
+    /// It exists but the ledger does not vouch for it under this key: why, in words.
+    Foreign(String),
+}
+
+fn ledger_path(dir: &Path) -> PathBuf {
+    dir.join(LEDGER)
+}
+
+fn invalid(path: &Path, what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{}: {what}", path.display()),
+    )
+}
+
+impl Ledger {
+    /// The ledger of `dir` (None when it has none).
+    pub fn load(dir: &Path) -> io::Result<Option<Self>> {
+        let path = ledger_path(dir);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| invalid(&path, format!("not a ledger of measured files: {e}"))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn save(&self, dir: &Path) -> io::Result<()> {
+        let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
+        write_atomic(&ledger_path(dir), text.as_bytes())
+    }
+
+    /// Records that `file` (relative to `dir`) is about to be written under `key`: from now
+    /// on it is this ledger's, and a kill before [`Ledger::finish`] leaves it pending.
+    pub fn begin(dir: &Path, file: &str, key: &str) -> io::Result<()> {
+        let mut ledger = Self::load(dir)?.unwrap_or_default();
+        ledger.files.insert(
+            file.to_owned(),
+            Entry {
+                key: key.to_owned(),
+                sha256: None,
+            },
+        );
+        ledger.save(dir)
+    }
+
+    /// Records the checksum of `file` as written now under `key`.
+    pub fn finish(dir: &Path, file: &str, key: &str) -> io::Result<()> {
+        let sha = sha256_file(&dir.join(file))?;
+        let mut ledger = Self::load(dir)?.unwrap_or_default();
+        ledger.files.insert(
+            file.to_owned(),
+            Entry {
+                key: key.to_owned(),
+                sha256: Some(sha),
+            },
+        );
+        ledger.save(dir)
+    }
+
+    /// The standing of `file` (relative to `dir`) under `key`.
+    pub fn check(dir: &Path, file: &str, key: &str) -> io::Result<Standing> {
+        let path = dir.join(file);
+        if !path.exists() {
+            return Ok(Standing::Absent);
+        }
+        let ledger = Self::load(dir)?;
+        let Some(entry) = ledger.as_ref().and_then(|l| l.files.get(file)) else {
+            return Ok(Standing::Foreign(format!(
+                "{} was not written by the measurement of this run ({} does not list it: \
+                 another command, or a ropelab from before {LEDGER}, wrote it)",
+                path.display(),
+                LEDGER
+            )));
+        };
+        if entry.key != key {
+            return Ok(Standing::Foreign(format!(
+                "{} was measured with other settings ({:?} in {LEDGER}, {key:?} asked now)",
+                path.display(),
+                entry.key
+            )));
+        }
+        let Some(want) = &entry.sha256 else {
+            return Ok(Standing::Pending);
+        };
+        if &sha256_file(&path)? != want {
+            return Ok(Standing::Foreign(format!(
+                "{} was replaced after it was measured (its SHA-256 differs from {LEDGER})",
+                path.display()
+            )));
+        }
+        Ok(Standing::Own)
+    }
+
+    /// Checks that `file` is vouched for under whatever key made it (for a reader that does
+    /// not know the key): Ok(true) when it is, Ok(false) when the ledger does not list it, an
+    /// error naming the file when it is pending or was replaced.
+    pub fn vouch(&self, dir: &Path, file: &str) -> io::Result<bool> {
+        let Some(entry) = self.files.get(file) else {
+            return Ok(false);
+        };
+        let path = dir.join(file);
+        let Some(want) = &entry.sha256 else {
+            return Err(invalid(
+                &path,
+                "its measurement never finished (rerun the command that measured it)",
+            ));
+        };
+        let got = sha256_file(&path).map_err(|e| invalid(&path, e))?;
+        if &got != want {
+            return Err(invalid(
+                &path,
+                format!(
+                    "replaced after it was measured (its SHA-256 differs from {LEDGER}); move \
+                     it away and rerun to measure it again"
+                ),
+            ));
+        }
+        Ok(true)
+    }
+
+    /// The listed files (relative paths) whose names start with `prefix`.
+    pub fn listed(&self, prefix: &str) -> Vec<&str> {
+        self.files
+            .keys()
+            .filter(|f| f.starts_with(prefix))
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+/// Refuses to write `target` when it is a file that the ledger of run directory `run` lists
+/// (a study's or sweep job's measurement, which its verdicts read), unless the bytes about to
+/// be written (`contents`, when known) are the very bytes it recorded.
+pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
+    let Some(ledger) = Ledger::load(run)? else {
+        return Ok(());
+    };
+    let Ok(relative) = target.strip_prefix(run) else {
+        return Ok(());
+    };
+    let name = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    let Some(entry) = ledger.files.get(&name) else {
+        return Ok(());
+    };
+    if let (Some(bytes), Some(want)) = (contents, &entry.sha256) {
+        if &crate::sha256_hex(bytes) == want {
+            return Ok(());
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "{} belongs to the study or sweep job that measured this run ({} lists it; its \
+             results are read from it): write elsewhere with --out FILE",
+            target.display(),
+            run.join(LEDGER).display()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_own_only_under_its_key_and_until_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(Ledger::check(d, "a.csv", "k").unwrap(), Standing::Absent);
+        std::fs::write(d.join("a.csv"), b"1,2\n").unwrap();
+        assert!(matches!(
+            Ledger::check(d, "a.csv", "k").unwrap(),
+            Standing::Foreign(_)
+        ));
+        Ledger::begin(d, "a.csv", "k").unwrap();
+        assert_eq!(Ledger::check(d, "a.csv", "k").unwrap(), Standing::Pending);
+        Ledger::finish(d, "a.csv", "k").unwrap();
+        assert_eq!(Ledger::check(d, "a.csv", "k").unwrap(), Standing::Own);
+        let ledger = Ledger::load(d).unwrap().unwrap();
+        assert!(ledger.vouch(d, "a.csv").unwrap());
+        assert!(!ledger.vouch(d, "b.csv").unwrap());
+        match Ledger::check(d, "a.csv", "other").unwrap() {
+            Standing::Foreign(why) => assert!(why.contains("other settings"), "{why}"),
+            s => panic!("{s:?}"),
+        }
+        std::fs::write(d.join("a.csv"), b"1,3\n").unwrap();
+        match Ledger::check(d, "a.csv", "k").unwrap() {
+            Standing::Foreign(why) => assert!(why.contains("replaced"), "{why}"),
+            s => panic!("{s:?}"),
+        }
+        assert!(ledger.vouch(d, "a.csv").is_err());
+    }
+
+    #[test]
+    fn a_listed_file_is_refused_to_other_writers_unless_the_bytes_are_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("eval")).unwrap();
+        std::fs::write(d.join("eval/x.json"), b"{}").unwrap();
+        // No ledger: anything may be written.
+        refuse_owned(d, &d.join("eval/x.json"), None).unwrap();
+        Ledger::finish(d, "eval/x.json", "test").unwrap();
+        let err = refuse_owned(d, &d.join("eval/x.json"), None).unwrap_err();
+        assert!(err.to_string().contains("--out"), "{err}");
+        assert!(refuse_owned(d, &d.join("eval/x.json"), Some(b"{ }")).is_err());
+        refuse_owned(d, &d.join("eval/x.json"), Some(b"{}")).unwrap();
+        refuse_owned(d, &d.join("eval/y.json"), None).unwrap();
+    }
+}
