@@ -92,6 +92,62 @@ impl Default for Thresholds {
     }
 }
 
+impl Thresholds {
+    /// Checks every threshold's range (a study checks them when its config is parsed, before
+    /// any training): the error names the key, its value and the range it must be in.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let within = |key: &str, v: f64, lo: f64, hi: f64, open_lo: bool| {
+            let above = if open_lo { v > lo } else { v >= lo };
+            if v.is_finite() && above && v <= hi {
+                Ok(())
+            } else {
+                let bracket = if open_lo { "(" } else { "[" };
+                Err(format!(
+                    "{key} = {v} is out of range: it must be in {bracket}{lo}, {hi}]"
+                ))
+            }
+        };
+        for (key, v) in [
+            ("learned_accuracy", self.learned_accuracy),
+            ("hop_accuracy", self.hop_accuracy),
+            ("hop_spread", self.hop_spread),
+            ("peak_tolerance", self.peak_tolerance),
+            ("length_accuracy", self.length_accuracy),
+            ("offset_accuracy", self.offset_accuracy),
+            ("offset_fail_accuracy", self.offset_fail_accuracy),
+            ("linear_fail_accuracy", self.linear_fail_accuracy),
+            ("canonical_fail_accuracy", self.canonical_fail_accuracy),
+        ] {
+            within(key, v, 0.0, 1.0, false)?;
+        }
+        within(
+            "retrieval_fraction",
+            self.retrieval_fraction,
+            0.0,
+            1.0,
+            true,
+        )?;
+        within("length_ratio", self.length_ratio, 0.0, f64::MAX, true)?;
+        within("dilution_error", self.dilution_error, 0.0, f64::MAX, false)?;
+        if !(self.gamma > 0.0 && self.gamma < 0.5) {
+            return Err(format!(
+                "gamma = {} is out of range: it must be in (0, 0.5)",
+                self.gamma
+            ));
+        }
+        for (key, v) in [
+            ("letter_length", self.letter_length),
+            ("retrieval_n", self.retrieval_n),
+            ("offset_factor", self.offset_factor),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Whether a claim holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -17,7 +17,7 @@ use ropelab_io::resources::{bytes, Need};
 use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
 use ropelab_tasks::{Dataset, Split, Task};
 use ropelab_train::data::Tally;
-use ropelab_train::{batch_for_budget, inference_need, RunConfig, RunDir};
+use ropelab_train::{batch_for_budget, forward_flops, inference_need, RunConfig, RunDir};
 use serde::{Deserialize, Serialize};
 
 use crate::margin::top_gap;
@@ -44,10 +44,21 @@ impl LengthOptions {
         let len = config.layout.core_len().saturating_add(longest);
         let m = &config.model;
         let batch = batch_for_budget(m, len, self.memory);
-        inference_need(m, len, self.memory).memory(
-            bytes(&[4, 2, m.n_layers, batch, m.n_heads, len]),
-            "the captured query rows",
-        )
+        let samples = self.samples.unwrap_or(config.data.test);
+        let flops = self
+            .extras
+            .iter()
+            .map(|&e| forward_flops(m, samples, config.layout.core_len().saturating_add(e)))
+            .fold(0u64, u64::saturating_add);
+        inference_need(m, len, self.memory)
+            .memory(
+                bytes(&[4, 2, m.n_layers, batch, m.n_heads, len]),
+                "the captured query rows",
+            )
+            .compute(
+                flops,
+                format!("{samples} samples at {} lengths", self.extras.len()),
+            )
     }
 }
 

@@ -76,6 +76,7 @@ fn commands_that_would_exhaust_memory_are_refused_up_front() {
         ],
         vec!["bench", "train", "--seq", "1000000"],
         vec!["bench", "rope", "--m", "10000000000"],
+        vec!["bench", "rope", "--h", "1000000000"],
         vec![
             "gen",
             "letter",
@@ -251,4 +252,99 @@ fn a_study_too_large_for_the_machine_is_refused_before_its_directory_exists() {
     );
     assert!(err.contains("at once"), "{err}");
     assert!(!out.exists());
+}
+
+/// Commands whose sizes would keep them running for days are refused up front by a time
+/// estimate (arithmetic at an assumed rate above this machine's), in one line, before any
+/// work; a canonical head too wide to describe is refused before its planes are computed.
+#[test]
+fn commands_that_would_run_for_days_are_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let out = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "lengthgen",
+            "--run",
+            &run,
+            "--n",
+            "1000000000000",
+            "--out",
+            &out("l.csv"),
+        ],
+        vec![
+            "mask",
+            "--run",
+            &run,
+            "--n",
+            "1000000000000",
+            "--out",
+            &out("k.csv"),
+        ],
+        vec![
+            "theory",
+            "margins",
+            "--run",
+            &run,
+            "--samples",
+            "1000000000000",
+            "--out",
+            &out("m.csv"),
+        ],
+        vec![
+            "offset",
+            "--per-length",
+            "1000000000000",
+            "--steps",
+            "2",
+            "--out",
+            &out("o"),
+        ],
+        vec![
+            "languages",
+            "--per-length",
+            "1000000000000",
+            "--steps",
+            "2",
+            "--out",
+            &out("g"),
+        ],
+    ]
+    .into_iter()
+    .map(|c| c.into_iter().map(str::to_owned).collect())
+    .collect();
+    for case in &cases {
+        let args: Vec<&str> = case.iter().map(String::as_str).collect();
+        let got = limited(&args);
+        let err = String::from_utf8_lossy(&got.stderr).into_owned();
+        assert_eq!(got.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err:?}");
+        assert!(
+            err.contains("would take at least") && err.contains("--force"),
+            "{args:?}: {err}"
+        );
+    }
+    let canonical = limited(&[
+        "canonical",
+        "--task",
+        "index",
+        "--d-model",
+        "1000000000",
+        "--out",
+        &out("c"),
+    ]);
+    let err = String::from_utf8_lossy(&canonical.stderr);
+    assert!(!canonical.status.success());
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("d_model must be even and in 2..=65536"),
+        "{err}"
+    );
+    // Nothing was written besides the run.
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["run"]);
 }

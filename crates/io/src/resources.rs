@@ -23,12 +23,23 @@ struct Part {
     what: String,
 }
 
-/// What a command needs: peak memory and bytes written to disk, each a sum of named parts.
+/// The arithmetic rate a time estimate assumes, FLOP/s: above what ropelab reaches on 2 cores
+/// (about 75 GFLOP/s in the fused kernel and the prefill), so an estimate is a lower bound of
+/// the real time.
+pub const ASSUMED_FLOPS: f64 = 2e11;
+
+/// The longest a command may be estimated to run before it is refused (`--force` runs it):
+/// 24 hours at [`ASSUMED_FLOPS`].
+pub const TIME_LIMIT_SECONDS: f64 = 24.0 * 3600.0;
+
+/// What a command needs: peak memory, bytes written to disk and arithmetic (for a time
+/// estimate), each a sum of named parts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Need {
     memory: Vec<Part>,
     disk: Vec<Part>,
     disk_at: Option<PathBuf>,
+    compute: Vec<Part>,
 }
 
 impl Need {
@@ -54,6 +65,21 @@ impl Need {
             what: what.into(),
         });
         self
+    }
+
+    /// Adds `flops` floating-point operations for `what` ("the forward passes of 10^12
+    /// sequences"): the time estimate is their sum at [`ASSUMED_FLOPS`].
+    pub fn compute(mut self, flops: u64, what: impl Into<String>) -> Self {
+        self.compute.push(Part {
+            bytes: flops,
+            what: what.into(),
+        });
+        self
+    }
+
+    /// The estimated time, seconds (a lower bound: see [`ASSUMED_FLOPS`]).
+    pub fn seconds(&self) -> f64 {
+        total(&self.compute) as f64 / ASSUMED_FLOPS
     }
 
     /// Total memory, bytes.
@@ -95,6 +121,16 @@ impl Need {
                 return Err(refuse(Kind::Disk, &self.disk, have));
             }
         }
+        if self.seconds() > TIME_LIMIT_SECONDS {
+            return Err(ResourceError {
+                command: command.to_owned(),
+                kind: Kind::Time,
+                need: total(&self.compute),
+                largest: largest_flops(&self.compute),
+                available: 0,
+                at: None,
+            });
+        }
         Ok(())
     }
 }
@@ -103,6 +139,14 @@ fn total(parts: &[Part]) -> u64 {
     parts
         .iter()
         .fold(0u64, |acc, p| acc.saturating_add(p.bytes))
+}
+
+fn largest_flops(parts: &[Part]) -> String {
+    parts
+        .iter()
+        .max_by_key(|p| p.bytes)
+        .map(|p| format!("{:.1e} FLOP for {}", p.bytes as f64, p.what))
+        .unwrap_or_default()
 }
 
 fn largest(parts: &[Part]) -> String {
@@ -167,6 +211,8 @@ pub enum Kind {
     Memory,
     /// Disk space.
     Disk,
+    /// Running time (arithmetic at [`ASSUMED_FLOPS`] against [`TIME_LIMIT_SECONDS`]).
+    Time,
 }
 
 /// A command refused up front: it would need more memory or disk than is available.
@@ -189,10 +235,23 @@ pub struct ResourceError {
 
 impl ResourceError {
     fn message(&self) -> String {
+        if self.kind == Kind::Time {
+            return format!(
+                "{} would take at least {} of computing ({}, at an assumed {:.0} GFLOP/s), \
+                 beyond the {} hours one command may be estimated to run; make it smaller, or \
+                 pass --force to run it anyway",
+                self.command,
+                duration(self.need as f64 / ASSUMED_FLOPS),
+                self.largest,
+                ASSUMED_FLOPS / 1e9,
+                TIME_LIMIT_SECONDS / 3600.0
+            );
+        }
         let (what, have) = match (self.kind, &self.at) {
             (Kind::Memory, _) => ("of memory", "available".to_owned()),
             (Kind::Disk, Some(at)) => ("of disk", format!("free at {}", at.display())),
             (Kind::Disk, None) => ("of disk", "free".to_owned()),
+            (Kind::Time, _) => ("of time", String::new()),
         };
         format!(
             "{} would need about {} {what} ({}), but {} is {have}; \
@@ -202,6 +261,19 @@ impl ResourceError {
             self.largest,
             Size(self.available),
         )
+    }
+}
+
+/// Seconds for people: `40 s`, `3.2 hours`, `12.5 days`, `3.1e6 years`.
+fn duration(seconds: f64) -> String {
+    if seconds < 3600.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 2.0 * 86_400.0 {
+        format!("{:.1} hours", seconds / 3600.0)
+    } else if seconds < 2.0 * 365.0 * 86_400.0 {
+        format!("{:.1} days", seconds / 86_400.0)
+    } else {
+        format!("{:.1e} years", seconds / (365.0 * 86_400.0))
     }
 }
 

@@ -45,6 +45,10 @@ pub fn default_sizes(kind: ropelab_tasks::CanonicalKind, len: usize) -> (usize, 
     }
 }
 
+/// The widest head a canonical experiment takes (its planes' rates are computed before the
+/// memory estimate, so the width is bounded first).
+pub const MAX_D_MODEL: usize = 1 << 16;
+
 /// One experiment: a task, bands, seeds and the model and training settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Experiment {
@@ -105,8 +109,8 @@ impl Experiment {
             "the experiment needs at least one seed"
         );
         ensure!(
-            self.d_model >= 2 && self.d_model.is_multiple_of(2),
-            "d_model must be even and at least 2, got {}",
+            self.d_model >= 2 && self.d_model.is_multiple_of(2) && self.d_model <= MAX_D_MODEL,
+            "d_model must be even and in 2..={MAX_D_MODEL}, got {}",
             self.d_model
         );
         ensure!(

@@ -316,6 +316,11 @@ impl StudyConfig {
             plan.check()
                 .with_context(|| format!("{origin}: [pretrained]"))?;
         }
+        // The verdicts come last: their thresholds are checked now, before any training.
+        config
+            .claims
+            .check()
+            .map_err(|m| anyhow::anyhow!("{origin}: [claims] {m}"))?;
         Ok(config)
     }
 
@@ -443,6 +448,32 @@ mod tests {
                 "[lengthgen]",
             ),
             ("gamma = 0.1", "gamma = 0.1\nbogus = 2", "bogus"),
+            // The verdicts' thresholds are checked at parse time too, naming the key.
+            (
+                "gamma = 0.1",
+                "gamma = 0.7",
+                "[claims] gamma = 0.7 is out of range",
+            ),
+            (
+                "gamma = 0.1",
+                "gamma = nan",
+                "[claims] gamma = NaN is out of range",
+            ),
+            (
+                "length_ratio = 4.0",
+                "length_ratio = -1.0",
+                "[claims] length_ratio = -1 is out of range",
+            ),
+            (
+                "learned_accuracy = 0.99",
+                "learned_accuracy = nan",
+                "[claims] learned_accuracy = NaN is out of range",
+            ),
+            (
+                "letter_length = 800",
+                "letter_length = 0",
+                "[claims] letter_length",
+            ),
             // The theory part runs last; its settings are refused before any training.
             ("d = 128", "d = 7", "head dimension d must be even"),
             (

@@ -24,7 +24,7 @@ pub use data::{
     EVAL_BATCH, EVAL_MEMORY,
 };
 pub use error::{Result, TrainError};
-pub use resources::{inference_need, training_memory, training_need};
+pub use resources::{forward_flops, inference_need, training_memory, training_need};
 pub use run_dir::{CheckpointState, RunDir};
 pub use step::{Engine, Stepper};
 pub use trainer::{MetricsLine, Progress, Trainer};

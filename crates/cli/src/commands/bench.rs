@@ -252,13 +252,21 @@ fn bench_rope(args: BenchRopeArgs, guard: super::Guard) -> Result<()> {
         args.m
     );
     anyhow::ensure!(args.draws >= 1, "draws must be at least 1");
-    let freqs = Schedule::Plain { base: args.base }.frequencies(args.h)?;
+    anyhow::ensure!(args.h >= 1, "planes h must be at least 1");
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let need = ropelab_io::Need::new().memory(
-        ropelab_io::resources::bytes(&[threads, 8, args.m]),
-        format!("{threads} score curves of {} positions", args.m),
-    );
+    // Checked before anything is allocated: the frequencies (h), and per thread one score
+    // curve (m) and a draw's q, k and coefficients (6 h).
+    let need = ropelab_io::Need::new()
+        .memory(
+            ropelab_io::resources::bytes(&[threads, 8, args.m]),
+            format!("{threads} score curves of {} positions", args.m),
+        )
+        .memory(
+            ropelab_io::resources::bytes(&[threads.saturating_add(1), 6 * 8, args.h]),
+            format!("frequencies and {threads} draws of {} planes", args.h),
+        );
     guard.check("bench rope", &need)?;
+    let freqs = Schedule::Plain { base: args.base }.frequencies(args.h)?;
     let start = Instant::now();
     let checksum: f64 = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)

@@ -10,8 +10,9 @@ use candle_core::Device;
 use clap::Args;
 use ropelab_analysis::band::Band;
 use ropelab_analysis::mask::{layer_groups, mask_run, MaskOptions, MaskRow, DEFAULT_BANDS};
+use ropelab_io::resources::bytes;
 use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
-use ropelab_train::{inference_need, RunDir, EVAL_MEMORY};
+use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 
 use super::{progress, Guard};
 use crate::output::parse_memory_mib;
@@ -67,7 +68,12 @@ pub fn run(args: MaskArgs, guard: Guard) -> Result<()> {
             .map(|b| b.parse())
             .collect::<Result<_, _>>()?
     };
-    let need = inference_need(&config.model, config.layout.core_len(), args.memory);
+    let n = args.n.map_or(config.data.test, |n| n as usize);
+    let passes = bytes(&[groups.len(), bands.len()]).saturating_add(1);
+    let need = inference_need(&config.model, config.layout.core_len(), args.memory).compute(
+        forward_flops(&config.model, n, config.layout.core_len()).saturating_mul(passes),
+        format!("{passes} evaluations of {n} samples"),
+    );
     guard.check("mask", &need)?;
     let options = MaskOptions {
         step: args.step,
