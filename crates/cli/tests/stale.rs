@@ -321,3 +321,44 @@ fn a_study_reads_only_the_files_it_measured() {
         "{err}"
     );
 }
+
+/// `collect` says when the table is partial (a started job has no result yet) and lists the
+/// unfinished jobs; on a directory with no finished job it fails and writes nothing.
+#[test]
+fn collect_says_when_its_table_is_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = ropelab(&["collect", empty.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no finished job"));
+    assert_eq!(
+        std::fs::read_dir(&empty).unwrap().count(),
+        0,
+        "wrote into an empty directory"
+    );
+
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(20).replace("values = [0]", "values = [0, 1]")).unwrap();
+    let out_dir = dir.path().join("out");
+    ok(sweep(&file, &out_dir, &[]));
+    let full = ok(ropelab(&["collect", out_dir.to_str().unwrap()]));
+    assert!(!full.contains("partial"), "{full}");
+    assert!(!out_dir.join("collected/unfinished.txt").exists());
+    // One job as a running sweep leaves it: started, no result yet.
+    let mut jobs: Vec<_> = std::fs::read_dir(out_dir.join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    jobs.sort();
+    std::fs::remove_file(jobs[1].join("result.json")).unwrap();
+    let partial = ok(ropelab(&["collect", out_dir.to_str().unwrap()]));
+    let id = jobs[1].file_name().unwrap().to_str().unwrap();
+    assert!(
+        partial.contains("partial: 1 started job(s)") && partial.contains(id),
+        "{partial}"
+    );
+    let listed = std::fs::read_to_string(out_dir.join("collected/unfinished.txt")).unwrap();
+    assert!(listed.contains(id), "{listed}");
+}

@@ -238,13 +238,55 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
     String::from_utf8(w.into_inner().expect("writing to memory")).expect("CSV of UTF-8 text")
 }
 
-/// Writes `out/collected/{jobs.csv, jobs.jsonl, summary.csv, lengths.csv}`; returns the
-/// results.
+/// The ids of the jobs under `out` that started (`*/*/job.json`) but have no result yet: still
+/// running, killed or failed. Sorted.
+pub fn unfinished(out: &Path) -> Result<Vec<String>> {
+    let mut found = vec![];
+    for dir in subdirs(out)? {
+        for job in subdirs(&dir)? {
+            if job.join("job.json").exists() && !job.join("result.json").exists() {
+                let rel = job.strip_prefix(out).unwrap_or(&job);
+                found.push(rel.display().to_string());
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The file that lists a partial collection's unfinished jobs (absent when none was).
+pub const UNFINISHED: &str = "unfinished.txt";
+
+/// Writes `out/collected/{jobs.csv, jobs.jsonl, summary.csv, lengths.csv}` (and
+/// `unfinished.txt`, one job directory per line, when some started jobs have no result yet:
+/// the tables then count only the finished ones); returns the results. A directory with no
+/// finished job is an error, and nothing is written.
 pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
     let all = results(out)?;
+    if all.is_empty() {
+        return Err(SweepError::Job {
+            id: "collect".into(),
+            message: format!(
+                "{} holds no finished job (no */*/result.json: run `ropelab sweep` or `ropelab \
+                 reproduce` there first); nothing written",
+                out.display()
+            ),
+        });
+    }
     let dir = out.join("collected");
     let io = |path: std::path::PathBuf| move |e: std::io::Error| SweepError::Io { path, source: e };
     std::fs::create_dir_all(&dir).map_err(io(dir.clone()))?;
+    let pending = unfinished(out)?;
+    let list = dir.join(UNFINISHED);
+    if pending.is_empty() {
+        match std::fs::remove_file(&list) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(list)(e)),
+            _ => {}
+        }
+    } else {
+        let text: String = pending.iter().map(|p| format!("{p}\n")).collect();
+        write_atomic(&list, text.as_bytes()).map_err(io(list.clone()))?;
+    }
     write_atomic(&dir.join("jobs.csv"), jobs_csv(&all).as_bytes())
         .map_err(io(dir.join("jobs.csv")))?;
     let mut lines = String::new();

@@ -379,9 +379,14 @@ impl RunDir {
                 // leaves a `.old-step-*` folder that the next writer removes, never a
                 // half-deleted checkpoint.
                 let dir = self.checkpoint_dir(step);
-                let doomed = self.checkpoints_dir().join(format!(".old-step-{step:06}"));
-                fs::rename(&dir, &doomed).map_err(|e| TrainError::io(&dir, e))?;
-                fs::remove_dir_all(&doomed).map_err(|e| TrainError::io(&doomed, e))?;
+                let parent = self.checkpoints_dir();
+                let doomed = tempfile::Builder::new()
+                    .prefix(".old-step-")
+                    .tempdir_in(&parent)
+                    .map_err(|e| TrainError::io(&parent, e))?;
+                fs::rename(&dir, doomed.path().join("x")).map_err(|e| TrainError::io(&dir, e))?;
+                let path = doomed.path().to_owned();
+                doomed.close().map_err(|e| TrainError::io(&path, e))?;
             }
         }
         Ok(())

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ropelab_io::{write_atomic, Align, Table};
-use ropelab_sweep::collect::{collect, summarise};
+use ropelab_sweep::collect::{collect, summarise, unfinished, UNFINISHED};
 use ropelab_sweep::estimate::{estimate, TIMED_STEPS};
 use ropelab_sweep::slurm::{script, SlurmOptions};
 use ropelab_sweep::spec::shard;
@@ -290,11 +290,14 @@ pub fn collect_command(args: CollectArgs) -> Result<()> {
         bail!("{} is not a directory", args.dir.display());
     }
     let results = collect(&args.dir)?;
-    if results.is_empty() {
-        bail!(
-            "{} holds no finished job (no */*/result.json: run `ropelab sweep` or `ropelab \
-             reproduce` there first)",
-            args.dir.display()
+    let pending = unfinished(&args.dir)?;
+    if !pending.is_empty() {
+        println!(
+            "partial: {} started job(s) have no result yet (running, killed or failed: {}); the \
+             tables count the {} finished ones (listed in collected/{UNFINISHED})",
+            pending.len(),
+            pending.join(", "),
+            results.len()
         );
     }
     let summary = summarise(&results);
