@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use ropelab_analysis::claims::RunFiles;
 use ropelab_analysis::dynamics::HeadStep;
-use ropelab_analysis::lengthgen::{from_csv, LengthRow};
+use ropelab_analysis::lengthgen::LengthRow;
 use ropelab_sweep::measure::MeasureOptions;
 use ropelab_sweep::{Job, Pool};
 use ropelab_tasks::TaskKind;
@@ -141,11 +142,23 @@ pub fn run_jobs(
         .zip(jobs)
         .map(|((result, job), &(seed, kind))| {
             let dir = out.join(&job.run);
-            let scores = read_scores(&dir.join("scores.jsonl"))?;
-            let path = dir.join("lengthgen.csv");
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            let lengths = from_csv(&text, &path.display().to_string())?;
+            // Everything the study reports and judges is read only from the files that the
+            // model's ledger vouches for (a file another command wrote, or one replaced since,
+            // is refused by name).
+            anyhow::ensure!(
+                ropelab_io::Ledger::load(&dir)?.is_some(),
+                "{} has no {} (measured before ropelab kept one, or not by this study): its \
+                 files cannot be vouched for; rerun reproduce into a new --out",
+                dir.display(),
+                ropelab_io::LEDGER
+            );
+            let files = RunFiles::load(&dir)?;
+            anyhow::ensure!(
+                !files.scores.is_empty() && !files.lengths.is_empty(),
+                "{}: the measurement's scores.jsonl or lengthgen.csv is missing",
+                dir.display()
+            );
+            let (scores, lengths) = (files.scores, files.lengths);
             let test = result.test.map(EvalReport::from).with_context(|| {
                 format!("{}: the job's result has no test evaluation", dir.display())
             })?;

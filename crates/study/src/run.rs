@@ -98,19 +98,8 @@ pub fn reproduce(
         report(Milestone::Canonical(&done))?;
     }
 
-    // The verdicts read only what the study measured: every model's files are vouched for
-    // by its ledger (StudyFiles::load refuses a listed file that changed, or a measurement
-    // file that another command wrote).
-    for &(seed, task) in &jobs {
-        let dir = out.join(job::run_dir(seed, task));
-        anyhow::ensure!(
-            ropelab_io::Ledger::load(&dir)?.is_some(),
-            "{} has no {} (measured before ropelab kept one, or not by this study): its files \
-             cannot be vouched for; rerun reproduce into a new --out",
-            dir.display(),
-            ropelab_io::LEDGER
-        );
-    }
+    // The verdicts read only what the study measured (each model's ledger was checked when
+    // its files were read back after training; StudyFiles::load verifies them again).
     let files = StudyFiles::load(out, &config.seeds)?;
     let verdicts = claims::verdicts(&files, &config.claims);
     write_json(

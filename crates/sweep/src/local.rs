@@ -236,7 +236,14 @@ pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
     let digest = job.config.digest();
     if let Some(r) = &result {
         if r.config_sha256.as_deref() == Some(digest.as_str()) {
-            return Ok(JobState::Done(Box::new(r.clone())));
+            // Done while its ledger vouches for every file it measured; a file moved away or
+            // replaced sends the job back to its measurement (which remeasures a missing file
+            // and refuses a replaced one by name).
+            return Ok(if measurement_intact(&run)? {
+                JobState::Done(Box::new(r.clone()))
+            } else {
+                JobState::Started
+            });
         }
     }
     if !RunDir::new(&run).config_path().exists() {
@@ -266,6 +273,21 @@ pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
         )),
         None => JobState::Started,
     })
+}
+
+/// Whether every file in the run's ledger is there and unchanged (true without a ledger).
+fn measurement_intact(run: &Path) -> Result<bool> {
+    let io = |e| SweepError::Io {
+        path: run.join(ropelab_io::LEDGER),
+        source: e,
+    };
+    let Some(ledger) = ropelab_io::Ledger::load(run).map_err(io)? else {
+        return Ok(true);
+    };
+    Ok(ledger
+        .files
+        .keys()
+        .all(|f| matches!(ledger.vouch(run, f), Ok(true))))
 }
 
 /// A job's result, when it has one.
