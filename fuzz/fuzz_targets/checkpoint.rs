@@ -63,6 +63,10 @@ fuzz_target!(|data: &[u8]| {
         .expect("writable");
     if pick & 0x80 == 0 {
         let _ = std::fs::remove_file(root.join("checkpoints/step-000002/manifest.json"));
+        // Loaded unverified, as `--force` does, so the parsers see the bytes.
+        ropelab_io::allow_unsealed(true);
+    } else {
+        ropelab_io::allow_unsealed(false);
     }
     if let Ok((dir, config)) = RunDir::open(&root) {
         if let Ok(steps) = dir.checkpoints() {

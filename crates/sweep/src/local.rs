@@ -59,7 +59,7 @@ pub struct JobResult {
     /// The test-split evaluation of a number/letter job (its `eval/` file).
     #[serde(default)]
     pub test: Option<TestEval>,
-    /// SHA-256 of the resolved run config that made this result ([`RunConfig::digest`]): a
+    /// SHA-256 of the resolved run config that made this result ([`ropelab_train::RunConfig::digest`]): a
     /// rerun whose job has another config is refused, never answered with this result.
     #[serde(default)]
     pub config_sha256: Option<String>,
