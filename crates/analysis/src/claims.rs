@@ -129,7 +129,7 @@ impl Thresholds {
         )?;
         within("length_ratio", self.length_ratio, 0.0, f64::MAX, true)?;
         within("dilution_error", self.dilution_error, 0.0, f64::MAX, false)?;
-        if !(self.gamma > 0.0 && self.gamma < 0.5) {
+        if crate::purity::check_gamma(self.gamma).is_err() {
             return Err(format!(
                 "gamma = {} is out of range: it must be in (0, 0.5)",
                 self.gamma

@@ -222,15 +222,15 @@ impl RunDir {
     /// [`ropelab_io::allow_unsealed`], i.e. `--force`).
     pub fn verify_checkpoint(&self, step: usize, files: &[&str]) -> Result<()> {
         let dir = self.checkpoint_dir(step);
+        let sealed = dir.join(ropelab_io::checksum::MANIFEST).exists();
         match Manifest::verify(&dir, files).map_err(|e| TrainError::io(&dir, e))? {
             None => Ok(()),
-            Some(why) if why.starts_with("it has no") => Err(TrainError::run_dir(
-                &dir,
-                format!("checkpoint is unverified: {why}"),
-            )),
             Some(why) => Err(TrainError::run_dir(
                 &dir,
-                format!("checkpoint is corrupted: {why}"),
+                format!(
+                    "checkpoint is {}: {why}",
+                    if sealed { "corrupted" } else { "unverified" }
+                ),
             )),
         }
     }
@@ -251,11 +251,7 @@ impl RunDir {
         let saved = self.checkpoint_config(step)?;
         let mut ours = config.clone();
         ours.optim.steps = saved.optim.steps;
-        let (a, b) = (
-            serde_json::to_value(&ours).map_err(|e| TrainError::Config(e.to_string()))?,
-            serde_json::to_value(&saved).map_err(|e| TrainError::Config(e.to_string()))?,
-        );
-        match first_difference(&a, &b, "") {
+        match ours.difference(&saved) {
             None => Ok(()),
             Some((key, run, checkpoint)) => Err(TrainError::run_dir(
                 &self.root,
