@@ -2,8 +2,131 @@
 //! length, and the rows of `nstar.csv` and `accuracy.csv` (written by `ropelab languages`,
 //! read by the report).
 
-use ropelab_train::language_data::LengthAccuracy;
+use std::fmt;
+use std::str::FromStr;
+
+use ropelab_model::{PeriodicTables, PositionEncoding};
+use ropelab_train::lengths::LengthAccuracy;
 use serde::{Deserialize, Serialize};
+
+use crate::{AnalysisError, Result};
+
+/// The periods of the periodic encodings' planes (uniform tables, T_m(s) = 2 pi s / m): period
+/// 2 gives the parity of a position (enough for `(aa)*` and `(ab)*`), and 2, 3, 5, 7 together
+/// tell positions apart modulo 210.
+pub const PERIODS: [usize; 4] = [2, 3, 5, 7];
+
+/// One position encoding of the experiment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pe {
+    /// No position encoding.
+    Nope,
+    /// Conventional RoPE at a base, on every dim of each head.
+    Rope(f64),
+    /// Sinusoidal absolute encoding at a base.
+    Sipe(f64),
+    /// Periodic RoPE: the planes of [`PERIODS`] (the rest of each head passes unrotated).
+    RopePeriodic,
+    /// Periodic sinusoidal absolute encoding with [`PERIODS`].
+    SipePeriodic,
+}
+
+impl Pe {
+    /// The kind without its base (`nope`, `rope`, `sipe`, `rope-periodic`, `sipe-periodic`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Pe::Nope => "nope",
+            Pe::Rope(_) => "rope",
+            Pe::Sipe(_) => "sipe",
+            Pe::RopePeriodic => "rope-periodic",
+            Pe::SipePeriodic => "sipe-periodic",
+        }
+    }
+
+    /// The base of a conventional encoding.
+    pub fn base(&self) -> Option<f64> {
+        match self {
+            Pe::Rope(b) | Pe::Sipe(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The model's encoding for heads of `d_head` dims.
+    pub fn encoding(&self, d_head: usize) -> PositionEncoding {
+        let layout = ropelab_model::RopeLayout::Interleaved;
+        match *self {
+            Pe::Nope => PositionEncoding::None,
+            Pe::Rope(base) => PositionEncoding::rope(base, d_head, layout),
+            Pe::Sipe(base) => PositionEncoding::Sinusoidal { base },
+            Pe::RopePeriodic => PositionEncoding::Periodic {
+                periods: PERIODS.to_vec(),
+                tables: PeriodicTables::default(),
+                layout,
+                planes: Default::default(),
+            },
+            Pe::SipePeriodic => PositionEncoding::PeriodicSinusoidal {
+                periods: PERIODS.to_vec(),
+                tables: PeriodicTables::default(),
+            },
+        }
+    }
+}
+
+impl Pe {
+    /// The encoding of a language run's model (`None` for one the experiment does not train:
+    /// learned, fixed angles).
+    pub fn of(position: &PositionEncoding) -> Option<Self> {
+        match position {
+            PositionEncoding::None => Some(Pe::Nope),
+            PositionEncoding::Rope { base, .. } => Some(Pe::Rope(*base)),
+            PositionEncoding::Sinusoidal { base } => Some(Pe::Sipe(*base)),
+            PositionEncoding::Periodic { .. } => Some(Pe::RopePeriodic),
+            PositionEncoding::PeriodicSinusoidal { .. } => Some(Pe::SipePeriodic),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Pe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.base() {
+            Some(b) => write!(f, "{}:{b:e}", self.kind()),
+            None => f.write_str(self.kind()),
+        }
+    }
+}
+
+impl FromStr for Pe {
+    type Err = AnalysisError;
+    /// `nope`, `rope:BASE`, `sipe:BASE`, `rope-periodic` or `sipe-periodic`.
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        let base = |text: &str| -> Result<f64> {
+            match text.parse::<f64>() {
+                Err(_) => Err(AnalysisError::Invalid(format!(
+                    "position encoding {s:?}: {text:?} is not a number"
+                ))),
+                Ok(b) if !(b.is_finite() && b > 0.0) => Err(AnalysisError::Invalid(format!(
+                    "position encoding {s:?}: the base must be positive and finite, got {b}"
+                ))),
+                Ok(b) => Ok(b),
+            }
+        };
+        Ok(match s.split_once(':') {
+            Some(("rope", b)) => Pe::Rope(base(b)?),
+            Some(("sipe", b)) => Pe::Sipe(base(b)?),
+            None if s == "nope" => Pe::Nope,
+            None if s == "rope-periodic" => Pe::RopePeriodic,
+            None if s == "sipe-periodic" => Pe::SipePeriodic,
+            _ => {
+                return Err(AnalysisError::Invalid(format!(
+                    "unknown position encoding {s:?} (expected nope, rope:BASE, sipe:BASE, \
+                     rope-periodic or sipe-periodic)"
+                )))
+            }
+        })
+    }
+}
 
 /// One row of `nstar.csv`: a run's N* and its mean accuracy over the test lengths.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,12 +10,117 @@
 //!   key positions: a learned absolute encoding pins it to a fixed position inside the
 //!   training range.
 
+use std::fmt;
+use std::str::FromStr;
+
 use candle_core::Tensor;
-use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
+use ropelab_model::{
+    AttentionKind, Beyond, GptJ, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout,
+};
 use ropelab_tasks::{OffsetTask, Split};
 use serde::{Deserialize, Serialize};
 
 use crate::{AnalysisError, Result};
+
+/// One position encoding of the experiment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OffsetPe {
+    /// Rotary at a base, on every dim of each head.
+    Rope(f64),
+    /// Learned absolute encoding with one row per training position.
+    Ape,
+    /// No position encoding.
+    Nope,
+}
+
+impl OffsetPe {
+    /// The kind without its base (`rope`, `ape`, `nope`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OffsetPe::Rope(_) => "rope",
+            OffsetPe::Ape => "ape",
+            OffsetPe::Nope => "nope",
+        }
+    }
+
+    /// The model's encoding for heads of `d_head` dims, an APE table of `rows` rows.
+    pub fn encoding(&self, d_head: usize, rows: usize, beyond: Beyond) -> PositionEncoding {
+        match *self {
+            OffsetPe::Rope(base) => PositionEncoding::rope(base, d_head, RopeLayout::Interleaved),
+            OffsetPe::Ape => PositionEncoding::Learned {
+                max_len: rows,
+                beyond,
+            },
+            OffsetPe::Nope => PositionEncoding::None,
+        }
+    }
+}
+
+impl OffsetPe {
+    /// The encoding of a fixed-offset run's model (`None` for one the experiment does not
+    /// train: sinusoidal, periodic, fixed angles).
+    pub fn of(position: &PositionEncoding) -> Option<Self> {
+        match position {
+            PositionEncoding::Rope { base, .. } => Some(OffsetPe::Rope(*base)),
+            PositionEncoding::Learned { .. } => Some(OffsetPe::Ape),
+            PositionEncoding::None => Some(OffsetPe::Nope),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for OffsetPe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OffsetPe::Rope(b) if *b == ropelab_model::rope::DEFAULT_BASE => f.write_str("rope"),
+            OffsetPe::Rope(b) => write!(f, "rope:{b:e}"),
+            other => f.write_str(other.kind()),
+        }
+    }
+}
+
+impl FromStr for OffsetPe {
+    type Err = AnalysisError;
+    /// `rope` (base 10,000), `rope:BASE`, `ape` or `nope`.
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        let bad = |m: String| Err(AnalysisError::Invalid(m));
+        match s.split_once(':') {
+            None if s == "rope" => Ok(OffsetPe::Rope(ropelab_model::rope::DEFAULT_BASE)),
+            None if s == "ape" => Ok(OffsetPe::Ape),
+            None if s == "nope" => Ok(OffsetPe::Nope),
+            Some(("rope", b)) => match b.parse::<f64>() {
+                Err(_) => bad(format!("position encoding {s:?}: {b:?} is not a number")),
+                Ok(base) if !(base.is_finite() && base > 0.0) => bad(format!(
+                    "position encoding {s:?}: the base must be positive and finite, got {base}"
+                )),
+                Ok(base) => Ok(OffsetPe::Rope(base)),
+            },
+            _ => bad(format!(
+                "unknown position encoding {s:?} (expected rope, rope:BASE, ape or nope)"
+            )),
+        }
+    }
+}
+
+/// Parses `softmax` or `linear`.
+pub fn parse_attention(s: &str) -> Result<AttentionKind> {
+    match s.trim() {
+        "softmax" => Ok(AttentionKind::Softmax),
+        "linear" => Ok(AttentionKind::Linear),
+        other => Err(AnalysisError::Invalid(format!(
+            "unknown attention {other:?} (expected softmax or linear)"
+        ))),
+    }
+}
+
+/// The name of an attention kind (`softmax`, `linear`).
+pub fn attention_name(a: AttentionKind) -> &'static str {
+    match a {
+        AttentionKind::Softmax => "softmax",
+        AttentionKind::Linear => "linear",
+    }
+}
 
 /// The first layer's logits and attention weights of a batch: `[batch][head][q][k]` for
 /// keys k <= q.

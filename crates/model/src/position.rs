@@ -422,7 +422,11 @@ fn check_base(base: f64, key: &str) -> Result<()> {
 impl PositionEncoding {
     /// GPT-J's default: base 10,000, interleaved, `rotary_dim` dims, every plane rotating.
     pub fn gptj(rotary_dim: usize) -> Self {
-        Self::rope(10_000.0, rotary_dim, RopeLayout::Interleaved)
+        Self::rope(
+            crate::rope::DEFAULT_BASE,
+            rotary_dim,
+            RopeLayout::Interleaved,
+        )
     }
 
     /// RoPE with `base`, `rotary_dim` and `layout`, every plane rotating.

@@ -7,6 +7,9 @@ use candle_core::{Device, Tensor, D};
 
 use crate::{Result, RopeLayout, Rotation};
 
+/// The RoPE base of GPT-J, Llama 2 and the papers' models when none is given: 10,000.
+pub const DEFAULT_BASE: f64 = 10_000.0;
+
 /// Plane frequencies g_k = base^(-2k / rotary_dim), k = 0 .. rotary_dim / 2 - 1.
 pub fn frequencies(base: f64, rotary_dim: usize) -> Vec<f64> {
     (0..rotary_dim / 2)

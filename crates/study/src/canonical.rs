@@ -7,17 +7,16 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
-use candle_core::{Device, Tensor};
 use ropelab_analysis::swap::{swap_scores, Tau};
-use ropelab_analysis::Captured;
-use ropelab_io::{write_atomic, write_csv};
-use ropelab_model::{
-    AttentionKind, GptJ, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
-};
+use ropelab_io::{read_csv_file, write_atomic, write_csv};
+use ropelab_model::{AttentionKind, Head, ModelConfig, Objective, PositionEncoding, RopeLayout};
+pub use ropelab_sweep::measure::canonical::{HeadReport, PlaneScore};
+use ropelab_sweep::{Job, MeasureOptions};
 use ropelab_tasks::{CanonicalKind, CanonicalTask, Layout, Split, TaskKind};
-use ropelab_train::canonical_data::{accuracy_by_position, PositionAccuracy};
-use ropelab_train::{DataConfig, OptimConfig, Retention, RunConfig, Trainer, EVAL_MEMORY};
+use ropelab_train::canonical_data::PositionAccuracy;
+use ropelab_train::{DataConfig, OptimConfig, Retention, RunConfig};
 use serde::{Deserialize, Serialize};
+use toml::Value;
 
 pub use ropelab_analysis::band::{split, sweep, Band};
 pub use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
@@ -25,8 +24,7 @@ pub use ropelab_analysis::partial::HandReport;
 use ropelab_analysis::partial::{hand_head, hand_view, plane_margins, PlaneMargin, TwoAngles};
 use ropelab_theory::construct::{check, HandHead};
 
-use crate::job::train_with_progress;
-use crate::Progress;
+use crate::{grid, Progress};
 
 /// Items before the query, by default.
 pub const DEFAULT_LEN: usize = 16;
@@ -83,7 +81,7 @@ impl Experiment {
             bands,
             seeds,
             d_model: 64,
-            base: 10_000.0,
+            base: ropelab_model::rope::DEFAULT_BASE,
             steps: 1500,
             batch: 64,
             lr: 3e-3,
@@ -237,98 +235,6 @@ pub fn run_dir(out: &Path, task: &CanonicalTask, band: &Band, seed: u64) -> Path
         .join(format!("seed-{seed}"))
 }
 
-/// What one trained head does (a run's `head.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HeadReport {
-    /// Test accuracy.
-    pub accuracy: f64,
-    /// Mean positional swap score at the query over the scored samples.
-    pub s_pos: f64,
-    /// Mean symbolic swap score.
-    pub s_sym: f64,
-    /// Per-plane projection heads' (s_pos, s_sym), planes that rotate only.
-    pub planes: Vec<PlaneScore>,
-    /// Largest attention weight the query put on each key position over the scored samples.
-    pub w_max: Vec<f64>,
-    /// Partial Induction: every plane's content and recency margins (docs/canonical.md).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub margins: Vec<PlaneMargin>,
-}
-
-/// The swap scores of one plane's projection head.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlaneScore {
-    /// Plane.
-    pub plane: usize,
-    /// Its rate (radians per position).
-    pub theta: f64,
-    /// Positional score.
-    pub s_pos: f64,
-    /// Symbolic score.
-    pub s_sym: f64,
-}
-
-/// The head's scores, weights and (Partial Induction) plane margins on `n` test samples.
-fn score_head(
-    model: &GptJ,
-    task: &CanonicalTask,
-    seed: u64,
-    n: usize,
-    rates: &[f64],
-    keep: &[usize],
-) -> Result<HeadScores> {
-    let samples: Vec<_> = (0..n as u64)
-        .map(|i| task.sample(seed, Split::Test, i))
-        .collect();
-    let ids: Vec<u32> = samples.iter().flat_map(|s| s.ids.iter().copied()).collect();
-    let seq = task.seq_len();
-    let ids = Tensor::from_vec(ids, (n, seq), &Device::Cpu)?;
-    let captured = Captured::run(model, &ids, false)?;
-    let query = seq - 1;
-    let (mut s_pos, mut s_sym) = (0.0, 0.0);
-    let mut planes: Vec<PlaneScore> = keep
-        .iter()
-        .map(|&p| PlaneScore {
-            plane: p,
-            theta: rates[p],
-            s_pos: 0.0,
-            s_sym: 0.0,
-        })
-        .collect();
-    let mut w_max = vec![0f64; task.len];
-    let mut views = vec![];
-    for (b, sample) in samples.iter().enumerate() {
-        let view = captured.head_view(0, b, 0, query)?;
-        let s = swap_scores(&view, Tau::DEFAULT);
-        s_pos += s.s_pos / n as f64;
-        s_sym += s.s_sym / n as f64;
-        for p in planes.iter_mut() {
-            let ps = swap_scores(&view.plane(p.plane), Tau::DEFAULT);
-            p.s_pos += ps.s_pos / n as f64;
-            p.s_sym += ps.s_sym / n as f64;
-        }
-        let row = captured.pattern_row(0, b, 0, query)?;
-        for (j, w) in w_max.iter_mut().enumerate() {
-            *w = w.max(row[j]);
-        }
-        if task.kind == CanonicalKind::Partial {
-            views.push((view, sample.ids.clone()));
-        }
-    }
-    let margins = if views.is_empty() {
-        vec![]
-    } else {
-        plane_margins(&views, task, rates)?
-    };
-    Ok(HeadScores {
-        s_pos,
-        s_sym,
-        planes,
-        w_max,
-        margins,
-    })
-}
-
 /// Reads `out/hand_head.json` (written by [`run`] for Partial Induction).
 pub fn read_hand(out: &Path) -> Result<HandReport> {
     let path = out.join("hand_head.json");
@@ -354,15 +260,6 @@ fn mean_margins(reports: &[HeadReport]) -> Option<Vec<PlaneMargin>> {
             })
             .collect(),
     )
-}
-
-/// What [`score_head`] measures.
-struct HeadScores {
-    s_pos: f64,
-    s_sym: f64,
-    planes: Vec<PlaneScore>,
-    w_max: Vec<f64>,
-    margins: Vec<PlaneMargin>,
 }
 
 /// The hand-built two-angle head (docs/canonical.md) on `test` test samples of Partial
@@ -414,15 +311,56 @@ pub fn hand_report(
     })
 }
 
-/// Trains (or reuses) every band and seed in `out/runs/...`, tests and scores each model, and
-/// writes `out/per_position.csv` and `out/summary.json`. Returns the summary per band.
+impl Experiment {
+    /// Every band and seed as a sweep job in its run directory ([`run_dir`], relative to the
+    /// experiment's directory).
+    pub fn jobs(&self) -> Result<Vec<Job>> {
+        let mut jobs = vec![];
+        for band in &self.bands {
+            for &seed in &self.seeds {
+                let params = [
+                    ("task", Value::String(self.task.kind.name().into())),
+                    ("band", Value::String(band.to_string())),
+                    ("seed", Value::Integer(seed as i64)),
+                ];
+                let run = run_dir(Path::new(""), &self.task, band, seed);
+                jobs.push(grid::job(&params, self.run_config(band, seed)?, run));
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// What every job measures: accuracy on `test` samples and the head on `score_samples`.
+    pub fn measure_options(&self) -> MeasureOptions {
+        MeasureOptions {
+            per_length: self.test,
+            heads: true,
+            head_samples: self.score_samples,
+            ..MeasureOptions::default()
+        }
+    }
+}
+
+/// Trains (or reuses) every band and seed in `out/runs/...` as a sweep job (`parallel` at a
+/// time, default one per core), each tested and its head scored
+/// (`ropelab_sweep::measure::canonical`), and writes `out/per_position.csv` and
+/// `out/summary.json` (and `out/hand_head.json` for Partial Induction) from the runs' files.
+/// Returns the summary per band.
 pub fn run(
     experiment: &Experiment,
     out: &Path,
+    parallel: Option<usize>,
     progress: &dyn Progress,
 ) -> Result<Vec<BandSummary>> {
     experiment.check()?;
-    let device = Device::Cpu;
+    let jobs = experiment.jobs()?;
+    grid::run(
+        &jobs,
+        out,
+        &experiment.measure_options(),
+        parallel,
+        progress,
+    )?;
     let rates = experiment.rates();
     let task = &experiment.task;
     let mut rows = vec![];
@@ -433,59 +371,11 @@ pub fn run(
         for &seed in &experiment.seeds {
             let dir = run_dir(out, task, band, seed);
             let head_path = dir.join("head.json");
-            let positions_path = dir.join("per_position.csv");
-            let label = format!("{} {band} s{seed}", task.kind);
-            let (report, positions): (HeadReport, Vec<PositionAccuracy>) =
-                if head_path.exists() && positions_path.exists() {
-                    let text = std::fs::read_to_string(&head_path)
-                        .with_context(|| format!("cannot read {}", head_path.display()))?;
-                    let report = serde_json::from_str(&text)
-                        .with_context(|| format!("{} is not a head report", head_path.display()))?;
-                    let text = std::fs::read_to_string(&positions_path)
-                        .with_context(|| format!("cannot read {}", positions_path.display()))?;
-                    (
-                        report,
-                        ropelab_io::read_csv(&text, &positions_path.display().to_string())?,
-                    )
-                } else {
-                    let config = experiment.run_config(band, seed)?;
-                    let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
-                    train_with_progress(&mut trainer, &label, progress)?;
-                    let stage = progress.stage(&format!("test {label}"), 1);
-                    let positions = accuracy_by_position(
-                        trainer.model(),
-                        task,
-                        seed,
-                        Split::Test,
-                        experiment.test,
-                        EVAL_MEMORY,
-                    )?;
-                    let scores = score_head(
-                        trainer.model(),
-                        task,
-                        seed,
-                        experiment.score_samples,
-                        &rates,
-                        &keep,
-                    )?;
-                    drop(stage);
-                    let n: usize = positions.iter().map(|r| r.n).sum();
-                    let correct: usize = positions.iter().map(|r| r.correct).sum();
-                    let report = HeadReport {
-                        accuracy: correct as f64 / n.max(1) as f64,
-                        s_pos: scores.s_pos,
-                        s_sym: scores.s_sym,
-                        planes: scores.planes,
-                        w_max: scores.w_max,
-                        margins: scores.margins,
-                    };
-                    write_csv(&positions_path, &positions)?;
-                    write_atomic(
-                        &head_path,
-                        serde_json::to_string_pretty(&report)?.as_bytes(),
-                    )?;
-                    (report, positions)
-                };
+            let text = std::fs::read_to_string(&head_path)
+                .with_context(|| format!("cannot read {}", head_path.display()))?;
+            let report: HeadReport = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a head report", head_path.display()))?;
+            let positions: Vec<PositionAccuracy> = read_csv_file(&dir.join("per_position.csv"))?;
             rows.extend(positions.iter().map(|p| PerPositionRow {
                 task: task.kind.name().into(),
                 band: band.to_string(),

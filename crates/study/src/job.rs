@@ -12,7 +12,7 @@ use ropelab_analysis::claims::RunFiles;
 use ropelab_analysis::dynamics::HeadStep;
 use ropelab_analysis::lengthgen::LengthRow;
 use ropelab_sweep::measure::MeasureOptions;
-use ropelab_sweep::{Job, Pool};
+use ropelab_sweep::Job;
 use ropelab_tasks::TaskKind;
 use ropelab_train::eval::EvalReport;
 use serde::Serialize;
@@ -58,12 +58,7 @@ pub fn jobs(config: &StudyConfig) -> Vec<(u64, TaskKind)> {
         .collect()
 }
 
-/// Models trained at once for `jobs` jobs: `parallel`, default one per core, at most one per
-/// job.
-pub fn workers(parallel: Option<usize>, jobs: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    parallel.unwrap_or(cores).clamp(1, jobs.max(1))
-}
+pub use crate::grid::workers;
 
 /// The run directory of the model of `kind` and `seed`, relative to the study's directory.
 pub fn run_dir(seed: u64, kind: TaskKind) -> PathBuf {
@@ -109,34 +104,9 @@ pub fn run_jobs(
     parallel: Option<usize>,
     progress: &dyn Progress,
 ) -> Result<Vec<Trained>> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pool = Pool {
-        parallel: workers(parallel, jobs.len()),
-        threads: cores,
-        fail_fast: true,
-    };
     let sweep = sweep_jobs(config, jobs)?;
-    let refs: Vec<&Job> = sweep.iter().collect();
-    let summary = ropelab_sweep::run_jobs(
-        &refs,
-        out,
-        pool,
-        &measure_options(config),
-        progress,
-        &|_, _| {},
-    )?;
-    if let Some((id, e)) = summary.failed.first() {
-        let (seed, kind) = sweep
-            .iter()
-            .zip(jobs)
-            .find(|(j, _)| &j.id == id)
-            .map(|(_, &p)| p)
-            .expect("a failed job is one of the jobs");
-        anyhow::bail!("seed {seed}, {kind} task: {e}");
-    }
-    anyhow::ensure!(summary.results.len() == jobs.len(), "a job did not run");
-    summary
-        .results
+    let results = crate::grid::run(&sweep, out, &measure_options(config), parallel, progress)?;
+    results
         .into_iter()
         .zip(&sweep)
         .zip(jobs)

@@ -2,32 +2,24 @@
 //! languages at short lengths with each position encoding, tested at longer lengths, and N*,
 //! the longest length up to which every tested length is classified perfectly.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use anyhow::{bail, ensure, Context, Result};
-use candle_core::Device;
-pub use ropelab_analysis::languages::{n_star, offset_rows, LengthRow, NStarRow, OffsetRow};
-use ropelab_analysis::modular::{bos_curves, mod_head_rows, RunLabel};
+use anyhow::{bail, ensure, Result};
+pub use ropelab_analysis::languages::{
+    n_star, offset_rows, LengthRow, NStarRow, OffsetRow, Pe, PERIODS,
+};
 pub use ropelab_analysis::modular::{ModHeadRow, MOD_THRESHOLD};
 use ropelab_io::{read_csv_file, write_csv};
-use ropelab_model::{
-    AttentionKind, Head, ModelConfig, Objective, PeriodicTables, PositionEncoding,
-};
-use ropelab_tasks::{language, Language, LanguageSamples, Layout, Negatives, Split, TaskKind};
-use ropelab_train::language_data::{accuracy_at_lengths, LengthAccuracy};
-use ropelab_train::{
-    DataConfig, LanguageData, OptimConfig, Retention, RunConfig, RunDir, Trainer, EVAL_MEMORY,
-};
+use ropelab_model::{AttentionKind, Head, ModelConfig, Objective};
+pub use ropelab_sweep::measure::language::HEAD_STRINGS;
+use ropelab_sweep::{Job, MeasureOptions};
+use ropelab_tasks::{language, Language, Layout, Negatives, TaskKind};
+use ropelab_train::lengths::LengthAccuracy;
+use ropelab_train::{DataConfig, LanguageData, OptimConfig, Retention, RunConfig};
+use toml::Value;
 
-use crate::job::train_with_progress;
-use crate::Progress;
-
-/// The periods of the periodic encodings' planes (uniform tables, T_m(s) = 2 pi s / m): period
-/// 2 gives the parity of a position (enough for `(aa)*` and `(ab)*`), and 2, 3, 5, 7 together
-/// tell positions apart modulo 210.
-pub const PERIODS: [usize; 4] = [2, 3, 5, 7];
+use crate::{grid, Progress};
 
 /// The offset a conventional-RoPE head looks back in `offset.csv` (the previous symbol, what
 /// `(ab)*` and `Sigma* ab Sigma*` need).
@@ -38,103 +30,6 @@ pub const OFFSET_SCALES: [f64; 3] = [1.0, 10.0, 100.0];
 
 /// Longest range `offset.csv` searches.
 pub const OFFSET_CAP: usize = 1_000_000;
-
-/// Strings whose heads are scored for MOD predicates, at the longest tested length.
-pub const HEAD_STRINGS: usize = 4;
-
-/// One position encoding of the experiment.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pe {
-    /// No position encoding.
-    Nope,
-    /// Conventional RoPE at a base, on every dim of each head.
-    Rope(f64),
-    /// Sinusoidal absolute encoding at a base.
-    Sipe(f64),
-    /// Periodic RoPE: the planes of [`PERIODS`] (the rest of each head passes unrotated).
-    RopePeriodic,
-    /// Periodic sinusoidal absolute encoding with [`PERIODS`].
-    SipePeriodic,
-}
-
-impl Pe {
-    /// The kind without its base (`nope`, `rope`, `sipe`, `rope-periodic`, `sipe-periodic`).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Pe::Nope => "nope",
-            Pe::Rope(_) => "rope",
-            Pe::Sipe(_) => "sipe",
-            Pe::RopePeriodic => "rope-periodic",
-            Pe::SipePeriodic => "sipe-periodic",
-        }
-    }
-
-    /// The base of a conventional encoding.
-    pub fn base(&self) -> Option<f64> {
-        match self {
-            Pe::Rope(b) | Pe::Sipe(b) => Some(*b),
-            _ => None,
-        }
-    }
-
-    /// The model's encoding for heads of `d_head` dims.
-    pub fn encoding(&self, d_head: usize) -> PositionEncoding {
-        let layout = ropelab_model::RopeLayout::Interleaved;
-        match *self {
-            Pe::Nope => PositionEncoding::None,
-            Pe::Rope(base) => PositionEncoding::rope(base, d_head, layout),
-            Pe::Sipe(base) => PositionEncoding::Sinusoidal { base },
-            Pe::RopePeriodic => PositionEncoding::Periodic {
-                periods: PERIODS.to_vec(),
-                tables: PeriodicTables::default(),
-                layout,
-                planes: Default::default(),
-            },
-            Pe::SipePeriodic => PositionEncoding::PeriodicSinusoidal {
-                periods: PERIODS.to_vec(),
-                tables: PeriodicTables::default(),
-            },
-        }
-    }
-}
-
-impl fmt::Display for Pe {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.base() {
-            Some(b) => write!(f, "{}:{b:e}", self.kind()),
-            None => f.write_str(self.kind()),
-        }
-    }
-}
-
-impl FromStr for Pe {
-    type Err = anyhow::Error;
-    /// `nope`, `rope:BASE`, `sipe:BASE`, `rope-periodic` or `sipe-periodic`.
-    fn from_str(s: &str) -> Result<Self> {
-        let s = s.trim();
-        let base = |text: &str| -> Result<f64> {
-            let b: f64 = text
-                .parse()
-                .with_context(|| format!("position encoding {s:?}: {text:?} is not a number"))?;
-            ensure!(
-                b.is_finite() && b > 0.0,
-                "position encoding {s:?}: the base must be positive and finite, got {b}"
-            );
-            Ok(b)
-        };
-        Ok(match s.split_once(':') {
-            Some(("rope", b)) => Pe::Rope(base(b)?),
-            Some(("sipe", b)) => Pe::Sipe(base(b)?),
-            None if s == "nope" => Pe::Nope,
-            None if s == "rope-periodic" => Pe::RopePeriodic,
-            None if s == "sipe-periodic" => Pe::SipePeriodic,
-            _ => bail!(
-                "unknown position encoding {s:?} (expected nope, rope:BASE, sipe:BASE, \
-                 rope-periodic or sipe-periodic)"
-            ),
-        })
-    }
-}
 
 /// How much to train and test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,13 +257,61 @@ pub struct Outcome {
     pub offsets: Vec<OffsetRow>,
 }
 
-/// Trains (or reuses) every grid point's model in `out/runs/...`, tests it at the training
-/// and test lengths (reusing a run's `lengths.csv`), scores its heads for MOD predicates
-/// (reusing a run's `heads.csv`), and writes `out/accuracy.csv`, `out/nstar.csv`,
-/// `out/heads.csv` and `out/offset.csv`.
-pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Result<Outcome> {
+impl Experiment {
+    /// Every grid point as a sweep job in its run directory ([`run_dir`], relative to the
+    /// experiment's directory).
+    pub fn jobs(&self) -> Vec<Job> {
+        self.grid()
+            .into_iter()
+            .map(|(language, pe, seed, lr)| {
+                let params = [
+                    ("language", Value::String(language.name().into())),
+                    ("pe", Value::String(pe.to_string())),
+                    ("seed", Value::Integer(seed as i64)),
+                    ("lr", Value::Float(lr)),
+                ];
+                let config = self.run_config(language, pe, seed, lr);
+                grid::job(
+                    &params,
+                    config,
+                    run_dir(Path::new(""), language, pe, seed, lr),
+                )
+            })
+            .collect()
+    }
+
+    /// What every job measures: accuracy at the training and test lengths, `per_length`
+    /// strings each, and the MOD heads.
+    pub fn measure_options(&self) -> MeasureOptions {
+        MeasureOptions {
+            lengths: Some(self.test_lengths.clone()),
+            per_length: self.per_length,
+            heads: true,
+            ..MeasureOptions::default()
+        }
+    }
+}
+
+/// Trains (or reuses) every grid point's model in `out/runs/...` as a sweep job (`parallel`
+/// at a time, default one per core), each tested at the training and test lengths with its
+/// heads scored for MOD predicates (`ropelab_sweep::measure::language`), and writes
+/// `out/accuracy.csv`, `out/nstar.csv`, `out/heads.csv` and `out/offset.csv` from the runs'
+/// files.
+pub fn run(
+    experiment: &Experiment,
+    out: &Path,
+    parallel: Option<usize>,
+    progress: &dyn Progress,
+) -> Result<Outcome> {
     experiment.check()?;
-    let device = Device::Cpu;
+    let jobs = experiment.jobs();
+    grid::run(
+        &jobs,
+        out,
+        &experiment.measure_options(),
+        parallel,
+        progress,
+    )?;
     let mut outcome = Outcome {
         nstar: vec![],
         heads: vec![],
@@ -378,34 +321,8 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
     let hi = experiment.train_lengths[1];
     for (language, pe, seed, lr) in experiment.grid() {
         let dir = run_dir(out, language, pe, seed, lr);
-        let label = format!("{} {pe} s{seed} lr {lr:e}", language.name());
-        let samples = LanguageSamples {
-            language,
-            negatives: experiment.negatives,
-            seed,
-        };
-        let lengths_path = dir.join("lengths.csv");
-        let heads_path = dir.join("heads.csv");
-        let mut trained: Option<Trainer> = None;
-        let rows: Vec<LengthAccuracy> = if lengths_path.exists() {
-            read_csv_file(&lengths_path)?
-        } else {
-            let config = experiment.run_config(language, pe, seed, lr);
-            let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
-            train_with_progress(&mut trainer, &label, progress)?;
-            let [lo, hi] = experiment.train_lengths;
-            let plan: Vec<(usize, usize)> = (lo..=hi)
-                .chain(experiment.test_lengths.iter().copied())
-                .map(|n| (n, experiment.per_length))
-                .collect();
-            let stage = progress.stage(&format!("test {label}"), 1);
-            let rows =
-                accuracy_at_lengths(trainer.model(), &samples, Split::Test, &plan, EVAL_MEMORY)?;
-            drop(stage);
-            write_csv(&lengths_path, &rows)?;
-            trained = Some(trainer);
-            rows
-        };
+        let rows: Vec<LengthAccuracy> = read_csv_file(&dir.join("lengths.csv"))?;
+        let heads: Vec<ModHeadRow> = read_csv_file(&dir.join("heads.csv"))?;
         let mean = |test: bool| {
             let part: Vec<f64> = rows
                 .iter()
@@ -424,38 +341,6 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
             accuracy: mean(true),
             n_star: n_star(&rows, hi),
             max_len: rows.last().map_or(0, |r| r.length),
-        };
-        let heads: Vec<ModHeadRow> = if heads_path.exists() {
-            read_csv_file(&heads_path)?
-        } else {
-            let loaded;
-            let model = match &trained {
-                Some(t) => t.model(),
-                None => {
-                    let (run, config) = RunDir::open(&dir)?;
-                    loaded = run.load_model(run.latest_checkpoint()?, &config, &device)?;
-                    &loaded
-                }
-            };
-            let stage = progress.stage(&format!("heads {label}"), 1);
-            let longest = experiment.test_lengths.last().copied().unwrap_or(hi);
-            let ids: Vec<u32> = (0..HEAD_STRINGS as u64)
-                .flat_map(|i| samples.sample(Split::Test, longest, i).ids)
-                .collect();
-            let ids = candle_core::Tensor::from_vec(ids, (HEAD_STRINGS, longest + 2), &device)?;
-            let curves = bos_curves(model, &ids)?;
-            let label = RunLabel {
-                language: run_row.language.clone(),
-                pe: run_row.pe.clone(),
-                base: run_row.base,
-                seed,
-                lr,
-            };
-            // Query positions 1 ..= hi + 1 are those of training strings (w and EOS).
-            let heads = mod_head_rows(&label, &curves, &PERIODS, hi + 1)?;
-            drop(stage);
-            write_csv(&heads_path, &heads)?;
-            heads
         };
         if let Pe::Rope(base) = pe {
             let d_head = experiment.run_config(language, pe, seed, lr).model.d_head();

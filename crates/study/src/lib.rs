@@ -12,6 +12,7 @@
 pub mod canonical;
 pub mod config;
 pub mod datasets;
+pub mod grid;
 pub mod job;
 pub mod languages;
 pub mod offset;

@@ -2,117 +2,24 @@
 //! fixed-offset retrieval at short lengths with rotary, learned absolute (APE) or no position
 //! encoding, softmax or linear attention, and tested at up to 8 x the training length.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use anyhow::{bail, ensure, Context, Result};
-use candle_core::Device;
-use ropelab_analysis::offset::{
-    carrier_planes, carrier_summary, equivariance_deviation, mechanisms, PlaneRow,
+pub use ropelab_analysis::offset::{
+    attention_name, parse_attention, CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetPe,
+    OffsetRunRow,
 };
-pub use ropelab_analysis::offset::{CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_io::{read_csv_file, write_csv};
-use ropelab_model::{
-    AttentionKind, Beyond, Head, ModelConfig, Objective, PositionEncoding, RopeLayout,
-};
-use ropelab_tasks::{Layout, OffsetTask, Split, TaskKind};
-use ropelab_train::language_data::LengthAccuracy;
-use ropelab_train::offset_data::last_accuracy_at_lengths;
-use ropelab_train::{DataConfig, OffsetData, OptimConfig, Retention, RunConfig, Trainer};
-
+use ropelab_model::{AttentionKind, Beyond, Head, ModelConfig, Objective};
+pub use ropelab_sweep::measure::offset::{EQUIVARIANCE_SHIFT, MECHANISM_ROWS};
+use ropelab_sweep::{Job, MeasureOptions};
+use ropelab_tasks::{Layout, OffsetTask, TaskKind};
+use ropelab_train::lengths::LengthAccuracy;
+use ropelab_train::{DataConfig, OffsetData, OptimConfig, Retention, RunConfig};
 use serde::{Deserialize, Serialize};
+use toml::Value;
 
-use crate::job::train_with_progress;
-use crate::Progress;
-
-/// The RoPE base of `rope` without one.
-pub const DEFAULT_BASE: f64 = 10_000.0;
-
-/// One position encoding of the experiment.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum OffsetPe {
-    /// Rotary at a base, on every dim of each head.
-    Rope(f64),
-    /// Learned absolute encoding with one row per training position.
-    Ape,
-    /// No position encoding.
-    Nope,
-}
-
-impl OffsetPe {
-    /// The kind without its base (`rope`, `ape`, `nope`).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            OffsetPe::Rope(_) => "rope",
-            OffsetPe::Ape => "ape",
-            OffsetPe::Nope => "nope",
-        }
-    }
-
-    /// The model's encoding for heads of `d_head` dims, an APE table of `rows` rows.
-    pub fn encoding(&self, d_head: usize, rows: usize, beyond: Beyond) -> PositionEncoding {
-        match *self {
-            OffsetPe::Rope(base) => PositionEncoding::rope(base, d_head, RopeLayout::Interleaved),
-            OffsetPe::Ape => PositionEncoding::Learned {
-                max_len: rows,
-                beyond,
-            },
-            OffsetPe::Nope => PositionEncoding::None,
-        }
-    }
-}
-
-impl fmt::Display for OffsetPe {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OffsetPe::Rope(b) if *b == DEFAULT_BASE => f.write_str("rope"),
-            OffsetPe::Rope(b) => write!(f, "rope:{b:e}"),
-            other => f.write_str(other.kind()),
-        }
-    }
-}
-
-impl FromStr for OffsetPe {
-    type Err = anyhow::Error;
-    /// `rope` (base 10,000), `rope:BASE`, `ape` or `nope`.
-    fn from_str(s: &str) -> Result<Self> {
-        let s = s.trim();
-        Ok(match s.split_once(':') {
-            None if s == "rope" => OffsetPe::Rope(DEFAULT_BASE),
-            None if s == "ape" => OffsetPe::Ape,
-            None if s == "nope" => OffsetPe::Nope,
-            Some(("rope", b)) => {
-                let base: f64 = b
-                    .parse()
-                    .with_context(|| format!("position encoding {s:?}: {b:?} is not a number"))?;
-                ensure!(
-                    base.is_finite() && base > 0.0,
-                    "position encoding {s:?}: the base must be positive and finite, got {base}"
-                );
-                OffsetPe::Rope(base)
-            }
-            _ => bail!("unknown position encoding {s:?} (expected rope, rope:BASE, ape or nope)"),
-        })
-    }
-}
-
-/// Parses `softmax` or `linear`.
-pub fn parse_attention(s: &str) -> Result<AttentionKind> {
-    match s.trim() {
-        "softmax" => Ok(AttentionKind::Softmax),
-        "linear" => Ok(AttentionKind::Linear),
-        other => bail!("unknown attention {other:?} (expected softmax or linear)"),
-    }
-}
-
-/// The name of an attention kind (`softmax`, `linear`).
-pub fn attention_name(a: AttentionKind) -> &'static str {
-    match a {
-        AttentionKind::Softmax => "softmax",
-        AttentionKind::Linear => "linear",
-    }
-}
+use crate::{grid, Progress};
 
 /// Everything one experiment runs: the grid, the model and the training and test settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,7 +65,11 @@ impl Default for Experiment {
     /// at lengths up to 16 and tested at 1 to 8 x 16.
     fn default() -> Self {
         Experiment {
-            pes: vec![OffsetPe::Rope(DEFAULT_BASE), OffsetPe::Ape, OffsetPe::Nope],
+            pes: vec![
+                OffsetPe::Rope(ropelab_model::rope::DEFAULT_BASE),
+                OffsetPe::Ape,
+                OffsetPe::Nope,
+            ],
             attentions: vec![AttentionKind::Softmax, AttentionKind::Linear],
             ks: vec![1, 2, 4, 8],
             seeds: vec![0, 1, 2],
@@ -360,11 +271,15 @@ impl StudyOffset {
     /// The experiment this table describes, checked.
     pub fn experiment(&self) -> Result<Experiment> {
         let e = Experiment {
-            pes: self.pe.iter().map(|p| p.parse()).collect::<Result<_>>()?,
+            pes: self
+                .pe
+                .iter()
+                .map(|p| p.parse().map_err(anyhow::Error::from))
+                .collect::<Result<_>>()?,
             attentions: self
                 .attention
                 .iter()
-                .map(|a| parse_attention(a))
+                .map(|a| parse_attention(a).map_err(anyhow::Error::from))
                 .collect::<Result<_>>()?,
             ks: self.k.clone(),
             seeds: self.seeds.clone(),
@@ -388,12 +303,6 @@ pub fn run_dir(out: &Path, pe: OffsetPe, attention: AttentionKind, k: usize, see
         .join(format!("seed-{seed}"))
 }
 
-/// Test sequences the mechanisms read per length.
-pub const MECHANISM_ROWS: usize = 64;
-
-/// Tokens put before the sequences of the equivariance check.
-pub const EQUIVARIANCE_SHIFT: usize = 37;
-
 /// What one experiment measured (each also written to `out/`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
@@ -405,12 +314,60 @@ pub struct Outcome {
     pub mechanisms: Vec<MechanismLine>,
 }
 
-/// Trains (or reuses) every grid point's model in `out/runs/...`, tests it at every test
-/// length and measures its mechanisms (reusing a run's `lengths.csv` and `mechanism.csv`),
-/// and writes `out/accuracy.csv`, `out/runs.csv` and `out/mechanism.csv`.
-pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Result<Outcome> {
+impl Experiment {
+    /// Every grid point as a sweep job in its run directory ([`run_dir`], relative to the
+    /// experiment's directory).
+    pub fn jobs(&self) -> Vec<Job> {
+        self.grid()
+            .into_iter()
+            .map(|(pe, attention, k, seed)| {
+                let params = [
+                    ("pe", Value::String(pe.to_string())),
+                    ("attention", Value::String(attention_name(attention).into())),
+                    ("k", Value::Integer(k as i64)),
+                    ("seed", Value::Integer(seed as i64)),
+                ];
+                let config = self.run_config(pe, attention, k, seed);
+                grid::job(
+                    &params,
+                    config,
+                    run_dir(Path::new(""), pe, attention, k, seed),
+                )
+            })
+            .collect()
+    }
+
+    /// What every job measures: accuracy at the test lengths, `per_length` sequences each,
+    /// and the mechanisms.
+    pub fn measure_options(&self) -> MeasureOptions {
+        MeasureOptions {
+            lengths: Some(self.test_lens.clone()),
+            per_length: self.per_length,
+            heads: true,
+            ..MeasureOptions::default()
+        }
+    }
+}
+
+/// Trains (or reuses) every grid point's model in `out/runs/...` as a sweep job (`parallel`
+/// at a time, default one per core), each tested at every test length with its mechanisms
+/// measured (`ropelab_sweep::measure::offset`), and writes `out/accuracy.csv`, `out/runs.csv`
+/// and `out/mechanism.csv` from the runs' files.
+pub fn run(
+    experiment: &Experiment,
+    out: &Path,
+    parallel: Option<usize>,
+    progress: &dyn Progress,
+) -> Result<Outcome> {
     experiment.check()?;
-    let device = Device::Cpu;
+    let jobs = experiment.jobs();
+    grid::run(
+        &jobs,
+        out,
+        &experiment.measure_options(),
+        parallel,
+        progress,
+    )?;
     let mut outcome = Outcome {
         accuracy: vec![],
         runs: vec![],
@@ -418,154 +375,16 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
     };
     for (pe, attention, k, seed) in experiment.grid() {
         let dir = run_dir(out, pe, attention, k, seed);
-        let label = format!("{pe} {} k{k} s{seed}", attention_name(attention));
-        let task = OffsetTask::new(experiment.vocab, k)?;
-        let lengths_path = dir.join("lengths.csv");
+        let rows: Vec<LengthAccuracy> = read_csv_file(&dir.join("lengths.csv"))?;
         let run_path = dir.join("run.csv");
-        let mut trained: Option<Trainer> = None;
-        let rows: Vec<LengthAccuracy> = if lengths_path.exists() {
-            read_csv_file(&lengths_path)?
-        } else {
-            let config = experiment.run_config(pe, attention, k, seed);
-            let mut trainer = Trainer::start_or_resume(&dir, config, &device)?;
-            train_with_progress(&mut trainer, &label, progress)?;
-            let plan: Vec<(usize, usize)> = experiment
-                .test_lens
-                .iter()
-                .map(|&n| (n, experiment.per_length))
-                .collect();
-            let stage = progress.stage(&format!("test {label}"), 1);
-            let rows = last_accuracy_at_lengths(
-                trainer.model(),
-                &task,
-                seed,
-                Split::Test,
-                &plan,
-                ropelab_train::EVAL_MEMORY,
-            )?;
-            drop(stage);
-            write_csv(&lengths_path, &rows)?;
-            trained = Some(trainer);
-            rows
-        };
-        let accuracy_at = |n: usize| {
-            rows.iter()
-                .find(|r| r.length == n)
-                .map_or(f64::NAN, |r| r.accuracy())
-        };
-        let (run_row, mechanism): (OffsetRunRow, Vec<MechanismLine>) = if run_path.exists() {
-            let run_row = read_csv_file::<OffsetRunRow>(&run_path)?
-                .pop()
-                .with_context(|| format!("{} is empty", run_path.display()))?;
-            let mechanism = if dir.join("mechanism.csv").exists() {
-                read_csv_file(&dir.join("mechanism.csv"))?
-            } else {
-                vec![]
-            };
-            (run_row, mechanism)
-        } else {
-            let loaded;
-            let model = match &trained {
-                Some(t) => t.model(),
-                None => {
-                    let (run, config) = ropelab_train::RunDir::open(&dir)?;
-                    loaded = run.load_model(run.latest_checkpoint()?, &config, &device)?;
-                    &loaded
-                }
-            };
-            let stage = progress.stage(&format!("mechanisms {label}"), 1);
-            // Sequences of the training length moved by EQUIVARIANCE_SHIFT tokens; an APE
-            // table that refuses longer inputs keeps the moved copy inside it.
-            let (eq_len, shift) = match (pe, experiment.ape_beyond) {
-                (OffsetPe::Ape, Beyond::Error) => (k + 1, experiment.train_len - k - 1),
-                _ => (experiment.train_len, EQUIVARIANCE_SHIFT),
-            };
-            let equivariance = if shift == 0 {
-                f64::NAN
-            } else {
-                equivariance_deviation(model, &task, seed, eq_len, shift, MECHANISM_ROWS)?
-            };
-            let mut run_row = OffsetRunRow {
-                pe: pe.to_string(),
-                attention: attention_name(attention).into(),
-                k,
-                seed,
-                equivariance,
-                dilution_error: None,
-                mode_key: None,
-                mode_fraction: None,
-                carrier_rank: None,
-                carrier_alignment: None,
-            };
-            let planes = carrier_planes(model, &task, seed, experiment.train_len, MECHANISM_ROWS)?;
-            if !planes.is_empty() {
-                write_csv(&dir.join("planes.csv"), &planes)?;
-                let heads = planes.iter().map(|p| p.head).max().unwrap_or(0) + 1;
-                let best = (0..heads)
-                    .filter_map(|h| {
-                        let mine: Vec<PlaneRow> =
-                            planes.iter().filter(|p| p.head == h).cloned().collect();
-                        carrier_summary(&mine)
-                    })
-                    .fold(None, |b: Option<(f64, f64)>, x| match b {
-                        Some(b) if b.1 >= x.1 => Some(b),
-                        _ => Some(x),
-                    });
-                if let Some((rank, alignment)) = best {
-                    run_row.carrier_rank = Some(rank);
-                    run_row.carrier_alignment = Some(alignment);
-                }
-            }
-            let mut mechanism = vec![];
-            if attention == AttentionKind::Softmax {
-                let m = mechanisms(model, &task, seed, &experiment.test_lens, MECHANISM_ROWS)?;
-                write_csv(&dir.join("pinning.csv"), &m.pins)?;
-                let carrier: Vec<CarrierRow> = m
-                    .carrier
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(head, s)| {
-                        s.iter()
-                            .enumerate()
-                            .map(move |(r, &s)| CarrierRow { head, r, s })
-                    })
-                    .collect();
-                write_csv(&dir.join("carrier.csv"), &carrier)?;
-                // The law assumes logits that depend on the offset alone (not APE's).
-                run_row.dilution_error = m
-                    .rows
-                    .iter()
-                    .map(|r| (r.predicted_weight - r.target_weight).abs())
-                    .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))))
-                    .filter(|_| pe != OffsetPe::Ape);
-                if let Some(last) = m.rows.iter().rev().find(|r| r.head == 0) {
-                    run_row.mode_key = Some(last.mode_key);
-                    run_row.mode_fraction = Some(last.mode_fraction);
-                }
-                mechanism = m
-                    .rows
-                    .iter()
-                    .map(|r| MechanismLine {
-                        pe: pe.to_string(),
-                        attention: attention_name(attention).into(),
-                        k,
-                        seed,
-                        test_len: r.test_len,
-                        head: r.head,
-                        target_weight: r.target_weight,
-                        predicted_weight: r.predicted_weight,
-                        argmax_on_target: r.argmax_on_target,
-                        mode_key: r.mode_key,
-                        mode_fraction: r.mode_fraction,
-                        accuracy: accuracy_at(r.test_len),
-                    })
-                    .collect();
-                write_csv(&dir.join("mechanism.csv"), &mechanism)?;
-            }
-            drop(stage);
-            write_csv(&run_path, std::slice::from_ref(&run_row))?;
-            (run_row, mechanism)
-        };
+        let run_row = read_csv_file::<OffsetRunRow>(&run_path)?
+            .pop()
+            .with_context(|| format!("{} is empty", run_path.display()))?;
+        if attention == AttentionKind::Softmax {
+            outcome
+                .mechanisms
+                .extend(read_csv_file::<MechanismLine>(&dir.join("mechanism.csv"))?);
+        }
         outcome
             .accuracy
             .extend(rows.iter().map(|r| OffsetAccuracyRow {
@@ -580,7 +399,6 @@ pub fn run(experiment: &Experiment, out: &Path, progress: &dyn Progress) -> Resu
                 loss: r.loss,
             }));
         outcome.runs.push(run_row);
-        outcome.mechanisms.extend(mechanism);
     }
     write_csv(&out.join("accuracy.csv"), &outcome.accuracy)?;
     write_csv(&out.join("runs.csv"), &outcome.runs)?;

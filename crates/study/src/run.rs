@@ -84,7 +84,7 @@ pub fn reproduce(
 
     if let Some(plan) = &config.offset {
         let experiment = plan.experiment()?;
-        let outcome = crate::offset::run(&experiment, &out.join("offset"), progress)?;
+        let outcome = crate::offset::run(&experiment, &out.join("offset"), parallel, progress)?;
         report(Milestone::Offset(&experiment, &outcome))?;
     }
 
@@ -92,7 +92,7 @@ pub fn reproduce(
         let mut done = vec![];
         for experiment in plan.experiments()? {
             let dir = out.join("canonical").join(experiment.task.kind.name());
-            let summary = crate::canonical::run(&experiment, &dir, progress)?;
+            let summary = crate::canonical::run(&experiment, &dir, parallel, progress)?;
             done.push((experiment, summary));
         }
         report(Milestone::Canonical(&done))?;

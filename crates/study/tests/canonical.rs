@@ -19,7 +19,7 @@ fn a_tiny_band_grid_writes_its_files_and_reruns_from_them() {
     e.batch = 8;
     e.test = 60;
     e.score_samples = 6;
-    let summary = run(&e, dir.path(), &Quiet).unwrap();
+    let summary = run(&e, dir.path(), None, &Quiet).unwrap();
     assert_eq!(summary.len(), 3);
     assert_eq!(summary[0].planes, (0..8).collect::<Vec<_>>());
     assert_eq!(summary[2].planes, vec![1, 3]);
@@ -48,10 +48,10 @@ fn a_tiny_band_grid_writes_its_files_and_reruns_from_them() {
     for key in ["accuracy", "s_pos", "s_sym"] {
         assert!(json[0][key].is_number(), "{key}");
     }
-    let again = run(&e, dir.path(), &Quiet).unwrap();
+    let again = run(&e, dir.path(), None, &Quiet).unwrap();
     assert_eq!(again, summary);
     // A band naming a plane the 16-dim head (8 planes) does not have.
     e.bands = vec![Band::Planes(vec![8])];
-    let err = run(&e, dir.path(), &Quiet).unwrap_err().to_string();
+    let err = run(&e, dir.path(), None, &Quiet).unwrap_err().to_string();
     assert!(err.contains("plane 8 does not exist"), "{err}");
 }

@@ -22,7 +22,7 @@ fn a_tiny_grid_writes_nstar_accuracy_heads_and_offsets_and_reruns_from_its_files
     e.train_lengths = [1, 6];
     e.test_lengths = vec![7, 9, 16];
     e.per_length = 8;
-    let outcome = run(&e, dir.path(), &Quiet).unwrap();
+    let outcome = run(&e, dir.path(), None, &Quiet).unwrap();
     let rows = &outcome.nstar;
     assert_eq!(rows.len(), 4);
 
@@ -104,7 +104,7 @@ fn a_tiny_grid_writes_nstar_accuracy_heads_and_offsets_and_reruns_from_its_files
         .collect();
     let before: Vec<_> = files.iter().map(|f| stamp(f)).collect();
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let again = run(&e, dir.path(), &Quiet).unwrap();
+    let again = run(&e, dir.path(), None, &Quiet).unwrap();
     assert_eq!(again, outcome);
     let after: Vec<_> = files.iter().map(|f| stamp(f)).collect();
     assert_eq!(before, after);

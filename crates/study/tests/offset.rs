@@ -20,7 +20,7 @@ fn a_tiny_grid_writes_its_tables_and_reruns_from_its_files() {
         batch: 8,
         ..Experiment::default()
     };
-    let outcome = run(&e, dir.path(), &Quiet).unwrap();
+    let outcome = run(&e, dir.path(), None, &Quiet).unwrap();
     assert_eq!(outcome.accuracy.len(), 8 * 3);
     assert_eq!(outcome.runs.len(), 8);
     // Softmax runs: one line per test length (one head).
@@ -75,7 +75,7 @@ fn a_tiny_grid_writes_its_tables_and_reruns_from_its_files() {
         .modified()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
-    assert_eq!(run(&e, dir.path(), &Quiet).unwrap(), outcome);
+    assert_eq!(run(&e, dir.path(), None, &Quiet).unwrap(), outcome);
     assert_eq!(
         std::fs::metadata(run0.join("run.csv"))
             .unwrap()

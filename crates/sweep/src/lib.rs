@@ -44,6 +44,9 @@ pub enum SweepError {
     /// JSON.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// A CSV file.
+    #[error(transparent)]
+    Csv(#[from] ropelab_io::CsvError),
     /// A file.
     #[error("{path}: {source}")]
     Io {

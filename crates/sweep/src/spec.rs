@@ -24,6 +24,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::{Table, Value};
 
+use crate::measure::MeasureOptions;
 use crate::{Result, SweepError};
 
 /// The file as written.
@@ -38,6 +39,19 @@ struct SpecFile {
     base: Table,
     #[serde(default)]
     axis: Vec<AxisFile>,
+    #[serde(default)]
+    measure: MeasureFile,
+}
+
+/// The `[measure]` table: what every job measures beyond its task's default
+/// ([`crate::measure`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MeasureFile {
+    lengths: Option<Vec<usize>>,
+    per_length: Option<usize>,
+    heads: Option<bool>,
+    head_samples: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -66,6 +80,8 @@ pub struct Sweep {
     pub base: Table,
     /// Axes, in file order; jobs are their product.
     pub axes: Vec<Axis>,
+    /// What every job measures (the file's `[measure]` table over the defaults).
+    pub measure: MeasureOptions,
     /// The file it came from (for error messages).
     pub origin: String,
 }
@@ -248,10 +264,15 @@ impl Sweep {
             }
             axes.push(Axis { keys, rows });
         }
+        let measure = measure_options(&file.measure).map_err(|m| SweepError::Spec {
+            origin: origin.to_string(),
+            message: format!("[measure] {m}"),
+        })?;
         Ok(Self {
             name: file.name,
             base,
             axes,
+            measure,
             origin: origin.to_string(),
         })
     }
@@ -298,6 +319,10 @@ impl Sweep {
             let label = format!("{} (job {id}: {})", self.origin, texts(&params).join(", "));
             // The error names the sweep file and the job's parameters.
             let config = RunConfig::from_toml(&text, Path::new(&label))?;
+            check_measure(&config, &self.measure).map_err(|m| SweepError::Spec {
+                origin: label.clone(),
+                message: m,
+            })?;
             if let Some(other) = seen.insert(id.clone(), texts(&params)) {
                 return bad(
                     &self.origin,
@@ -309,6 +334,57 @@ impl Sweep {
         jobs.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(jobs)
     }
+}
+
+/// The measurement a `[measure]` table asks for, checked.
+fn measure_options(file: &MeasureFile) -> std::result::Result<MeasureOptions, String> {
+    let mut options = MeasureOptions::default();
+    if let Some(lengths) = &file.lengths {
+        if lengths.is_empty() || !lengths.windows(2).all(|w| w[0] < w[1]) {
+            return Err(format!(
+                "lengths must be a non-empty ascending list, got {lengths:?}"
+            ));
+        }
+        options.lengths = Some(lengths.clone());
+    }
+    for (key, value, slot) in [
+        ("per_length", file.per_length, &mut options.per_length),
+        ("head_samples", file.head_samples, &mut options.head_samples),
+    ] {
+        match value {
+            Some(0) => return Err(format!("{key} must be at least 1")),
+            Some(n) => *slot = n,
+            None => {}
+        }
+    }
+    options.heads = file.heads.unwrap_or(false);
+    Ok(options)
+}
+
+/// Refuses a job whose task cannot be tested at the lengths `measure` asks for (a fixed-offset
+/// sequence no longer than its offset, a language length inside the training range).
+fn check_measure(config: &RunConfig, measure: &MeasureOptions) -> std::result::Result<(), String> {
+    let Some(lengths) = &measure.lengths else {
+        return Ok(());
+    };
+    if let Some(offset) = &config.offset {
+        if let Some(n) = lengths.iter().find(|&&n| n <= offset.k) {
+            return Err(format!(
+                "[measure] length {n} is not longer than the offset k = {}",
+                offset.k
+            ));
+        }
+    }
+    if let Some(language) = &config.language {
+        let hi = language.lengths[1];
+        if let Some(n) = lengths.iter().find(|&&n| n <= hi) {
+            return Err(format!(
+                "[measure] length {n} is not beyond the training lengths (up to {hi}): a \
+                 language job is tested at its training lengths and at these"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn texts(params: &[(String, Value)]) -> Vec<String> {
@@ -366,8 +442,12 @@ pub fn set(table: &mut Table, key: &str, value: Value) -> std::result::Result<()
             *slot = match (&*slot, value) {
                 (Value::Array(_), Value::Array(v)) => Value::Array(v),
                 (Value::Array(_), v) => Value::Array(vec![v]),
+                (Value::Table(_), Value::Table(t)) => Value::Table(t),
                 (Value::Table(_), _) => {
-                    return Err(format!("config key {key} is a table; name one of its keys"))
+                    return Err(format!(
+                        "config key {key} is a table: name one of its keys, or give a whole \
+                         table (e.g. {{ kind = \"rope\", base = 100.0 }})"
+                    ))
                 }
                 (_, v) => v,
             };

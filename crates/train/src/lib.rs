@@ -11,6 +11,7 @@ pub mod data;
 mod error;
 pub mod eval;
 pub mod language_data;
+pub mod lengths;
 pub mod offset_data;
 pub mod optim;
 pub mod resources;

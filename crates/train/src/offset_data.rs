@@ -4,16 +4,15 @@
 //! position i >= k (`every_position`, the full-sequence variant). Accuracy is always read at the
 //! last position, the farthest query of a sequence.
 
-use candle_core::Tensor;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ropelab_model::objective::IGNORE;
-use ropelab_model::{argmax_last, ops::cross_entropy, GptJ, Hooks, Objective};
+use ropelab_model::{GptJ, Objective};
 use ropelab_tasks::{OffsetTask, Split};
 
 use crate::config::OffsetData;
-use crate::data::{batch_for_budget, Accuracy};
-use crate::language_data::{summarise, LengthAccuracy};
+use crate::data::Accuracy;
+use crate::lengths::{accuracy_at_lengths, spread, summarise, LengthSource};
 use crate::Result;
 
 /// The training stream and validation set of one offset run.
@@ -78,62 +77,42 @@ impl OffsetBatches {
     /// cross-entropy at the last position, overall and per length, in batches whose forward
     /// pass stays within `memory` bytes.
     pub fn evaluate(&self, model: &GptJ, memory: usize) -> Result<Accuracy> {
-        let [lo, hi] = self.lengths;
-        let count = hi - lo + 1;
-        let plan: Vec<(usize, usize)> = (lo..=hi)
-            .enumerate()
-            .map(|(i, n)| (n, self.val / count + usize::from(i < self.val % count)))
-            .filter(|&(_, total)| total > 0)
-            .collect();
-        let rows =
-            last_accuracy_at_lengths(model, &self.task, self.seed, Split::Val, &plan, memory)?;
-        Ok(summarise(&rows))
+        let plan = spread(self.lengths, self.val);
+        let source = OffsetInputs {
+            task: self.task,
+            seed: self.seed,
+            split: Split::Val,
+        };
+        Ok(summarise(&accuracy_at_lengths(
+            model, &source, &plan, memory,
+        )?))
     }
 }
 
-/// Accuracy at the last position on sequences 0..count of each (length, count) of `plan`
-/// (seeded by `seed`, in `split`) with `model` (frozen, no dropout), in batches whose forward
-/// pass stays within `memory` bytes.
-pub fn last_accuracy_at_lengths(
-    model: &GptJ,
-    task: &OffsetTask,
-    seed: u64,
-    split: Split,
-    plan: &[(usize, usize)],
-    memory: usize,
-) -> Result<Vec<LengthAccuracy>> {
-    let model = &model.clone().frozen();
-    let mut out = Vec::with_capacity(plan.len());
-    for &(n, total) in plan {
-        task.check_length(n)?;
-        let batch = batch_for_budget(model.config(), n, memory);
-        let (mut correct, mut loss_sum) = (0, 0f64);
-        for start in (0..total).step_by(batch) {
-            let (mut ids, mut targets) = (vec![], vec![]);
-            for row in start..total.min(start + batch) {
-                let seq = task.sequence(seed, split, n, row as u64);
-                targets.push(task.last_target(&seq).unwrap_or(0));
-                ids.extend(seq);
-            }
-            let b = targets.len();
-            let ids = Tensor::from_vec(ids, (b, n), model.device())?;
-            let logits = model.forward_last(&ids, &mut Hooks::new(), None)?; // [b, vocab]
-            let t = Tensor::from_vec(targets.clone(), b, model.device())?;
-            let loss: f32 = cross_entropy(&logits, &t)?.to_scalar()?;
-            loss_sum += f64::from(loss) * b as f64;
-            let predicted = argmax_last(&logits)?;
-            correct += predicted
-                .iter()
-                .zip(&targets)
-                .filter(|(p, t)| p == t)
-                .count();
-        }
-        out.push(LengthAccuracy {
-            length: n,
-            n: total,
-            correct,
-            loss: loss_sum / total.max(1) as f64,
-        });
+/// The sequences of a fixed-offset task in one split, as inputs of [`accuracy_at_lengths`]:
+/// labelled with the target at the last position.
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetInputs {
+    /// The task.
+    pub task: OffsetTask,
+    /// The run's seed.
+    pub seed: u64,
+    /// The split.
+    pub split: Split,
+}
+
+impl LengthSource for OffsetInputs {
+    fn tokens(&self, n: usize) -> usize {
+        n
     }
-    Ok(out)
+
+    fn check_length(&self, n: usize) -> Result<()> {
+        Ok(self.task.check_length(n)?)
+    }
+
+    fn input(&self, n: usize, index: u64) -> (Vec<u32>, u32) {
+        let seq = self.task.sequence(self.seed, self.split, n, index);
+        let target = self.task.last_target(&seq).unwrap_or(0);
+        (seq, target)
+    }
 }

@@ -8,7 +8,8 @@ use candle_core::Device;
 use ropelab_model::objective::IGNORE;
 use ropelab_model::{AttentionKind, Objective, PositionEncoding, RopeLayout};
 use ropelab_tasks::{OffsetTask, Split, TaskKind};
-use ropelab_train::offset_data::{last_accuracy_at_lengths, OffsetBatches};
+use ropelab_train::lengths::accuracy_at_lengths;
+use ropelab_train::offset_data::{OffsetBatches, OffsetInputs};
 use ropelab_train::{Engine, OffsetData, Preset, RunConfig, Trainer};
 
 /// A one-layer, one-head, attention-only rotary model on k = `k`, lengths 4..=12.
@@ -90,9 +91,12 @@ fn a_rotary_head_learns_to_look_back_with_both_objectives_and_engines() {
             // Last-position accuracy at the training lengths and at twice the longest.
             let task = OffsetTask::new(8, 2).unwrap();
             let plan = [(6, 64), (12, 64), (24, 64)];
-            let rows =
-                last_accuracy_at_lengths(trainer.model(), &task, 0, Split::Test, &plan, 1 << 24)
-                    .unwrap();
+            let inputs = OffsetInputs {
+                task,
+                seed: 0,
+                split: Split::Test,
+            };
+            let rows = accuracy_at_lengths(trainer.model(), &inputs, &plan, 1 << 24).unwrap();
             assert_eq!(
                 rows.iter().map(|r| r.length).collect::<Vec<_>>(),
                 [6, 12, 24]

@@ -50,6 +50,10 @@ pub struct CanonicalArgs {
     /// Optimizer steps per run (default 1,500).
     #[arg(long)]
     pub steps: Option<usize>,
+    /// Runs trained at the same time, each on its own share of the cores (default: one per
+    /// core, at most one per run). Results do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: Option<u64>,
     /// Output directory (runs/, per_position.csv, summary.json).
     #[arg(long, default_value = "runs/canonical")]
     pub out: PathBuf,
@@ -104,7 +108,7 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
-    let summary = run(&e, &args.out, &bars)?;
+    let summary = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
     let t = band_table(&summary);
     println!("{}", t.to_string().trim_end());

@@ -48,6 +48,10 @@ pub struct LanguagesArgs {
     /// Strings per tested length (default: the protocol's).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub per_length: Option<u64>,
+    /// Runs trained at the same time, each on its own share of the cores (default: one per
+    /// core, at most one per run). Results do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: Option<u64>,
     /// Output directory (runs/, accuracy.csv, nstar.csv, heads.csv, offset.csv).
     #[arg(long, default_value = "runs/languages")]
     pub out: PathBuf,
@@ -106,7 +110,7 @@ pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
-    let outcome = run(&e, &args.out, &bars)?;
+    let outcome = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
     println!("{}\n", table(&outcome.nstar));
     println!(

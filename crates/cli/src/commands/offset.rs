@@ -58,6 +58,10 @@ pub struct OffsetArgs {
     /// or error.
     #[arg(long, value_parser = ["clamp", "error"])]
     pub ape_beyond: Option<String>,
+    /// Runs trained at the same time, each on its own share of the cores (default: one per
+    /// core, at most one per run). Results do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: Option<u64>,
     /// Output directory (runs/, accuracy.csv).
     #[arg(long, default_value = "runs/offset")]
     pub out: PathBuf,
@@ -153,7 +157,7 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
-    let outcome = run(&e, &args.out, &bars)?;
+    let outcome = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
     println!("{}", accuracy_table(&e, &outcome));
     println!("\n{}", mechanism_table(&outcome.runs, &outcome.mechanisms));

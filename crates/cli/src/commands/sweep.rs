@@ -13,7 +13,7 @@ use ropelab_sweep::estimate::{estimate, TIMED_STEPS};
 use ropelab_sweep::slurm::{script, SlurmOptions};
 use ropelab_sweep::spec::shard;
 use ropelab_sweep::Sweep;
-use ropelab_sweep::{job_state, run_jobs, JobState, MeasureOptions, Pool};
+use ropelab_sweep::{job_state, run_jobs, JobState, Pool};
 
 use ropelab_io::Need;
 use ropelab_train::{training_need, Engine};
@@ -134,8 +134,9 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
         threads,
         fail_fast: false,
     };
-    let options = MeasureOptions::default();
-    let summary = run_jobs(&mine, &args.out, pool, &options, &bars, &|_, _| bar.inc(1))?;
+    let summary = run_jobs(&mine, &args.out, pool, &sweep.measure, &bars, &|_, _| {
+        bar.inc(1)
+    })?;
     bar.finish_and_clear();
     println!(
         "{} run, {} already done, {} failed in {:.1} s",

@@ -1,0 +1,60 @@
+//! Every training experiment of the study as sweep jobs: a grid becomes a `Vec<Job>` (each job
+//! in its experiment's own run directory), run by `ropelab_sweep::run_jobs` and measured by
+//! `ropelab_sweep::measure`, the code path of `ropelab sweep`; so every experiment runs jobs
+//! side by side, resumes an interrupted run and reuses a finished one the same way.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use ropelab_sweep::{Job, JobResult, MeasureOptions, Pool};
+use ropelab_train::RunConfig;
+use toml::Value;
+
+use crate::Progress;
+
+/// Models trained at once for `jobs` jobs: `parallel`, default one per core, at most one per
+/// job.
+pub fn workers(parallel: Option<usize>, jobs: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    parallel.unwrap_or(cores).clamp(1, jobs.max(1))
+}
+
+/// One grid point as a job: its parameters (labels of progress bars and `job.json`), its run
+/// config and its run directory relative to the experiment's directory.
+pub fn job(params: &[(&str, Value)], config: RunConfig, run: PathBuf) -> Job {
+    let params = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    Job::in_run_dir(params, config, run)
+}
+
+/// Runs `jobs` in `out` through the sweep runner, `parallel` at a time (default: one per
+/// core), each on a rayon pool of its share of the cores, each measured with `options`;
+/// results come back in job order. The first failure stops handing out jobs and is returned
+/// with the job's parameters.
+pub fn run(
+    jobs: &[Job],
+    out: &Path,
+    options: &MeasureOptions,
+    parallel: Option<usize>,
+    progress: &dyn Progress,
+) -> Result<Vec<JobResult>> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = Pool {
+        parallel: workers(parallel, jobs.len()),
+        threads: cores,
+        fail_fast: true,
+    };
+    let refs: Vec<&Job> = jobs.iter().collect();
+    let summary = ropelab_sweep::run_jobs(&refs, out, pool, options, progress, &|_, _| {})?;
+    if let Some((id, e)) = summary.failed.first() {
+        let job = jobs
+            .iter()
+            .find(|j| &j.id == id)
+            .expect("a failed job is one of the jobs");
+        anyhow::bail!("{}: {e}", job.param_text().join(", "));
+    }
+    anyhow::ensure!(summary.results.len() == jobs.len(), "a job did not run");
+    Ok(summary.results)
+}

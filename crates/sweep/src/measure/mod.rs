@@ -1,0 +1,218 @@
+//! What a job measures on its trained run, by task (docs/sweeps.md, "What a job measures"):
+//! - **number / letter** ([`multi_hop`]): the test split (overall and per hop), every
+//!   checkpoint's swap scores and the layer types, the length test, and (on request) the
+//!   attention viewer's file; each file (`eval/`, `scores.jsonl`, `lengthgen.csv`,
+//!   `attention/`) is recorded in the run's ledger (`measured.json`, [`ropelab_io::ledger`])
+//!   with the settings that made it and its checksum, and reused only when the ledger vouches
+//!   for it, so a job stopped while scoring resumes there and a file another command wrote is
+//!   refused, never read;
+//! - **language** ([`language`]): accuracy on test strings of every training length and of
+//!   every length up to [`LANGUAGE_REACH`] x the longest (or of the lengths asked for), and N*
+//!   (`lengths.csv`); with `heads`, every head's fit to the MOD predicates (`heads.csv`);
+//! - **offset** ([`offset`]): last-position accuracy at the training lengths and at 1, 2, 4 and
+//!   8 x the longest, or at the lengths asked for (`lengths.csv`); with `heads`, the mechanisms
+//!   of the implicit-bias experiment (`run.csv`, `planes.csv`, `carrier.csv`, `pinning.csv`,
+//!   `mechanism.csv`);
+//! - **canonical** ([`canonical`]): accuracy on the test split per answer position
+//!   (`per_position.csv`); with `heads`, the head's swap scores, per-plane scores, largest
+//!   weight per key position and plane margins (`head.json`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::Device;
+use ropelab_analysis::dynamics::{HeadStep, ScoreOptions};
+use ropelab_analysis::lengthgen::LengthOptions;
+use ropelab_io::{write_atomic, Ledger, Progress, Standing, LEDGER};
+use ropelab_tasks::TaskKind;
+use ropelab_train::eval::EvalReport;
+use ropelab_train::lengths::LengthAccuracy;
+use ropelab_train::{RunConfig, RunDir, EVAL_MEMORY};
+
+use crate::{Result, SweepError};
+
+pub mod canonical;
+pub mod language;
+pub mod multi_hop;
+pub mod offset;
+
+/// How far beyond its longest training string a language job is tested (N* is read there).
+pub const LANGUAGE_REACH: usize = 2;
+
+/// Multiples of the longest training length an offset job is tested at.
+pub const OFFSET_SCALES: [usize; 4] = [1, 2, 4, 8];
+
+/// The purity tolerance of the layer types in results.
+pub const GAMMA: f64 = 0.1;
+
+/// What a job measures and how much of it.
+#[derive(Debug, Clone)]
+pub struct MeasureOptions {
+    /// Swap scores of every checkpoint (number and letter tasks).
+    pub score: ScoreOptions,
+    /// The length test (number and letter tasks).
+    pub length: LengthOptions,
+    /// Also write the attention viewer's file (every head on the first test input).
+    pub attention_view: bool,
+    /// Test samples per length (language and offset jobs) and test samples (canonical jobs).
+    pub per_length: usize,
+    /// Tested lengths in place of the task's default: an offset job is tested at exactly these,
+    /// a language job at these beyond its training lengths (`per_length` inputs each).
+    pub lengths: Option<Vec<usize>>,
+    /// Also measure the heads as the task's experiment does (see the module docs).
+    pub heads: bool,
+    /// Test samples a canonical job's head is scored on (with `heads`).
+    pub head_samples: usize,
+}
+
+/// Extension tokens of the length test of every number/letter job of a sweep.
+pub const LENGTH_EXTRAS: [usize; 4] = [0, 16, 64, 256];
+
+/// Test samples per length of that test.
+pub const LENGTH_SAMPLES: usize = 256;
+
+/// Test samples per length of a language/offset job, and test samples of a canonical job.
+pub const PER_LENGTH: usize = 256;
+
+/// Test samples a canonical job's head is scored on.
+pub const HEAD_SAMPLES: usize = 64;
+
+impl Default for MeasureOptions {
+    /// A sweep's: 100 scored samples, the length test at [`LENGTH_EXTRAS`] with
+    /// [`LENGTH_SAMPLES`] each, no attention file, [`PER_LENGTH`] samples per language/offset
+    /// length at the task's default lengths, no head measurements.
+    fn default() -> Self {
+        Self {
+            score: ScoreOptions::default(),
+            length: LengthOptions {
+                extras: LENGTH_EXTRAS.to_vec(),
+                samples: Some(LENGTH_SAMPLES),
+                step: None,
+                memory: EVAL_MEMORY,
+            },
+            attention_view: false,
+            per_length: PER_LENGTH,
+            lengths: None,
+            heads: false,
+            head_samples: HEAD_SAMPLES,
+        }
+    }
+}
+
+/// What was measured (the task's part of a job's result).
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// Test-split evaluation of the last checkpoint (number and letter tasks).
+    pub test: Option<EvalReport>,
+    /// Test accuracy at the training lengths (every task).
+    pub test_accuracy: Option<f64>,
+    /// Test accuracy per hop count (number and letter).
+    pub per_hop: BTreeMap<usize, f64>,
+    /// Layer types at the last checkpoint (number and letter).
+    pub layer_types: Option<String>,
+    /// Accuracy per input length (see the module docs).
+    pub length_accuracy: BTreeMap<usize, f64>,
+    /// N* (language jobs).
+    pub n_star: Option<usize>,
+    /// Seconds of scoring.
+    pub score_seconds: f64,
+    /// Seconds of the length test.
+    pub length_seconds: f64,
+}
+
+/// Measures the trained run in `run` (its config `config`), labelled `label` in progress bars.
+pub fn measure(
+    run: &Path,
+    config: &RunConfig,
+    options: &MeasureOptions,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<Measured> {
+    let device = Device::Cpu;
+    match config.task {
+        TaskKind::Number | TaskKind::Letter => {
+            multi_hop::multi_hop(run, options, label, progress, &device)
+        }
+        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
+            let (dir, config) = RunDir::open(run)?;
+            let model = dir.load_model(dir.latest_checkpoint()?, &config, &device)?;
+            let stage = progress.stage(&format!("test {label}"), 1);
+            let start = std::time::Instant::now();
+            let mut m = match config.task {
+                TaskKind::Language => language::measure(&model, &config, options, run)?,
+                TaskKind::Offset => offset::measure(&model, &config, options, run)?,
+                _ => canonical::measure(&model, &config, options, run)?,
+            };
+            m.length_seconds = start.elapsed().as_secs_f64();
+            drop(stage);
+            Ok(m)
+        }
+    }
+}
+
+/// `file` of `run`, read with `read` when the run's ledger vouches for it under `key` (a job
+/// stopped while measuring resumes there), else made by `make` (which writes it) and recorded.
+/// A file the ledger does not vouch for (another command's, or other settings') is refused in
+/// one line, never read.
+pub(crate) fn owned<T>(
+    run: &Path,
+    file: &str,
+    key: &str,
+    read: impl FnOnce(&Path) -> Result<T>,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let ledger = |e| io(&run.join(LEDGER), e);
+    match Ledger::check(run, file, key).map_err(ledger)? {
+        Standing::Own => read(&run.join(file)),
+        Standing::Absent | Standing::Pending => {
+            Ledger::begin(run, file, key).map_err(ledger)?;
+            let made = make()?;
+            Ledger::finish(run, file, key).map_err(ledger)?;
+            Ok(made)
+        }
+        Standing::Foreign(why) => Err(SweepError::Job {
+            id: run.display().to_string(),
+            message: format!("{why}; move it away and rerun: the job measures it again"),
+        }),
+    }
+}
+
+/// Accuracy pooled over rows (correct / n).
+pub(crate) fn pooled<'a>(rows: impl Iterator<Item = &'a LengthAccuracy>) -> f64 {
+    let (n, correct) = rows.fold((0, 0), |(n, c), r| (n + r.n, c + r.correct));
+    correct as f64 / n.max(1) as f64
+}
+
+pub(crate) fn write_lengths(run: &Path, rows: &[LengthAccuracy]) -> Result<()> {
+    let path = run.join("lengths.csv");
+    let text = ropelab_io::to_csv(rows).map_err(|e| SweepError::Job {
+        id: run.display().to_string(),
+        message: e.to_string(),
+    })?;
+    write_atomic(&path, text.as_bytes()).map_err(|e| io(&path, e))
+}
+
+pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    write_atomic(path, serde_json::to_string_pretty(value)?.as_bytes()).map_err(|e| io(path, e))
+}
+
+pub(crate) fn io(path: &Path, source: std::io::Error) -> SweepError {
+    SweepError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Reads a run's `scores.jsonl`.
+pub fn read_scores(path: &Path) -> Result<Vec<HeadStep>> {
+    let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| SweepError::Job {
+                id: path.display().to_string(),
+                message: format!("line {} is not a score line: {e}", i + 1),
+            })
+        })
+        .collect()
+}

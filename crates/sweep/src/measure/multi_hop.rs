@@ -1,0 +1,95 @@
+//! A number/letter job's measurement: the test split, every checkpoint's swap scores and the
+//! layer types, the length test and (on request) the attention viewer's file, each recorded in
+//! the run's ledger and reused only when it vouches for it.
+
+use std::path::Path;
+
+use candle_core::Device;
+use ropelab_analysis::attention::{attention_view, write_view, AttentionView};
+use ropelab_analysis::claims::layer_types;
+use ropelab_analysis::dynamics::{score_run, HeadStep};
+use ropelab_analysis::lengthgen::{self, length_generalisation, LengthRow};
+use ropelab_io::{write_atomic, Ledger, Progress, LEDGER};
+use ropelab_train::eval::eval_checkpoint;
+use ropelab_train::EVAL_MEMORY;
+
+use super::{io, owned, read_scores, write_json, MeasureOptions, Measured, GAMMA};
+use crate::Result;
+
+/// Measures the number/letter run in `run` (see the module docs), labelled `label` in
+/// progress bars.
+pub fn multi_hop(
+    run: &Path,
+    options: &MeasureOptions,
+    label: &str,
+    progress: &dyn Progress,
+    device: &Device,
+) -> Result<Measured> {
+    let test = eval_checkpoint(run, None, 0, None, EVAL_MEMORY, device)?;
+    let eval_file = format!("eval/{}", test.file_name(true));
+    let eval_key = format!("test split of step {}", test.step);
+    Ledger::begin(run, &eval_file, &eval_key).map_err(|e| io(&run.join(LEDGER), e))?;
+    write_json(&run.join(&eval_file), &test)?;
+    Ledger::finish(run, &eval_file, &eval_key).map_err(|e| io(&run.join(LEDGER), e))?;
+
+    let start = std::time::Instant::now();
+    let s = &options.score;
+    let score_key = format!(
+        "swap scores of every checkpoint: samples {}, query {:?}, tau {}, accuracy samples {}, blocks {:?}, planes {}",
+        s.samples, s.query, s.tau, s.eval_samples, s.blocks, s.planes
+    );
+    let scores: Vec<HeadStep> = owned(run, "scores.jsonl", &score_key, read_scores, || {
+        let stage = progress.stage(&format!("score {label}"), 0);
+        Ok(score_run(run, &options.score, device, |done, total| {
+            stage.set_total(total as u64);
+            stage.set(done as u64);
+        })?
+        .lines)
+    })?;
+    let score_seconds = start.elapsed().as_secs_f64();
+
+    let start = std::time::Instant::now();
+    let l = &options.length;
+    let length_key = format!(
+        "length test: extras {:?}, samples {:?}, step {:?}",
+        l.extras, l.samples, l.step
+    );
+    let read_lengths = |path: &Path| -> Result<Vec<LengthRow>> {
+        let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
+        Ok(lengthgen::from_csv(&text, &path.display().to_string())?)
+    };
+    let lengths = owned(run, "lengthgen.csv", &length_key, read_lengths, || {
+        let stage = progress.stage(&format!("length {label}"), l.extras.len() as u64);
+        let rows = length_generalisation(run, l, device, |done, _| stage.set(done as u64))?;
+        let path = run.join("lengthgen.csv");
+        write_atomic(&path, lengthgen::to_csv(&rows)?.as_bytes()).map_err(|e| io(&path, e))?;
+        Ok(rows)
+    })?;
+    let length_seconds = start.elapsed().as_secs_f64();
+
+    if options.attention_view {
+        let file = format!("attention/{}", AttentionView::file_name(test.step, 0));
+        let key = format!("attention of step {} on test input 0", test.step);
+        owned(
+            run,
+            &file,
+            &key,
+            |_| Ok(()),
+            || {
+                let view = attention_view(run, Some(test.step), 0, device)?;
+                write_view(run, &view)?;
+                Ok(())
+            },
+        )?;
+    }
+    Ok(Measured {
+        test_accuracy: Some(test.accuracy.accuracy),
+        per_hop: test.accuracy.per_hop.clone(),
+        layer_types: Some(layer_types(&scores, GAMMA)),
+        length_accuracy: lengths.iter().map(|r| (r.length, r.accuracy)).collect(),
+        n_star: None,
+        test: Some(test),
+        score_seconds,
+        length_seconds,
+    })
+}
