@@ -213,7 +213,9 @@ impl GgufFile {
             d_model: self.usize("llama.embedding_length")?,
             d_ff: self.usize("llama.feed_forward_length")?,
             rope_dim: self.usize("llama.rope.dimension_count")?,
-            rope_base: self.float("llama.rope.freq_base").unwrap_or(10_000.0),
+            rope_base: self
+                .float("llama.rope.freq_base")
+                .unwrap_or(ropelab_model::rope::DEFAULT_BASE),
             rms_eps: self.float("llama.attention.layer_norm_rms_epsilon")?,
             context_length: self.usize("llama.context_length")?,
         };

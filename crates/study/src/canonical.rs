@@ -14,7 +14,7 @@ pub use ropelab_sweep::measure::canonical::{HeadReport, PlaneScore};
 use ropelab_sweep::{Job, MeasureOptions};
 use ropelab_tasks::{CanonicalKind, CanonicalTask, Layout, Split, TaskKind};
 use ropelab_train::canonical_data::PositionAccuracy;
-use ropelab_train::{DataConfig, OptimConfig, Retention, RunConfig};
+use ropelab_train::{DataConfig, OptimConfig, RunConfig};
 use serde::{Deserialize, Serialize};
 use toml::Value;
 
@@ -166,21 +166,9 @@ impl Experiment {
             },
             model,
             optim: OptimConfig {
-                steps: self.steps,
-                batch_size: self.batch,
-                lr: self.lr,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                warmup: (self.steps / 10).min(1000),
-                eval_every: (self.steps / 4).max(1),
                 save_every: self.steps,
                 log_every: (self.steps / 50).max(1),
-                keep: Retention {
-                    last: Some(1),
-                    every: None,
-                },
+                ..OptimConfig::adamw(self.steps, self.batch, self.lr)
             },
         };
         config.check()?;

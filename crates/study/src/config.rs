@@ -59,7 +59,9 @@ pub struct StudyScore {
 
 impl Default for StudyScore {
     fn default() -> Self {
-        Self { samples: 100 }
+        Self {
+            samples: ropelab_analysis::dynamics::ScoreOptions::default().samples,
+        }
     }
 }
 
@@ -101,7 +103,7 @@ pub struct StudyTheory {
 }
 
 fn default_index_theta() -> f64 {
-    0.866
+    ropelab_theory::construct::INDEX_THETA
 }
 
 fn default_retrieval_theta() -> f64 {

@@ -16,7 +16,7 @@ pub use ropelab_sweep::measure::language::HEAD_STRINGS;
 use ropelab_sweep::{Job, MeasureOptions};
 use ropelab_tasks::{language, Language, Layout, Negatives, TaskKind};
 use ropelab_train::lengths::LengthAccuracy;
-use ropelab_train::{DataConfig, LanguageData, OptimConfig, Retention, RunConfig};
+use ropelab_train::{DataConfig, LanguageData, OptimConfig, RunConfig};
 use toml::Value;
 
 use crate::{grid, Progress};
@@ -138,10 +138,7 @@ impl Experiment {
             ensure!(!empty, "the experiment needs at least one of its {what}");
         }
         for &lr in &self.lrs {
-            ensure!(
-                lr.is_finite() && lr > 0.0,
-                "learning rate {lr} must be positive"
-            );
+            ropelab_train::check_lr("learning rate", lr)?;
         }
         let [lo, hi] = self.train_lengths;
         ensure!(
@@ -181,7 +178,6 @@ impl Experiment {
             layer_norm: true,
             head: Head::Classifier { classes: 2 },
         };
-        let checkpoints = (self.steps / 4).max(1);
         RunConfig {
             preset: "languages".into(),
             task: TaskKind::Language,
@@ -201,23 +197,7 @@ impl Experiment {
                 test: self.per_length,
             },
             model,
-            optim: OptimConfig {
-                steps: self.steps,
-                batch_size: self.batch,
-                lr,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                warmup: (self.steps / 10).min(1000),
-                eval_every: checkpoints,
-                save_every: checkpoints,
-                log_every: (self.steps / 100).max(1),
-                keep: Retention {
-                    last: Some(1),
-                    every: None,
-                },
-            },
+            optim: OptimConfig::adamw(self.steps, self.batch, lr),
         }
     }
 

@@ -23,6 +23,6 @@ pub mod summary;
 pub mod theory;
 
 pub use config::StudyConfig;
-pub use run::{reproduce, Milestone};
+pub use run::{reproduce, Milestone, Options, PretrainedStage};
 
 pub use ropelab_io::progress::{Progress, Quiet, Stage};

@@ -15,7 +15,7 @@ pub use ropelab_sweep::measure::offset::{EQUIVARIANCE_SHIFT, MECHANISM_ROWS};
 use ropelab_sweep::{Job, MeasureOptions};
 use ropelab_tasks::{Layout, OffsetTask, TaskKind};
 use ropelab_train::lengths::LengthAccuracy;
-use ropelab_train::{DataConfig, OffsetData, OptimConfig, Retention, RunConfig};
+use ropelab_train::{DataConfig, OffsetData, OptimConfig, RunConfig};
 use serde::{Deserialize, Serialize};
 use toml::Value;
 
@@ -109,11 +109,7 @@ impl Experiment {
         ] {
             ensure!(!empty, "the experiment needs at least one of its {what}");
         }
-        ensure!(
-            self.lr.is_finite() && self.lr > 0.0,
-            "learning rate {} must be positive",
-            self.lr
-        );
+        ropelab_train::check_lr("learning rate", self.lr)?;
         ensure!(
             self.steps >= 1 && self.batch >= 1 && self.per_length >= 1,
             "steps, batch and sequences per length must be at least 1"
@@ -184,7 +180,6 @@ impl Experiment {
             layer_norm: true,
             head: Head::Lm,
         };
-        let checkpoints = (self.steps / 4).max(1);
         RunConfig {
             preset: "offset".into(),
             task: TaskKind::Offset,
@@ -208,23 +203,7 @@ impl Experiment {
                 test: self.per_length,
             },
             model,
-            optim: OptimConfig {
-                steps: self.steps,
-                batch_size: self.batch,
-                lr: self.lr,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                warmup: (self.steps / 10).min(1000),
-                eval_every: checkpoints,
-                save_every: checkpoints,
-                log_every: (self.steps / 100).max(1),
-                keep: Retention {
-                    last: Some(1),
-                    every: None,
-                },
-            },
+            optim: OptimConfig::adamw(self.steps, self.batch, self.lr),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The whole study in one call: what `ropelab reproduce` runs. Each stage writes its files and
 //! then hands its rows to `report`, which the command line prints.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use ropelab_analysis::claims::{self, Claim, StudyFiles};
@@ -37,16 +37,45 @@ pub enum Milestone<'a> {
     ),
     /// The verdict per claim (`claims.json`).
     Claims(&'a [Claim]),
+    /// The pretrained-model stage (`pretrained/`).
+    Pretrained(&'a PretrainedStage),
+    /// The self-contained HTML report (`report.html`).
+    Report(&'a Path),
+}
+
+/// What became of the pretrained-model stage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PretrainedStage {
+    /// The config has no `[pretrained]` table, or the caller skipped it.
+    Skipped,
+    /// It could not run (the model could not be fetched, ...): why. The study still stands and
+    /// the report says so.
+    NotRun(String),
+    /// The files it wrote (or reused).
+    Written(Vec<PathBuf>),
+}
+
+/// How [`reproduce`] runs the study.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Models trained at once (default: one per core). Results do not depend on it.
+    pub parallel: Option<usize>,
+    /// Skip the pretrained-model stage even when the config has a `[pretrained]` table.
+    pub no_pretrained: bool,
+    /// The command line the report names as the one that made it.
+    pub command: String,
 }
 
 /// Runs the study described by `config` in `out`: locks the directory, refuses one that holds a
 /// study with another config (before writing anything), then datasets, one job per (seed, task)
-/// (`parallel` at a time; default one per core), the summary over seeds, the theory part, the
-/// implicit-bias experiment (when configured) and the verdict per claim. Returns the verdicts.
+/// (`options.parallel` at a time; default one per core), the summary over seeds, the theory
+/// part, the implicit-bias and canonical experiments (when configured), the verdict per claim,
+/// the pretrained-model stage (when configured and not skipped) and the report. Returns the
+/// verdicts.
 pub fn reproduce(
     config: &StudyConfig,
     out: &Path,
-    parallel: Option<usize>,
+    options: &Options,
     progress: &dyn Progress,
     mut report: impl FnMut(Milestone<'_>) -> Result<()>,
 ) -> Result<Vec<Claim>> {
@@ -68,6 +97,7 @@ pub fn reproduce(
     );
 
     let jobs = job::jobs(config);
+    let parallel = options.parallel;
     let trained = job::run_jobs(config, &jobs, out, parallel, progress)?;
     write_json(
         &out.join("training.json"),
@@ -107,6 +137,23 @@ pub fn reproduce(
         serde_json::to_string_pretty(&verdicts)?.as_bytes(),
     )?;
     report(Milestone::Claims(&verdicts))?;
+
+    let pretrained = match (&config.pretrained, options.no_pretrained) {
+        // The real model is fetched with pip: without it the study still stands, and the
+        // report says why this part was not run.
+        (Some(plan), false) => match crate::pretrained::run(out, plan, progress) {
+            Ok(files) => PretrainedStage::Written(files),
+            Err(e) => PretrainedStage::NotRun(format!("{e:#}")),
+        },
+        _ => PretrainedStage::Skipped,
+    };
+    report(Milestone::Pretrained(&pretrained))?;
+
+    let page = out.join("report.html");
+    let html = ropelab_report::report(out, &options.command)?;
+    write_atomic(&page, html.as_bytes())
+        .with_context(|| format!("cannot write {}", page.display()))?;
+    report(Milestone::Report(&page))?;
     Ok(verdicts)
 }
 

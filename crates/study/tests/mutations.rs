@@ -25,7 +25,11 @@ fn template() -> &'static Path {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("study");
         let config = StudyConfig::parse(SMALL_STUDY, "small.toml").unwrap();
-        reproduce(&config, &out, Some(1), &ropelab_study::Quiet, |_| Ok(())).unwrap();
+        let options = ropelab_study::Options {
+            parallel: Some(1),
+            ..Default::default()
+        };
+        reproduce(&config, &out, &options, &ropelab_study::Quiet, |_| Ok(())).unwrap();
         (dir, out)
     });
     path

@@ -86,7 +86,54 @@ impl Retention {
 }
 
 fn default_eps() -> f64 {
-    1e-8
+    ADAM_EPS
+}
+
+/// AdamW's beta1 of the experiments (the papers' models use 0.95: the presets say so).
+pub const ADAM_BETA1: f64 = 0.9;
+
+/// AdamW's beta2 of every run ropelab trains by default.
+pub const ADAM_BETA2: f64 = 0.999;
+
+/// AdamW's epsilon of every run ropelab trains by default.
+pub const ADAM_EPS: f64 = 1e-8;
+
+/// Checks a peak learning rate: positive and finite (`what` names it in the error).
+pub fn check_lr(what: &str, lr: f64) -> Result<()> {
+    if lr.is_finite() && lr > 0.0 {
+        Ok(())
+    } else {
+        Err(TrainError::Config(format!(
+            "{what} must be positive, got {lr}"
+        )))
+    }
+}
+
+impl OptimConfig {
+    /// The experiments' schedule: AdamW with betas ([`ADAM_BETA1`], [`ADAM_BETA2`]) and
+    /// [`ADAM_EPS`], no weight decay, a tenth of the steps (at most 1,000) of linear warm-up,
+    /// validation and a checkpoint every quarter of the steps, the loss logged 100 times, and
+    /// only the latest checkpoint kept.
+    pub fn adamw(steps: usize, batch_size: usize, lr: f64) -> Self {
+        let quarter = (steps / 4).max(1);
+        OptimConfig {
+            steps,
+            batch_size,
+            lr,
+            beta1: ADAM_BETA1,
+            beta2: ADAM_BETA2,
+            eps: ADAM_EPS,
+            weight_decay: 0.0,
+            warmup: (steps / 10).min(1000),
+            eval_every: quarter,
+            save_every: quarter,
+            log_every: (steps / 100).max(1),
+            keep: Retention {
+                last: Some(1),
+                every: None,
+            },
+        }
+    }
 }
 
 /// The formal language a `task = "language"` run learns (docs/tasks.md#formal-languages).
@@ -254,8 +301,8 @@ impl Preset {
                     batch_size: 64,
                     lr: 1e-4,
                     beta1: 0.95,
-                    beta2: 0.999,
-                    eps: 1e-8,
+                    beta2: ADAM_BETA2,
+                    eps: ADAM_EPS,
                     weight_decay: 1e-4,
                     warmup: 750,
                     eval_every: 500,
@@ -291,8 +338,8 @@ impl Preset {
                     batch_size: 64,
                     lr: 1e-3,
                     beta1: 0.95,
-                    beta2: 0.999,
-                    eps: 1e-8,
+                    beta2: ADAM_BETA2,
+                    eps: ADAM_EPS,
                     weight_decay: 1e-4,
                     warmup: 300,
                     eval_every: 100,
@@ -327,9 +374,9 @@ impl Preset {
                     steps: 40,
                     batch_size: 8,
                     lr: 3e-3,
-                    beta1: 0.9,
-                    beta2: 0.999,
-                    eps: 1e-8,
+                    beta1: ADAM_BETA1,
+                    beta2: ADAM_BETA2,
+                    eps: ADAM_EPS,
                     weight_decay: 1e-4,
                     warmup: 5,
                     eval_every: 10,
@@ -453,12 +500,7 @@ impl RunConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(TrainError::Config(format!("{name} must be at least 1")));
         }
-        if !(o.lr.is_finite() && o.lr > 0.0) {
-            return Err(TrainError::Config(format!(
-                "optim.lr must be positive, got {}",
-                o.lr
-            )));
-        }
+        check_lr("optim.lr", o.lr)?;
         for (name, b) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {
             if !(0.0..1.0).contains(&b) {
                 return Err(TrainError::Config(format!(

@@ -19,7 +19,10 @@ mod run_dir;
 pub mod step;
 mod trainer;
 
-pub use config::{DataConfig, LanguageData, OffsetData, OptimConfig, Preset, Retention, RunConfig};
+pub use config::{
+    check_lr, DataConfig, LanguageData, OffsetData, OptimConfig, Preset, Retention, RunConfig,
+    ADAM_BETA1, ADAM_BETA2, ADAM_EPS,
+};
 pub use data::{
     batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes, Accuracy,
     EVAL_BATCH, EVAL_MEMORY,

@@ -78,7 +78,7 @@ pub struct BenchRopeArgs {
     #[arg(long, default_value_t = 1000)]
     pub draws: usize,
     /// Frequency base.
-    #[arg(long, default_value_t = 10_000.0)]
+    #[arg(long, default_value_t = ropelab_model::rope::DEFAULT_BASE)]
     pub base: f64,
 }
 

