@@ -38,7 +38,11 @@ fn template() -> &'static Path {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let out = dir.path().join("study");
         let config = StudyConfig::parse(SMALL_STUDY, "small.toml").expect("a valid study");
-        reproduce(&config, &out, Some(1), &Quiet, |_| Ok(())).expect("the small study runs");
+        let options = ropelab_study::Options {
+            parallel: Some(1),
+            ..Default::default()
+        };
+        reproduce(&config, &out, &options, &Quiet, |_| Ok(())).expect("the small study runs");
         (dir, out)
     });
     path
