@@ -411,8 +411,9 @@ impl StudyFiles {
     /// Reads a study directory: `seed-S/{number,letter}/` for each seed,
     /// `theory/discrepancy-{index,retrieval}.csv`, `offset/` and `canonical/`.
     pub fn load(root: &Path, seeds: &[u64]) -> Result<Self> {
+        let study = crate::StudyDir::new(root);
         let run = |seed: u64, task: TaskKind| -> Result<Option<RunFiles>> {
-            let dir: PathBuf = root.join(format!("seed-{seed}")).join(task.as_str());
+            let dir: PathBuf = study.model(seed, task);
             if dir.is_dir() {
                 Ok(Some(RunFiles::load(&dir)?))
             } else {
@@ -430,10 +431,10 @@ impl StudyFiles {
                     })
                 })
                 .collect::<Result<_>>()?,
-            index: load_curve(&root.join("theory/discrepancy-index.csv"))?,
-            retrieval: load_curve(&root.join("theory/discrepancy-retrieval.csv"))?,
-            offset: crate::offset_claims::OffsetFiles::load(&root.join("offset"))?,
-            canonical: crate::canonical_claims::CanonicalFiles::load(&root.join("canonical"))?,
+            index: load_curve(&study.theory("discrepancy-index.csv"))?,
+            retrieval: load_curve(&study.theory("discrepancy-retrieval.csv"))?,
+            offset: crate::offset_claims::OffsetFiles::load(&study.offset())?,
+            canonical: crate::canonical_claims::CanonicalFiles::load(&study.canonical_root())?,
         })
     }
 }

@@ -27,10 +27,12 @@ pub mod purity;
 pub mod query;
 pub mod reference;
 pub mod seeds;
+pub mod study_dir;
 pub mod swap;
 
 pub use capture::Captured;
 pub use head::HeadView;
+pub use study_dir::StudyDir;
 pub use swap::{block_swap_scores, swap_scores, SwapScores};
 
 /// What can go wrong scoring heads.

@@ -11,6 +11,7 @@ use ropelab_analysis::languages::{offset_table_cells, LengthRow, NStarRow, Offse
 use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_analysis::partial::{HandReport, TwoAngles, TWO_ANGLE_RATIO};
+use ropelab_analysis::StudyDir;
 use ropelab_io::read_csv;
 use ropelab_sweep::collect::{ConfigSummary, LengthSummary};
 use ropelab_theory::discrepancy::DiscrepancyRow;
@@ -22,7 +23,7 @@ use crate::pretrained;
 use crate::{ReportError, Result};
 use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
 use ropelab_pretrained::tasks::SizeRow;
-use ropelab_tasks::{Language, TaskKind};
+use ropelab_tasks::{CanonicalKind, Language, TaskKind};
 
 /// The HTML report of `dir` (a study or a single run); `command` is how it was produced,
 /// shown verbatim.
@@ -35,16 +36,8 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     }
     let name = dir.display().to_string();
     let mut sections = vec![];
-    let study = is_study(dir);
     let pretrained = pretrained_section(dir)?;
-    // A directory of `ropelab pretrained` files only: no run config to expect.
-    let only_pretrained = !study && pretrained.is_some() && !dir.join("config.toml").exists();
-    let languages = dir.join("nstar.csv").exists();
-    let offset = is_offset(dir);
-    let canonical = is_canonical(dir);
-    let collected = dir.join("collected/summary.csv").exists();
-    // A study collected with `ropelab collect` stays a study, with the sweep's tables in it.
-    let sweep = collected && !study;
+    let kind = DirKind::detect(dir, pretrained.is_some());
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -53,68 +46,54 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             about.text("Config (config.toml):");
             about.pre(&config);
         }
-        None if only_pretrained || languages || offset || canonical || sweep => {}
+        None if kind.has_no_config() => {}
         None => about.not_run("config.toml is missing"),
     }
-    if sweep {
-        sections.push(sweep_section(dir)?);
-    } else if languages {
-        sections.push(languages_section(dir)?);
-    } else if offset {
-        sections.push(offset_section(dir)?);
-    } else if canonical {
-        sections.push(canonical_section(dir, "canonical")?);
-    } else if only_pretrained {
-        sections.extend(pretrained);
-    } else if study {
-        let seeds = seeds_of(dir)?;
-        let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
-        sections.push(claims_section(dir)?);
-        sections.push(seeds_section(&files));
-        if collected {
-            sections.push(sweep_section(dir)?);
-        }
-        for seed in &files.seeds {
-            sections.extend(seed_sections(seed));
-        }
-        sections.push(theory_section(dir)?);
-        if is_offset(&dir.join("offset")) {
-            sections.push(offset_section(&dir.join("offset"))?);
-        }
-        for task in ["index", "retrieval", "partial"] {
-            let sub = dir.join("canonical").join(task);
-            if is_canonical(&sub) {
-                sections.push(canonical_section(&sub, &format!("canonical-{task}"))?);
+    match kind {
+        DirKind::Sweep => sections.push(sweep_section(dir)?),
+        DirKind::Languages => sections.push(languages_section(dir)?),
+        DirKind::Offset => sections.push(offset_section(dir)?),
+        DirKind::Canonical => sections.push(canonical_section(dir, "canonical")?),
+        DirKind::Pretrained => sections.extend(pretrained),
+        DirKind::Study { collected } => {
+            let study = StudyDir::new(dir);
+            let seeds = study.seeds().map_err(|e| ReportError::io(dir, e))?;
+            let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
+            sections.push(claims_section(dir)?);
+            sections.push(seeds_section(&files));
+            if collected {
+                sections.push(sweep_section(dir)?);
             }
+            for seed in &files.seeds {
+                sections.extend(seed_sections(seed));
+            }
+            sections.push(theory_section(dir)?);
+            if is_offset(&study.offset()) {
+                sections.push(offset_section(&study.offset())?);
+            }
+            for task in CanonicalKind::ALL {
+                let sub = study.canonical(task);
+                if is_canonical(&sub) {
+                    let id = format!("canonical-{}", task.name());
+                    sections.push(canonical_section(&sub, &id)?);
+                }
+            }
+            sections.push(pretrained.unwrap_or_else(|| {
+                let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
+                s.not_run(
+                    "pretrained/ holds no `ropelab pretrained` output (the study's [pretrained] stage was skipped or could not fetch the model: see reproduce's output)",
+                );
+                s
+            }));
         }
-        sections.push(pretrained.unwrap_or_else(|| {
-            let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
-            s.not_run(
-                "pretrained/ holds no `ropelab pretrained` output (the study's [pretrained] stage was skipped or could not fetch the model: see reproduce's output)",
-            );
-            s
-        }));
-    } else {
-        let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
-        sections.extend(run_sections("run", "this run", &files));
-        sections.extend(pretrained);
+        DirKind::Run => {
+            let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
+            sections.extend(run_sections("run", "this run", &files));
+            sections.extend(pretrained);
+        }
     }
     sections.push(about);
-    let kind = if sweep {
-        "sweep"
-    } else if languages {
-        "formal-language experiment"
-    } else if offset {
-        "fixed-offset experiment"
-    } else if canonical {
-        "frequency-band experiment"
-    } else if study {
-        "study"
-    } else if only_pretrained {
-        "pretrained-model results"
-    } else {
-        "run"
-    };
+    let kind = kind.describe();
     Ok(page(
         &format!("ropelab report: {name}"),
         &format!("Every figure of the {kind} in {name}, drawn from its files."),
@@ -482,25 +461,69 @@ fn offset_section(dir: &Path) -> Result<Section> {
     Ok(s)
 }
 
-/// A study directory holds `seed-S/` folders or a `claims.json`.
-fn is_study(dir: &Path) -> bool {
-    dir.join("claims.json").exists() || seeds_of(dir).is_ok_and(|s| !s.is_empty())
+/// What a directory holds, decided once from its files: the report's sections and its
+/// one-line description follow from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DirKind {
+    /// A sweep (`collected/summary.csv`, no study).
+    Sweep,
+    /// `ropelab languages` output (`nstar.csv`).
+    Languages,
+    /// `ropelab offset` output (`runs.csv` and `accuracy.csv`).
+    Offset,
+    /// `ropelab canonical` output (`summary.json` and `per_position.csv`).
+    Canonical,
+    /// `ropelab pretrained` files only (no study, no run config).
+    Pretrained,
+    /// A study (`claims.json` or `seed-S/`), maybe with `ropelab collect`'s tables.
+    Study {
+        /// `collected/summary.csv` is there.
+        collected: bool,
+    },
+    /// One run directory.
+    Run,
 }
 
-/// The seeds of the `seed-S/` folders of a study, ascending.
-fn seeds_of(dir: &Path) -> Result<Vec<u64>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| ReportError::io(dir, e))?;
-    let mut seeds: Vec<u64> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("seed-"))
-                .and_then(|s| s.parse().ok())
-        })
-        .collect();
-    seeds.sort_unstable();
-    Ok(seeds)
+impl DirKind {
+    /// The kind of `dir`, where `pretrained` says whether it (or its `pretrained/`) holds
+    /// `ropelab pretrained` output.
+    fn detect(dir: &Path, pretrained: bool) -> Self {
+        let study = StudyDir::new(dir).is_study();
+        let collected = dir.join("collected/summary.csv").exists();
+        if collected && !study {
+            DirKind::Sweep
+        } else if dir.join("nstar.csv").exists() {
+            DirKind::Languages
+        } else if is_offset(dir) {
+            DirKind::Offset
+        } else if is_canonical(dir) {
+            DirKind::Canonical
+        } else if study {
+            DirKind::Study { collected }
+        } else if pretrained && !dir.join("config.toml").exists() {
+            DirKind::Pretrained
+        } else {
+            DirKind::Run
+        }
+    }
+
+    /// Kinds that have no `config.toml` of their own (not listed as missing).
+    fn has_no_config(self) -> bool {
+        !matches!(self, DirKind::Study { .. } | DirKind::Run)
+    }
+
+    /// The words of the report's subtitle.
+    fn describe(self) -> &'static str {
+        match self {
+            DirKind::Sweep => "sweep",
+            DirKind::Languages => "formal-language experiment",
+            DirKind::Offset => "fixed-offset experiment",
+            DirKind::Canonical => "frequency-band experiment",
+            DirKind::Study { .. } => "study",
+            DirKind::Pretrained => "pretrained-model results",
+            DirKind::Run => "run",
+        }
+    }
 }
 
 fn read_text(path: &Path) -> Result<Option<String>> {
@@ -513,7 +536,7 @@ fn read_text(path: &Path) -> Result<Option<String>> {
 
 fn claims_section(dir: &Path) -> Result<Section> {
     let mut s = Section::new("claims", "Claims of the paper, as measured");
-    let path = dir.join("claims.json");
+    let path = StudyDir::new(dir).claims();
     let Some(text) = read_text(&path)? else {
         s.not_run("claims.json is missing (the study has not finished)");
         return Ok(s);
@@ -655,7 +678,7 @@ fn theory_section(dir: &Path) -> Result<Section> {
         ("Index head", "discrepancy-index.csv"),
         ("Retrieval head", "discrepancy-retrieval.csv"),
     ] {
-        let path = dir.join("theory").join(file);
+        let path = StudyDir::new(dir).theory(file);
         match read_text(&path)? {
             Some(text) => {
                 let rows: Vec<DiscrepancyRow> =
@@ -701,7 +724,7 @@ const FAILURES_HEADER: &str = "layer,length,position_inversion,position_aliasing
 
 fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
     let mut out = PretrainedFiles::default();
-    for folder in [dir.join("pretrained"), dir.to_owned()] {
+    for folder in [StudyDir::new(dir).pretrained(), dir.to_owned()] {
         let Ok(entries) = std::fs::read_dir(&folder) else {
             continue;
         };
@@ -964,7 +987,9 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             } else {
                 TaskKind::Letter
             };
-            let seeds = seeds_of(dir)?;
+            let seeds = StudyDir::new(dir)
+                .seeds()
+                .map_err(|e| ReportError::io(dir, e))?;
             let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
             let runs: Vec<&[_]> = files
                 .seeds

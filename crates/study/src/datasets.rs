@@ -53,7 +53,7 @@ pub fn generate(
                 drop(stage);
                 let seconds = start.elapsed().as_secs_f64();
                 if split == Split::Test {
-                    let path = out.join(format!("seed-{seed}/data/{kind}-test.jsonl"));
+                    let path = ropelab_analysis::StudyDir::new(out).test_data(seed, kind);
                     let write = || -> std::io::Result<()> {
                         let mut file = AtomicFile::create(&path)?;
                         write_jsonl(&data, &mut file, || {}).map_err(std::io::Error::other)?;

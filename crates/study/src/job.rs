@@ -11,6 +11,7 @@ use anyhow::{Context, Result};
 use ropelab_analysis::claims::RunFiles;
 use ropelab_analysis::dynamics::HeadStep;
 use ropelab_analysis::lengthgen::LengthRow;
+use ropelab_analysis::StudyDir;
 use ropelab_sweep::measure::MeasureOptions;
 use ropelab_sweep::Job;
 use ropelab_tasks::TaskKind;
@@ -62,7 +63,7 @@ pub use crate::grid::workers;
 
 /// The run directory of the model of `kind` and `seed`, relative to the study's directory.
 pub fn run_dir(seed: u64, kind: TaskKind) -> PathBuf {
-    Path::new(&format!("seed-{seed}")).join(kind.as_str())
+    StudyDir::model_relative(seed, kind)
 }
 
 /// The sweep job of each (seed, task) pair: parameters `seed` and `task`, the study's run

@@ -62,7 +62,7 @@ impl PretrainedPlan {
 
 /// Runs the stage into `out/pretrained/` (fetching the model if needed); returns the files.
 pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result<Vec<PathBuf>> {
-    let dir = out.join("pretrained");
+    let dir = ropelab_analysis::StudyDir::new(out).pretrained();
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let scores = TaskKind::ALL.map(|t| dir.join(format!("score-{t}.jsonl")));
     let tasks = TaskKind::ALL.map(|t| dir.join(format!("tasks-{t}.csv")));

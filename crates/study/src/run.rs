@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use ropelab_analysis::claims::{self, Claim, StudyFiles};
+use ropelab_analysis::StudyDir;
 use ropelab_io::{write_atomic, DirLock};
 
 use crate::datasets::{self, DatasetRow};
@@ -79,14 +80,15 @@ pub fn reproduce(
     progress: &dyn Progress,
     mut report: impl FnMut(Milestone<'_>) -> Result<()>,
 ) -> Result<Vec<Claim>> {
+    let study = StudyDir::new(out);
     let _lock = DirLock::acquire(out)?;
     config.check_matches_existing(out)?;
     report(Milestone::Start)?;
-    write_json(&out.join("config.toml"), config.to_toml().as_bytes())?;
+    write_json(&study.config(), config.to_toml().as_bytes())?;
 
     let rows = datasets::generate(config, out, progress)?;
     write_json(
-        &out.join("tasks.json"),
+        &study.tasks(),
         serde_json::to_string_pretty(&rows)?.as_bytes(),
     )?;
     report(Milestone::Datasets(&rows))?;
@@ -100,7 +102,7 @@ pub fn reproduce(
     let parallel = options.parallel;
     let trained = job::run_jobs(config, &jobs, out, parallel, progress)?;
     write_json(
-        &out.join("training.json"),
+        &study.training(),
         serde_json::to_string_pretty(&trained)?.as_bytes(),
     )?;
     report(Milestone::Trained(&trained))?;
@@ -114,14 +116,14 @@ pub fn reproduce(
 
     if let Some(plan) = &config.offset {
         let experiment = plan.experiment()?;
-        let outcome = crate::offset::run(&experiment, &out.join("offset"), parallel, progress)?;
+        let outcome = crate::offset::run(&experiment, &study.offset(), parallel, progress)?;
         report(Milestone::Offset(&experiment, &outcome))?;
     }
 
     if let Some(plan) = &config.canonical {
         let mut done = vec![];
         for experiment in plan.experiments()? {
-            let dir = out.join("canonical").join(experiment.task.kind.name());
+            let dir = study.canonical(experiment.task.kind);
             let summary = crate::canonical::run(&experiment, &dir, parallel, progress)?;
             done.push((experiment, summary));
         }
@@ -133,7 +135,7 @@ pub fn reproduce(
     let files = StudyFiles::load(out, &config.seeds)?;
     let verdicts = claims::verdicts(&files, &config.claims);
     write_json(
-        &out.join("claims.json"),
+        &study.claims(),
         serde_json::to_string_pretty(&verdicts)?.as_bytes(),
     )?;
     report(Milestone::Claims(&verdicts))?;
@@ -149,7 +151,7 @@ pub fn reproduce(
     };
     report(Milestone::Pretrained(&pretrained))?;
 
-    let page = out.join("report.html");
+    let page = study.report();
     let html = ropelab_report::report(out, &options.command)?;
     write_atomic(&page, html.as_bytes())
         .with_context(|| format!("cannot write {}", page.display()))?;

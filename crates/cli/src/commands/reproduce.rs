@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use ropelab_analysis::claims;
+use ropelab_analysis::{claims, StudyDir};
 use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_study::datasets::DatasetRow;
 use ropelab_study::job::Trained;
@@ -127,7 +127,7 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
                             super::canonical::band_table(summary).to_string().trim_end()
                         );
                         if kind == ropelab_tasks::CanonicalKind::Partial {
-                            let dir = args.out.join("canonical").join(kind.name());
+                            let dir = StudyDir::new(&args.out).canonical(kind);
                             super::canonical::print_two_angles(summary, &dir)?;
                         }
                     }
@@ -159,7 +159,7 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
     println!(
         "{holding} of {} claims hold; wrote {} and {} ({:.0} s in all)",
         verdicts.len(),
-        args.out.join("claims.json").display(),
+        StudyDir::new(&args.out).claims().display(),
         report.display(),
         start.elapsed().as_secs_f64()
     );

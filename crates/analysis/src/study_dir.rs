@@ -1,0 +1,148 @@
+//! The layout of a study directory (`ropelab reproduce --out DIR`, docs/study.md), in one
+//! place: every stage that writes a part of it and every reader (the claims, the report, the
+//! command line) asks this type where that part lives.
+//!
+//! ```text
+//! DIR/config.toml  tasks.json  training.json  claims.json  report.html
+//! DIR/seed-S/data/<task>-test.jsonl   DIR/seed-S/<task>/   (one run directory per model)
+//! DIR/theory/*.csv   DIR/offset/   DIR/canonical/<kind>/   DIR/pretrained/
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use ropelab_tasks::{CanonicalKind, TaskKind};
+
+/// A study directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StudyDir {
+    root: PathBuf,
+}
+
+impl StudyDir {
+    /// The study directory at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The study's config, as it ran (`config.toml`).
+    pub fn config(&self) -> PathBuf {
+        self.root.join("config.toml")
+    }
+
+    /// Every seed's datasets, validated (`tasks.json`).
+    pub fn tasks(&self) -> PathBuf {
+        self.root.join("tasks.json")
+    }
+
+    /// Every model's training and test summary (`training.json`).
+    pub fn training(&self) -> PathBuf {
+        self.root.join("training.json")
+    }
+
+    /// The verdict per claim (`claims.json`).
+    pub fn claims(&self) -> PathBuf {
+        self.root.join("claims.json")
+    }
+
+    /// The self-contained HTML report (`report.html`).
+    pub fn report(&self) -> PathBuf {
+        self.root.join("report.html")
+    }
+
+    /// The run directory of the model of `task` and `seed`, relative to the study directory
+    /// (`seed-S/<task>`).
+    pub fn model_relative(seed: u64, task: TaskKind) -> PathBuf {
+        Path::new(&format!("seed-{seed}")).join(task.as_str())
+    }
+
+    /// The run directory of the model of `task` and `seed`.
+    pub fn model(&self, seed: u64, task: TaskKind) -> PathBuf {
+        self.root.join(Self::model_relative(seed, task))
+    }
+
+    /// The test split of `task` for `seed` (`seed-S/data/<task>-test.jsonl`).
+    pub fn test_data(&self, seed: u64, task: TaskKind) -> PathBuf {
+        self.root
+            .join(format!("seed-{seed}/data/{task}-test.jsonl"))
+    }
+
+    /// A file of the theory part (`theory/<file>`).
+    pub fn theory(&self, file: &str) -> PathBuf {
+        self.root.join("theory").join(file)
+    }
+
+    /// The implicit-bias experiment's directory (`offset/`).
+    pub fn offset(&self) -> PathBuf {
+        self.root.join("offset")
+    }
+
+    /// The canonical experiments' directory (`canonical/`).
+    pub fn canonical_root(&self) -> PathBuf {
+        self.root.join("canonical")
+    }
+
+    /// The canonical experiment of one task (`canonical/<kind>/`).
+    pub fn canonical(&self, kind: CanonicalKind) -> PathBuf {
+        self.canonical_root().join(kind.name())
+    }
+
+    /// The pretrained-model stage's directory (`pretrained/`).
+    pub fn pretrained(&self) -> PathBuf {
+        self.root.join("pretrained")
+    }
+
+    /// The seeds of the `seed-S/` folders present, ascending (none when the directory cannot
+    /// be read).
+    pub fn seeds(&self) -> std::io::Result<Vec<u64>> {
+        let mut seeds: Vec<u64> = std::fs::read_dir(&self.root)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("seed-"))
+                    .and_then(|s| s.parse().ok())
+            })
+            .collect();
+        seeds.sort_unstable();
+        Ok(seeds)
+    }
+
+    /// Whether the directory holds a study: a `claims.json` or `seed-S/` folders.
+    pub fn is_study(&self) -> bool {
+        self.claims().exists() || self.seeds().is_ok_and(|s| !s.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_live_where_the_docs_say_and_seeds_are_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let study = StudyDir::new(dir.path());
+        assert!(!study.is_study());
+        assert_eq!(
+            study.model(3, TaskKind::Letter),
+            dir.path().join("seed-3/letter")
+        );
+        assert_eq!(
+            study.test_data(3, TaskKind::Number),
+            dir.path().join("seed-3/data/number-test.jsonl")
+        );
+        assert_eq!(
+            study.canonical(CanonicalKind::Partial),
+            dir.path().join("canonical/partial")
+        );
+        for s in ["seed-10", "seed-2", "seed-x", "offset"] {
+            std::fs::create_dir(dir.path().join(s)).unwrap();
+        }
+        assert_eq!(study.seeds().unwrap(), vec![2, 10]);
+        assert!(study.is_study());
+    }
+}
