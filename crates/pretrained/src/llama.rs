@@ -9,7 +9,7 @@ use candle_core::{Device, Tensor, D};
 use ropelab_model::attention::{attend_in_blocks, blocked_softmax};
 use ropelab_model::ops::softmax_last_dim;
 use ropelab_model::{
-    rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout,
+    rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout, Rotation,
 };
 
 use crate::gguf::{GgufFile, LlamaConfig};
@@ -46,6 +46,226 @@ struct QuantBlock {
     gate: QuantMatrix,
     up: QuantMatrix,
     down: QuantMatrix,
+}
+
+/// One of a block's projections.
+#[derive(Debug, Clone, Copy)]
+enum Proj {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Block {
+    /// x [..., in] through projection `p`: from the quantized blocks when `quantized` and the
+    /// file stores them (one-token decoding), else from the f32 weights.
+    fn project(&self, x: &Tensor, p: Proj, quantized: bool) -> Result<Tensor> {
+        let (w, q) = match p {
+            Proj::Q => (&self.q, self.quant.as_ref().map(|b| &b.q)),
+            Proj::K => (&self.k, self.quant.as_ref().map(|b| &b.k)),
+            Proj::V => (&self.v, self.quant.as_ref().map(|b| &b.v)),
+            Proj::O => (&self.o, self.quant.as_ref().map(|b| &b.o)),
+            Proj::Gate => (&self.gate, self.quant.as_ref().map(|b| &b.gate)),
+            Proj::Up => (&self.up, self.quant.as_ref().map(|b| &b.up)),
+            Proj::Down => (&self.down, self.quant.as_ref().map(|b| &b.down)),
+        };
+        match q {
+            Some(q) if quantized => quant_linear(x, q),
+            _ => linear(x, w),
+        }
+    }
+
+    /// h [b, t, d_model] through projection `p`, split into `n` heads: [b, n, t, head_dim].
+    fn heads(&self, h: &Tensor, p: Proj, n: usize, quantized: bool) -> Result<Tensor> {
+        let (b, t, _) = h.dims3()?;
+        let y = self.project(h, p, quantized)?;
+        let hd = y.dim(2)? / n;
+        Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// The SwiGLU MLP: down(silu(gate(h)) * up(h)).
+    fn mlp(&self, h: &Tensor, quantized: bool) -> Result<Tensor> {
+        let gated = (self.project(h, Proj::Gate, quantized)?.silu()?
+            * self.project(h, Proj::Up, quantized)?)?;
+        self.project(&gated, Proj::Down, quantized)
+    }
+}
+
+/// What differs between the forward paths of a block (hooked, cached, batched suffixes): how
+/// the un-rotated heads become the merged attention output, and what the hooks see.
+trait Attend {
+    /// The merged heads' output [b, t, heads * head_dim] of layer `layer` from q
+    /// [b, heads, t, head_dim] and k, v [b, kv_heads, t, head_dim], before RoPE.
+    fn attend(&mut self, layer: usize, q: Tensor, k: Tensor, v: Tensor) -> Result<Tensor>;
+
+    /// The value at hook point `kind` of `layer` (unchanged off the hooked path).
+    fn point(&mut self, _layer: usize, _kind: HookKind, x: Tensor) -> Result<Tensor> {
+        Ok(x)
+    }
+}
+
+/// Merged head outputs: z [b, heads, t, head_dim] -> [b, t, heads * head_dim].
+fn merge_heads(z: &Tensor) -> Result<Tensor> {
+    let (b, nh, t, hd) = z.dims4()?;
+    Ok(z.transpose(1, 2)?.reshape((b, t, nh * hd))?)
+}
+
+/// RoPE at the positions of one call, applied to q and k before the cached and suffix
+/// attentions (the hooked path rotates inside [`attend_in_blocks`]).
+struct Rotary {
+    rotation: Rotation,
+    cos: Tensor, // [t, planes]
+    sin: Tensor, // [t, planes]
+}
+
+impl Rotary {
+    /// The rotation of `position` at `positions` (None without one).
+    fn at(
+        position: &PositionEncoding,
+        positions: &[usize],
+        device: &Device,
+    ) -> Result<Option<Self>> {
+        let Some(rotation) = position.rotation() else {
+            return Ok(None);
+        };
+        let (cos, sin) = rope::angles_of(positions, &rotation, device)?;
+        Ok(Some(Self { rotation, cos, sin }))
+    }
+
+    /// x [b, n, t, head_dim] rotated (unchanged without a rotation).
+    fn apply(this: &Option<Self>, x: Tensor) -> Result<Tensor> {
+        match this {
+            Some(r) => Ok(rope::rotate(
+                &x,
+                &r.cos,
+                &r.sin,
+                r.rotation.rotary_dim,
+                r.rotation.layout,
+            )?),
+            None => Ok(x),
+        }
+    }
+}
+
+/// The hooked path: every hook point and intervention of the GPT-J model.
+struct Hooked<'a> {
+    model: &'a Llama,
+    hooks: &'a mut Hooks,
+}
+
+impl Attend for Hooked<'_> {
+    fn attend(&mut self, layer: usize, q: Tensor, k: Tensor, v: Tensor) -> Result<Tensor> {
+        let c = &self.model.config;
+        let position = &self.model.position;
+        let point = |kind| HookPoint::new(layer, kind);
+        let (b, nkv, t, hd) = k.dims4()?;
+        // Each key/value head serves nh / nkv consecutive query heads.
+        let expand = |kv: Tensor| -> Result<Tensor> {
+            let group = c.n_heads / nkv;
+            if group == 1 {
+                return Ok(kv);
+            }
+            Ok(kv
+                .unsqueeze(2)?
+                .expand((b, nkv, group, t, hd))?
+                .reshape((b, c.n_heads, t, hd))?)
+        };
+        let hooks = &mut *self.hooks;
+        let planes = |p| position.plane_dims(p);
+        let q = hooks.restrict(layer, q, planes)?;
+        let q = hooks.point(point(HookKind::Q), q)?;
+        let k = hooks.restrict(layer, expand(k)?, planes)?;
+        let k = hooks.point(point(HookKind::K), k)?;
+        let v = hooks.point(point(HookKind::V), expand(v)?)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let z = attend_in_blocks(
+            layer,
+            (q, k, &v),
+            position,
+            (AttentionKind::Softmax, scale),
+            hooks,
+            None,
+            self.model.attention_block,
+        )?; // [b, nh, t, hd]
+        let z = hooks.ablate(layer, z)?;
+        let z = hooks.point(point(HookKind::Z), z)?;
+        merge_heads(&z)
+    }
+
+    fn point(&mut self, layer: usize, kind: HookKind, x: Tensor) -> Result<Tensor> {
+        Ok(self.hooks.point(HookPoint::new(layer, kind), x)?)
+    }
+}
+
+/// The cached path: one sequence's new positions attend to the cache's keys and their own
+/// (in key blocks with a running softmax), and the cache gains their keys and values.
+struct Cached<'a> {
+    cache: &'a mut KvCache,
+    rotary: Option<Rotary>,
+    /// The first new position.
+    start: usize,
+    block: usize,
+}
+
+impl Attend for Cached<'_> {
+    fn attend(&mut self, layer: usize, q: Tensor, k: Tensor, v: Tensor) -> Result<Tensor> {
+        let (_, nh, t, hd) = q.dims4()?;
+        let nkv = k.dim(1)?;
+        let group = nh / nkv;
+        let q = Rotary::apply(&self.rotary, q)?;
+        let k = Rotary::apply(&self.rotary, k)?;
+        let (k, v) = self.cache.append(layer, k, v)?; // [1, nkv, total, hd]
+                                                      // Query heads grouped by their key/value head (head h uses kv head h / group):
+                                                      // [1, nkv, group * t, hd]; query i (position start + i) sees keys 0..=start + i.
+        let q = q.reshape((1, nkv, group * t, hd))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let z = blocked_softmax(&q, &k, &v, (self.start, t, group), scale, self.block)?;
+        merge_heads(&z.reshape((1, nh, t, hd))?)
+    }
+}
+
+/// The batched-suffix path: every row attends to a shared head's keys (broadcast, never
+/// copied) and, causally, to its own.
+struct Suffixes<'a> {
+    /// Per layer: the head's keys and values [1, kv_heads, len, head_dim] (None: no head).
+    head: &'a [Option<(Tensor, Tensor)>],
+    rotary: Option<Rotary>,
+    /// 0 where suffix query i may see suffix key j (j <= i), -inf elsewhere: [s, s].
+    mask: Tensor,
+}
+
+impl Attend for Suffixes<'_> {
+    fn attend(&mut self, layer: usize, q: Tensor, k: Tensor, v: Tensor) -> Result<Tensor> {
+        let (b, nh, s, hd) = q.dims4()?;
+        let nkv = k.dim(1)?;
+        let group = nh / nkv;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let q = Rotary::apply(&self.rotary, q)?;
+        let k = Rotary::apply(&self.rotary, k)?;
+        // Query heads grouped by their key/value head: [b, nkv, group * s, hd].
+        let q = q.reshape((b, nkv, group * s, hd))?;
+        let own = (q.matmul(&k.t()?)? * scale)?
+            .reshape((b, nkv, group, s, s))?
+            .broadcast_add(&self.mask)?
+            .reshape((b, nkv, group * s, s))?; // [b, nkv, group * s, s]
+        let z = match &self.head[layer] {
+            Some((kh, vh)) => {
+                let len = kh.dim(2)?;
+                // [1, nkv, len, hd] keys serve every row.
+                let shared = (q.broadcast_matmul(&kh.t()?)? * scale)?; // [b, nkv, g*s, len]
+                let p = softmax_last_dim(&Tensor::cat(&[&shared, &own], 3)?)?;
+                let from_head = p.narrow(3, 0, len)?.contiguous()?.broadcast_matmul(vh)?;
+                let from_own = p.narrow(3, len, s)?.contiguous()?.matmul(&v)?;
+                (from_head + from_own)?
+            }
+            None => softmax_last_dim(&own)?.matmul(&v)?,
+        }; // [b, nkv, group * s, hd]
+        merge_heads(&z.reshape((b, nh, s, hd))?)
+    }
 }
 
 /// A Llama model with f32 weights.
@@ -253,10 +473,7 @@ impl Llama {
         let c = &self.config;
         hooks.check(c.n_layers, c.n_heads, c.head_dim() / 2)?;
         let (b, t) = ids.dims2()?;
-        let mut x = self
-            .embed
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((b, t, c.d_model))?;
+        let mut x = self.embed(ids, b, t)?;
         for layer in 0..c.n_layers {
             x = self.block(layer, &x, hooks)?;
             progress(layer + 1);
@@ -266,55 +483,42 @@ impl Llama {
 
     /// One block: x + Attn(norm(x)), then + MLP(norm(.)).
     pub fn block(&self, layer: usize, x: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        let mut path = Hooked { model: self, hooks };
+        self.block_with(layer, x.clone(), false, &mut path)
+    }
+
+    /// Block `layer` of every path, written once: x [b, t, d_model] + Attn(norm(x)), then plus
+    /// MLP(norm(.)), the attention computed by `path`; projections from the quantized blocks
+    /// when `quantized`.
+    fn block_with(
+        &self,
+        layer: usize,
+        x: Tensor,
+        quantized: bool,
+        path: &mut impl Attend,
+    ) -> Result<Tensor> {
         let c = &self.config;
         let blk = &self.blocks[layer];
-        let point = |kind| HookPoint::new(layer, kind);
-        let x = hooks.point(point(HookKind::ResidPre), x.clone())?;
-        let (b, t, _) = x.dims3()?;
-        let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
+        let x = path.point(layer, HookKind::ResidPre, x)?;
         let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
-        let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-            Ok(linear(&h, w)?
-                .reshape((b, t, n, hd))?
-                .transpose(1, 2)?
-                .contiguous()?) // [b, n, t, hd]
-        };
-        // Each key/value head serves nh / nkv consecutive query heads.
-        let expand = |kv: Tensor| -> Result<Tensor> {
-            let group = nh / nkv;
-            if group == 1 {
-                return Ok(kv);
-            }
-            Ok(kv
-                .unsqueeze(2)?
-                .expand((b, nkv, group, t, hd))?
-                .reshape((b, nh, t, hd))?)
-        };
-        let planes = |p| self.position.plane_dims(p);
-        let q = hooks.restrict(layer, heads(&blk.q, nh)?, planes)?;
-        let q = hooks.point(point(HookKind::Q), q)?;
-        let k = hooks.restrict(layer, expand(heads(&blk.k, nkv)?)?, planes)?;
-        let k = hooks.point(point(HookKind::K), k)?;
-        let v = hooks.point(point(HookKind::V), expand(heads(&blk.v, nkv)?)?)?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let z = attend_in_blocks(
-            layer,
-            (q, k, &v),
-            &self.position,
-            (AttentionKind::Softmax, scale),
-            hooks,
-            None,
-            self.attention_block,
-        )?; // [b, nh, t, hd]
-        let z = hooks.ablate(layer, z)?;
-        let z = hooks.point(point(HookKind::Z), z)?;
-        let merged = z.transpose(1, 2)?.reshape((b, t, nh * hd))?;
-        let attn = hooks.point(point(HookKind::AttnOut), linear(&merged, &blk.o)?)?;
+        let q = blk.heads(&h, Proj::Q, c.n_heads, quantized)?; // [b, nh, t, hd]
+        let k = blk.heads(&h, Proj::K, c.n_kv_heads, quantized)?; // [b, nkv, t, hd]
+        let v = blk.heads(&h, Proj::V, c.n_kv_heads, quantized)?;
+        let merged = path.attend(layer, q, k, v)?; // [b, t, nh * hd]
+        let attn = blk.project(&merged, Proj::O, quantized)?;
+        let attn = path.point(layer, HookKind::AttnOut, attn)?;
         let x = (x + attn)?;
         let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
-        let gated = (linear(&h, &blk.gate)?.silu()? * linear(&h, &blk.up)?)?;
-        let mlp = hooks.point(point(HookKind::MlpOut), linear(&gated, &blk.down)?)?;
+        let mlp = path.point(layer, HookKind::MlpOut, blk.mlp(&h, quantized)?)?;
         Ok((x + mlp)?)
+    }
+
+    /// The embeddings of `ids` (`b * t` of them, row-major): [b, t, d_model].
+    fn embed(&self, ids: &Tensor, b: usize, t: usize) -> Result<Tensor> {
+        Ok(self
+            .embed
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((b, t, self.config.d_model))?)
     }
 
     /// Logits at the last of `ids` [1, new] given every earlier token in `cache`, which gains
@@ -357,62 +561,21 @@ impl Llama {
             *cache = KvCache::new(c.n_layers);
         }
         let start = cache.len;
-        let mut x = self
-            .embed
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((1, t, c.d_model))?;
         let positions: Vec<usize> = (start..start + t).collect();
-        let rotation = self.position.rotation();
-        let angles = match &rotation {
-            Some(r) => Some(rope::angles_of(&positions, r, &self.device)?),
-            None => None,
-        };
-        let total = start + t;
-        let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
-        let group = nh / nkv;
-        let scale = 1.0 / (hd as f64).sqrt();
         // One new token: every projection is a matrix-vector product, bound by reading the
         // weights, so it runs from the file's smaller quantized blocks.
         let quantized = t == 1 && self.decodes_quantized();
-        let project = |x: &Tensor, w: &Tensor, q: Option<&QuantMatrix>| match q {
-            Some(q) if quantized => quant_linear(x, q),
-            _ => linear(x, w),
+        let mut path = Cached {
+            cache,
+            rotary: Rotary::at(&self.position, &positions, &self.device)?,
+            start,
+            block: self.attention_block,
         };
-        for (layer, blk) in self.blocks.iter().enumerate() {
-            let qb = blk.quant.as_ref();
-            let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
-            let heads = |w: &Tensor, q: Option<&QuantMatrix>, n: usize| -> Result<Tensor> {
-                Ok(project(&h, w, q)?
-                    .reshape((1, t, n, hd))?
-                    .transpose(1, 2)?
-                    .contiguous()?) // [1, n, t, hd]
-            };
-            let (mut q, mut k) = (
-                heads(&blk.q, qb.map(|b| &b.q), nh)?,
-                heads(&blk.k, qb.map(|b| &b.k), nkv)?,
-            );
-            if let (Some(r), Some((cos, sin))) = (&rotation, &angles) {
-                q = rope::rotate(&q, cos, sin, r.rotary_dim, r.layout)?;
-                k = rope::rotate(&k, cos, sin, r.rotary_dim, r.layout)?;
-            }
-            let v = heads(&blk.v, qb.map(|b| &b.v), nkv)?;
-            let (k, v) = cache.append(layer, k, v)?; // [1, nkv, total, hd]
-                                                     // Query heads grouped by their key/value head (head h uses kv head h / group):
-                                                     // [1, nkv, group * t, hd].
-            let q = q.reshape((1, nkv, group * t, hd))?;
-            // Query i (position start + i) sees keys 0..=start + i.
-            let z = blocked_softmax(&q, &k, &v, (start, t, group), scale, self.attention_block)?; // [1, nkv, group * t, hd]
-            let merged = z
-                .reshape((1, nh, t, hd))?
-                .transpose(1, 2)?
-                .reshape((1, t, nh * hd))?;
-            x = (x + project(&merged, &blk.o, qb.map(|b| &b.o))?)?;
-            let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
-            let gated = (project(&h, &blk.gate, qb.map(|b| &b.gate))?.silu()?
-                * project(&h, &blk.up, qb.map(|b| &b.up))?)?;
-            x = (&x + project(&gated, &blk.down, qb.map(|b| &b.down))?)?;
+        let mut x = self.embed(ids, 1, t)?;
+        for layer in 0..c.n_layers {
+            x = self.block_with(layer, x, quantized, &mut path)?;
         }
-        cache.len = total;
+        cache.len = start + t;
         Ok(x)
     }
 
@@ -470,64 +633,19 @@ impl Llama {
             ids[r * s..r * s + row.len()].copy_from_slice(row);
         }
         let ids = Tensor::from_vec(ids, b * s, &self.device)?;
-        let mut x = self
-            .embed
-            .index_select(&ids, 0)?
-            .reshape((b, s, c.d_model))?;
         let positions: Vec<usize> = (start..start + s).collect();
-        let rotation = self.position.rotation();
-        let angles = match &rotation {
-            Some(r) => Some(rope::angles_of(&positions, r, &self.device)?),
-            None => None,
-        };
         // Suffix query i sees suffix keys 0..=i (and every head key).
         let mask: Vec<f32> = (0..s)
             .flat_map(|i| (0..s).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
             .collect();
-        let mask = Tensor::from_vec(mask, (s, s), &self.device)?; // [q, k]
-        let (nh, nkv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
-        let group = nh / nkv;
-        let scale = 1.0 / (hd as f64).sqrt();
-        for (blk, cached) in self.blocks.iter().zip(&head_layers) {
-            let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
-            let heads = |w: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(linear(&h, w)?
-                    .reshape((b, s, n, hd))?
-                    .transpose(1, 2)?
-                    .contiguous()?) // [b, n, s, hd]
-            };
-            let (mut q, mut k) = (heads(&blk.q, nh)?, heads(&blk.k, nkv)?);
-            if let (Some(r), Some((cos, sin))) = (&rotation, &angles) {
-                q = rope::rotate(&q, cos, sin, r.rotary_dim, r.layout)?;
-                k = rope::rotate(&k, cos, sin, r.rotary_dim, r.layout)?;
-            }
-            let v = heads(&blk.v, nkv)?;
-            // Query heads grouped by their key/value head: [b, nkv, group * s, hd].
-            let q = q.reshape((b, nkv, group * s, hd))?;
-            let own = (q.matmul(&k.t()?)? * scale)?
-                .reshape((b, nkv, group, s, s))?
-                .broadcast_add(&mask)?
-                .reshape((b, nkv, group * s, s))?; // [b, nkv, group * s, s]
-            let z = match cached {
-                Some((kh, vh)) => {
-                    let len = kh.dim(2)?;
-                    // [1, nkv, len, hd] keys serve every row.
-                    let shared = (q.broadcast_matmul(&kh.t()?)? * scale)?; // [b, nkv, g*s, len]
-                    let p = softmax_last_dim(&Tensor::cat(&[&shared, &own], 3)?)?;
-                    let from_head = p.narrow(3, 0, len)?.contiguous()?.broadcast_matmul(vh)?;
-                    let from_own = p.narrow(3, len, s)?.contiguous()?.matmul(&v)?;
-                    (from_head + from_own)?
-                }
-                None => softmax_last_dim(&own)?.matmul(&v)?,
-            }; // [b, nkv, group * s, hd]
-            let merged = z
-                .reshape((b, nh, s, hd))?
-                .transpose(1, 2)?
-                .reshape((b, s, nh * hd))?;
-            x = (x + linear(&merged, &blk.o)?)?;
-            let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
-            let gated = (linear(&h, &blk.gate)?.silu()? * linear(&h, &blk.up)?)?;
-            x = (&x + linear(&gated, &blk.down)?)?;
+        let mut path = Suffixes {
+            head: &head_layers,
+            rotary: Rotary::at(&self.position, &positions, &self.device)?,
+            mask: Tensor::from_vec(mask, (s, s), &self.device)?,
+        };
+        let mut x = self.embed(&ids, b, s)?;
+        for layer in 0..c.n_layers {
+            x = self.block_with(layer, x, false, &mut path)?;
         }
         // Only the asked positions are unembedded.
         let rows: Vec<u32> = suffixes

@@ -84,7 +84,8 @@ pub struct Shape {
 }
 
 impl Shape {
-    fn d_model(&self) -> usize {
+    /// Width of the merged heads.
+    pub fn d_model(&self) -> usize {
         self.heads * self.d_head
     }
 }
@@ -201,26 +202,34 @@ pub fn forward(
     }
 }
 
-/// Backward of one batch row: from `dz` [queries, d_model] and the forward's rotated `qkv`,
-/// `pattern` and `mask`, writes `dqkv` [seq, 3 d_model] (gradients of the un-rotated q, k and
-/// v; q rows outside the query positions are 0). `dp` (at least 2 seq^2 floats) is scratch.
-/// With every position a query, each head is four matrix products (dP = dZ V^T, dV = P^T dZ,
-/// dQ = dS K, dK = dS^T Q) around the row-wise softmax backward.
-#[allow(clippy::too_many_arguments)]
+/// What the forward pass of one batch row kept for its backward pass.
+#[derive(Debug, Clone, Copy)]
+pub struct Saved<'a> {
+    /// The rotated q, k and v [seq, 3 d_model].
+    pub qkv: &'a [f32],
+    /// The weights of the query rows [heads, seq, seq].
+    pub pattern: &'a [f32],
+    /// The pattern's dropout mask [heads, seq, seq], if the forward pass had dropout.
+    pub mask: Option<&'a [f32]>,
+}
+
+/// Backward of one batch row: from `dz` [queries, d_model] and what the forward pass kept,
+/// writes `dqkv` [seq, 3 d_model] (gradients of the un-rotated q, k and v; q rows outside the
+/// query positions are 0). `dp` (at least 2 seq^2 floats) is scratch. With every position a
+/// query, each head is four matrix products (dP = dZ V^T, dV = P^T dZ, dQ = dS K,
+/// dK = dS^T Q) around the row-wise softmax backward.
 pub fn backward(
     s: Shape,
     rope: Option<&RopeTable>,
-    qkv: &[f32],
-    pattern: &[f32],
-    mask: Option<&[f32]>,
+    saved: Saved,
     dz: &[f32],
     dqkv: &mut [f32],
     dp: &mut [f32],
 ) {
     if s.queries == s.seq {
-        backward_all(s, qkv, pattern, mask, dz, dqkv, dp);
+        backward_all(s, saved, dz, dqkv, dp);
     } else {
-        backward_rows(s, qkv, pattern, mask, dz, dqkv, dp);
+        backward_rows(s, saved, dz, dqkv, dp);
     }
     if let Some(rope) = rope {
         rotate_q_and_k(s, rope, dqkv, true);
@@ -229,16 +238,8 @@ pub fn backward(
 
 /// [`backward`] with every position a query: per head, dP = dZ V^T, dV = (P * mask)^T dZ, the
 /// row-wise softmax backward, dQ = dS K and dK = dS^T Q (gradients of the rotated q and k).
-#[allow(clippy::too_many_arguments)]
-fn backward_all(
-    s: Shape,
-    qkv: &[f32],
-    pattern: &[f32],
-    mask: Option<&[f32]>,
-    dz: &[f32],
-    dqkv: &mut [f32],
-    dp: &mut [f32],
-) {
+fn backward_all(s: Shape, saved: Saved, dz: &[f32], dqkv: &mut [f32], dp: &mut [f32]) {
+    let Saved { qkv, pattern, mask } = saved;
     let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
     let (ds, weights) = dp[..2 * t * t].split_at_mut(t * t);
     for h in 0..s.heads {
@@ -281,16 +282,8 @@ fn backward_all(
 }
 
 /// [`backward`] for the last `queries` positions, one query row at a time (dot products).
-#[allow(clippy::too_many_arguments)]
-fn backward_rows(
-    s: Shape,
-    qkv: &[f32],
-    pattern: &[f32],
-    mask: Option<&[f32]>,
-    dz: &[f32],
-    dqkv: &mut [f32],
-    dp: &mut [f32],
-) {
+fn backward_rows(s: Shape, saved: Saved, dz: &[f32], dqkv: &mut [f32], dp: &mut [f32]) {
+    let Saved { qkv, pattern, mask } = saved;
     let (t, dm, dh) = (s.seq, s.d_model(), s.d_head);
     let first_q = t - s.queries;
     dqkv.fill(0.0);

@@ -1,290 +1,273 @@
-//! The hand-written backward pass of the last-token cross-entropy, block by block in reverse,
-//! from the activations cached by the forward pass.
+//! The hand-written backward pass of the objective's cross-entropy as named steps, from the
+//! activations cached by the forward pass: the head (unembedding, final LayerNorm), each block
+//! in reverse (residual split, MLP, output projection, attention, the q/k/v projection,
+//! LayerNorm) and the embedding gradient.
 
 use rayon::prelude::*;
 
-use super::attention::{self, Shape};
+use super::attention::{self, RopeTable};
+use super::buffers::{Absolute, Buffers, LayerCache, Scratch};
+use super::forward::Masks;
 use super::linear::{linear_backward_input, linear_backward_weight};
 use super::math::{self, column_sums};
-use super::{Absolute, FlatParams, FusedStep, Rows, View};
+use super::plan::BlockPlan;
+use super::{FlatParams, FusedStep, View};
 
 impl FusedStep {
-    /// Backward pass from the logit gradients in `self.logits`.
+    /// Backward pass from the logit gradients in `self.buf.logits`.
     pub(super) fn backward_pass(&mut self, params: &FlatParams) {
-        let ids = &self.ids;
-        let c = self.config.clone();
-        let (d, m, v) = (c.d_model, c.d_mlp, c.out_dim());
-        let r = self.out_rows;
-        let (b, t) = (self.batch, self.seq);
-        let n = b * t;
         let w = &params.values;
-        let outer = self.outer_offsets();
-        let (lm_w, lm_b) = (*outer.unembedding(), outer.lm_head_b);
-        let block_offsets: Vec<_> = (0..c.n_layers).map(|l| self.block_offsets(l)).collect();
+        self.head_backward(w);
+        for l in (0..self.plans.len()).rev() {
+            self.block_backward(l, w);
+        }
+        self.embed_backward();
+    }
+
+    /// Unembedding: dW = dlogits^T h_f, db = sum dlogits, dh_f = dlogits @ W; then the final
+    /// LayerNorm, leaving the gradient of the last block's output rows in `dxq` [R, d].
+    fn head_backward(&mut self, w: &[f32]) {
+        let (d, v) = (self.config.d_model, self.config.out_dim());
         let g = &mut self.grads.values;
-
-        // Unembedding: dW = dlogits^T h_f, db = sum dlogits, dh_f = dlogits @ W.
-        linear_backward_weight(
-            g,
-            lm_w,
-            v,
-            d,
-            &self.logits,
-            View::dense(0, r, v),
-            &self.final_h,
-            View::dense(0, r, d),
-        );
-        column_sums(&self.logits, &mut g[lm_b..][..v]);
-        let s = &mut self.scratch;
-        linear_backward_input(
-            &mut s.dhf,
-            View::dense(0, r, d),
-            &self.logits,
-            View::dense(0, r, v),
-            w,
-            lm_w,
-            v,
-            d,
-            false,
-        );
-        match outer.ln_f {
+        let Buffers {
+            resid,
+            final_stats,
+            final_h,
+            logits,
+            scratch,
+            ..
+        } = &mut self.buf;
+        let r = final_h.len() / d;
+        let (logit_rows, h_rows) = (View::dense(0, r, v), View::dense(0, r, d));
+        let unembedding = *self.outer.unembedding(); // [out, d]
+        linear_backward_weight(g, unembedding, logits, logit_rows, final_h, h_rows);
+        column_sums(logits, &mut g[self.outer.lm_head_b.range()]);
+        let dhf = &mut scratch.dhf;
+        linear_backward_input(dhf, h_rows, logits, logit_rows, w, unembedding, false);
+        let dxq = &mut scratch.dxq;
+        match self.outer.ln_f {
             Some(ln) => {
-                s.dxq.fill(0.0);
-                let (gw, gb) = split_two(g, ln.w, ln.b, d);
-                math::layer_norm_backward(
-                    &s.dhf,
-                    &self.resid[c.n_layers],
-                    &self.final_stats,
-                    &w[ln.w..][..d],
-                    &mut s.dxq,
-                    gw,
-                    gb,
-                );
+                dxq.fill(0.0);
+                let (gw, gb) = split_two(g, ln.w.offset, ln.b.offset, d);
+                let last = resid.last().expect("at least one block");
+                let lw = &w[ln.w.range()];
+                math::layer_norm_backward(dhf, last, final_stats, lw, dxq, gw, gb);
             }
-            None => s.dxq.copy_from_slice(&s.dhf),
+            None => dxq.copy_from_slice(dhf),
         }
+    }
 
-        for l in (0..c.n_layers).rev() {
-            let rows = Rows::of_layer(l, c.n_layers, b, t, self.objective.every_position());
-            let nq = rows.n;
-            let shape = Shape {
-                seq: t,
-                heads: c.n_heads,
-                d_head: c.d_head(),
-                queries: if nq == n { t } else { 1 },
-                scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
-                kind: c.attention,
-            };
-            let p = block_offsets[l];
-            let cache = &self.layers[l];
-            let x = &self.resid[l];
-            // Gradient of the block output at the computed rows.
-            let last = l + 1 == c.n_layers;
-            let dout: &[f32] = if last { &s.dxq } else { &s.dx };
-            let on = self.dropout_on;
-            let am = cache.attn_mask.as_deref().filter(|_| on);
-            let mm = cache.mlp_mask.as_deref().filter(|_| on);
-            math::for_rows2(
-                &mut s.da[..nq * d],
-                &mut s.dmo[..nq * d],
-                d,
-                |i, da, dmo| {
-                    let r = rows.at(i);
-                    let g_row = &dout[i * d..][..d];
-                    match am {
-                        Some(ka) => {
-                            for ((o, g), k) in da.iter_mut().zip(g_row).zip(&ka[r * d..][..d]) {
-                                *o = g * k;
-                            }
-                        }
-                        None => da.copy_from_slice(g_row),
-                    }
-                    match mm {
-                        Some(km) => {
-                            for ((o, g), k) in dmo.iter_mut().zip(g_row).zip(&km[r * d..][..d]) {
-                                *o = g * k;
-                            }
-                        }
-                        None => dmo.copy_from_slice(g_row),
-                    }
-                },
-            );
-            // MLP (dh of the computed rows; the other rows start at 0).
-            if nq != n || p.mlp.is_none() {
-                s.dh.fill(0.0);
-            }
-            if let Some(mp) = p.mlp {
-                let hq = View::rows(rows.first * d, nq, d, rows.step * d);
-                linear_backward_weight(
-                    g,
-                    mp.fc_out_w,
-                    d,
-                    m,
-                    &s.dmo,
-                    View::dense(0, nq, d),
-                    &cache.g,
-                    View::dense(0, nq, m),
-                );
-                column_sums(&s.dmo[..nq * d], &mut g[mp.fc_out_b..][..d]);
-                linear_backward_input(
-                    &mut s.dg,
-                    View::dense(0, nq, m),
-                    &s.dmo,
-                    View::dense(0, nq, d),
-                    w,
-                    mp.fc_out_w,
-                    d,
-                    m,
-                    false,
-                );
-                for (dg, gp) in s.dg[..nq * m].iter_mut().zip(&cache.gp) {
-                    *dg *= gp;
-                }
-                linear_backward_weight(
-                    g,
-                    mp.fc_in_w,
-                    m,
-                    d,
-                    &s.dg,
-                    View::dense(0, nq, m),
-                    &cache.h,
-                    hq,
-                );
-                column_sums(&s.dg[..nq * m], &mut g[mp.fc_in_b..][..m]);
-                linear_backward_input(
-                    &mut s.dh,
-                    hq,
-                    &s.dg,
-                    View::dense(0, nq, m),
-                    w,
-                    mp.fc_in_w,
-                    m,
-                    d,
-                    false,
-                );
-            }
-            // Attention output projection.
-            linear_backward_weight(
-                g,
-                p.o,
-                d,
-                d,
-                &s.da,
-                View::dense(0, nq, d),
-                &cache.z,
-                View::dense(0, nq, d),
-            );
-            linear_backward_input(
-                &mut s.dz,
-                View::dense(0, nq, d),
-                &s.da,
-                View::dense(0, nq, d),
-                w,
-                p.o,
-                d,
-                d,
-                false,
-            );
-            let rope = self.ropes[l].as_ref();
-            let per_row_pattern = c.n_heads * t * t;
-            let pmask = cache.pattern_mask.as_deref().filter(|_| on);
-            let dz = &s.dz;
-            s.dqkv
-                .par_chunks_mut(t * 3 * d)
-                .zip(s.dp.par_chunks_mut(2 * t * t))
-                .enumerate()
-                .for_each(|(bi, (dqkv, dp))| {
-                    let mask = pmask.map(|m| &m[bi * per_row_pattern..][..per_row_pattern]);
-                    attention::backward(
-                        shape,
-                        rope,
-                        &cache.qkv[bi * t * 3 * d..][..t * 3 * d],
-                        &cache.pattern[bi * per_row_pattern..][..per_row_pattern],
-                        mask,
-                        &dz[bi * shape.queries * d..][..shape.queries * d],
-                        dqkv,
-                        dp,
-                    );
-                });
-            // q, k, v projections: dW = dqkv^T h, dh += dqkv @ W.
-            linear_backward_weight(
-                g,
-                p.q,
-                3 * d,
-                d,
-                &s.dqkv,
-                View::dense(0, n, 3 * d),
-                &cache.h,
-                View::dense(0, n, d),
-            );
-            linear_backward_input(
-                &mut s.dh,
-                View::dense(0, n, d),
-                &s.dqkv,
-                View::dense(0, n, 3 * d),
-                w,
-                p.q,
-                3 * d,
-                d,
-                true,
-            );
-            // Residual and LayerNorm: dx_in = dout (at the computed rows) + LN'(dh).
-            if last {
-                s.dx.fill(0.0);
-                for i in 0..nq {
-                    let r = rows.at(i);
-                    s.dx[r * d..][..d].copy_from_slice(&s.dxq[i * d..][..d]);
-                }
-            }
-            match p.ln {
-                Some(ln) => {
-                    let (gw, gb) = split_two(g, ln.w, ln.b, d);
-                    math::layer_norm_backward(
-                        &s.dh,
-                        x,
-                        &cache.stats,
-                        &w[ln.w..][..d],
-                        &mut s.dx,
-                        gw,
-                        gb,
-                    );
-                }
-                None => {
-                    for (dx, dh) in s.dx.iter_mut().zip(&s.dh) {
-                        *dx += dh;
-                    }
-                }
+    /// Block `l`: from the gradient of its output rows (`dxq` for the last block, `dx`
+    /// otherwise), the gradients of its weights and of its input, left in `dx` [N, d].
+    fn block_backward(&mut self, l: usize, w: &[f32]) {
+        let plan = &self.plans[l];
+        let last = l + 1 == self.plans.len();
+        let g = &mut self.grads.values;
+        let Buffers {
+            layers,
+            resid,
+            scratch,
+            ..
+        } = &mut self.buf;
+        let (cache, x) = (&layers[l], &resid[l]);
+        let Scratch {
+            dx,
+            dh,
+            dqkv,
+            dz,
+            da,
+            dmo,
+            dg,
+            dxq,
+            dp,
+            ..
+        } = scratch;
+        let dout: &[f32] = if last { dxq } else { dx };
+        residual_backward(plan, dout, Masks::of(cache, self.dropout_on), da, dmo);
+        mlp_backward(plan, w, g, cache, dmo, dg, dh);
+        // Attention output projection: dWo = da^T z, dz = da @ Wo.
+        let rows = View::dense(0, plan.rows.n, plan.d());
+        linear_backward_weight(g, plan.w.o, da, rows, &cache.z, rows);
+        linear_backward_input(dz, rows, da, rows, w, plan.w.o, false);
+        let rope = self.ropes[l].as_ref();
+        attention_backward(plan, rope, cache, self.dropout_on, dz, dqkv, dp);
+        qkv_backward(plan, w, g, cache, dqkv, dh);
+        // The residual: dx_in = dout at the computed rows (already in dx below the last
+        // block), then + LN'(dh).
+        if last {
+            let d = plan.d();
+            dx.fill(0.0);
+            for i in 0..plan.rows.n {
+                let r = plan.rows.at(i);
+                dx[r * d..][..d].copy_from_slice(&dxq[i * d..][..d]);
             }
         }
+        norm_backward(plan, w, g, x, cache, dh, dx);
+    }
 
-        // Embeddings (the gradient of a tied unembedding is already in place).
-        let wte = outer.wte;
-        if !c.tied_embeddings {
-            g[wte..][..c.vocab_size * d].fill(0.0);
+    /// The embedding (the gradient of a tied unembedding is already in place, and the
+    /// embedding's adds to it) and a learned position table: each position's gradient lands
+    /// on the row it read.
+    fn embed_backward(&mut self) {
+        let (d, t) = (self.config.d_model, self.seq);
+        let g = &mut self.grads.values;
+        let Buffers {
+            emb_mask, scratch, ..
+        } = &mut self.buf;
+        let dx = &mut scratch.dx; // [N, d]
+        let wte = self.outer.wte; // [vocab, d]
+        if !self.config.tied_embeddings {
+            g[wte.range()].fill(0.0);
         }
-        if let Some(mask) = self.emb_mask.as_ref().filter(|_| self.dropout_on) {
-            for (x, k) in s.dx.iter_mut().zip(mask) {
+        if let Some(mask) = emb_mask.as_ref().filter(|_| self.dropout_on) {
+            for (x, k) in dx.iter_mut().zip(mask) {
                 *x *= k;
             }
         }
-        for (r, &id) in ids.iter().enumerate() {
-            let row = &mut g[wte + id as usize * d..][..d];
-            for (o, x) in row.iter_mut().zip(&s.dx[r * d..][..d]) {
+        for (r, &id) in self.ids.iter().enumerate() {
+            let row = &mut g[wte.offset + id as usize * d..][..d];
+            for (o, x) in row.iter_mut().zip(&dx[r * d..][..d]) {
                 *o += x;
             }
         }
-        // A learned position table: each position's gradient lands on the row it read.
-        if let (Absolute::Learned(rows), Some(wpe)) = (&self.absolute, outer.wpe) {
-            let table_len = self.grads.layout.params().specs()
-                [self.grads.layout.outer().wpe.expect("a learned table")]
-            .len();
-            let g = &mut self.grads.values;
-            g[wpe..][..table_len].fill(0.0);
-            for r in 0..n {
-                let row = &mut g[wpe + rows[r % t] * d..][..d];
-                for (o, x) in row.iter_mut().zip(&s.dx[r * d..][..d]) {
+        if let (Absolute::Learned(rows), Some(wpe)) = (&self.absolute, self.outer.wpe) {
+            g[wpe.range()].fill(0.0);
+            for r in 0..self.ids.len() {
+                let row = &mut g[wpe.offset + rows[r % t] * d..][..d];
+                for (o, x) in row.iter_mut().zip(&dx[r * d..][..d]) {
                     *o += x;
                 }
+            }
+        }
+    }
+}
+
+/// The block output's gradient `dout` [NQ, d] through each branch's dropout mask: `da` for
+/// the attention output, `dmo` for the MLP output.
+fn residual_backward(
+    plan: &BlockPlan,
+    dout: &[f32],
+    masks: Masks,
+    da: &mut [f32],
+    dmo: &mut [f32],
+) {
+    let (nq, d) = (plan.rows.n, plan.d());
+    math::for_rows2(&mut da[..nq * d], &mut dmo[..nq * d], d, |i, da, dmo| {
+        let r = plan.rows.at(i);
+        let g_row = &dout[i * d..][..d];
+        for (out, mask) in [(da, masks.attn), (dmo, masks.mlp)] {
+            match mask {
+                Some(k) => {
+                    for ((o, g), k) in out.iter_mut().zip(g_row).zip(&k[r * d..][..d]) {
+                        *o = g * k;
+                    }
+                }
+                None => out.copy_from_slice(g_row),
+            }
+        }
+    });
+}
+
+/// The MLP's weight and bias gradients from `dmo` [NQ, d], and `dh` [N, d] = the gradient of
+/// its input at the block's rows (0 elsewhere, and everywhere without an MLP). `dg` [NQ, m] is
+/// scratch.
+fn mlp_backward(
+    plan: &BlockPlan,
+    w: &[f32],
+    g: &mut [f32],
+    cache: &LayerCache<Vec<f32>>,
+    dmo: &[f32],
+    dg: &mut [f32],
+    dh: &mut [f32],
+) {
+    if !plan.every_row() || plan.w.mlp.is_none() {
+        dh.fill(0.0);
+    }
+    let Some(mp) = plan.w.mlp else {
+        return;
+    };
+    let (nq, d, m) = (plan.rows.n, plan.d(), plan.m());
+    let (rows_d, rows_m, hq) = (
+        View::dense(0, nq, d),
+        View::dense(0, nq, m),
+        plan.rows.view(d, d),
+    );
+    // fc_out: dW = dmo^T g, db = sum dmo, dg = dmo @ W, then through GELU.
+    linear_backward_weight(g, mp.fc_out_w, dmo, rows_d, &cache.g, rows_m);
+    column_sums(&dmo[..nq * d], &mut g[mp.fc_out_b.range()]);
+    linear_backward_input(dg, rows_m, dmo, rows_d, w, mp.fc_out_w, false);
+    for (dg, gp) in dg[..nq * m].iter_mut().zip(&cache.gp) {
+        *dg *= gp;
+    }
+    // fc_in: dW = dg^T hq, db = sum dg, dh = dg @ W.
+    linear_backward_weight(g, mp.fc_in_w, dg, rows_m, &cache.h, hq);
+    column_sums(&dg[..nq * m], &mut g[mp.fc_in_b.range()]);
+    linear_backward_input(dh, hq, dg, rows_m, w, mp.fc_in_w, false);
+}
+
+/// Attention backward, one batch row per task: `dqkv` [N, 3d] (gradients of the un-rotated q,
+/// k and v) from `dz` [NQ, d]; `dp` is scratch.
+fn attention_backward(
+    plan: &BlockPlan,
+    rope: Option<&RopeTable>,
+    cache: &LayerCache<Vec<f32>>,
+    on: bool,
+    dz: &[f32],
+    dqkv: &mut [f32],
+    dp: &mut [f32],
+) {
+    let s = plan.attn;
+    let (t, d) = (s.seq, plan.d());
+    let per_row = s.heads * t * t; // [H, T, T] of one batch row
+    let pmask = cache.pattern_mask.as_deref().filter(|_| on);
+    dqkv.par_chunks_mut(t * 3 * d)
+        .zip(dp.par_chunks_mut(2 * t * t))
+        .enumerate()
+        .for_each(|(bi, (dqkv, dp))| {
+            let saved = attention::Saved {
+                qkv: &cache.qkv[bi * t * 3 * d..][..t * 3 * d],
+                pattern: &cache.pattern[bi * per_row..][..per_row],
+                mask: pmask.map(|m| &m[bi * per_row..][..per_row]),
+            };
+            let dz = &dz[bi * s.queries * d..][..s.queries * d];
+            attention::backward(s, rope, saved, dz, dqkv, dp);
+        });
+}
+
+/// The q, k, v projection: dW = dqkv^T h, dh += dqkv @ W.
+fn qkv_backward(
+    plan: &BlockPlan,
+    w: &[f32],
+    g: &mut [f32],
+    cache: &LayerCache<Vec<f32>>,
+    dqkv: &[f32],
+    dh: &mut [f32],
+) {
+    let (n, d) = (plan.tokens, plan.d());
+    let (rows_qkv, rows_h) = (View::dense(0, n, 3 * d), View::dense(0, n, d));
+    linear_backward_weight(g, plan.w.qkv, dqkv, rows_qkv, &cache.h, rows_h);
+    linear_backward_input(dh, rows_h, dqkv, rows_qkv, w, plan.w.qkv, true);
+}
+
+/// LayerNorm backward: dx += LN'(dh) with ln_1's gradients (dx += dh without LayerNorm).
+fn norm_backward(
+    plan: &BlockPlan,
+    w: &[f32],
+    g: &mut [f32],
+    x: &[f32],
+    cache: &LayerCache<Vec<f32>>,
+    dh: &[f32],
+    dx: &mut [f32],
+) {
+    match plan.w.ln {
+        Some(ln) => {
+            let (gw, gb) = split_two(g, ln.w.offset, ln.b.offset, plan.d());
+            let lw = &w[ln.w.range()];
+            math::layer_norm_backward(dh, x, &cache.stats, lw, dx, gw, gb);
+        }
+        None => {
+            for (dx, dh) in dx.iter_mut().zip(dh) {
+                *dx += dh;
             }
         }
     }

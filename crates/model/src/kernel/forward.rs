@@ -1,12 +1,16 @@
-//! The fused forward pass: embeddings, blocks (the last one at the query position only),
-//! final LayerNorm and unembedding, caching what the backward pass reads.
+//! The fused forward pass as named steps, caching what the backward pass reads: the embedding,
+//! each block (LayerNorm, the q/k/v projection, attention, the output projection, the MLP and
+//! the residual sum; the last block at the query rows only) and the head (final LayerNorm and
+//! unembedding).
 
 use rayon::prelude::*;
 
-use super::attention::{self, Shape};
+use super::attention::{self, RopeTable};
+use super::buffers::{Absolute, Buffers, LayerCache};
 use super::linear::linear_forward;
 use super::math::{self, for_rows, gelu_forward};
-use super::{Absolute, FlatParams, FusedStep, Rows, View};
+use super::plan::BlockPlan;
+use super::{FlatParams, FusedStep, View};
 use crate::ops::Dropout;
 use crate::Result;
 
@@ -24,244 +28,286 @@ impl FusedStep {
         self.check_inputs(params, ids)?;
         self.ids.copy_from_slice(ids);
         self.forward_done = false;
-        let mut dropout = dropout.filter(|d| d.p() > 0.0);
+        let dropout = dropout.filter(|d| d.p() > 0.0);
         self.dropout_on = dropout.is_some();
-        let c = self.config.clone();
-        let (d, m, v) = (c.d_model, c.d_mlp, c.out_dim());
-        let r = self.out_rows;
-        let (b, t) = (self.batch, self.seq);
-        let n = b * t;
+        if let Some(drop) = dropout {
+            self.draw_masks(drop);
+        }
         let w = &params.values;
+        self.embed_forward(w);
+        for l in 0..self.plans.len() {
+            self.block_forward(l, w);
+        }
+        self.head_forward(w);
+        self.forward_done = true;
+        Ok(&self.buf.logits)
+    }
 
-        // Embeddings, plus the absolute position vectors if any.
-        let outer = self.outer_offsets();
-        let wte = outer.wte;
-        for (r, &id) in ids.iter().enumerate() {
-            let x = &mut self.resid[0][r * d..][..d];
+    /// Draws every dropout mask of the step: the embedding's, then each block's pattern,
+    /// attention-output and MLP-output masks.
+    fn draw_masks(&mut self, drop: &mut Dropout) {
+        let rows = self.ids.len() * self.config.d_model;
+        let buf = &mut self.buf;
+        drop.fill_mask(buf.emb_mask.get_or_insert_with(|| vec![0.0; rows]));
+        for (cache, plan) in buf.layers.iter_mut().zip(&self.plans) {
+            let pattern = cache.pattern.len();
+            drop.fill_mask(cache.pattern_mask.get_or_insert_with(|| vec![0.0; pattern]));
+            drop.fill_mask(cache.attn_mask.get_or_insert_with(|| vec![0.0; rows]));
+            if plan.w.mlp.is_some() {
+                drop.fill_mask(cache.mlp_mask.get_or_insert_with(|| vec![0.0; rows]));
+            }
+        }
+    }
+
+    /// x_0 = W_te[ids] (+ the absolute position vectors), times the embedding dropout mask.
+    fn embed_forward(&mut self, w: &[f32]) {
+        let (d, t) = (self.config.d_model, self.seq);
+        let wte = self.outer.wte.offset;
+        let x0 = &mut self.buf.resid[0];
+        for (r, &id) in self.ids.iter().enumerate() {
+            let x = &mut x0[r * d..][..d]; // [d]
             x.copy_from_slice(&w[wte + id as usize * d..][..d]);
             let pe = match &self.absolute {
                 Absolute::None => continue,
                 Absolute::Sinusoid(table) => &table[(r % t) * d..][..d],
                 Absolute::Learned(rows) => {
-                    &w[outer.wpe.expect("a learned table") + rows[r % t] * d..][..d]
+                    let wpe = self.outer.wpe.expect("a learned table").offset;
+                    &w[wpe + rows[r % t] * d..][..d]
                 }
             };
             for (x, p) in x.iter_mut().zip(pe) {
                 *x += p;
             }
         }
-        if let Some(drop) = dropout.as_deref_mut() {
-            let mask = self.emb_mask.get_or_insert_with(|| vec![0.0; n * d]);
-            drop.fill_mask(mask);
-            for (x, k) in self.resid[0].iter_mut().zip(mask.iter()) {
+        if let Some(mask) = self.buf.emb_mask.as_ref().filter(|_| self.dropout_on) {
+            for (x, k) in x0.iter_mut().zip(mask) {
                 *x *= k;
             }
         }
+    }
 
-        for l in 0..c.n_layers {
-            let rows = Rows::of_layer(l, c.n_layers, b, t, self.objective.every_position());
-            let shape = Shape {
-                seq: t,
-                heads: c.n_heads,
-                d_head: c.d_head(),
-                queries: if rows.n == n { t } else { 1 },
-                scale: (1.0 / (c.d_head() as f64).sqrt()) as f32,
-                kind: c.attention,
-            };
-            let p = self.block_offsets(l);
-            // W_q, W_k, W_v are adjacent (checked in `FusedStep::new`): one [3d, d] matrix at wq.
-            let (wq, wo) = (p.q, p.o);
-            let (before, after) = self.resid.split_at_mut(l + 1);
-            let x = &before[l];
-            let next = &mut after[0];
-            let cache = &mut self.layers[l];
+    /// Block `l` (GPT-J's parallel block): x_{l+1} = x_l + attn(LN(x_l)) + mlp(LN(x_l)) at the
+    /// block's rows.
+    fn block_forward(&mut self, l: usize, w: &[f32]) {
+        let plan = &self.plans[l];
+        let on = self.dropout_on;
+        let Buffers {
+            layers,
+            resid,
+            scratch,
+            ..
+        } = &mut self.buf;
+        let (before, after) = resid.split_at_mut(l + 1);
+        let (x, next) = (&before[l], &mut after[0]); // [N, d], [NQ, d]
+        let cache = &mut layers[l];
+        norm_forward(plan, w, x, cache);
+        qkv_forward(plan, w, cache);
+        attention_forward(plan, self.ropes[l].as_ref(), cache, &mut scratch.dp, on);
+        // attn = z @ Wo^T.
+        let (nq, d) = (plan.rows.n, plan.d());
+        let rows = View::dense(0, nq, d);
+        linear_forward(&mut scratch.a, rows, &cache.z, rows, w, plan.w.o);
+        mlp_forward(plan, w, cache, &mut scratch.mo);
+        let mlp = plan
+            .w
+            .mlp
+            .map(|mp| (&scratch.mo[..], &w[mp.fc_out_b.range()]));
+        residual_forward(plan, x, &scratch.a, mlp, Masks::of(cache, on), next);
+    }
 
-            match p.ln {
-                Some(ln) => math::layer_norm_forward(
-                    x,
-                    &w[ln.w..][..d],
-                    &w[ln.b..][..d],
-                    c.ln_eps as f32,
-                    &mut cache.h,
-                    &mut cache.stats,
-                ),
-                None => cache.h.copy_from_slice(x),
-            }
-            // q, k, v = h @ [Wq; Wk; Wv]^T (q at the computed rows only).
-            if rows.n == n {
-                linear_forward(
-                    &mut cache.qkv,
-                    View::dense(0, n, 3 * d),
-                    &cache.h,
-                    View::dense(0, n, d),
-                    w,
-                    wq,
-                    3 * d,
-                    d,
-                );
-            } else {
-                linear_forward(
-                    &mut cache.qkv,
-                    View::rows(d, n, 2 * d, 3 * d),
-                    &cache.h,
-                    View::dense(0, n, d),
-                    w,
-                    wq + d * d,
-                    2 * d,
-                    d,
-                );
-                linear_forward(
-                    &mut cache.qkv,
-                    View::rows(rows.first * 3 * d, rows.n, d, rows.step * 3 * d),
-                    &cache.h,
-                    View::rows(rows.first * d, rows.n, d, rows.step * d),
-                    w,
-                    wq,
-                    d,
-                    d,
-                );
-            }
-            if let Some(drop) = dropout.as_deref_mut() {
-                let pm = cache
-                    .pattern_mask
-                    .get_or_insert_with(|| vec![0.0; b * c.n_heads * t * t]);
-                drop.fill_mask(pm);
-                drop.fill_mask(cache.attn_mask.get_or_insert_with(|| vec![0.0; n * d]));
-                if p.mlp.is_some() {
-                    drop.fill_mask(cache.mlp_mask.get_or_insert_with(|| vec![0.0; n * d]));
-                }
-            }
-            let rope = self.ropes[l].as_ref();
-            let per_row_pattern = c.n_heads * t * t;
-            let on = self.dropout_on;
-            let pmask = cache.pattern_mask.as_deref().filter(|_| on);
-            cache
-                .qkv
-                .par_chunks_mut(t * 3 * d)
-                .zip(cache.pattern.par_chunks_mut(per_row_pattern))
-                .zip(cache.z.par_chunks_mut(shape.queries * d))
-                .zip(self.scratch.dp.par_chunks_mut(2 * t * t))
-                .enumerate()
-                .for_each(|(bi, (((qkv, pattern), z), scratch))| {
-                    let mask = pmask.map(|m| &m[bi * per_row_pattern..][..per_row_pattern]);
-                    attention::forward(shape, rope, qkv, pattern, mask, z, scratch);
-                });
-            let nq = rows.n;
-            let hq = View::rows(rows.first * d, nq, d, rows.step * d);
-            // attn = z @ Wo^T.
-            let a = &mut self.scratch.a;
-            linear_forward(
-                a,
-                View::dense(0, nq, d),
-                &cache.z,
-                View::dense(0, nq, d),
-                w,
-                wo,
-                d,
-                d,
-            );
-            // hidden = GELU(hq @ Win^T + b_in); mlp = hidden @ Wout^T (b_out added below).
-            if let Some(mp) = p.mlp {
-                linear_forward(
-                    &mut cache.g,
-                    View::dense(0, nq, m),
-                    &cache.h,
-                    hq,
-                    w,
-                    mp.fc_in_w,
-                    m,
-                    d,
-                );
-                let b_in = &w[mp.fc_in_b..][..m];
-                for_rows(&mut cache.g, m, |_, row| {
-                    for (x, bias) in row.iter_mut().zip(b_in) {
-                        *x += bias;
-                    }
-                });
-                gelu_forward(&mut cache.g, &mut cache.gp);
-                linear_forward(
-                    &mut self.scratch.mo,
-                    View::dense(0, nq, d),
-                    &cache.g,
-                    View::dense(0, nq, m),
-                    w,
-                    mp.fc_out_w,
-                    d,
-                    m,
-                );
-            }
-            let b_out = p.mlp.map(|mp| &w[mp.fc_out_b..][..d]);
-            let am = cache.attn_mask.as_deref().filter(|_| on);
-            let mm = cache.mlp_mask.as_deref().filter(|_| on);
-            let (a, mo) = (&self.scratch.a, &self.scratch.mo);
-            for_rows(&mut next[..nq * d], d, |i, out| {
-                let r = rows.at(i);
-                let xr = &x[r * d..][..d];
-                let ar = &a[i * d..][..d];
-                match am {
-                    Some(ka) => {
-                        let ka = &ka[r * d..][..d];
-                        for j in 0..d {
-                            out[j] = xr[j] + ar[j] * ka[j];
-                        }
-                    }
-                    None => {
-                        for j in 0..d {
-                            out[j] = xr[j] + ar[j];
-                        }
-                    }
-                }
-                let Some(b_out) = b_out else {
-                    return;
-                };
-                let mr = &mo[i * d..][..d];
-                match mm {
-                    Some(km) => {
-                        let km = &km[r * d..][..d];
-                        for j in 0..d {
-                            out[j] += (mr[j] + b_out[j]) * km[j];
-                        }
-                    }
-                    None => {
-                        for j in 0..d {
-                            out[j] += mr[j] + b_out[j];
-                        }
-                    }
-                }
-            });
-        }
-
-        // Final LayerNorm (if any) and unembedding at the last position.
-        let (lm_w, lm_b) = (*outer.unembedding(), outer.lm_head_b);
-        let last = &self.resid[c.n_layers];
-        match outer.ln_f {
+    /// The final LayerNorm (if any) and the unembedding of the last block's rows.
+    fn head_forward(&mut self, w: &[f32]) {
+        let (d, v) = (self.config.d_model, self.config.out_dim());
+        let Buffers {
+            resid,
+            final_stats,
+            final_h,
+            logits,
+            ..
+        } = &mut self.buf;
+        let last = resid.last().expect("at least one block"); // [R, d]
+        match self.outer.ln_f {
             Some(ln) => math::layer_norm_forward(
                 last,
-                &w[ln.w..][..d],
-                &w[ln.b..][..d],
-                c.ln_eps as f32,
-                &mut self.final_h,
-                &mut self.final_stats,
+                &w[ln.w.range()],
+                &w[ln.b.range()],
+                self.config.ln_eps as f32,
+                final_h,
+                final_stats,
             ),
-            None => self.final_h.copy_from_slice(last),
+            None => final_h.copy_from_slice(last),
         }
+        let r = final_h.len() / d;
+        let unembedding = *self.outer.unembedding(); // [out, d]
         linear_forward(
-            &mut self.logits,
+            logits,
             View::dense(0, r, v),
-            &self.final_h,
+            final_h,
             View::dense(0, r, d),
             w,
-            lm_w,
-            v,
-            d,
+            unembedding,
         );
-        let bias = &w[lm_b..][..v];
-        for row in self.logits.chunks_exact_mut(v) {
-            for (x, bb) in row.iter_mut().zip(bias) {
-                *x += bb;
+        let bias = &w[self.outer.lm_head_b.range()];
+        for row in logits.chunks_exact_mut(v) {
+            for (x, b) in row.iter_mut().zip(bias) {
+                *x += b;
             }
         }
-        self.forward_done = true;
-        Ok(&self.logits)
     }
+}
+
+/// The dropout masks of a block's two outputs, when the last forward drew them.
+#[derive(Clone, Copy)]
+pub(super) struct Masks<'a> {
+    /// [N, d]
+    pub attn: Option<&'a [f32]>,
+    /// [N, d]
+    pub mlp: Option<&'a [f32]>,
+}
+
+impl<'a> Masks<'a> {
+    /// The masks of `cache` if `on` (the last forward had dropout).
+    pub fn of(cache: &'a LayerCache<Vec<f32>>, on: bool) -> Self {
+        Masks {
+            attn: cache.attn_mask.as_deref().filter(|_| on),
+            mlp: cache.mlp_mask.as_deref().filter(|_| on),
+        }
+    }
+}
+
+/// h = LN(x) at every row (the identity without LayerNorm), keeping the row statistics.
+fn norm_forward(plan: &BlockPlan, w: &[f32], x: &[f32], cache: &mut LayerCache<Vec<f32>>) {
+    match plan.w.ln {
+        Some(ln) => math::layer_norm_forward(
+            x,
+            &w[ln.w.range()],
+            &w[ln.b.range()],
+            plan.eps,
+            &mut cache.h,
+            &mut cache.stats,
+        ),
+        None => cache.h.copy_from_slice(x),
+    }
+}
+
+/// q, k, v = h @ [Wq; Wk; Wv]^T: k and v at every position, q at the block's rows.
+fn qkv_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>) {
+    let (n, d) = (plan.tokens, plan.d());
+    let h = View::dense(0, n, d);
+    if plan.every_row() {
+        linear_forward(
+            &mut cache.qkv,
+            View::dense(0, n, 3 * d),
+            &cache.h,
+            h,
+            w,
+            plan.w.qkv,
+        );
+        return;
+    }
+    let kv = View::rows(d, n, 2 * d, 3 * d);
+    linear_forward(&mut cache.qkv, kv, &cache.h, h, w, plan.w.kv);
+    let (q, hq) = (plan.rows.view(3 * d, d), plan.rows.view(d, d));
+    linear_forward(&mut cache.qkv, q, &cache.h, hq, w, plan.w.q);
+}
+
+/// RoPE, scores, causal weights, pattern dropout and the weighted sum of values, one batch row
+/// per task: z [NQ, d] from qkv (rotated in place), keeping the pattern.
+fn attention_forward(
+    plan: &BlockPlan,
+    rope: Option<&RopeTable>,
+    cache: &mut LayerCache<Vec<f32>>,
+    dp: &mut [f32],
+    on: bool,
+) {
+    let s = plan.attn;
+    let (t, d) = (s.seq, plan.d());
+    let per_row = s.heads * t * t; // [H, T, T] of one batch row
+    let pmask = cache.pattern_mask.as_deref().filter(|_| on);
+    cache
+        .qkv
+        .par_chunks_mut(t * 3 * d)
+        .zip(cache.pattern.par_chunks_mut(per_row))
+        .zip(cache.z.par_chunks_mut(s.queries * d))
+        .zip(dp.par_chunks_mut(2 * t * t))
+        .enumerate()
+        .for_each(|(bi, (((qkv, pattern), z), scratch))| {
+            let mask = pmask.map(|m| &m[bi * per_row..][..per_row]);
+            attention::forward(s, rope, qkv, pattern, mask, z, scratch);
+        });
+}
+
+/// hidden = GELU(hq @ Win^T + b_in) (kept with its derivative); mo = hidden @ Wout^T (b_out is
+/// added in the residual sum). Nothing in an attention-only block.
+fn mlp_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>, mo: &mut [f32]) {
+    let Some(mp) = plan.w.mlp else {
+        return;
+    };
+    let (nq, d, m) = (plan.rows.n, plan.d(), plan.m());
+    let hq = plan.rows.view(d, d);
+    linear_forward(
+        &mut cache.g,
+        View::dense(0, nq, m),
+        &cache.h,
+        hq,
+        w,
+        mp.fc_in_w,
+    );
+    let b_in = &w[mp.fc_in_b.range()];
+    for_rows(&mut cache.g, m, |_, row| {
+        for (x, bias) in row.iter_mut().zip(b_in) {
+            *x += bias;
+        }
+    });
+    gelu_forward(&mut cache.g, &mut cache.gp);
+    let rows = View::dense(0, nq, d);
+    linear_forward(mo, rows, &cache.g, View::dense(0, nq, m), w, mp.fc_out_w);
+}
+
+/// next = x + attn * mask_a (+ (mo + b_out) * mask_m) at the block's rows; `mlp` holds the
+/// MLP output [NQ, d] and its bias [d].
+fn residual_forward(
+    plan: &BlockPlan,
+    x: &[f32],
+    a: &[f32],
+    mlp: Option<(&[f32], &[f32])>,
+    masks: Masks,
+    next: &mut [f32],
+) {
+    let (nq, d) = (plan.rows.n, plan.d());
+    for_rows(&mut next[..nq * d], d, |i, out| {
+        let r = plan.rows.at(i);
+        let xr = &x[r * d..][..d];
+        let ar = &a[i * d..][..d];
+        match masks.attn {
+            Some(ka) => {
+                let ka = &ka[r * d..][..d];
+                for j in 0..d {
+                    out[j] = xr[j] + ar[j] * ka[j];
+                }
+            }
+            None => {
+                for j in 0..d {
+                    out[j] = xr[j] + ar[j];
+                }
+            }
+        }
+        let Some((mo, b_out)) = mlp else {
+            return;
+        };
+        let mr = &mo[i * d..][..d];
+        match masks.mlp {
+            Some(km) => {
+                let km = &km[r * d..][..d];
+                for j in 0..d {
+                    out[j] += (mr[j] + b_out[j]) * km[j];
+                }
+            }
+            None => {
+                for j in 0..d {
+                    out[j] += mr[j] + b_out[j];
+                }
+            }
+        }
+    });
 }

@@ -56,6 +56,12 @@ impl View {
         self.offset + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs + 1
     }
 
+    /// The buffer range of a contiguous (dense) view.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        debug_assert!(self.cs == 1 && (self.rows <= 1 || self.rs == self.cols));
+        self.offset..self.offset + self.rows * self.cols
+    }
+
     /// Rows `start .. start + n`.
     fn row_range(self, start: usize, n: usize) -> Self {
         Self {
@@ -80,7 +86,14 @@ pub fn matmul(
     bv: View,
     accumulate: bool,
 ) {
-    product(dst, d, a, av, b, bv, accumulate, true);
+    product(
+        dst,
+        d,
+        Mat { data: a, view: av },
+        Mat { data: b, view: bv },
+        accumulate,
+        true,
+    );
 }
 
 /// [`matmul`] on the calling thread only (for small products inside work that is already
@@ -94,20 +107,26 @@ pub fn matmul_serial(
     bv: View,
     accumulate: bool,
 ) {
-    product(dst, d, a, av, b, bv, accumulate, false);
+    product(
+        dst,
+        d,
+        Mat { data: a, view: av },
+        Mat { data: b, view: bv },
+        accumulate,
+        false,
+    );
 }
 
-#[allow(clippy::too_many_arguments)]
-fn product(
-    dst: &mut [f32],
-    d: View,
-    a: &[f32],
-    av: View,
-    b: &[f32],
-    bv: View,
-    accumulate: bool,
-    parallel: bool,
-) {
+/// An operand of a product: a view and the buffer it reads.
+#[derive(Clone, Copy)]
+struct Mat<'a> {
+    data: &'a [f32],
+    view: View,
+}
+
+fn product(dst: &mut [f32], d: View, a: Mat, b: Mat, accumulate: bool, parallel: bool) {
+    let (av, bv) = (a.view, b.view);
+    let (a, b) = (a.data, b.data);
     assert!(
         d.rows == av.rows && d.cols == bv.cols && av.cols == bv.rows,
         "matmul shapes {}x{} = {}x{} @ {}x{}",

@@ -222,7 +222,6 @@ pub fn layer_norm_forward(
 
 /// LayerNorm backward: adds the input gradient of each row to `dx`;
 /// `dw`, `db` receive the parameter gradients (overwritten).
-#[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward(
     dy: &[f32],
     x: &[f32],
