@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capture::Captured;
 use crate::heads::score_captured;
-use crate::purity::{purity, HeadKind, GAMMA};
+use crate::purity::{purity, Gamma, HeadKind};
 use crate::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Result};
 
@@ -108,7 +108,7 @@ pub fn attention_view(
             head: h.head,
             pattern,
             scores: h.scores,
-            kind: purity(h.scores, GAMMA),
+            kind: purity(h.scores, Gamma::DEFAULT),
         });
     }
     Ok(AttentionView {

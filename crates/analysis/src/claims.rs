@@ -14,7 +14,7 @@ use ropelab_train::Accuracy;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::AttentionView;
-use crate::dynamics::{summarize_heads, HeadKind, HeadStep};
+use crate::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
 use crate::lengthgen::{first_length_below, from_csv, LengthRow};
 use crate::{AnalysisError, Result};
 use ropelab_theory::discrepancy::DiscrepancyRow;
@@ -25,8 +25,8 @@ use ropelab_theory::discrepancy::DiscrepancyRow;
 pub struct Thresholds {
     /// A task is learned when its test accuracy reaches this.
     pub learned_accuracy: f64,
-    /// Purity tolerance gamma.
-    pub gamma: f64,
+    /// Purity tolerance gamma (checked when it is parsed).
+    pub gamma: Gamma,
     /// Fewest layers with a pure positional head in the number model.
     pub min_positional_layers: usize,
     /// A hop count is learned at the first evaluation where its validation accuracy reaches
@@ -72,7 +72,7 @@ impl Default for Thresholds {
     fn default() -> Self {
         Self {
             learned_accuracy: 0.99,
-            gamma: 0.1,
+            gamma: Gamma::DEFAULT,
             min_positional_layers: 2,
             hop_accuracy: 0.9,
             hop_spread: 0.1,
@@ -129,12 +129,6 @@ impl Thresholds {
         )?;
         within("length_ratio", self.length_ratio, 0.0, f64::MAX, true)?;
         within("dilution_error", self.dilution_error, 0.0, f64::MAX, false)?;
-        if crate::purity::check_gamma(self.gamma).is_err() {
-            return Err(format!(
-                "gamma = {} is out of range: it must be in (0, 0.5)",
-                self.gamma
-            ));
-        }
         for (key, v) in [
             ("letter_length", self.letter_length),
             ("retrieval_n", self.retrieval_n),
@@ -445,7 +439,7 @@ fn last_step(scores: &[HeadStep]) -> Vec<&HeadStep> {
     scores.iter().filter(|l| l.step == last).collect()
 }
 
-fn pure(l: &HeadStep, gamma: f64) -> HeadKind {
+fn pure(l: &HeadStep, gamma: Gamma) -> HeadKind {
     crate::dynamics::purity(
         crate::SwapScores {
             s_pos: l.s_pos,
@@ -457,7 +451,7 @@ fn pure(l: &HeadStep, gamma: f64) -> HeadKind {
 
 /// Layer types at the final checkpoint: P (a pure positional head), S (a pure symbolic one),
 /// - (neither), one letter per layer.
-pub fn layer_types(scores: &[HeadStep], gamma: f64) -> String {
+pub fn layer_types(scores: &[HeadStep], gamma: Gamma) -> String {
     let mut by_layer: BTreeMap<usize, Vec<HeadKind>> = BTreeMap::new();
     for l in last_step(scores) {
         by_layer.entry(l.layer).or_default().push(pure(l, gamma));

@@ -12,7 +12,7 @@ use ropelab_train::{evaluate, inference_need, RunConfig, RunDir, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
 pub use crate::heads::{capture_bytes, mean_plane, score_captured, score_heads, HeadScores};
-pub use crate::purity::{check_gamma, purity, HeadKind, GAMMA, GAMMA_STRICT};
+pub use crate::purity::{purity, Gamma, HeadKind};
 pub use crate::query::QueryMode;
 use crate::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Result};
@@ -225,8 +225,8 @@ pub fn score_run(
                 s_sym: s.s_sym,
                 entropy: h.entropy,
                 entropy_norm: 0.0,
-                pure_0_1: purity(s, GAMMA),
-                pure_0_05: purity(s, GAMMA_STRICT),
+                pure_0_1: purity(s, Gamma::DEFAULT),
+                pure_0_05: purity(s, Gamma::STRICT),
                 freq_use: freq,
                 freq_mean_plane: plane,
                 accuracy: acc.accuracy,
@@ -292,9 +292,8 @@ pub struct HeadSummary {
     pub pure_from: Option<usize>,
 }
 
-/// Summarises scored lines per head at purity tolerance `gamma` (in (0, 0.5)).
-pub fn summarize_heads(lines: &[HeadStep], gamma: f64) -> Result<Vec<HeadSummary>> {
-    check_gamma(gamma)?;
+/// Summarises scored lines per head at purity tolerance `gamma`.
+pub fn summarize_heads(lines: &[HeadStep], gamma: Gamma) -> Result<Vec<HeadSummary>> {
     let kind_of = |l: &HeadStep| {
         purity(
             SwapScores {

@@ -14,7 +14,7 @@ use ropelab_theory::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 
 use crate::heads::{mean_plane, score_captured};
-use crate::purity::{purity, HeadKind, GAMMA, GAMMA_STRICT};
+use crate::purity::{purity, Gamma, HeadKind};
 use crate::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Captured, Result};
 
@@ -155,8 +155,8 @@ pub fn score_prompts_in_batches(
                 s_pos: scores.s_pos,
                 s_sym: scores.s_sym,
                 entropy: s[2] / n,
-                pure_0_1: purity(scores, GAMMA),
-                pure_0_05: purity(scores, GAMMA_STRICT),
+                pure_0_1: purity(scores, Gamma::DEFAULT),
+                pure_0_05: purity(scores, Gamma::STRICT),
                 freq_mean_plane: s[3] / n,
             }
         })

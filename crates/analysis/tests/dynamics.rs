@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 use ropelab_analysis::dynamics::{
-    check_gamma, score_run, summarize_heads, HeadKind, QueryMode, ScoreOptions,
+    score_run, summarize_heads, Gamma, HeadKind, QueryMode, ScoreOptions,
 };
 use ropelab_analysis::swap::Tau;
 use ropelab_tasks::TaskKind;
@@ -64,7 +64,7 @@ fn every_checkpoint_head_is_scored() {
             init.iter().all(|l| l.s_pos > 0.5 && l.s_sym > 0.5),
             "{init:?}"
         );
-        let heads = summarize_heads(&scored.lines, 0.1).unwrap();
+        let heads = summarize_heads(&scored.lines, Gamma::DEFAULT).unwrap();
         assert_eq!(heads.len(), 4);
         assert!(heads
             .iter()
@@ -109,7 +109,7 @@ fn bad_scoring_input_is_an_error() {
     assert!("1".parse::<QueryMode>().is_err());
     assert!("first".parse::<QueryMode>().is_err());
     for gamma in [0.0, 0.5, -1.0, 0.7] {
-        assert!(check_gamma(gamma).is_err(), "{gamma}");
+        assert!(Gamma::new(gamma).is_err(), "{gamma}");
     }
-    assert!(check_gamma(0.05).is_ok());
+    assert!(Gamma::new(0.05).is_ok());
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
-use ropelab_analysis::dynamics::GAMMA;
+use ropelab_analysis::dynamics::Gamma;
 use ropelab_analysis::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
 use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
@@ -604,7 +604,7 @@ fn seeds_section(files: &StudyFiles) -> Section {
             .collect();
         if scores.len() == seeds && seeds >= 2 {
             svgs.push(figures::accuracy_over_seeds(&scores, &title));
-            svgs.push(figures::purity_over_seeds(&scores, &title, GAMMA));
+            svgs.push(figures::purity_over_seeds(&scores, &title, Gamma::DEFAULT));
         } else {
             s.not_run(&format!("{task} task: scores.jsonl of every seed"));
         }
@@ -640,7 +640,7 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
     } else {
         dynamics.figures(&[
             figures::accuracy_by_hop(&files.scores, title),
-            figures::purity_counts(&files.scores, title, GAMMA),
+            figures::purity_counts(&files.scores, title, Gamma::DEFAULT),
             figures::head_scores(&files.scores, title, Score::Positional),
             figures::head_scores(&files.scores, title, Score::Symbolic),
             figures::frequency_use(&files.scores, title),
@@ -955,7 +955,7 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
     let csv = |file: &str| need(file).map(|text| (text, dir.join(file).display().to_string()));
     Ok(match kind {
         PlotKind::Accuracy => figures::accuracy_by_hop(&scores()?, &title),
-        PlotKind::Purity => figures::purity_counts(&scores()?, &title, GAMMA),
+        PlotKind::Purity => figures::purity_counts(&scores()?, &title, Gamma::DEFAULT),
         PlotKind::SPos => figures::head_scores(&scores()?, &title, Score::Positional),
         PlotKind::SSym => figures::head_scores(&scores()?, &title, Score::Symbolic),
         PlotKind::Frequency => figures::frequency_use(&scores()?, &title),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use ropelab_analysis::dynamics::{summarize_heads, HeadKind, HeadStep, GAMMA};
+use ropelab_analysis::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
 use ropelab_analysis::lengthgen::LengthRow;
 use ropelab_analysis::purity::purity;
 use ropelab_analysis::seeds::band;
@@ -88,7 +88,7 @@ pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
             .push((l.step as f64, v));
     }
     // A dot where each head that ends pure becomes pure for good (gamma 0.1).
-    let pure_from: BTreeMap<(usize, usize), usize> = summarize_heads(lines, GAMMA)
+    let pure_from: BTreeMap<(usize, usize), usize> = summarize_heads(lines, Gamma::DEFAULT)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|h| h.pure_from.map(|s| ((h.layer, h.head), s)))
@@ -104,8 +104,9 @@ pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
         .collect();
     Chart {
         title: format!(
-            "{title}: {} of every head (dot: pure from here, gamma {GAMMA})",
-            which.name()
+            "{title}: {} of every head (dot: pure from here, gamma {})",
+            which.name(),
+            Gamma::DEFAULT
         ),
         x_label: "training step".into(),
         y_label: which.name().into(),
@@ -144,7 +145,7 @@ impl Score {
 
 /// Pure positional and pure symbolic head counts at each step at tolerance `gamma`: two
 /// (step, count) curves.
-fn purity_curves(lines: &[HeadStep], gamma: f64) -> [Vec<(f64, f64)>; 2] {
+fn purity_curves(lines: &[HeadStep], gamma: Gamma) -> [Vec<(f64, f64)>; 2] {
     let mut counts: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     for l in lines {
         let c = counts.entry(l.step).or_default();
@@ -180,7 +181,7 @@ fn head_count(lines: &[HeadStep]) -> usize {
 
 /// Number of pure positional and pure symbolic heads at each step, at purity threshold
 /// `gamma` (the paper's Fig. 7).
-pub fn purity_counts(lines: &[HeadStep], title: &str, gamma: f64) -> String {
+pub fn purity_counts(lines: &[HeadStep], title: &str, gamma: Gamma) -> String {
     let [positional, symbolic] = purity_curves(lines, gamma);
     Chart {
         title: format!("{title}: pure heads (gamma {gamma})"),
@@ -256,7 +257,7 @@ pub fn accuracy_over_seeds(runs: &[&[HeadStep]], title: &str) -> String {
 }
 
 /// Pure positional and pure symbolic head counts versus step over seeds (mean +- sd).
-pub fn purity_over_seeds(runs: &[&[HeadStep]], title: &str, gamma: f64) -> String {
+pub fn purity_over_seeds(runs: &[&[HeadStep]], title: &str, gamma: Gamma) -> String {
     let curves: Vec<[Vec<(f64, f64)>; 2]> = runs.iter().map(|l| purity_curves(l, gamma)).collect();
     let heads = runs.iter().map(|l| head_count(l)).max().unwrap_or(0) as f64;
     let kind = |i: usize| curves.iter().map(|c| c[i].clone()).collect::<Vec<_>>();

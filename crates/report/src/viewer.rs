@@ -100,7 +100,10 @@ pub fn viewer(view: &AttentionView, id: &str) -> String {
         })
         .collect();
     html.push_str("<details><summary>swap scores of this input at its query</summary><table>\n");
-    html.push_str("<tr><th>head</th><th>s_pos</th><th>s_sym</th><th>type (gamma 0.1)</th></tr>\n");
+    html.push_str(&format!(
+        "<tr><th>head</th><th>s_pos</th><th>s_sym</th><th>type (gamma {})</th></tr>\n",
+        ropelab_analysis::dynamics::Gamma::DEFAULT
+    ));
     for row in rows {
         html.push_str("<tr>");
         for cell in row {

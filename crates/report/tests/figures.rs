@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use ropelab_analysis::dynamics::{HeadKind, HeadStep};
+use ropelab_analysis::dynamics::{Gamma, HeadKind, HeadStep};
 use ropelab_analysis::lengthgen::LengthRow;
 use ropelab_report::chart::{Chart, Series, PALETTE, SIZE};
 use ropelab_report::figures;
@@ -167,7 +167,7 @@ fn run_figures_draw_one_line_per_hop_and_per_head() {
         1
     );
     // Layer 0 is pure positional at every step: one pure positional head throughout.
-    let purity = figures::purity_counts(&lines, "run", 0.1);
+    let purity = figures::purity_counts(&lines, "run", Gamma::DEFAULT);
     roxmltree::Document::parse(&purity).unwrap();
     let rows = vec![LengthRow {
         step: 30,
@@ -432,7 +432,7 @@ fn seed_figures_draw_a_mean_line_and_a_band_per_series() {
         .map(|l| l.len());
     assert_eq!(mean, None, "only the two common steps are drawn");
     assert!(figures::accuracy_over_seeds(&[], "t").contains("no data to draw"));
-    let svg = figures::purity_over_seeds(&runs, "t", 0.1);
+    let svg = figures::purity_over_seeds(&runs, "t", Gamma::DEFAULT);
     assert_eq!(polygons_of(&svg, &hex(0)).len(), 1);
     assert_eq!(polygons_of(&svg, &hex(1)).len(), 1);
 }

@@ -454,12 +454,12 @@ mod tests {
             (
                 "gamma = 0.1",
                 "gamma = 0.7",
-                "[claims] gamma = 0.7 is out of range",
+                "[claims] gamma: gamma must be in (0, 0.5), got 0.7",
             ),
             (
                 "gamma = 0.1",
                 "gamma = nan",
-                "[claims] gamma = NaN is out of range",
+                "[claims] gamma: gamma must be in (0, 0.5), got NaN",
             ),
             (
                 "length_ratio = 4.0",

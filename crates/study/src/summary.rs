@@ -2,7 +2,7 @@
 //! each head's final scores, with the number of seeds in which the head ends pure of each type.
 
 use anyhow::Result;
-use ropelab_analysis::dynamics::{summarize_heads, HeadKind};
+use ropelab_analysis::dynamics::{summarize_heads, Gamma, HeadKind};
 use ropelab_tasks::TaskKind;
 
 use crate::job::Trained;
@@ -42,7 +42,7 @@ pub struct TaskOverSeeds {
 }
 
 /// The summary of every task that has runs, at purity tolerance `gamma`.
-pub fn over_seeds(rows: &[Trained], gamma: f64) -> Result<Vec<TaskOverSeeds>> {
+pub fn over_seeds(rows: &[Trained], gamma: Gamma) -> Result<Vec<TaskOverSeeds>> {
     let mut out = vec![];
     for task in TaskKind::ALL {
         let runs: Vec<&Trained> = rows.iter().filter(|r| r.task == task).collect();

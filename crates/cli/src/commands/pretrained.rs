@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::{Args, Subcommand};
-use ropelab_analysis::dynamics::HeadKind;
+use ropelab_analysis::dynamics::{Gamma, HeadKind};
 use ropelab_analysis::lens::{
     model_rope_failures, score_prompts, ModelRopeOptions, PromptScoreOptions,
 };
@@ -292,12 +292,14 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
         heads.len()
     );
     println!(
-        "positional (gamma 0.1): {} {}",
+        "positional (gamma {}): {} {}",
+        Gamma::DEFAULT,
         positional.len(),
         positional.join(" ")
     );
     println!(
-        "symbolic   (gamma 0.1): {} {}",
+        "symbolic   (gamma {}): {} {}",
+        Gamma::DEFAULT,
         symbolic.len(),
         symbolic.join(" ")
     );

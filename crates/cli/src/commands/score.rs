@@ -7,7 +7,7 @@ use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
 use ropelab_analysis::dynamics::{
-    score_run, summarize_heads, HeadStep, QueryMode, RunScores, ScoreOptions,
+    score_run, summarize_heads, Gamma, HeadStep, QueryMode, RunScores, ScoreOptions,
 };
 use ropelab_analysis::swap::Tau;
 use ropelab_io::{Align::Left, Align::Right, Table};
@@ -38,8 +38,8 @@ pub struct ScoreArgs {
     #[arg(long)]
     pub planes: bool,
     /// Purity tolerance of the summary table, in (0, 0.5) (scores.jsonl has 0.1 and 0.05).
-    #[arg(long, default_value_t = ropelab_analysis::dynamics::GAMMA)]
-    pub gamma: f64,
+    #[arg(long, default_value_t = Gamma::DEFAULT)]
+    pub gamma: Gamma,
     /// Memory budget of one captured batch in MiB (samples run in batches that fit it).
     #[arg(long = "memory-mb", default_value_t = ropelab_train::data::EVAL_MEMORY >> 20, value_parser = crate::output::parse_memory_mib)]
     pub memory: usize,
@@ -66,7 +66,6 @@ pub fn run(args: ScoreArgs, guard: Guard) -> Result<()> {
         .clone()
         .unwrap_or_else(|| args.run.join("scores.jsonl"));
     ropelab_io::refuse_owned(&args.run, &target, None)?;
-    ropelab_analysis::dynamics::check_gamma(args.gamma)?;
     if let Ok((dir, config)) = RunDir::open(&args.run) {
         let checkpoints = dir.checkpoints().map_or(1, |c| c.len());
         let need = options.need(&config, &args.run, checkpoints);
@@ -96,7 +95,7 @@ pub fn score_with_progress(run: &Path, options: &ScoreOptions) -> Result<RunScor
 }
 
 /// The per-head table: final scores and type, and the step from which each head stays pure.
-pub fn head_table(lines: &[HeadStep], gamma: f64) -> Result<String> {
+pub fn head_table(lines: &[HeadStep], gamma: Gamma) -> Result<String> {
     let mut heads = summarize_heads(lines, gamma)?;
     let mut table = Table::new(&[
         ("layer", Left),

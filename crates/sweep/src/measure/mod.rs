@@ -43,7 +43,7 @@ pub const LANGUAGE_REACH: usize = 2;
 pub const OFFSET_SCALES: [usize; 4] = [1, 2, 4, 8];
 
 /// The purity tolerance of the layer types in results.
-pub const GAMMA: f64 = 0.1;
+pub const GAMMA: ropelab_analysis::dynamics::Gamma = ropelab_analysis::dynamics::Gamma::DEFAULT;
 
 /// What a job measures and how much of it.
 #[derive(Debug, Clone)]
