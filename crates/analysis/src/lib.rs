@@ -8,7 +8,6 @@
 pub mod attention;
 pub mod band;
 pub mod canonical;
-pub mod canonical_claims;
 pub mod capture;
 pub mod claims;
 pub mod dynamics;
@@ -21,7 +20,6 @@ pub mod margin;
 pub mod mask;
 pub mod modular;
 pub mod offset;
-pub mod offset_claims;
 pub mod partial;
 pub mod purity;
 pub mod query;

@@ -1,7 +1,7 @@
 //! The canonical claims' verdicts flip with the numbers in the study's `canonical/` files.
 
 use ropelab_analysis::canonical::BandSummary;
-use ropelab_analysis::canonical_claims::{verdicts, CanonicalFiles};
+use ropelab_analysis::claims::canonical::{verdicts, CanonicalFiles};
 use ropelab_analysis::claims::{Thresholds, Verdict};
 use ropelab_analysis::partial::TwoAngles;
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::claims::{claim, Claim, Thresholds};
+use super::{claim, Claim, Thresholds};
 use crate::offset::{OffsetAccuracyRow, OffsetRunRow};
 use crate::{AnalysisError, Result};
 

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
+use super::{claim, Claim, Thresholds};
 use crate::canonical::BandSummary;
-use crate::claims::{claim, Claim, Thresholds};
 use crate::purity::{purity, HeadKind};
 use crate::swap::SwapScores;
 use crate::{AnalysisError, Result};

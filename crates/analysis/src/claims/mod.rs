@@ -1,0 +1,275 @@
+//! The verdict per claim of the main paper (docs/study.md): each claim the study measures, the
+//! paper's statement, this study's measured values, the explicit threshold, and whether it
+//! holds, computed only from the files the study wrote (`scores.jsonl`, `metrics.jsonl`, the
+//! test evaluation, `lengthgen.csv`, the theory CSVs). A claim without its numbers is "not
+//! measured", never "holds".
+//!
+//! One function per claim: [`multi_hop`] (the trained models' claims), [`theory`] (the
+//! hand-built heads), [`offset`] (the implicit-bias paper), [`canonical`] (the frequency-band
+//! paper); [`files`] reads what they measure; this module holds the thresholds, the verdict
+//! rule and [`verdicts`], the list of them all.
+
+pub mod canonical;
+pub mod files;
+pub mod multi_hop;
+pub mod offset;
+pub mod theory;
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dynamics::Gamma;
+
+pub use files::{load_curve, Curve, RunFiles, SeedFiles, StudyFiles};
+pub use multi_hop::layer_types;
+
+/// The thresholds every verdict uses (config keys of the study's `[claims]` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    /// A task is learned when its test accuracy reaches this.
+    pub learned_accuracy: f64,
+    /// Purity tolerance gamma (checked when it is parsed).
+    pub gamma: Gamma,
+    /// Fewest layers with a pure positional head in the number model.
+    pub min_positional_layers: usize,
+    /// A hop count is learned at the first evaluation where its validation accuracy reaches
+    /// this.
+    pub hop_accuracy: f64,
+    /// Hop counts are learned "together" when their learned steps span at most this fraction
+    /// of the training steps, and "one after another" when they span more (in order).
+    pub hop_spread: f64,
+    /// Accuracy "peaks" at the first checkpoint within this of the run's best accuracy.
+    pub peak_tolerance: f64,
+    /// A model generalises to a length while its accuracy stays at or above this.
+    pub length_accuracy: f64,
+    /// The letter model's first failing length must be at least this many times the number
+    /// model's.
+    pub length_ratio: f64,
+    /// The letter model must stay above `length_accuracy` up to this many tokens (the paper:
+    /// about 850, 53 times the 16-token context; 50 x 16 = 800 here).
+    pub letter_length: usize,
+    /// The Retrieval head's discrepancy must stay above this fraction of its value at n = 1
+    /// for every n up to `retrieval_n`.
+    pub retrieval_fraction: f64,
+    /// The range of the Retrieval curve the paper plots (n up to 100).
+    pub retrieval_n: usize,
+    /// Fixed-offset retrieval: rotary softmax accuracy must reach `offset_accuracy` at this
+    /// many times the training length.
+    pub offset_factor: usize,
+    /// Fixed-offset retrieval: the accuracy that counts as extrapolating.
+    pub offset_accuracy: f64,
+    /// Fixed-offset retrieval: at twice the training length, APE softmax accuracy at most this
+    /// (chance is 1 / vocabulary).
+    pub offset_fail_accuracy: f64,
+    /// Fixed-offset retrieval: the dilution law fits a rotary softmax run when its prediction
+    /// is within this of the measured target weight at every test length.
+    pub dilution_error: f64,
+    /// Fixed-offset retrieval: linear attention fails out of range when its accuracy at twice
+    /// the training length is at most this.
+    pub linear_fail_accuracy: f64,
+    /// Canonical tasks: a band "fails" a task when its accuracy stays below this.
+    pub canonical_fail_accuracy: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self {
+            learned_accuracy: 0.99,
+            gamma: Gamma::DEFAULT,
+            min_positional_layers: 2,
+            hop_accuracy: 0.9,
+            hop_spread: 0.1,
+            peak_tolerance: 0.01,
+            length_accuracy: 0.9,
+            length_ratio: 4.0,
+            letter_length: 800,
+            retrieval_fraction: 0.1,
+            retrieval_n: 100,
+            offset_factor: 4,
+            offset_accuracy: 0.9,
+            offset_fail_accuracy: 0.2,
+            dilution_error: 0.1,
+            linear_fail_accuracy: 0.5,
+            canonical_fail_accuracy: 0.95,
+        }
+    }
+}
+
+impl Thresholds {
+    /// Checks every threshold's range (a study checks them when its config is parsed, before
+    /// any training): the error names the key, its value and the range it must be in.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let within = |key: &str, v: f64, lo: f64, hi: f64, open_lo: bool| {
+            let above = if open_lo { v > lo } else { v >= lo };
+            if v.is_finite() && above && v <= hi {
+                Ok(())
+            } else {
+                let bracket = if open_lo { "(" } else { "[" };
+                Err(format!(
+                    "{key} = {v} is out of range: it must be in {bracket}{lo}, {hi}]"
+                ))
+            }
+        };
+        for (key, v) in [
+            ("learned_accuracy", self.learned_accuracy),
+            ("hop_accuracy", self.hop_accuracy),
+            ("hop_spread", self.hop_spread),
+            ("peak_tolerance", self.peak_tolerance),
+            ("length_accuracy", self.length_accuracy),
+            ("offset_accuracy", self.offset_accuracy),
+            ("offset_fail_accuracy", self.offset_fail_accuracy),
+            ("linear_fail_accuracy", self.linear_fail_accuracy),
+            ("canonical_fail_accuracy", self.canonical_fail_accuracy),
+        ] {
+            within(key, v, 0.0, 1.0, false)?;
+        }
+        within(
+            "retrieval_fraction",
+            self.retrieval_fraction,
+            0.0,
+            1.0,
+            true,
+        )?;
+        within("length_ratio", self.length_ratio, 0.0, f64::MAX, true)?;
+        within("dilution_error", self.dilution_error, 0.0, f64::MAX, false)?;
+        for (key, v) in [
+            ("letter_length", self.letter_length),
+            ("retrieval_n", self.retrieval_n),
+            ("offset_factor", self.offset_factor),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a claim holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every measured seed meets the threshold.
+    Holds,
+    /// At least one measured seed does not.
+    DoesNotHold,
+    /// The files needed are missing.
+    NotMeasured,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Holds => "holds",
+            Verdict::DoesNotHold => "does not hold",
+            Verdict::NotMeasured => "not measured",
+        })
+    }
+}
+
+/// One claim's row of `claims.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    /// Short identifier.
+    pub id: String,
+    /// What the paper says.
+    pub paper: String,
+    /// The threshold this verdict used, in words and numbers.
+    pub threshold: String,
+    /// What this study measured, per seed (or once, for the theory).
+    pub measured: Vec<String>,
+    /// Seeds (or single measurements) meeting the threshold.
+    pub holding: usize,
+    /// Seeds (or single measurements) measured.
+    pub measured_count: usize,
+    /// The verdict: holds only when every measurement does.
+    pub verdict: Verdict,
+}
+
+/// One per-seed measurement: its text and whether it meets the threshold (None: not measured).
+pub(crate) type Measure = (String, Option<bool>);
+
+pub(crate) fn per_seed(
+    files: &StudyFiles,
+    f: impl Fn(&SeedFiles) -> Measure,
+) -> (Vec<String>, usize, usize) {
+    let mut measured = vec![];
+    let (mut holding, mut count) = (0, 0);
+    for s in &files.seeds {
+        let (text, ok) = f(s);
+        measured.push(format!("seed {}: {text}", s.seed));
+        if let Some(ok) = ok {
+            count += 1;
+            holding += usize::from(ok);
+        }
+    }
+    (measured, holding, count)
+}
+
+pub(crate) fn claim(
+    id: &str,
+    paper: &str,
+    threshold: String,
+    (measured, holding, measured_count): (Vec<String>, usize, usize),
+    expected: usize,
+) -> Claim {
+    let verdict = if measured_count == 0 || measured_count < expected {
+        Verdict::NotMeasured
+    } else if holding == measured_count {
+        Verdict::Holds
+    } else {
+        Verdict::DoesNotHold
+    };
+    Claim {
+        id: id.into(),
+        paper: paper.into(),
+        threshold,
+        measured,
+        holding,
+        measured_count,
+        verdict,
+    }
+}
+
+/// Every verdict of the study from its files, in the order of docs/study.md's table.
+pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
+    let mut out = vec![
+        multi_hop::both_tasks_learned(files, t),
+        multi_hop::number_positional_then_symbolic(files, t),
+        multi_hop::letter_all_symbolic(files, t),
+        multi_hop::pure_before_accuracy_peak(files, t),
+        multi_hop::number_hops_in_order(files, t),
+        multi_hop::letter_hops_together(files, t),
+        multi_hop::frequency_use(files, t),
+        multi_hop::length_contrast(files, t),
+        multi_hop::letter_50x_context(files, t),
+        theory::index_discrepancy_decays(files),
+        theory::retrieval_discrepancy_holds(files, t),
+    ];
+    out.extend(offset::verdicts(files.offset.as_ref(), t));
+    out.extend(canonical::verdicts(files.canonical.as_ref(), t));
+    out
+}
+
+/// The verdicts as a text table.
+pub fn table(claims: &[Claim]) -> String {
+    let mut s = String::new();
+    for c in claims {
+        let _ = writeln!(
+            s,
+            "{:<32} {:<14} {}/{}",
+            c.id,
+            c.verdict.to_string(),
+            c.holding,
+            c.measured_count
+        );
+        let _ = writeln!(s, "    paper:     {}", c.paper);
+        let _ = writeln!(s, "    threshold: {}", c.threshold);
+        for m in &c.measured {
+            let _ = writeln!(s, "    measured:  {m}");
+        }
+    }
+    s.trim_end().to_owned()
+}
