@@ -1,37 +1,24 @@
 //! # ropelab-analysis
 //!
-//! The lens of ropelab (docs/metric.md): positional / symbolic swap scores of every attention
-//! head, computed exactly from a head's cached q and k (the fast path) and checked against a
-//! brute-force re-run of the block (the reference path); block swaps, per-plane projection
-//! heads, frequency use, purity, attention entropy, and the learning dynamics of a run.
+//! The lens of ropelab (docs/metric.md) and what it measures, by role:
+//! - [`lens`]: positional / symbolic swap scores of every attention head, computed exactly from
+//!   a head's cached q and k (the fast path) and checked against a brute-force re-run of the
+//!   block (the reference path); block swaps, per-plane projection heads, frequency use,
+//!   purity, attention entropy; the same lens on a pretrained model;
+//! - [`measure`]: the experiments' measurements from their runs and files (the learning
+//!   dynamics of a run, length generalisation, seeds, languages, offset, canonical tasks);
+//! - [`claims`]: the verdict per claim, from the files a study wrote;
+//! - [`StudyDir`]: the layout of a study directory.
 
-pub mod attention;
-pub mod band;
-pub mod canonical;
-pub mod capture;
 pub mod claims;
-pub mod dynamics;
-pub mod head;
-pub mod heads;
-pub mod languages;
-pub mod lengthgen;
 pub mod lens;
-pub mod margin;
-pub mod mask;
-pub mod modular;
-pub mod offset;
-pub mod partial;
-pub mod purity;
-pub mod query;
-pub mod reference;
-pub mod seeds;
+pub mod measure;
 pub mod study_dir;
-pub mod swap;
 
-pub use capture::Captured;
-pub use head::HeadView;
+pub use lens::capture::Captured;
+pub use lens::head::HeadView;
+pub use lens::swap::{block_swap_scores, swap_scores, SwapScores};
 pub use study_dir::StudyDir;
-pub use swap::{block_swap_scores, swap_scores, SwapScores};
 
 /// What can go wrong scoring heads.
 #[derive(Debug, thiserror::Error)]

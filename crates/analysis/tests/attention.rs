@@ -3,9 +3,9 @@
 //! input's swap scores (checked against scoring that input alone).
 
 use candle_core::{Device, Tensor};
-use ropelab_analysis::attention::{attention_view, write_view, AttentionView};
-use ropelab_analysis::heads::score_heads;
-use ropelab_analysis::swap::Tau;
+use ropelab_analysis::lens::attention::{attention_view, write_view, AttentionView};
+use ropelab_analysis::lens::heads::score_heads;
+use ropelab_analysis::lens::swap::Tau;
 use ropelab_analysis::Captured;
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
 use ropelab_train::{Preset, RunDir, Trainer};

@@ -1,9 +1,9 @@
 //! The canonical claims' verdicts flip with the numbers in the study's `canonical/` files.
 
-use ropelab_analysis::canonical::BandSummary;
 use ropelab_analysis::claims::canonical::{verdicts, CanonicalFiles};
 use ropelab_analysis::claims::{Thresholds, Verdict};
-use ropelab_analysis::partial::TwoAngles;
+use ropelab_analysis::measure::canonical::BandSummary;
+use ropelab_analysis::measure::partial::TwoAngles;
 
 fn band(task: &str, band: &str, accuracy: f64, s: (f64, f64)) -> BandSummary {
     BandSummary {

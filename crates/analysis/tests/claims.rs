@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ropelab_analysis::claims::{verdicts, Claim, StudyFiles, Thresholds, Verdict};
-use ropelab_analysis::dynamics::{HeadKind, HeadStep};
-use ropelab_analysis::lengthgen::{to_csv, HeadMargin, LengthRow};
+use ropelab_analysis::measure::dynamics::{HeadKind, HeadStep};
+use ropelab_analysis::measure::lengthgen::{to_csv, HeadMargin, LengthRow};
 
 /// Final (s_pos, s_sym) per layer; a head becomes pure at `pure_at`, accuracy peaks at 300.
 fn scores(finals: &[(f64, f64)], pure_at: usize, freq_plane: &[usize]) -> String {

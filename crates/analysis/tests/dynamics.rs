@@ -2,10 +2,10 @@
 //! errors on bad input.
 
 use candle_core::Device;
-use ropelab_analysis::dynamics::{
+use ropelab_analysis::lens::swap::Tau;
+use ropelab_analysis::measure::dynamics::{
     score_run, summarize_heads, Gamma, HeadKind, QueryMode, ScoreOptions,
 };
-use ropelab_analysis::swap::Tau;
 use ropelab_tasks::TaskKind;
 use ropelab_train::{Preset, Trainer};
 

@@ -5,9 +5,9 @@
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ropelab_analysis::dynamics::{score_heads, score_run, ScoreOptions};
-use ropelab_analysis::lengthgen::{length_generalisation, measure, LengthOptions};
-use ropelab_analysis::margin::{margins, margins_reference};
+use ropelab_analysis::lens::margin::{margins, margins_reference};
+use ropelab_analysis::measure::dynamics::{score_heads, score_run, ScoreOptions};
+use ropelab_analysis::measure::lengthgen::{length_generalisation, measure, LengthOptions};
 use ropelab_model::{GptJ, Hooks, ModelConfig, PositionEncoding};
 use ropelab_tasks::{Dataset, Layout, Split, Task, TaskKind};
 use ropelab_train::{evaluate, forward_bytes, Preset, Trainer};
@@ -102,7 +102,7 @@ fn results_do_not_depend_on_the_memory_budget() {
     let ids = ids_of(&data(10, 0));
     let queries: Vec<Vec<usize>> = (0..10).map(|i| vec![16 - 4 * (i % 2)]).collect();
     let score = |memory| {
-        let tau = ropelab_analysis::swap::Tau::DEFAULT;
+        let tau = ropelab_analysis::lens::swap::Tau::DEFAULT;
         score_heads(&model, &ids, &queries, tau, Some(4), true, memory).unwrap()
     };
     let (all, split) = (score(1 << 30), score(1));

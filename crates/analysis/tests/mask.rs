@@ -3,8 +3,8 @@
 //! the `all` band is the unmasked model, and bad input is a one-line error.
 
 use candle_core::Device;
-use ropelab_analysis::band::Band;
-use ropelab_analysis::mask::{layer_groups, layer_rates, mask_run, MaskOptions};
+use ropelab_analysis::measure::band::Band;
+use ropelab_analysis::measure::mask::{layer_groups, layer_rates, mask_run, MaskOptions};
 use ropelab_model::checkpoint::load_weights;
 use ropelab_model::PositionEncoding;
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};

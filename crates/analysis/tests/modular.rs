@@ -5,7 +5,7 @@
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ropelab_analysis::modular::bos_curves;
+use ropelab_analysis::measure::modular::bos_curves;
 use ropelab_analysis::Captured;
 use ropelab_model::{GptJ, ModelConfig, PeriodicTables, PositionEncoding, RopeLayout};
 

@@ -6,7 +6,7 @@
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ropelab_analysis::offset::{carrier, equivariance_deviation, mechanisms};
+use ropelab_analysis::measure::offset::{carrier, equivariance_deviation, mechanisms};
 use ropelab_analysis::Captured;
 use ropelab_model::{Beyond, GptJ, ModelConfig, PositionEncoding, RopeLayout};
 use ropelab_tasks::{OffsetTask, Split};
@@ -126,7 +126,7 @@ fn the_carrier_and_target_weight_match_a_recomputation_in_f64() {
 
 #[test]
 fn carrier_planes_rebuild_the_mean_content_logit_at_every_offset() {
-    use ropelab_analysis::offset::{carrier_planes, carrier_summary};
+    use ropelab_analysis::measure::offset::{carrier_planes, carrier_summary};
     use ropelab_analysis::HeadView;
     let task = OffsetTask::new(8, 3).unwrap();
     let position = PositionEncoding::rope(30.0, 16, RopeLayout::Interleaved);

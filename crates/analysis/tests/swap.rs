@@ -4,8 +4,8 @@
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ropelab_analysis::reference::reference_effects;
-use ropelab_analysis::swap::{block_swap_effects, blocks, scores, Tau};
+use ropelab_analysis::lens::reference::reference_effects;
+use ropelab_analysis::lens::swap::{block_swap_effects, blocks, scores, Tau};
 use ropelab_analysis::{block_swap_scores, swap_scores, Captured, HeadView};
 use ropelab_model::{GptJ, ModelConfig, PositionEncoding, RopeLayout};
 
@@ -151,7 +151,7 @@ fn fast_path_agrees_with_rerunning_the_block() {
                                 let view = cap.head_view(layer, b, head, n).unwrap();
                                 // The fast row equals the model's own pattern row.
                                 let row = cap.pattern_row(layer, b, head, n).unwrap();
-                                let fast_row = ropelab_analysis::swap::row(
+                                let fast_row = ropelab_analysis::lens::swap::row(
                                     &view.cross_logits(),
                                     view.self_logit(),
                                 );
@@ -248,7 +248,7 @@ fn projection_heads_see_one_plane() {
 
 /// Swap effects recomputed naively: every swapped logit vector in full, softmax by
 /// log-sum-exp.
-fn naive_effects(head: &HeadView) -> Vec<ropelab_analysis::swap::SwapEffect> {
+fn naive_effects(head: &HeadView) -> Vec<ropelab_analysis::lens::swap::SwapEffect> {
     let cross = head.cross_logits();
     let n = cross.len();
     let softmax = |l: &[f64]| {
@@ -268,7 +268,7 @@ fn naive_effects(head: &HeadView) -> Vec<ropelab_analysis::swap::SwapEffect> {
             l[i] = cross[i][j];
             l[j] = cross[j][i];
             let after = softmax(&l);
-            out.push(ropelab_analysis::swap::SwapEffect {
+            out.push(ropelab_analysis::lens::swap::SwapEffect {
                 before: (before[i], before[j]),
                 after: (after[i], after[j]),
             });
@@ -282,7 +282,7 @@ fn a_hard_head_needing_content_and_position_has_finite_scores() {
     // Partial Induction's hand-built head at inverse temperature 200: swapping its answer away
     // leaves every other key's weight below f64's range relative to the old maximum, the case
     // where a normaliser taken against that maximum is 0 / 0.
-    use ropelab_analysis::partial::{hand_head, hand_view};
+    use ropelab_analysis::measure::partial::{hand_head, hand_view};
     use ropelab_tasks::{CanonicalKind, CanonicalTask, Split};
     let task = CanonicalTask::new(CanonicalKind::Partial, 16, 4, 4).unwrap();
     let head = hand_head(&task).unwrap();

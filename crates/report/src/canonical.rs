@@ -2,7 +2,7 @@
 //! docs/canonical.md): accuracy and the largest attention weight per answer position, one line
 //! per band, and accuracy against each band's centre frequency (the band sweep).
 
-use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
+use ropelab_analysis::measure::canonical::{BandSummary, PerPositionRow};
 
 use crate::chart::{empty_chart, Chart, Series};
 

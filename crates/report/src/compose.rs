@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
-use ropelab_analysis::dynamics::Gamma;
-use ropelab_analysis::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
-use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
-use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
-use ropelab_analysis::partial::{HandReport, TwoAngles, TWO_ANGLE_RATIO};
+use ropelab_analysis::measure::canonical::{BandSummary, PerPositionRow};
+use ropelab_analysis::measure::dynamics::Gamma;
+use ropelab_analysis::measure::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
+use ropelab_analysis::measure::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
+use ropelab_analysis::measure::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
+use ropelab_analysis::measure::partial::{HandReport, TwoAngles, TWO_ANGLE_RATIO};
 use ropelab_analysis::StudyDir;
 use ropelab_io::read_csv;
 use ropelab_sweep::collect::{ConfigSummary, LengthSummary};
@@ -21,7 +21,7 @@ use crate::figures::{self, Moment, Rate, Score};
 use crate::html::{page, Section};
 use crate::pretrained;
 use crate::{ReportError, Result};
-use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
+use ropelab_analysis::lens::pretrained::{LayerFailureRow, PromptHead};
 use ropelab_pretrained::tasks::SizeRow;
 use ropelab_tasks::{CanonicalKind, Language, TaskKind};
 
@@ -946,7 +946,7 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             ))
         })
     };
-    let scores = || -> Result<Vec<ropelab_analysis::dynamics::HeadStep>> {
+    let scores = || -> Result<Vec<ropelab_analysis::measure::dynamics::HeadStep>> {
         need("scores.jsonl")?;
         Ok(RunFiles::load(dir)
             .map_err(ReportError::from_display)?

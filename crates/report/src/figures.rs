@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use ropelab_analysis::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
-use ropelab_analysis::lengthgen::LengthRow;
-use ropelab_analysis::purity::purity;
-use ropelab_analysis::seeds::band;
-use ropelab_analysis::swap::SwapScores;
+use ropelab_analysis::lens::purity::purity;
+use ropelab_analysis::lens::swap::SwapScores;
+use ropelab_analysis::measure::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
+use ropelab_analysis::measure::lengthgen::LengthRow;
+use ropelab_analysis::measure::seeds::band;
 use ropelab_theory::discrepancy::DiscrepancyRow;
 use ropelab_theory::failures::FailureRow;
 
@@ -325,7 +325,7 @@ pub fn frequency_use(lines: &[HeadStep], title: &str) -> String {
             .collect();
         names.push(format!(
             "L{layer} ({:.1})",
-            ropelab_analysis::dynamics::mean_plane(&row)
+            ropelab_analysis::measure::dynamics::mean_plane(&row)
         ));
         rows.push(row);
     }

@@ -66,7 +66,7 @@ impl Section {
     }
 
     /// Appends an attention viewer (see [`crate::viewer`]); `id` is unique within the page.
-    pub fn viewer(&mut self, view: &ropelab_analysis::attention::AttentionView, id: &str) {
+    pub fn viewer(&mut self, view: &ropelab_analysis::lens::attention::AttentionView, id: &str) {
         self.body.push_str(&crate::viewer::viewer(view, id));
     }
 

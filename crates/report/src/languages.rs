@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use ropelab_analysis::languages::{LengthRow, NStarRow};
-use ropelab_analysis::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
+use ropelab_analysis::measure::languages::{LengthRow, NStarRow};
+use ropelab_analysis::measure::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_tasks::Language;
 
 use crate::chart::{empty_chart, Chart, Series, SIZE};

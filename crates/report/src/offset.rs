@@ -2,7 +2,7 @@
 //! test length per encoding and attention kind, the dilution law against the measured target
 //! weight, and where the last query's attention peaks.
 
-use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow};
+use ropelab_analysis::measure::offset::{MechanismLine, OffsetAccuracyRow};
 
 use crate::chart::{Chart, Series};
 

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
-use ropelab_analysis::purity::HeadKind;
+use ropelab_analysis::lens::pretrained::{LayerFailureRow, PromptHead};
+use ropelab_analysis::lens::purity::HeadKind;
 use ropelab_pretrained::tasks::SizeRow;
 
 use crate::chart::{empty_chart, Chart, Series, SIZE};

@@ -7,7 +7,7 @@
 
 use std::fmt::Write;
 
-use ropelab_analysis::attention::AttentionView;
+use ropelab_analysis::lens::attention::AttentionView;
 
 use crate::heatmap::shade;
 use crate::html::escape;
@@ -102,7 +102,7 @@ pub fn viewer(view: &AttentionView, id: &str) -> String {
     html.push_str("<details><summary>swap scores of this input at its query</summary><table>\n");
     html.push_str(&format!(
         "<tr><th>head</th><th>s_pos</th><th>s_sym</th><th>type (gamma {})</th></tr>\n",
-        ropelab_analysis::dynamics::Gamma::DEFAULT
+        ropelab_analysis::measure::dynamics::Gamma::DEFAULT
     ));
     for row in rows {
         html.push_str("<tr>");

@@ -2,7 +2,7 @@
 //! over the answer positions, the sweep with its marked bands, and the report of a directory
 //! holding `summary.json` and `per_position.csv`.
 
-use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
+use ropelab_analysis::measure::canonical::{BandSummary, PerPositionRow};
 use ropelab_report::canonical::{accuracy_by_position, sweep, w_max_by_position};
 
 fn row(band: &str, seed: u64, position: usize, accuracy: f64) -> PerPositionRow {

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use ropelab_analysis::dynamics::{Gamma, HeadKind, HeadStep};
-use ropelab_analysis::lengthgen::LengthRow;
+use ropelab_analysis::measure::dynamics::{Gamma, HeadKind, HeadStep};
+use ropelab_analysis::measure::lengthgen::LengthRow;
 use ropelab_report::chart::{Chart, Series, PALETTE, SIZE};
 use ropelab_report::figures;
 use ropelab_theory::discrepancy::DiscrepancyRow;
@@ -189,7 +189,7 @@ fn run_figures_draw_one_line_per_hop_and_per_head() {
         ..rows[0].clone()
     });
     for r in &mut two {
-        r.heads = vec![ropelab_analysis::lengthgen::HeadMargin {
+        r.heads = vec![ropelab_analysis::measure::lengthgen::HeadMargin {
             layer: 0,
             head: 0,
             margin: 1.0 / r.length as f64,

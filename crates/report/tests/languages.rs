@@ -2,8 +2,8 @@
 //! encoding with a vertex per tested length, the N* heat table's cell values and shading, and
 //! the report of a directory holding `nstar.csv` and `accuracy.csv`.
 
-use ropelab_analysis::languages::{LengthRow, NStarRow};
-use ropelab_analysis::modular::ModHeadRow;
+use ropelab_analysis::measure::languages::{LengthRow, NStarRow};
+use ropelab_analysis::measure::modular::ModHeadRow;
 use ropelab_report::chart::PALETTE;
 use ropelab_report::languages::{accuracy_vs_length, mod_head_table, n_star_table};
 
@@ -250,7 +250,8 @@ fn a_languages_directory_gets_its_own_report() {
     ropelab_io::write_csv(&dir.path().join("heads.csv"), &heads).unwrap();
     let run = nstar("ab-star", "rope", Some(1.0), 0, 500);
     let offsets =
-        ropelab_analysis::languages::offset_rows(&run, 1.0, 8, 1, &[1.0, 10.0], 1000).unwrap();
+        ropelab_analysis::measure::languages::offset_rows(&run, 1.0, 8, 1, &[1.0, 10.0], 1000)
+            .unwrap();
     ropelab_io::write_csv(&dir.path().join("offset.csv"), &offsets).unwrap();
     let html = ropelab_report::report(dir.path(), "ropelab languages").unwrap();
     assert!(html.contains("MOD heads: the strongest head"));

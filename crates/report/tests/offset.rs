@@ -2,7 +2,7 @@
 //! (encoding, attention kind) averaged over offsets and seeds, the dilution law beside the
 //! measured weight, the pinned argmax, and the report of a directory holding the tables.
 
-use ropelab_analysis::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
+use ropelab_analysis::measure::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_report::offset::{accuracy_vs_length, dilution, pinning};
 
 fn acc(

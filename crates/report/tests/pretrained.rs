@@ -1,8 +1,8 @@
 //! The pretrained model's figures on hand-made rows, and its section found by content in a
 //! directory of `ropelab pretrained` output.
 
-use ropelab_analysis::lens::{LayerFailureRow, PromptHead};
-use ropelab_analysis::purity::HeadKind;
+use ropelab_analysis::lens::pretrained::{LayerFailureRow, PromptHead};
+use ropelab_analysis::lens::purity::HeadKind;
 use ropelab_pretrained::tasks::SizeRow;
 use ropelab_report::figures::Rate;
 use ropelab_report::pretrained::{head_type_map, model_failures, task_accuracy};

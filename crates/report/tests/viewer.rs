@@ -2,9 +2,9 @@
 //! tokens escaped, the embedded data unable to close its element, and the page's script
 //! present only when a viewer is.
 
-use ropelab_analysis::attention::{AttentionView, HeadAttention};
-use ropelab_analysis::purity::HeadKind;
-use ropelab_analysis::swap::SwapScores;
+use ropelab_analysis::lens::attention::{AttentionView, HeadAttention};
+use ropelab_analysis::lens::purity::HeadKind;
+use ropelab_analysis::lens::swap::SwapScores;
 use ropelab_report::html::{page, Section};
 use ropelab_report::viewer::{viewer, SCRIPT};
 

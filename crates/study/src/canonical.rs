@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
-use ropelab_analysis::swap::{swap_scores, Tau};
+use ropelab_analysis::lens::swap::{swap_scores, Tau};
 use ropelab_io::{read_csv_file, write_atomic, write_csv};
 use ropelab_model::{AttentionKind, Head, ModelConfig, Objective, PositionEncoding, RopeLayout};
 pub use ropelab_sweep::measure::canonical::{HeadReport, PlaneScore};
@@ -18,10 +18,12 @@ use ropelab_train::{DataConfig, OptimConfig, RunConfig};
 use serde::{Deserialize, Serialize};
 use toml::Value;
 
-pub use ropelab_analysis::band::{split, sweep, Band};
-pub use ropelab_analysis::canonical::{BandSummary, PerPositionRow};
-pub use ropelab_analysis::partial::HandReport;
-use ropelab_analysis::partial::{hand_head, hand_view, plane_margins, PlaneMargin, TwoAngles};
+pub use ropelab_analysis::measure::band::{split, sweep, Band};
+pub use ropelab_analysis::measure::canonical::{BandSummary, PerPositionRow};
+pub use ropelab_analysis::measure::partial::HandReport;
+use ropelab_analysis::measure::partial::{
+    hand_head, hand_view, plane_margins, PlaneMargin, TwoAngles,
+};
 use ropelab_theory::construct::{check, HandHead};
 
 use crate::{grid, Progress};

@@ -60,7 +60,7 @@ pub struct StudyScore {
 impl Default for StudyScore {
     fn default() -> Self {
         Self {
-            samples: ropelab_analysis::dynamics::ScoreOptions::default().samples,
+            samples: ropelab_analysis::measure::dynamics::ScoreOptions::default().samples,
         }
     }
 }
@@ -327,16 +327,16 @@ impl StudyConfig {
     }
 
     /// How every model of the study is scored.
-    pub fn score_options(&self) -> ropelab_analysis::dynamics::ScoreOptions {
-        ropelab_analysis::dynamics::ScoreOptions {
+    pub fn score_options(&self) -> ropelab_analysis::measure::dynamics::ScoreOptions {
+        ropelab_analysis::measure::dynamics::ScoreOptions {
             samples: self.score.samples,
             ..Default::default()
         }
     }
 
     /// How every model's length generalisation is measured (latest checkpoint).
-    pub fn length_options(&self) -> ropelab_analysis::lengthgen::LengthOptions {
-        ropelab_analysis::lengthgen::LengthOptions {
+    pub fn length_options(&self) -> ropelab_analysis::measure::lengthgen::LengthOptions {
+        ropelab_analysis::measure::lengthgen::LengthOptions {
             extras: self.lengthgen.extras.clone(),
             samples: Some(self.lengthgen.samples),
             step: None,

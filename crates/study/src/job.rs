@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use ropelab_analysis::claims::RunFiles;
-use ropelab_analysis::dynamics::HeadStep;
-use ropelab_analysis::lengthgen::LengthRow;
+use ropelab_analysis::measure::dynamics::HeadStep;
+use ropelab_analysis::measure::lengthgen::LengthRow;
 use ropelab_analysis::StudyDir;
 use ropelab_sweep::measure::MeasureOptions;
 use ropelab_sweep::Job;

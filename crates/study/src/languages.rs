@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{bail, ensure, Result};
-pub use ropelab_analysis::languages::{
+pub use ropelab_analysis::measure::languages::{
     n_star, offset_rows, LengthRow, NStarRow, OffsetRow, Pe, PERIODS,
 };
-pub use ropelab_analysis::modular::{ModHeadRow, MOD_THRESHOLD};
+pub use ropelab_analysis::measure::modular::{ModHeadRow, MOD_THRESHOLD};
 use ropelab_io::{read_csv_file, write_csv};
 use ropelab_model::{AttentionKind, Head, ModelConfig, Objective};
 pub use ropelab_sweep::measure::language::HEAD_STRINGS;

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
-pub use ropelab_analysis::offset::{
+pub use ropelab_analysis::measure::offset::{
     attention_name, parse_attention, CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetPe,
     OffsetRunRow,
 };

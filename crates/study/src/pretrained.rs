@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use candle_core::Device;
-use ropelab_analysis::lens::{
+use ropelab_analysis::lens::pretrained::{
     model_rope_failures, score_prompts, ModelRopeOptions, PromptScoreOptions,
 };
-use ropelab_analysis::swap::Tau;
+use ropelab_analysis::lens::swap::Tau;
 use ropelab_io::write_atomic;
 use ropelab_pretrained::tasks::accuracy_table;
 use ropelab_tasks::TaskKind;

@@ -2,12 +2,12 @@
 //! each head's final scores, with the number of seeds in which the head ends pure of each type.
 
 use anyhow::Result;
-use ropelab_analysis::dynamics::{summarize_heads, Gamma, HeadKind};
+use ropelab_analysis::measure::dynamics::{summarize_heads, Gamma, HeadKind};
 use ropelab_tasks::TaskKind;
 
 use crate::job::Trained;
 
-use ropelab_analysis::seeds::mean_sd;
+use ropelab_analysis::measure::seeds::mean_sd;
 
 /// One head over seeds.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use super::{claim, Claim, Thresholds};
-use crate::canonical::BandSummary;
-use crate::purity::{purity, HeadKind};
-use crate::swap::SwapScores;
+use crate::lens::purity::{purity, HeadKind};
+use crate::lens::swap::SwapScores;
+use crate::measure::canonical::BandSummary;
 use crate::{AnalysisError, Result};
 
 /// The `summary.json` of each canonical task a study ran (`canonical/<task>/`).
@@ -144,7 +144,7 @@ pub fn verdicts(files: Option<&CanonicalFiles>, t: &Thresholds) -> Vec<Claim> {
         format!(
             "content and recency margins > 0, recency on planes >= {}x faster than content \
              (margin-weighted mean angles, all planes, mean over seeds)",
-            crate::partial::TWO_ANGLE_RATIO
+            crate::measure::partial::TWO_ANGLE_RATIO
         ),
         match &two {
             Some(a) => (

@@ -10,9 +10,9 @@ use ropelab_tasks::TaskKind;
 use ropelab_train::Accuracy;
 use serde::Deserialize;
 
-use crate::attention::AttentionView;
-use crate::dynamics::HeadStep;
-use crate::lengthgen::{from_csv, LengthRow};
+use crate::lens::attention::AttentionView;
+use crate::measure::dynamics::HeadStep;
+use crate::measure::lengthgen::{from_csv, LengthRow};
 use crate::{AnalysisError, Result};
 use ropelab_theory::discrepancy::DiscrepancyRow;
 

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dynamics::Gamma;
+use crate::measure::dynamics::Gamma;
 
 pub use files::{load_curve, Curve, RunFiles, SeedFiles, StudyFiles};
 pub use multi_hop::layer_types;

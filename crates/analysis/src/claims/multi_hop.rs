@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use ropelab_train::Accuracy;
 
 use super::{claim, per_seed, Claim, RunFiles, StudyFiles, Thresholds};
-use crate::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
-use crate::lengthgen::first_length_below;
+use crate::measure::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
+use crate::measure::lengthgen::first_length_below;
 
 /// The final step's lines of a run.
 fn last_step(scores: &[HeadStep]) -> Vec<&HeadStep> {
@@ -18,7 +18,7 @@ fn last_step(scores: &[HeadStep]) -> Vec<&HeadStep> {
 
 /// A head line's type at tolerance `gamma`.
 fn pure(l: &HeadStep, gamma: Gamma) -> HeadKind {
-    crate::dynamics::purity(
+    crate::measure::dynamics::purity(
         crate::SwapScores {
             s_pos: l.s_pos,
             s_sym: l.s_sym,

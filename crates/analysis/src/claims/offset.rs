@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::{claim, Claim, Thresholds};
-use crate::offset::{OffsetAccuracyRow, OffsetRunRow};
+use crate::measure::offset::{OffsetAccuracyRow, OffsetRunRow};
 use crate::{AnalysisError, Result};
 
 /// The tables of `ropelab offset` (or a study's `offset/`).

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
-use ropelab_analysis::attention::{attention_view, write_view};
+use ropelab_analysis::lens::attention::{attention_view, write_view};
 use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::{inference_need, RunDir};
 
@@ -33,13 +33,9 @@ pub fn run(args: AttentionArgs, guard: Guard) -> Result<()> {
         guard.check("attention", &need)?;
     }
     let view = attention_view(&args.run, args.step, args.sample, &Device::Cpu)?;
-    let target =
-        args.run
-            .join("attention")
-            .join(ropelab_analysis::attention::AttentionView::file_name(
-                view.step,
-                view.sample,
-            ));
+    let target = args.run.join("attention").join(
+        ropelab_analysis::lens::attention::AttentionView::file_name(view.step, view.sample),
+    );
     ropelab_io::refuse_owned(&args.run, &target, Some(&serde_json::to_vec(&view)?))?;
     let path = write_view(&args.run, &view)?;
     println!(

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use ropelab_analysis::partial::{TwoAngles, TWO_ANGLE_RATIO};
+use ropelab_analysis::measure::partial::{TwoAngles, TWO_ANGLE_RATIO};
 use ropelab_io::{Align, Table};
 use ropelab_study::canonical::{
     default_sizes, read_hand, run, split, sweep, Band, BandSummary, Experiment, DEFAULT_LEN,

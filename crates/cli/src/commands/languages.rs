@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
-use ropelab_analysis::languages::offset_table_cells;
-use ropelab_analysis::modular::strongest_per_run;
+use ropelab_analysis::measure::languages::offset_table_cells;
+use ropelab_analysis::measure::modular::strongest_per_run;
 use ropelab_io::{Align, Align::Left, Align::Right, Table};
 use ropelab_study::languages::{
     run, Experiment, ModHeadRow, NStarRow, OffsetRow, Pe, Protocol, MOD_THRESHOLD,

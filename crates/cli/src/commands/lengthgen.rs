@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
-use ropelab_analysis::lengthgen::{
+use ropelab_analysis::measure::lengthgen::{
     length_generalisation, to_csv, LengthOptions, LengthRow, PAPER_EXTRAS,
 };
 use ropelab_io::{Align::Left, Align::Right, Table};

@@ -8,8 +8,10 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
-use ropelab_analysis::band::Band;
-use ropelab_analysis::mask::{layer_groups, mask_run, MaskOptions, MaskRow, DEFAULT_BANDS};
+use ropelab_analysis::measure::band::Band;
+use ropelab_analysis::measure::mask::{
+    layer_groups, mask_run, MaskOptions, MaskRow, DEFAULT_BANDS,
+};
 use ropelab_io::resources::bytes;
 use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};

@@ -6,11 +6,11 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::{Args, Subcommand};
-use ropelab_analysis::dynamics::{Gamma, HeadKind};
-use ropelab_analysis::lens::{
+use ropelab_analysis::lens::pretrained::{
     model_rope_failures, score_prompts, ModelRopeOptions, PromptScoreOptions,
 };
-use ropelab_analysis::swap::Tau;
+use ropelab_analysis::lens::swap::Tau;
+use ropelab_analysis::measure::dynamics::{Gamma, HeadKind};
 use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
 use ropelab_pretrained::fetch::ensure_model;
 use ropelab_pretrained::llama::PREFILL_CHUNK;

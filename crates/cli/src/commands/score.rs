@@ -6,10 +6,10 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
-use ropelab_analysis::dynamics::{
+use ropelab_analysis::lens::swap::Tau;
+use ropelab_analysis::measure::dynamics::{
     score_run, summarize_heads, Gamma, HeadStep, QueryMode, RunScores, ScoreOptions,
 };
-use ropelab_analysis::swap::Tau;
 use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::RunDir;
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
-use ropelab_analysis::margin;
+use ropelab_analysis::lens::margin;
 use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
 use ropelab_theory::construct::{verify, ConstructOptions};
 use ropelab_theory::discrepancy::{self, DiscrepancyRow, Mechanism};
@@ -299,7 +299,7 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
         }
         TheoryCommand::Margins(a) => {
             if let Ok((_, config)) = ropelab_train::RunDir::open(&a.run) {
-                let options = ropelab_analysis::lengthgen::LengthOptions {
+                let options = ropelab_analysis::measure::lengthgen::LengthOptions {
                     extras: a.extras.clone(),
                     samples: Some(a.samples),
                     step: a.step,
@@ -307,7 +307,7 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
                 };
                 guard.check("theory margins", &options.need(&config))?;
             }
-            let rows = ropelab_analysis::margin::margins(
+            let rows = ropelab_analysis::lens::margin::margins(
                 &a.run,
                 a.step,
                 &a.extras,

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
-use ropelab_analysis::partial::{plane_margins, PlaneMargin};
-use ropelab_analysis::swap::{swap_scores, Tau};
+use ropelab_analysis::lens::swap::{swap_scores, Tau};
+use ropelab_analysis::measure::partial::{plane_margins, PlaneMargin};
 use ropelab_analysis::Captured;
 use ropelab_io::{write_atomic, write_csv};
 use ropelab_model::{GptJ, PlaneMode, PositionEncoding};

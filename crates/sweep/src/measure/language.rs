@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use candle_core::Tensor;
-use ropelab_analysis::languages::{n_star, Pe, PERIODS};
-use ropelab_analysis::modular::{bos_curves, mod_head_rows, RunLabel};
+use ropelab_analysis::measure::languages::{n_star, Pe, PERIODS};
+use ropelab_analysis::measure::modular::{bos_curves, mod_head_rows, RunLabel};
 use ropelab_analysis::AnalysisError;
 use ropelab_io::write_csv;
 use ropelab_model::GptJ;

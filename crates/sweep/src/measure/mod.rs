@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::Device;
-use ropelab_analysis::dynamics::{HeadStep, ScoreOptions};
-use ropelab_analysis::lengthgen::LengthOptions;
+use ropelab_analysis::measure::dynamics::{HeadStep, ScoreOptions};
+use ropelab_analysis::measure::lengthgen::LengthOptions;
 use ropelab_io::{write_atomic, Ledger, Progress, Standing, LEDGER};
 use ropelab_tasks::TaskKind;
 use ropelab_train::eval::EvalReport;
@@ -43,7 +43,8 @@ pub const LANGUAGE_REACH: usize = 2;
 pub const OFFSET_SCALES: [usize; 4] = [1, 2, 4, 8];
 
 /// The purity tolerance of the layer types in results.
-pub const GAMMA: ropelab_analysis::dynamics::Gamma = ropelab_analysis::dynamics::Gamma::DEFAULT;
+pub const GAMMA: ropelab_analysis::measure::dynamics::Gamma =
+    ropelab_analysis::measure::dynamics::Gamma::DEFAULT;
 
 /// What a job measures and how much of it.
 #[derive(Debug, Clone)]

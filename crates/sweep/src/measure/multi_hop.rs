@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ropelab_analysis::attention::{attention_view, write_view, AttentionView};
 use ropelab_analysis::claims::layer_types;
-use ropelab_analysis::dynamics::{score_run, HeadStep};
-use ropelab_analysis::lengthgen::{self, length_generalisation, LengthRow};
+use ropelab_analysis::lens::attention::{attention_view, write_view, AttentionView};
+use ropelab_analysis::measure::dynamics::{score_run, HeadStep};
+use ropelab_analysis::measure::lengthgen::{self, length_generalisation, LengthRow};
 use ropelab_io::{write_atomic, Ledger, Progress, LEDGER};
 use ropelab_train::eval::eval_checkpoint;
 use ropelab_train::EVAL_MEMORY;

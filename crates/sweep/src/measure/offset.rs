@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ropelab_analysis::offset::{
+use ropelab_analysis::measure::offset::{
     attention_name, carrier_planes, carrier_summary, equivariance_deviation, mechanisms,
     CarrierRow, MechanismLine, OffsetPe, OffsetRunRow, PlaneRow,
 };

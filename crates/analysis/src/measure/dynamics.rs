@@ -11,10 +11,10 @@ use ropelab_tasks::{Dataset, Split, Task};
 use ropelab_train::{evaluate, inference_need, RunConfig, RunDir, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
-pub use crate::heads::{capture_bytes, mean_plane, score_captured, score_heads, HeadScores};
-pub use crate::purity::{purity, Gamma, HeadKind};
-pub use crate::query::QueryMode;
-use crate::swap::{SwapScores, Tau};
+pub use crate::lens::heads::{capture_bytes, mean_plane, score_captured, score_heads, HeadScores};
+pub use crate::lens::purity::{purity, Gamma, HeadKind};
+pub use crate::lens::query::QueryMode;
+use crate::lens::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Result};
 
 /// Settings of a scoring pass.

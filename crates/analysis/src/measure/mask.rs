@@ -11,7 +11,7 @@ use ropelab_tasks::{Dataset, Split, Task};
 use ropelab_train::{evaluate_intervened, Accuracy, RunDir};
 use serde::{Deserialize, Serialize};
 
-use crate::band::Band;
+use crate::measure::band::Band;
 use crate::{AnalysisError, Result};
 
 /// The bands `ropelab mask` keeps when none is named: high frequencies removed, then low ones.

@@ -20,7 +20,7 @@ use ropelab_train::data::Tally;
 use ropelab_train::{batch_for_budget, forward_flops, inference_need, RunConfig, RunDir};
 use serde::{Deserialize, Serialize};
 
-use crate::margin::top_gap;
+use crate::lens::margin::top_gap;
 use crate::{AnalysisError, Result};
 
 /// What `lengthgen` measures.

@@ -18,7 +18,7 @@ use ropelab_tasks::CanonicalTask;
 use ropelab_theory::construct::HandHead;
 use serde::{Deserialize, Serialize};
 
-use crate::head::HeadView;
+use crate::lens::head::HeadView;
 use crate::{AnalysisError, Result};
 
 /// The mean margins of one plane over the scored samples.

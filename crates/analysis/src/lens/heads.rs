@@ -6,8 +6,8 @@ use candle_core::Tensor;
 use ropelab_model::GptJ;
 use ropelab_train::forward_bytes;
 
-use crate::capture::Captured;
-use crate::swap::{blocks, effects, entropy, row, scores, SwapScores, Tau};
+use crate::lens::capture::Captured;
+use crate::lens::swap::{blocks, effects, entropy, row, scores, SwapScores, Tau};
 use crate::Result;
 
 /// The plane id averaged with weights `freq_use` (0 when every weight is 0).

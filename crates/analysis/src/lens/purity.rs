@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::swap::SwapScores;
+use crate::lens::swap::SwapScores;
 use crate::{AnalysisError, Result};
 
 /// A purity tolerance gamma, in (0, 0.5): checked once where it is built (a config, a flag,

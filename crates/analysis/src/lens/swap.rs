@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::head::HeadView;
+use crate::lens::head::HeadView;
 use crate::AnalysisError;
 
 /// Positional and symbolic scores of one head on one input.

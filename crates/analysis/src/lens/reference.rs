@@ -7,7 +7,7 @@ use std::ops::Range;
 use candle_core::{Tensor, D};
 use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
 
-use crate::swap::SwapEffect;
+use crate::lens::swap::SwapEffect;
 use crate::Result;
 
 /// Effects of every swap of two blocks, by re-running block `layer` on swapped inputs.

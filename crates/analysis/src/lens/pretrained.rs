@@ -13,9 +13,9 @@ use ropelab_theory::format::NumberFormat;
 use ropelab_theory::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 
-use crate::heads::{mean_plane, score_captured};
-use crate::purity::{purity, Gamma, HeadKind};
-use crate::swap::{SwapScores, Tau};
+use crate::lens::heads::{mean_plane, score_captured};
+use crate::lens::purity::{purity, Gamma, HeadKind};
+use crate::lens::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Captured, Result};
 
 /// What [`score_prompts`] scores.

@@ -4,7 +4,7 @@
 use candle_core::{Tensor, D};
 use ropelab_model::{GptJ, HookKind, HookPoint, Hooks, PositionEncoding};
 
-use crate::head::HeadView;
+use crate::lens::head::HeadView;
 use crate::{AnalysisError, Result};
 
 /// Captured tensors of one forward pass, per layer.

@@ -6,8 +6,8 @@ use candle_core::{Device, Tensor};
 use ropelab_model::GptJ;
 use serde::Serialize;
 
-use crate::capture::Captured;
-use crate::lengthgen::{length_generalisation, LengthOptions};
+use crate::lens::capture::Captured;
+use crate::measure::lengthgen::{length_generalisation, LengthOptions};
 use crate::{AnalysisError, Result};
 
 /// Default extension lengths of `theory margins` (extra tokens before the target window).
@@ -51,7 +51,7 @@ pub fn top_gap(logits: &[f64]) -> f64 {
 
 /// Margins of every head of checkpoint `step` (default: latest) of the run in `root`, on
 /// `samples` test inputs for each extension length in `extras`, in batches whose forward pass
-/// stays within `memory` bytes (computed by [`crate::lengthgen::measure`]).
+/// stays within `memory` bytes (computed by [`crate::measure::lengthgen::measure`]).
 pub fn margins(
     root: &std::path::Path,
     step: Option<usize>,

@@ -10,10 +10,10 @@ use ropelab_tasks::{Dataset, Split, Task};
 use ropelab_train::RunDir;
 use serde::{Deserialize, Serialize};
 
-use crate::capture::Captured;
-use crate::heads::score_captured;
-use crate::purity::{purity, Gamma, HeadKind};
-use crate::swap::{SwapScores, Tau};
+use crate::lens::capture::Captured;
+use crate::lens::heads::score_captured;
+use crate::lens::purity::{purity, Gamma, HeadKind};
+use crate::lens::swap::{SwapScores, Tau};
 use crate::{AnalysisError, Result};
 
 /// One head's attention on the input.

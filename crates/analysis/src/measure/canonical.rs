@@ -44,5 +44,5 @@ pub struct BandSummary {
     pub per_seed: Vec<f64>,
     /// Partial Induction: the two kinds of planes, from the plane margins averaged over seeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub two_angles: Option<crate::partial::TwoAngles>,
+    pub two_angles: Option<crate::measure::partial::TwoAngles>,
 }
