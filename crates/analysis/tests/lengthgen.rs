@@ -20,19 +20,10 @@ fn random_model(n_heads: usize, seed: u64) -> GptJ {
         .len();
     let config = ModelConfig {
         vocab_size: vocab,
-        n_layers: 2,
         n_heads,
         d_model: 16,
         d_mlp: 24,
-        ln_eps: 1e-5,
-        dropout: 0.0,
-        tied_embeddings: false,
-        position: PositionEncoding::gptj(16 / n_heads),
-        layer_positions: vec![],
-        attention: ropelab_model::AttentionKind::Softmax,
-        mlp: true,
-        layer_norm: true,
-        head: ropelab_model::Head::Lm,
+        ..ModelConfig::tiny(PositionEncoding::gptj(16 / n_heads))
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

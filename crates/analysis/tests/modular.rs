@@ -12,19 +12,10 @@ use ropelab_model::{GptJ, ModelConfig, PeriodicTables, PositionEncoding, RopeLay
 fn model(position: PositionEncoding, seed: u64) -> GptJ {
     let config = ModelConfig {
         vocab_size: 5,
-        n_layers: 2,
-        n_heads: 2,
         d_model: 16,
         d_mlp: 24,
-        ln_eps: 1e-5,
-        dropout: 0.0,
-        tied_embeddings: false,
-        position,
-        layer_positions: vec![],
-        attention: ropelab_model::AttentionKind::Softmax,
-        mlp: true,
-        layer_norm: true,
         head: ropelab_model::Head::Classifier { classes: 2 },
+        ..ModelConfig::tiny(position)
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

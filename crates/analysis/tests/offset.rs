@@ -14,19 +14,11 @@ use ropelab_tasks::{OffsetTask, Split};
 fn model(position: PositionEncoding, heads: usize, seed: u64) -> GptJ {
     let config = ModelConfig {
         vocab_size: 8,
-        n_layers: 2,
         n_heads: heads,
         d_model: 32,
         d_mlp: 64,
-        ln_eps: 1e-5,
-        dropout: 0.0,
-        tied_embeddings: false,
-        position,
-        layer_positions: vec![],
-        attention: ropelab_model::AttentionKind::Softmax,
         mlp: false,
-        layer_norm: true,
-        head: ropelab_model::Head::Lm,
+        ..ModelConfig::tiny(position)
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -94,19 +94,10 @@ fn scores_by_hand_for_two_swappable_keys() {
 fn random_model(position: PositionEncoding, n_heads: usize, seed: u64) -> GptJ {
     let config = ModelConfig {
         vocab_size: 23,
-        n_layers: 2,
         n_heads,
         d_model: 16,
         d_mlp: 24,
-        ln_eps: 1e-5,
-        dropout: 0.0,
-        tied_embeddings: false,
-        position,
-        layer_positions: vec![],
-        attention: ropelab_model::AttentionKind::Softmax,
-        mlp: true,
-        layer_norm: true,
-        head: ropelab_model::Head::Lm,
+        ..ModelConfig::tiny(position)
     };
     let model = GptJ::new(config, seed, &Device::Cpu).unwrap();
     // Larger weights than the N(0, 0.02) init so attention is far from uniform.

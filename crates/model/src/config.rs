@@ -83,6 +83,28 @@ fn default_ln_eps() -> f64 {
 }
 
 impl ModelConfig {
+    /// A tiny GPT-J for tests and examples: vocabulary 11, 2 layers of 2 heads, d_model 8, MLP
+    /// 12, LayerNorm, no dropout, untied, an LM head, `position` in every layer. Tests change
+    /// what they need with struct-update syntax (`ModelConfig { d_model: 16, ..tiny(p) }`).
+    pub fn tiny(position: PositionEncoding) -> ModelConfig {
+        ModelConfig {
+            vocab_size: 11,
+            n_layers: 2,
+            n_heads: 2,
+            d_model: 8,
+            d_mlp: 12,
+            ln_eps: 1e-5,
+            dropout: 0.0,
+            tied_embeddings: false,
+            position,
+            layer_positions: vec![],
+            attention: AttentionKind::Softmax,
+            mlp: true,
+            layer_norm: true,
+            head: Head::Lm,
+        }
+    }
+
     /// Dimension of one head.
     pub fn d_head(&self) -> usize {
         self.d_model / self.n_heads.max(1)

@@ -332,20 +332,9 @@ mod tests {
 
     fn config(tied: bool) -> ModelConfig {
         ModelConfig {
-            vocab_size: 11,
             n_layers: 3,
-            n_heads: 2,
-            d_model: 8,
-            d_mlp: 12,
-            ln_eps: 1e-5,
-            dropout: 0.0,
             tied_embeddings: tied,
-            position: PositionEncoding::None,
-            layer_positions: vec![],
-            attention: crate::AttentionKind::Softmax,
-            mlp: true,
-            layer_norm: true,
-            head: crate::Head::Lm,
+            ..ModelConfig::tiny(PositionEncoding::None)
         }
     }
 

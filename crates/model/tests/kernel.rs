@@ -27,15 +27,7 @@ fn config(
         n_heads,
         d_model,
         d_mlp: 3 * d_model / 2,
-        ln_eps: 1e-5,
-        dropout: 0.0,
-        tied_embeddings: false,
-        position,
-        layer_positions: vec![],
-        attention: ropelab_model::AttentionKind::Softmax,
-        mlp: true,
-        layer_norm: true,
-        head: ropelab_model::Head::Lm,
+        ..ModelConfig::tiny(position)
     }
 }
 

@@ -27,22 +27,7 @@ impl Abs for Tensor {
 }
 
 fn tiny(position: PositionEncoding) -> ModelConfig {
-    ModelConfig {
-        vocab_size: 11,
-        n_layers: 2,
-        n_heads: 2,
-        d_model: 8,
-        d_mlp: 12,
-        ln_eps: 1e-5,
-        dropout: 0.0,
-        tied_embeddings: false,
-        position,
-        layer_positions: vec![],
-        attention: ropelab_model::AttentionKind::Softmax,
-        mlp: true,
-        layer_norm: true,
-        head: ropelab_model::Head::Lm,
-    }
+    ModelConfig::tiny(position)
 }
 
 fn ids(batch: usize, len: usize, vocab: u32, dev: &Device) -> Tensor {

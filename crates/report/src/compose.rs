@@ -285,34 +285,10 @@ fn canonical_section(dir: &Path, id: &str) -> Result<Section> {
     ]);
     let cells: Vec<Vec<String>> = summary
         .iter()
-        .map(|b| {
-            vec![
-                b.task.clone(),
-                b.band.clone(),
-                format!("{:.3e}", b.centre),
-                format!("{:.4}", b.accuracy),
-                format!("{:.3}", b.s_pos),
-                format!("{:.3}", b.s_sym),
-                b.per_seed
-                    .iter()
-                    .map(|a| format!("{a:.3}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ]
-        })
+        .map(|b| std::iter::once(b.task.clone()).chain(b.cells()).collect())
         .collect();
-    s.table(
-        &[
-            "task",
-            "band",
-            "centre theta",
-            "accuracy",
-            "s_pos",
-            "s_sym",
-            "per seed",
-        ],
-        &cells,
-    );
+    let header: Vec<&str> = std::iter::once("task").chain(BandSummary::HEADER).collect();
+    s.table(&header, &cells);
     two_angles_table(dir, &summary, &mut s)?;
     Ok(s)
 }
@@ -346,28 +322,10 @@ fn two_angles_table(dir: &Path, summary: &[BandSummary], s: &mut Section) -> Res
     ));
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|(name, a)| {
-            vec![
-                name.clone(),
-                format!("{:.2}", a.content),
-                format!("{:.2}", a.recency),
-                format!("{:.4}", a.content_mean_theta),
-                format!("{:.4}", a.recency_mean_theta),
-                if a.holds() { "yes" } else { "no" }.into(),
-            ]
-        })
+        .map(|(name, a)| std::iter::once(name.clone()).chain(a.cells()).collect())
         .collect();
-    s.table(
-        &[
-            "head",
-            "content margin",
-            "recency margin",
-            "content theta",
-            "recency theta",
-            "two kinds",
-        ],
-        &cells,
-    );
+    let header: Vec<&str> = std::iter::once("head").chain(TwoAngles::HEADER).collect();
+    s.table(&header, &cells);
     if let Some(h) = hand {
         s.text(&format!(
             "The hand-built head (planes at {:.4} and {:.4} rad per position) on {} test samples: \

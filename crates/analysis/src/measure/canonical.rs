@@ -46,3 +46,32 @@ pub struct BandSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub two_angles: Option<crate::measure::partial::TwoAngles>,
 }
+
+impl BandSummary {
+    /// Column names of [`BandSummary::cells`] for a table.
+    pub const HEADER: [&'static str; 6] = [
+        "band",
+        "centre theta",
+        "accuracy",
+        "s_pos",
+        "s_sym",
+        "per seed",
+    ];
+
+    /// The row as table cells: the band, its centre frequency, the means over seeds, and the
+    /// accuracy of each seed.
+    pub fn cells(&self) -> Vec<String> {
+        vec![
+            self.band.clone(),
+            format!("{:.3e}", self.centre),
+            format!("{:.4}", self.accuracy),
+            format!("{:.3}", self.s_pos),
+            format!("{:.3}", self.s_sym),
+            self.per_seed
+                .iter()
+                .map(|a| format!("{a:.3}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ]
+    }
+}

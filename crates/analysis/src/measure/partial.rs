@@ -77,6 +77,27 @@ pub struct HandReport {
 pub const TWO_ANGLE_RATIO: f64 = 4.0;
 
 impl TwoAngles {
+    /// Column names of [`TwoAngles::cells`] for a table (after the head's name).
+    pub const HEADER: [&'static str; 5] = [
+        "content margin",
+        "recency margin",
+        "content theta",
+        "recency theta",
+        "two kinds",
+    ];
+
+    /// The summary as table cells: both margins (logits), their margin-weighted mean angles
+    /// (radians per position) and whether the head has two kinds of planes.
+    pub fn cells(&self) -> Vec<String> {
+        vec![
+            format!("{:.2}", self.content),
+            format!("{:.2}", self.recency),
+            format!("{:.4}", self.content_mean_theta),
+            format!("{:.4}", self.recency_mean_theta),
+            if self.holds() { "yes" } else { "no" }.into(),
+        ]
+    }
+
     /// Summarises plane margins.
     pub fn of(margins: &[PlaneMargin]) -> Self {
         let weighted = |f: &dyn Fn(&PlaneMargin) -> f64| {

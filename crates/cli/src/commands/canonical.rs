@@ -126,25 +126,25 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
 /// Partial Induction: each band's content and recency margins and the angles carrying them,
 /// beside the hand-built two-angle head.
 pub fn print_two_angles(summary: &[BandSummary], out: &std::path::Path) -> Result<()> {
-    let mut t = Table::new(&[
-        ("head", Align::Left),
-        ("content", Align::Right),
-        ("recency", Align::Right),
-        ("content theta", Align::Right),
-        ("recency theta", Align::Right),
-        ("ratio", Align::Right),
-        ("two kinds", Align::Left),
-    ]);
+    // The head's name and the yes/no column left, numbers right; then the angles' ratio.
+    let mut columns: Vec<(&str, Align)> = std::iter::once(("head", Align::Left))
+        .chain(TwoAngles::HEADER.iter().map(|&h| {
+            let align = if h == "two kinds" {
+                Align::Left
+            } else {
+                Align::Right
+            };
+            (h, align)
+        }))
+        .collect();
+    columns.push(("ratio", Align::Right));
+    let mut t = Table::new(&columns);
     let mut line = |name: String, a: &TwoAngles| {
-        t.row(vec![
-            name,
-            format!("{:.2}", a.content),
-            format!("{:.2}", a.recency),
-            format!("{:.4}", a.content_mean_theta),
-            format!("{:.4}", a.recency_mean_theta),
-            format!("{:.1}", a.recency_mean_theta / a.content_mean_theta),
-            if a.holds() { "yes" } else { "no" }.to_string(),
-        ]);
+        let ratio = format!("{:.1}", a.recency_mean_theta / a.content_mean_theta);
+        let mut cells = vec![name];
+        cells.extend(a.cells());
+        cells.push(ratio);
+        t.row(cells);
     };
     for b in summary {
         if let Some(a) = &b.two_angles {
@@ -176,27 +176,21 @@ pub fn print_two_angles(summary: &[BandSummary], out: &std::path::Path) -> Resul
 /// One line per band: centre frequency, accuracy, swap scores (means over seeds), accuracy per
 /// seed.
 pub fn band_table(summary: &[BandSummary]) -> Table {
-    let mut t = Table::new(&[
-        ("band", Align::Left),
-        ("centre theta", Align::Right),
-        ("accuracy", Align::Right),
-        ("s_pos", Align::Right),
-        ("s_sym", Align::Right),
-        ("per seed", Align::Left),
-    ]);
+    // The band and the per-seed list left, numbers right.
+    let columns: Vec<(&str, Align)> = BandSummary::HEADER
+        .iter()
+        .map(|&h| {
+            let align = if h == "band" || h == "per seed" {
+                Align::Left
+            } else {
+                Align::Right
+            };
+            (h, align)
+        })
+        .collect();
+    let mut t = Table::new(&columns);
     for b in summary {
-        t.row(vec![
-            b.band.clone(),
-            format!("{:.3e}", b.centre),
-            format!("{:.4}", b.accuracy),
-            format!("{:.3}", b.s_pos),
-            format!("{:.3}", b.s_sym),
-            b.per_seed
-                .iter()
-                .map(|a| format!("{a:.3}"))
-                .collect::<Vec<_>>()
-                .join(" "),
-        ]);
+        t.row(b.cells());
     }
     t
 }

@@ -231,18 +231,10 @@ mod tests {
         ModelConfig {
             vocab_size: 19,
             n_layers: 3,
-            n_heads: 2,
             d_model: 16,
-            d_mlp: 12,
-            ln_eps: 1e-5,
             dropout,
-            tied_embeddings: false,
-            position: PositionEncoding::gptj(4),
             layer_positions: vec![PositionEncoding::gptj(4), PositionEncoding::None, last],
-            attention: crate::AttentionKind::Softmax,
-            mlp: true,
-            layer_norm: true,
-            head: crate::Head::Lm,
+            ..ModelConfig::tiny(PositionEncoding::gptj(4))
         }
     }
 
