@@ -7,6 +7,9 @@
 //! DIR/seed-S/data/<task>-test.jsonl   DIR/seed-S/<task>/   (one run directory per model)
 //! DIR/theory/*.csv   DIR/offset/   DIR/canonical/<kind>/   DIR/pretrained/
 //! ```
+//!
+//! A study that lists several head counts (`n_heads = [2, 4]`) holds one such study per count
+//! in `DIR/heads-H/`, beside `DIR/config.toml`, `DIR/heads.csv` and `DIR/report.html`.
 
 use std::path::{Path, PathBuf};
 
@@ -94,6 +97,35 @@ impl StudyDir {
     /// The pretrained-model stage's directory (`pretrained/`).
     pub fn pretrained(&self) -> PathBuf {
         self.root.join("pretrained")
+    }
+
+    /// The study of `n_heads` heads per block inside a study that lists several head counts
+    /// (`heads-H/`, docs/multihead.md).
+    pub fn heads(&self, n_heads: usize) -> StudyDir {
+        StudyDir::new(self.root.join(format!("heads-{n_heads}")))
+    }
+
+    /// The comparison of a study per head count (`heads.csv`).
+    pub fn heads_csv(&self) -> PathBuf {
+        self.root.join("heads.csv")
+    }
+
+    /// The head counts of the `heads-H/` studies present, ascending (none when the directory
+    /// cannot be read).
+    pub fn head_counts(&self) -> Vec<usize> {
+        let mut counts: Vec<usize> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("heads-"))
+                    .and_then(|s| s.parse().ok())
+            })
+            .collect();
+        counts.sort_unstable();
+        counts
     }
 
     /// The seeds of the `seed-S/` folders present, ascending (none when the directory cannot

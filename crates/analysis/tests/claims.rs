@@ -414,3 +414,58 @@ fn theory_claims_flip_and_missing_files_are_not_measured() {
     let c = verdicts(&files, &Thresholds::default());
     assert_eq!(c[0].verdict, Verdict::NotMeasured, "{:#?}", c[0]);
 }
+
+/// Gives every layer of seed 1's `task` model a second head whose final (s_pos, s_sym) per
+/// layer is `finals` (from step 200 on; mixed before).
+fn add_second_head(root: &Path, task: &str, finals: &[(f64, f64)]) {
+    let path = root.join("seed-1").join(task).join("scores.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        out += line;
+        out.push('\n');
+        let mut l: HeadStep = serde_json::from_str(line).unwrap();
+        let (p, s) = finals[l.layer];
+        (l.head, l.s_pos, l.s_sym) = (1, p, s);
+        if l.step < 200 {
+            (l.s_pos, l.s_sym) = (0.9, 0.9);
+        }
+        out += &serde_json::to_string(&l).unwrap();
+        out.push('\n');
+    }
+    std::fs::write(&path, out).unwrap();
+}
+
+#[test]
+fn head_claims_read_every_head_of_a_layer() {
+    const P: (f64, f64) = (0.99, 0.01);
+    const S: (f64, f64) = (0.01, 0.99);
+    const M: (f64, f64) = (0.5, 0.5);
+    let number = "number_positional_then_symbolic";
+    // Number layers P P - S gain heads - P S S: positional heads only below symbolic ones.
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    add_second_head(dir.path(), "number", &[M, P, S, S]);
+    let c = verdict_of(dir.path(), number);
+    assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
+    assert_eq!(
+        c.measured[1],
+        "seed 1: layers P-|PP|-S|SS (3 positional heads in 2 layers, 3 symbolic heads)"
+    );
+    // A positional head beside the last symbolic one: the layers' order no longer holds.
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    add_second_head(dir.path(), "number", &[M, M, M, P]);
+    let c = verdict_of(dir.path(), number);
+    assert_eq!((c.verdict, c.holding), (Verdict::DoesNotHold, 1), "{c:#?}");
+    // One positional head among the letter model's eight.
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    add_second_head(dir.path(), "letter", &[S, S, P, M]);
+    let c = verdict_of(dir.path(), "letter_all_symbolic");
+    assert_eq!((c.verdict, c.holding), (Verdict::DoesNotHold, 1), "{c:#?}");
+    assert!(
+        c.measured[1].contains("1 positional heads in 1 layers"),
+        "{c:#?}"
+    );
+}

@@ -55,11 +55,16 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         DirKind::Offset => sections.push(offset_section(dir)?),
         DirKind::Canonical => sections.push(canonical_section(dir, "canonical")?),
         DirKind::Pretrained => sections.extend(pretrained),
+        DirKind::Heads => sections.extend(crate::heads::sections(dir)?),
         DirKind::Study { collected } => {
             let study = StudyDir::new(dir);
             let seeds = study.seeds().map_err(|e| ReportError::io(dir, e))?;
             let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
-            sections.push(claims_section(dir)?);
+            sections.push(claims_section(
+                dir,
+                "claims",
+                "Claims of the paper, as measured",
+            )?);
             sections.push(seeds_section(&files));
             if collected {
                 sections.push(sweep_section(dir)?);
@@ -438,6 +443,8 @@ enum DirKind {
         /// `collected/summary.csv` is there.
         collected: bool,
     },
+    /// A study per head count (`heads-H/` studies beside `config.toml`).
+    Heads,
     /// One run directory.
     Run,
 }
@@ -458,6 +465,8 @@ impl DirKind {
             DirKind::Canonical
         } else if study {
             DirKind::Study { collected }
+        } else if !StudyDir::new(dir).head_counts().is_empty() && dir.join("config.toml").exists() {
+            DirKind::Heads
         } else if pretrained && !dir.join("config.toml").exists() {
             DirKind::Pretrained
         } else {
@@ -467,7 +476,7 @@ impl DirKind {
 
     /// Kinds that have no `config.toml` of their own (not listed as missing).
     fn has_no_config(self) -> bool {
-        !matches!(self, DirKind::Study { .. } | DirKind::Run)
+        !matches!(self, DirKind::Study { .. } | DirKind::Heads | DirKind::Run)
     }
 
     /// The words of the report's subtitle.
@@ -478,13 +487,14 @@ impl DirKind {
             DirKind::Offset => "fixed-offset experiment",
             DirKind::Canonical => "frequency-band experiment",
             DirKind::Study { .. } => "study",
+            DirKind::Heads => "studies per head count",
             DirKind::Pretrained => "pretrained-model results",
             DirKind::Run => "run",
         }
     }
 }
 
-fn read_text(path: &Path) -> Result<Option<String>> {
+pub(crate) fn read_text(path: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(path) {
         Ok(t) => Ok(Some(t)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -492,8 +502,9 @@ fn read_text(path: &Path) -> Result<Option<String>> {
     }
 }
 
-fn claims_section(dir: &Path) -> Result<Section> {
-    let mut s = Section::new("claims", "Claims of the paper, as measured");
+/// The verdict per claim of the study in `dir` (`claims.json`) as a table.
+pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Section> {
+    let mut s = Section::new(id, title);
     let path = StudyDir::new(dir).claims();
     let Some(text) = read_text(&path)? else {
         s.not_run("claims.json is missing (the study has not finished)");
@@ -602,6 +613,8 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
             figures::head_scores(&files.scores, title, Score::Positional),
             figures::head_scores(&files.scores, title, Score::Symbolic),
             figures::frequency_use(&files.scores, title),
+            crate::types::type_grid(&files.scores, title, Gamma::DEFAULT),
+            crate::types::types_over_training(&files.scores, title, Gamma::DEFAULT),
         ]);
     }
     let mut length = Section::new(

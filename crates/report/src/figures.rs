@@ -300,14 +300,18 @@ pub fn length_over_seeds(runs: &[&[LengthRow]], title: &str) -> String {
 
 /// Frequency use per layer at the last scored step (the paper's Fig. 4C / Fig. 8): a layer x
 /// RoPE-plane map of each plane's share of the layer's |logit contribution| at the attended
-/// key (heads averaged, each layer's row normalised to sum 1), and each layer's weighted mean
-/// plane in its row name (low plane ids are high frequencies).
+/// key (each row normalised to sum 1), and each row's weighted mean plane in its name (low
+/// plane ids are high frequencies). With several heads per layer, one row per head
+/// (`L{layer}H{head}`).
 pub fn frequency_use(lines: &[HeadStep], title: &str) -> String {
     let last = lines.iter().map(|l| l.step).max();
-    let mut layers: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for l in lines.iter().filter(|l| Some(l.step) == last) {
-        let row = layers
-            .entry(l.layer)
+    let at_last: Vec<&HeadStep> = lines.iter().filter(|l| Some(l.step) == last).collect();
+    let per_head = at_last.iter().any(|l| l.head > 0);
+    let mut rows_by: BTreeMap<(usize, usize), Vec<f64>> = BTreeMap::new();
+    for l in at_last {
+        let key = (l.layer, if per_head { l.head } else { 0 });
+        let row = rows_by
+            .entry(key)
             .or_insert_with(|| vec![0.0; l.freq_use.len()]);
         if row.len() == l.freq_use.len() {
             for (r, f) in row.iter_mut().zip(&l.freq_use) {
@@ -317,22 +321,25 @@ pub fn frequency_use(lines: &[HeadStep], title: &str) -> String {
     }
     let mut names = vec![];
     let mut rows = vec![];
-    for (layer, row) in layers {
+    for ((layer, head), row) in rows_by {
         let total: f64 = row.iter().sum();
         let row: Vec<f64> = row
             .iter()
             .map(|f| if total > 0.0 { f / total } else { 0.0 })
             .collect();
-        names.push(format!(
-            "L{layer} ({:.1})",
-            ropelab_analysis::measure::dynamics::mean_plane(&row)
-        ));
+        let mean = ropelab_analysis::measure::dynamics::mean_plane(&row);
+        names.push(if per_head {
+            format!("L{layer}H{head} ({mean:.1})")
+        } else {
+            format!("L{layer} ({mean:.1})")
+        });
         rows.push(row);
     }
+    let what = if per_head { "head" } else { "layer" };
     crate::heatmap::Heatmap {
-        title: format!("{title}: frequency use per layer (mean plane)"),
+        title: format!("{title}: frequency use per {what} (mean plane)"),
         x_label: "RoPE plane (0 = highest frequency)".into(),
-        y_label: "layer".into(),
+        y_label: what.into(),
         row_names: names,
         rows,
     }

@@ -5,19 +5,21 @@
 //! of the directory's files ([`figures`]: one function per figure), the attention viewer
 //! ([`viewer`]) shows one test input's attention, and the page inlines every SVG, style and
 //! script ([`html`]), so it opens anywhere, offline; [`languages`] draws the formal-language
-//! experiment. [`compose`] decides what a
+//! experiment; [`types`] draws head types as grids. [`compose`] decides what a
 //! directory's files allow.
 
 pub mod canonical;
 pub mod chart;
 pub mod compose;
 pub mod figures;
+pub mod heads;
 pub mod heatmap;
 pub mod html;
 pub mod languages;
 pub mod offset;
 pub mod pretrained;
 pub mod sweep;
+pub mod types;
 pub mod viewer;
 
 use std::path::{Path, PathBuf};
@@ -41,14 +43,14 @@ pub enum ReportError {
 }
 
 impl ReportError {
-    fn io(path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         Self::Io {
             path: path.to_owned(),
             source,
         }
     }
 
-    fn from_display(e: impl std::fmt::Display) -> Self {
+    pub(crate) fn from_display(e: impl std::fmt::Display) -> Self {
         Self::Input(e.to_string())
     }
 }

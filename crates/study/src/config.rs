@@ -127,9 +127,10 @@ pub struct StudyTrain {
     /// Blocks (default: the preset's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n_layers: Option<usize>,
-    /// Heads per block.
+    /// Heads per block (d_head = d_model / n_heads): one count, or a list of counts, each run
+    /// as its own study in `DIR/heads-H/` (docs/multihead.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n_heads: Option<usize>,
+    pub n_heads: Option<HeadCounts>,
     /// Residual width (RoPE rotates every dimension of each head).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub d_model: Option<usize>,
@@ -162,24 +163,43 @@ pub struct StudyTrain {
     pub save_every: Option<usize>,
 }
 
+/// Heads per block in a study's `[train]` table: `n_heads = 2`, or `n_heads = [2, 4]` for one
+/// study per count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HeadCounts {
+    /// One count: the study itself.
+    One(usize),
+    /// Several counts: one study per count, in `DIR/heads-H/`.
+    Many(Vec<usize>),
+}
+
 impl StudyTrain {
     /// The run config of `task` and `seed`: the preset with this table's overrides, and the
-    /// study's layout and data sizes.
+    /// study's layout and data sizes; an error for a list of head counts (a study per count:
+    /// [`StudyConfig::for_heads`]).
     pub fn run_config(
         &self,
         task: ropelab_tasks::TaskKind,
         seed: u64,
         tasks: &TasksConfig,
     ) -> Result<ropelab_train::RunConfig> {
+        let n_heads = match &self.n_heads {
+            None => None,
+            Some(HeadCounts::One(h)) => Some(*h),
+            Some(HeadCounts::Many(_)) => anyhow::bail!(
+                "n_heads lists several head counts: each runs as its own study (for_heads)"
+            ),
+        };
         let preset: ropelab_train::Preset = self.preset.parse()?;
         let mut run = preset.config(task);
         let m = &mut run.model;
         m.n_layers = self.n_layers.unwrap_or(m.n_layers);
-        m.n_heads = self.n_heads.unwrap_or(m.n_heads);
+        m.n_heads = n_heads.unwrap_or(m.n_heads);
         m.d_model = self.d_model.unwrap_or(m.d_model);
         m.d_mlp = self.d_mlp.unwrap_or(m.d_mlp);
         m.dropout = self.dropout.map_or(m.dropout, |p| p as f32);
-        if self.d_model.is_some() || self.n_heads.is_some() {
+        if self.d_model.is_some() || n_heads.is_some() {
             m.position = ropelab_model::PositionEncoding::gptj(m.d_model / m.n_heads.max(1));
         }
         let o = &mut run.optim;
@@ -272,11 +292,22 @@ impl StudyConfig {
             config.train.steps != Some(0),
             "{origin}: [train] steps must be at least 1"
         );
-        for kind in ropelab_tasks::TaskKind::ALL {
-            config
-                .train
-                .run_config(kind, config.seeds[0], &config.tasks)
-                .with_context(|| format!("{origin}: [train]"))?;
+        if let Some(HeadCounts::Many(counts)) = &config.train.n_heads {
+            anyhow::ensure!(
+                !counts.is_empty(),
+                "{origin}: [train] n_heads must list at least one head count"
+            );
+            let mut seen = std::collections::BTreeSet::new();
+            for h in counts {
+                anyhow::ensure!(seen.insert(h), "{origin}: [train] n_heads lists {h} twice");
+            }
+        }
+        for sub in config.studies() {
+            for kind in ropelab_tasks::TaskKind::ALL {
+                sub.train
+                    .run_config(kind, config.seeds[0], &config.tasks)
+                    .with_context(|| format!("{origin}: [train]"))?;
+            }
         }
         anyhow::ensure!(
             config.score.samples > 0,
@@ -324,6 +355,30 @@ impl StudyConfig {
             .check()
             .map_err(|m| anyhow::anyhow!("{origin}: [claims] {m}"))?;
         Ok(config)
+    }
+
+    /// The head counts of a study that lists several (`n_heads = [2, 4]`), in order; `None`
+    /// for a single study.
+    pub fn head_counts(&self) -> Option<Vec<usize>> {
+        match &self.train.n_heads {
+            Some(HeadCounts::Many(counts)) => Some(counts.clone()),
+            _ => None,
+        }
+    }
+
+    /// This study with `n_heads` heads per block (the study of one head count).
+    pub fn for_heads(&self, n_heads: usize) -> Self {
+        let mut out = self.clone();
+        out.train.n_heads = Some(HeadCounts::One(n_heads));
+        out
+    }
+
+    /// The studies this config runs: itself, or one per listed head count.
+    pub fn studies(&self) -> Vec<Self> {
+        match self.head_counts() {
+            Some(counts) => counts.iter().map(|&h| self.for_heads(h)).collect(),
+            None => vec![self.clone()],
+        }
     }
 
     /// How every model of the study is scored.

@@ -13,6 +13,7 @@ pub mod canonical;
 pub mod config;
 pub mod datasets;
 pub mod grid;
+pub mod heads;
 pub mod job;
 pub mod languages;
 pub mod offset;
@@ -23,6 +24,7 @@ pub mod summary;
 pub mod theory;
 
 pub use config::StudyConfig;
+pub use heads::reproduce_heads;
 pub use run::{reproduce, Milestone, Options, PretrainedStage};
 
 pub use ropelab_io::progress::{Progress, Quiet, Stage};

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::measure::dynamics::Gamma;
 
 pub use files::{load_curve, Curve, RunFiles, SeedFiles, StudyFiles};
-pub use multi_hop::layer_types;
+pub use multi_hop::{grid_letters, head_grid, heads_of, kind_letter, layer_types, layers_with};
 
 /// The thresholds every verdict uses (config keys of the study's `[claims]` table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -27,26 +27,79 @@ fn pure(l: &HeadStep, gamma: Gamma) -> HeadKind {
     )
 }
 
-/// Layer types at the final checkpoint: P (a pure positional head), S (a pure symbolic one),
-/// - (neither), one letter per layer.
-pub fn layer_types(scores: &[HeadStep], gamma: Gamma) -> String {
-    let mut by_layer: BTreeMap<usize, Vec<HeadKind>> = BTreeMap::new();
+/// Every head's type at the final checkpoint, per layer: `grid[layer][head]` (layers and heads
+/// in order; a layer's heads as scored).
+pub fn head_grid(scores: &[HeadStep], gamma: Gamma) -> Vec<Vec<HeadKind>> {
+    let mut by_layer: BTreeMap<usize, BTreeMap<usize, HeadKind>> = BTreeMap::new();
     for l in last_step(scores) {
-        by_layer.entry(l.layer).or_default().push(pure(l, gamma));
+        by_layer
+            .entry(l.layer)
+            .or_default()
+            .insert(l.head, pure(l, gamma));
     }
     by_layer
-        .values()
-        .map(|kinds| {
-            let p = kinds.contains(&HeadKind::Positional);
-            let s = kinds.contains(&HeadKind::Symbolic);
-            match (p, s) {
-                (true, true) => 'B',
-                (true, false) => 'P',
-                (false, true) => 'S',
-                (false, false) => '-',
-            }
-        })
+        .into_values()
+        .map(|heads| heads.into_values().collect())
         .collect()
+}
+
+/// A head type's letter: P (pure positional), S (pure symbolic), - (neither).
+pub fn kind_letter(kind: HeadKind) -> char {
+    match kind {
+        HeadKind::Positional => 'P',
+        HeadKind::Symbolic => 'S',
+        HeadKind::Mixed => '-',
+    }
+}
+
+/// [`head_grid`] in letters: one letter per head (P, S, -), a layer's heads together and the
+/// layers separated by `|` when a layer has several heads (`PP|P-|SS`), one letter per layer
+/// otherwise (`-PP-SS`).
+pub fn grid_letters(grid: &[Vec<HeadKind>]) -> String {
+    let layers: Vec<String> = grid
+        .iter()
+        .map(|heads| heads.iter().map(|&k| kind_letter(k)).collect())
+        .collect();
+    let sep = if grid.iter().any(|heads| heads.len() > 1) {
+        "|"
+    } else {
+        ""
+    };
+    layers.join(sep)
+}
+
+/// Layer types at the final checkpoint in letters ([`grid_letters`] of [`head_grid`]): with
+/// one head per layer, one letter per layer.
+pub fn layer_types(scores: &[HeadStep], gamma: Gamma) -> String {
+    grid_letters(&head_grid(scores, gamma))
+}
+
+/// The layers holding at least one head of `kind`, in order.
+pub fn layers_with(grid: &[Vec<HeadKind>], kind: HeadKind) -> Vec<usize> {
+    grid.iter()
+        .enumerate()
+        .filter(|(_, heads)| heads.contains(&kind))
+        .map(|(l, _)| l)
+        .collect()
+}
+
+/// Heads of `kind` in the grid.
+pub fn heads_of(grid: &[Vec<HeadKind>], kind: HeadKind) -> usize {
+    grid.iter().flatten().filter(|&&k| k == kind).count()
+}
+
+/// [`grid_letters`] for the claims, with the head counts when a layer has several heads.
+fn grid_text(grid: &[Vec<HeadKind>]) -> String {
+    let letters = grid_letters(grid);
+    if grid.iter().all(|heads| heads.len() <= 1) {
+        return format!("layers {letters}");
+    }
+    let p = layers_with(grid, HeadKind::Positional).len();
+    format!(
+        "layers {letters} ({} positional heads in {p} layers, {} symbolic heads)",
+        heads_of(grid, HeadKind::Positional),
+        heads_of(grid, HeadKind::Symbolic)
+    )
 }
 
 /// The step each hop count is first learned (validation accuracy >= threshold), per hop.
@@ -135,19 +188,19 @@ pub fn number_positional_then_symbolic(files: &StudyFiles, t: &Thresholds) -> Cl
          the later layers as pure symbolic heads.",
         format!(
             "at the last checkpoint, gamma {}: >= {} layers with a pure positional head, >= 1 \
-             with a pure symbolic head, every positional layer before every symbolic one \
-             (layer types: P positional, S symbolic, - neither)",
+             pure symbolic head, every pure positional head in a layer below every pure \
+             symbolic head (head types: P positional, S symbolic, - neither; one letter per \
+             layer, or per head with the layers separated by | when a layer has several)",
             t.gamma, t.min_positional_layers
         ),
         per_seed(files, |s| match &s.number {
             Some(r) if !r.scores.is_empty() => {
-                let types = layer_types(&r.scores, t.gamma);
-                let last_p = types.rfind('P');
-                let first_s = types.find('S');
-                let ok = types.matches('P').count() >= t.min_positional_layers
-                    && !types.contains('B')
-                    && matches!((last_p, first_s), (Some(p), Some(s)) if p < s);
-                (format!("layers {types}"), Some(ok))
+                let grid = head_grid(&r.scores, t.gamma);
+                let p = layers_with(&grid, HeadKind::Positional);
+                let s = layers_with(&grid, HeadKind::Symbolic);
+                let ok = p.len() >= t.min_positional_layers
+                    && matches!((p.last(), s.first()), (Some(p), Some(s)) if p < s);
+                (grid_text(&grid), Some(ok))
             }
             _ => ("no scores".into(), None),
         }),
@@ -166,9 +219,10 @@ pub fn letter_all_symbolic(files: &StudyFiles, t: &Thresholds) -> Claim {
         ),
         per_seed(files, |s| match &s.letter {
             Some(r) if !r.scores.is_empty() => {
-                let types = layer_types(&r.scores, t.gamma);
-                let ok = !types.contains('P') && !types.contains('B') && types.contains('S');
-                (format!("layers {types}"), Some(ok))
+                let grid = head_grid(&r.scores, t.gamma);
+                let ok = heads_of(&grid, HeadKind::Positional) == 0
+                    && heads_of(&grid, HeadKind::Symbolic) > 0;
+                (grid_text(&grid), Some(ok))
             }
             _ => ("no scores".into(), None),
         }),
@@ -368,4 +422,66 @@ pub fn letter_50x_context(files: &StudyFiles, t: &Thresholds) -> Claim {
         }),
         files.seeds.len(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last (and only) step's lines of a model: `types[layer][head]` as (s_pos, s_sym).
+    fn lines(types: &[&[(f64, f64)]]) -> Vec<HeadStep> {
+        let mut out = vec![];
+        for (layer, heads) in types.iter().enumerate() {
+            for (head, &(s_pos, s_sym)) in heads.iter().enumerate() {
+                out.push(HeadStep {
+                    step: 100,
+                    layer,
+                    head,
+                    s_pos,
+                    s_sym,
+                    entropy: 1.0,
+                    entropy_norm: 0.5,
+                    pure_0_1: HeadKind::Mixed,
+                    pure_0_05: HeadKind::Mixed,
+                    freq_use: vec![],
+                    freq_mean_plane: 0.0,
+                    accuracy: 1.0,
+                    accuracy_per_hop: BTreeMap::new(),
+                    block: None,
+                    planes: vec![],
+                });
+            }
+        }
+        out
+    }
+
+    const P: (f64, f64) = (0.99, 0.01);
+    const S: (f64, f64) = (0.01, 0.99);
+    const M: (f64, f64) = (0.5, 0.5);
+
+    #[test]
+    fn one_head_per_layer_reads_one_letter_per_layer() {
+        let scores = lines(&[&[M], &[P], &[P], &[M], &[S], &[S]]);
+        assert_eq!(layer_types(&scores, Gamma::DEFAULT), "-PP-SS");
+        assert_eq!(
+            grid_text(&head_grid(&scores, Gamma::DEFAULT)),
+            "layers -PP-SS"
+        );
+    }
+
+    #[test]
+    fn several_heads_per_layer_read_one_letter_per_head() {
+        // Heads listed out of order still land in their columns.
+        let mut scores = lines(&[&[P, M], &[P, S], &[S, S]]);
+        scores.reverse();
+        let grid = head_grid(&scores, Gamma::DEFAULT);
+        assert_eq!(grid_letters(&grid), "P-|PS|SS");
+        assert_eq!(layers_with(&grid, HeadKind::Positional), vec![0, 1]);
+        assert_eq!(layers_with(&grid, HeadKind::Symbolic), vec![1, 2]);
+        assert_eq!(heads_of(&grid, HeadKind::Symbolic), 3);
+        assert_eq!(
+            grid_text(&grid),
+            "layers P-|PS|SS (2 positional heads in 2 layers, 3 symbolic heads)"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Measurements of the experiments, from their runs and files: the learning dynamics of a run
 //! ([`dynamics`]: every checkpoint scored), length generalisation ([`lengthgen`]), summaries over
 //! seeds ([`seeds`]), the formal languages' N* ([`languages`]) and MOD heads ([`modular`]),
-//! fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
+//! studies per head count
+//! ([`multihead`]), fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
 //! ([`canonical`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
 //! Partial Induction's head ([`partial`]).
 
@@ -12,6 +13,7 @@ pub mod languages;
 pub mod lengthgen;
 pub mod mask;
 pub mod modular;
+pub mod multihead;
 pub mod offset;
 pub mod partial;
 pub mod seeds;

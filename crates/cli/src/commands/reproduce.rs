@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
+use ropelab_analysis::measure::multihead::HeadCountRow;
 use ropelab_analysis::{claims, StudyDir};
 use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_study::datasets::DatasetRow;
@@ -54,7 +55,6 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
     if let Some(seeds) = &args.seeds {
         config.set_seeds(seeds)?;
     }
-    let gamma = config.claims.gamma;
     let parallel = args.jobs.map(|j| j as usize);
     guard.check(
         "reproduce",
@@ -66,91 +66,51 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let mut report = PathBuf::new();
+    if let Some(counts) = config.head_counts() {
+        let study = StudyDir::new(&args.out);
+        let outcome = ropelab_study::reproduce_heads(
+            &config,
+            &args.out,
+            &options,
+            &Bars::default(),
+            |h, stage| {
+                if matches!(stage, Milestone::Start) {
+                    println!("\n== {h} heads per block ==");
+                }
+                print_milestone(
+                    stage,
+                    &config.for_heads(h),
+                    study.heads(h).root(),
+                    &mut report,
+                )
+            },
+        )?;
+        println!(
+            "\nheads per block, model by model ({}):",
+            study.heads_csv().display()
+        );
+        println!("{}", head_count_table(&outcome.rows));
+        for (h, verdicts) in &outcome.verdicts {
+            let holding = verdicts
+                .iter()
+                .filter(|c| c.verdict == claims::Verdict::Holds)
+                .count();
+            println!(
+                "{h} heads: {holding} of {} claims hold ({})",
+                verdicts.len(),
+                study.heads(*h).claims().display()
+            );
+        }
+        println!(
+            "wrote {} for head counts {counts:?} ({:.0} s in all)",
+            study.report().display(),
+            start.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let verdicts =
         ropelab_study::reproduce(&config, &args.out, &options, &Bars::default(), |stage| {
-            match stage {
-                Milestone::Start => println!(
-                    "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
-                    config.name,
-                    config.seeds,
-                    args.out.display()
-                ),
-                Milestone::Datasets(rows) => print!("{}", dataset_table(rows)),
-                Milestone::Trained(trained) => {
-                    print!("{}", training_table(trained));
-                    for t in trained {
-                        println!(
-                            "\nseed {} {} task: heads at the last checkpoint ({})",
-                            t.seed,
-                            t.task,
-                            Path::new(&t.run).join("scores.jsonl").display()
-                        );
-                        println!("{}", head_table(&t.scores, gamma)?);
-                        println!(
-                            "length generalisation ({}):",
-                            Path::new(&t.run).join("lengthgen.csv").display()
-                        );
-                        println!("{}", super::lengthgen::table(&t.lengths));
-                    }
-                    println!();
-                }
-                Milestone::OverSeeds(tasks) => {
-                    for task in tasks {
-                        print!("{}", seed_table(task));
-                    }
-                }
-                Milestone::Theory(theory) => {
-                    for (mechanism, theta, rows) in &theory.curves {
-                        println!("discrepancy of the hand-built {mechanism} head (theta {theta}):");
-                        print!("{}", super::theory::discrepancy_table(rows));
-                    }
-                    super::theory::print_failures(&theory.failures_config, &theory.failures);
-                }
-                Milestone::Offset(experiment, outcome) => {
-                    println!("\nimplicit bias: fixed-offset retrieval (offset/):");
-                    println!("{}", super::offset::accuracy_table(experiment, outcome));
-                    println!(
-                        "{}",
-                        super::offset::mechanism_table(&outcome.runs, &outcome.mechanisms)
-                    );
-                }
-                Milestone::Canonical(done) => {
-                    for (experiment, summary) in done.iter() {
-                        let kind = experiment.task.kind;
-                        println!(
-                            "\ncanonical task {kind} (canonical/{}/): one-layer attention-only \
-                             RoPE head restricted to each band",
-                            kind.name()
-                        );
-                        println!(
-                            "{}",
-                            super::canonical::band_table(summary).to_string().trim_end()
-                        );
-                        if kind == ropelab_tasks::CanonicalKind::Partial {
-                            let dir = StudyDir::new(&args.out).canonical(kind);
-                            super::canonical::print_two_angles(summary, &dir)?;
-                        }
-                    }
-                }
-                Milestone::Claims(verdicts) => {
-                    println!("\nclaims of the paper, as measured by this study:");
-                    println!("{}", claims::table(verdicts));
-                }
-                Milestone::Pretrained(PretrainedStage::Written(files)) => {
-                    println!("pretrained model SmolLM2-135M ({} files):", files.len());
-                    for f in files {
-                        println!("  {}", f.display());
-                    }
-                }
-                Milestone::Pretrained(PretrainedStage::NotRun(why)) => {
-                    eprintln!("pretrained model stage not run: {why}")
-                }
-                Milestone::Pretrained(PretrainedStage::Skipped) => {
-                    println!("pretrained model stage skipped")
-                }
-                Milestone::Report(page) => report = page.to_owned(),
-            }
-            Ok(())
+            print_milestone(stage, &config, &args.out, &mut report)
         })?;
     let holding = verdicts
         .iter()
@@ -164,6 +124,129 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Prints one milestone of the study `config` running in `out`; keeps the report's path.
+fn print_milestone(
+    stage: Milestone<'_>,
+    config: &StudyConfig,
+    out: &Path,
+    report: &mut PathBuf,
+) -> Result<()> {
+    match stage {
+        Milestone::Start => println!(
+            "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
+            config.name,
+            config.seeds,
+            out.display()
+        ),
+        Milestone::Datasets(rows) => print!("{}", dataset_table(rows)),
+        Milestone::Trained(trained) => {
+            print!("{}", training_table(trained));
+            for t in trained {
+                println!(
+                    "\nseed {} {} task: heads at the last checkpoint ({})",
+                    t.seed,
+                    t.task,
+                    Path::new(&t.run).join("scores.jsonl").display()
+                );
+                println!("{}", head_table(&t.scores, config.claims.gamma)?);
+                println!(
+                    "length generalisation ({}):",
+                    Path::new(&t.run).join("lengthgen.csv").display()
+                );
+                println!("{}", super::lengthgen::table(&t.lengths));
+            }
+            println!();
+        }
+        Milestone::OverSeeds(tasks) => {
+            for task in tasks {
+                print!("{}", seed_table(task));
+            }
+        }
+        Milestone::Theory(theory) => {
+            for (mechanism, theta, rows) in &theory.curves {
+                println!("discrepancy of the hand-built {mechanism} head (theta {theta}):");
+                print!("{}", super::theory::discrepancy_table(rows));
+            }
+            super::theory::print_failures(&theory.failures_config, &theory.failures);
+        }
+        Milestone::Offset(experiment, outcome) => {
+            println!("\nimplicit bias: fixed-offset retrieval (offset/):");
+            println!("{}", super::offset::accuracy_table(experiment, outcome));
+            println!(
+                "{}",
+                super::offset::mechanism_table(&outcome.runs, &outcome.mechanisms)
+            );
+        }
+        Milestone::Canonical(done) => {
+            for (experiment, summary) in done.iter() {
+                let kind = experiment.task.kind;
+                println!(
+                    "\ncanonical task {kind} (canonical/{}/): one-layer attention-only \
+                     RoPE head restricted to each band",
+                    kind.name()
+                );
+                println!(
+                    "{}",
+                    super::canonical::band_table(summary).to_string().trim_end()
+                );
+                if kind == ropelab_tasks::CanonicalKind::Partial {
+                    let dir = StudyDir::new(out).canonical(kind);
+                    super::canonical::print_two_angles(summary, &dir)?;
+                }
+            }
+        }
+        Milestone::Claims(verdicts) => {
+            println!("\nclaims of the paper, as measured by this study:");
+            println!("{}", claims::table(verdicts));
+        }
+        Milestone::Pretrained(PretrainedStage::Written(files)) => {
+            println!("pretrained model SmolLM2-135M ({} files):", files.len());
+            for f in files {
+                println!("  {}", f.display());
+            }
+        }
+        Milestone::Pretrained(PretrainedStage::NotRun(why)) => {
+            eprintln!("pretrained model stage not run: {why}")
+        }
+        Milestone::Pretrained(PretrainedStage::Skipped) => {
+            println!("pretrained model stage skipped")
+        }
+        Milestone::Report(page) => *report = page.to_owned(),
+    }
+    Ok(())
+}
+
+/// The comparison of a study per head count: one row per (head count, seed, task).
+fn head_count_table(rows: &[HeadCountRow]) -> Table {
+    let mut table = Table::new(&[
+        ("heads", Right),
+        ("seed", Right),
+        ("task", Left),
+        ("test acc", Right),
+        ("types", Left),
+        ("P heads", Right),
+        ("P layers", Right),
+        ("S heads", Right),
+        ("P+S layers", Right),
+        ("first < thr", Right),
+    ]);
+    for r in rows {
+        table.row([
+            r.heads.to_string(),
+            r.seed.to_string(),
+            r.task.to_string(),
+            r.test_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
+            r.types.clone(),
+            r.positional_heads.to_string(),
+            r.positional_layers.to_string(),
+            r.symbolic_heads.to_string(),
+            r.shared_layers.to_string(),
+            r.first_below.map_or("never".into(), |l| l.to_string()),
+        ]);
+    }
+    table
 }
 
 /// The dataset summary: one row per seed, task and split.

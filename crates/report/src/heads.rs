@@ -1,0 +1,104 @@
+//! The report of a study per head count (`n_heads = [2, 4]`, docs/multihead.md): the
+//! comparison model by model (`heads.csv`), then for every head count its claims and every
+//! model's head-type grid, at the last checkpoint and over training. Each count's own study
+//! (`heads-H/report.html`) has every other figure.
+
+use std::path::Path;
+
+use ropelab_analysis::claims::StudyFiles;
+use ropelab_analysis::measure::dynamics::Gamma;
+use ropelab_analysis::measure::multihead::HeadCountRow;
+use ropelab_analysis::StudyDir;
+use ropelab_io::read_csv;
+use ropelab_tasks::TaskKind;
+
+use crate::compose::{claims_section, read_text};
+use crate::html::Section;
+use crate::types::{type_grid, types_over_training};
+use crate::{ReportError, Result};
+
+/// The columns of the comparison table.
+const HEADER: [&str; 10] = [
+    "heads",
+    "seed",
+    "task",
+    "test accuracy",
+    "head types",
+    "positional heads",
+    "positional layers",
+    "symbolic heads",
+    "layers with both",
+    "first length below threshold",
+];
+
+fn cells(r: &HeadCountRow) -> Vec<String> {
+    vec![
+        r.heads.to_string(),
+        r.seed.to_string(),
+        r.task.to_string(),
+        r.test_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
+        r.types.clone(),
+        r.positional_heads.to_string(),
+        r.positional_layers.to_string(),
+        r.symbolic_heads.to_string(),
+        r.shared_layers.to_string(),
+        match (r.first_below, r.longest) {
+            (Some(l), _) => l.to_string(),
+            (None, Some(l)) => format!("never (to {l})"),
+            (None, None) => "-".into(),
+        },
+    ]
+}
+
+/// Every section of the report of the study per head count in `dir`.
+pub fn sections(dir: &Path) -> Result<Vec<Section>> {
+    let study = StudyDir::new(dir);
+    let mut compare = Section::new("heads", "Heads per layer: every model compared");
+    compare.text(
+        "Each head count ran as its own study, identical but for n_heads (d_head = d_model / \
+         n_heads), in heads-H/ (its full report: heads-H/report.html). Head types at the last \
+         checkpoint, gamma 0.1 (P pure positional, S pure symbolic, - neither; one letter per \
+         head, layers separated by |, layer 0 first); the first tested length whose accuracy \
+         falls below the study's length threshold.",
+    );
+    let path = study.heads_csv();
+    match read_text(&path)? {
+        Some(text) => {
+            let rows: Vec<HeadCountRow> =
+                read_csv(&text, &path.display().to_string()).map_err(ReportError::from_display)?;
+            let cells: Vec<Vec<String>> = rows.iter().map(cells).collect();
+            compare.table(&HEADER, &cells);
+        }
+        None => compare.not_run("heads.csv is missing (the studies have not all finished)"),
+    }
+    let mut out = vec![compare];
+    for h in study.head_counts() {
+        let sub = study.heads(h);
+        out.push(claims_section(
+            sub.root(),
+            &format!("claims-heads-{h}"),
+            &format!("{h} heads per layer: claims of the paper, as measured"),
+        )?);
+        let mut grids = Section::new(
+            format!("types-heads-{h}"),
+            format!("{h} heads per layer: head types per seed"),
+        );
+        let seeds = sub.seeds().map_err(|e| ReportError::io(sub.root(), e))?;
+        let files = StudyFiles::load(sub.root(), &seeds).map_err(ReportError::from_display)?;
+        let mut svgs = vec![];
+        for seed in &files.seeds {
+            for task in [TaskKind::Number, TaskKind::Letter] {
+                let Some(run) = seed.run(task).filter(|r| !r.scores.is_empty()) else {
+                    grids.not_run(&format!("seed {} {task}: scores.jsonl", seed.seed));
+                    continue;
+                };
+                let title = format!("{h} heads, seed {}, {task}", seed.seed);
+                svgs.push(type_grid(&run.scores, &title, Gamma::DEFAULT));
+                svgs.push(types_over_training(&run.scores, &title, Gamma::DEFAULT));
+            }
+        }
+        grids.figures(&svgs);
+        out.push(grids);
+    }
+    Ok(out)
+}
