@@ -94,3 +94,25 @@ fn bad_head_counts_are_one_line_errors() {
         refused(&["reproduce", "--config", config.to_str().unwrap()], needle);
     }
 }
+
+#[test]
+fn bad_vocabulary_sizes_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("vocab.toml");
+    for (key, needle) in [
+        ("letters = 30", "[tasks]: impossible layout: letters = 30"),
+        ("letters = 4", "4 hops need 4 distinct chain letters"),
+        (
+            "offsets = 9",
+            "offsets = 9: the query must reach the target window",
+        ),
+        ("numbers = 0", "numbers = 0"),
+    ] {
+        let text = HEADS_STUDY.replace(
+            "hops = [1, 2, 3, 4]\n",
+            &format!("hops = [1, 2, 3, 4]\n{key}\n"),
+        );
+        std::fs::write(&config, text).unwrap();
+        refused(&["reproduce", "--config", config.to_str().unwrap()], needle);
+    }
+}

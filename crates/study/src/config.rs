@@ -231,6 +231,16 @@ pub struct TasksConfig {
     pub pre_window: usize,
     /// Hop counts, in equal shares.
     pub hops: Vec<usize>,
+    /// Number task: distinct offsets (default target_window + pre_window; docs/tasks.md,
+    /// "Vocabulary size").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offsets: Option<usize>,
+    /// Letter task: distinct letters (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub letters: Option<usize>,
+    /// Letter task: distinct numbers (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numbers: Option<usize>,
 }
 
 impl TasksConfig {
@@ -249,6 +259,9 @@ impl TasksConfig {
             target_window: self.target_window,
             pre_window: self.pre_window,
             hops: self.hops.clone(),
+            offsets: self.offsets,
+            letters: self.letters,
+            numbers: self.numbers,
         }
     }
 }

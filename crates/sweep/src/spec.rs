@@ -49,6 +49,7 @@ struct SpecFile {
 #[serde(deny_unknown_fields)]
 struct MeasureFile {
     lengths: Option<Vec<usize>>,
+    extras: Option<Vec<usize>>,
     per_length: Option<usize>,
     heads: Option<bool>,
     head_samples: Option<usize>,
@@ -312,6 +313,7 @@ impl Sweep {
                     message: m,
                 })?;
             }
+            follow_vocabulary(&mut table, &params);
             let text = toml::to_string(&table).map_err(|e| SweepError::Spec {
                 origin: self.origin.clone(),
                 message: e.to_string(),
@@ -346,6 +348,14 @@ fn measure_options(file: &MeasureFile) -> std::result::Result<MeasureOptions, St
             ));
         }
         options.lengths = Some(lengths.clone());
+    }
+    if let Some(extras) = &file.extras {
+        if extras.is_empty() || !extras.windows(2).all(|w| w[0] < w[1]) {
+            return Err(format!(
+                "extras must be a non-empty ascending list, got {extras:?}"
+            ));
+        }
+        options.length.extras = extras.clone();
     }
     for (key, value, slot) in [
         ("per_length", file.per_length, &mut options.per_length),
@@ -415,9 +425,44 @@ fn flatten(table: &Table, prefix: &str) -> Vec<(String, Value)> {
     out
 }
 
-/// Replaces the value at dotted `key` (which must exist); a scalar given for a list becomes a
-/// one-element list.
+/// Keys a run config writes only when they are set (the task vocabulary sizes, docs/tasks.md):
+/// a sweep may set them although the base config does not hold them.
+pub const OPTIONAL_KEYS: [&str; 3] = ["layout.offsets", "layout.letters", "layout.numbers"];
+
+/// A job that sets the task or its layout gets the vocabulary they need as its
+/// `model.vocab_size`, unless it sets that itself (a config the task refuses is left for the
+/// run config's check to name).
+fn follow_vocabulary(table: &mut Table, params: &[(String, Value)]) {
+    let touches = |k: &str| k == "task" || k == "layout" || k.starts_with("layout.");
+    if !params.iter().any(|(k, _)| touches(k))
+        || params.iter().any(|(k, _)| k == "model.vocab_size")
+    {
+        return;
+    }
+    let kind = table
+        .get("task")
+        .and_then(|v| v.clone().try_into::<TaskKind>().ok());
+    let layout = table
+        .get("layout")
+        .and_then(|v| v.clone().try_into::<ropelab_tasks::Layout>().ok());
+    if let (Some(kind), Some(layout)) = (kind, layout) {
+        if let Ok(task) = ropelab_tasks::Task::new(kind, layout) {
+            let vocab = Value::Integer(task.vocab().len() as i64);
+            let _ = set(table, "model.vocab_size", vocab);
+        }
+    }
+}
+
+/// Replaces the value at dotted `key` (which must exist, or be one of [`OPTIONAL_KEYS`]); a
+/// scalar given for a list becomes a one-element list.
 pub fn set(table: &mut Table, key: &str, value: Value) -> std::result::Result<(), String> {
+    if let Some((parent, leaf)) = key.rsplit_once('.') {
+        if OPTIONAL_KEYS.contains(&key) {
+            if let Some(Value::Table(t)) = table.get_mut(parent) {
+                t.entry(leaf.to_string()).or_insert(Value::Integer(0));
+            }
+        }
+    }
     let parts: Vec<&str> = key.split('.').collect();
     let mut at = table;
     for (i, part) in parts.iter().enumerate() {

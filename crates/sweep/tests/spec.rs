@@ -80,6 +80,44 @@ fn bad_sweeps_are_one_line_errors_naming_the_key() {
     assert!(e.contains("colour"), "{e}");
 }
 
+#[test]
+fn vocabulary_axes_set_the_models_vocabulary() {
+    let s = sweep(
+        "[[axis]]\nkeys = [\"task\", \"layout.letters\", \"layout.numbers\"]\n\
+         values = [[\"letter\", 16, 16], [\"letter\", 5, 12], [\"number\", 8, 8]]\n\
+         [[axis]]\nkey = \"layout.offsets\"\nvalues = [16, 40]\n",
+    );
+    let jobs = s.jobs().unwrap();
+    assert_eq!(jobs.len(), 6);
+    let vocab = |text: &[&str]| {
+        let j = jobs.iter().find(|j| j.param_text() == text).unwrap();
+        (j.config.task.as_str(), j.config.model.vocab_size)
+    };
+    let row = |task, l, n, o| {
+        [
+            format!("task={task}"),
+            format!("layout.letters={l}"),
+            format!("layout.numbers={n}"),
+            format!("layout.offsets={o}"),
+        ]
+    };
+    let ask = |r: [String; 4]| vocab(&r.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(ask(row("letter", 16, 16, 16)), ("letter", 1 + 256 + 256));
+    assert_eq!(ask(row("letter", 5, 12, 40)), ("letter", 1 + 60 + 25));
+    assert_eq!(ask(row("number", 8, 8, 16)), ("number", 137));
+    assert_eq!(ask(row("number", 8, 8, 40)), ("number", 1 + 40 + 120));
+    // A vocabulary the layout cannot use is a one-line error naming the key.
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkey = \"layout.offsets\"\nvalues = [4]\n"
+    ));
+    assert!(e.contains("offsets = 4"), "{e}");
+    let letter = BASE.replace("\"number\"", "\"letter\"");
+    let e = err(&format!(
+        "{letter}[[axis]]\nkey = \"layout.letters\"\nvalues = [4]\n"
+    ));
+    assert!(e.contains("4 hops need 4 distinct chain letters"), "{e}");
+}
+
 proptest! {
     #[test]
     fn shards_partition_the_jobs(seeds in 1usize..7, lrs in 1usize..4, n in 1usize..9) {

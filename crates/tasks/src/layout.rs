@@ -4,8 +4,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::TaskError;
 
-/// Window sizes and hop counts. A core instance is `target_window` target-type tokens, then
-/// `pre_window` pre-target tokens, then one query token (`8 + 8 + 1 = 17` in the paper).
+/// Window sizes, hop counts and vocabulary sizes. A core instance is `target_window`
+/// target-type tokens, then `pre_window` pre-target tokens, then one query token (`8 + 8 + 1 =
+/// 17` in the paper). The vocabulary sizes (docs/tasks.md, "Vocabulary size") default to the
+/// paper's: offsets up to `target_window + pre_window` (number task), 8 letters and 8 numbers
+/// (letter task); unset, they are not written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Layout {
@@ -15,6 +18,16 @@ pub struct Layout {
     pub pre_window: usize,
     /// Hop counts, balanced in equal shares (paper: 1, 2, 3, 4).
     pub hops: Vec<usize>,
+    /// Number task: distinct offset tokens `1..=offsets` (default and minimum:
+    /// `target_window + pre_window`, the longest jump a core instance needs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offsets: Option<usize>,
+    /// Letter task: distinct letters `a..` (default 8, at most 26).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub letters: Option<usize>,
+    /// Letter task: distinct numbers `1..=numbers` (default 8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numbers: Option<usize>,
 }
 
 impl Default for Layout {
@@ -23,9 +36,19 @@ impl Default for Layout {
             target_window: 8,
             pre_window: 8,
             hops: vec![1, 2, 3, 4],
+            offsets: None,
+            letters: None,
+            numbers: None,
         }
     }
 }
+
+/// The letter task's default number of letters (the paper's `a`..`h`).
+pub const DEFAULT_LETTERS: usize = 8;
+/// The letter task's default number of numbers (the paper's `1`..`8`).
+pub const DEFAULT_NUMBERS: usize = 8;
+/// The most letters the letter task has (`a`..`z`: one character each).
+pub const MAX_LETTERS: usize = 26;
 
 impl Layout {
     /// Length of a core instance (without length extension).
@@ -36,6 +59,21 @@ impl Layout {
     /// Position of the query token in a core instance.
     pub fn query_pos(&self) -> usize {
         self.target_window + self.pre_window
+    }
+
+    /// The number task's offset tokens: `1..=offsets()`.
+    pub fn offsets(&self) -> usize {
+        self.offsets.unwrap_or(self.query_pos())
+    }
+
+    /// The letter task's letters.
+    pub fn letters(&self) -> usize {
+        self.letters.unwrap_or(DEFAULT_LETTERS)
+    }
+
+    /// The letter task's numbers.
+    pub fn numbers(&self) -> usize {
+        self.numbers.unwrap_or(DEFAULT_NUMBERS)
     }
 
     /// Checks what every task needs: a target window, hop counts that are distinct, at least 1
@@ -77,6 +115,39 @@ impl Layout {
                 self.core_len()
             )));
         }
+        self.check_vocabulary()
+    }
+
+    /// Checks the vocabulary sizes (each message names its key).
+    fn check_vocabulary(&self) -> Result<(), TaskError> {
+        let need = self.query_pos();
+        if let Some(v) = self.offsets {
+            if v < need {
+                return Err(TaskError::Layout(format!(
+                    "offsets = {v}: the query must reach the target window, which needs offsets \
+                     up to {need} (target_window + pre_window)"
+                )));
+            }
+            if v > 1 << 20 {
+                return Err(TaskError::Layout(format!(
+                    "offsets = {v} is larger than the supported 1048576"
+                )));
+            }
+        }
+        if let Some(l) = self.letters {
+            if !(2..=MAX_LETTERS).contains(&l) {
+                return Err(TaskError::Layout(format!(
+                    "letters = {l}: the letter task has between 2 and {MAX_LETTERS} letters (a..z)"
+                )));
+            }
+        }
+        if let Some(n) = self.numbers {
+            if !(1..=1 << 16).contains(&n) {
+                return Err(TaskError::Layout(format!(
+                    "numbers = {n}: the letter task has between 1 and 65536 numbers"
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -100,6 +171,7 @@ mod tests {
                 target_window,
                 pre_window,
                 hops: hops.to_vec(),
+                ..Layout::default()
             }
             .check()
             .unwrap_err()
@@ -110,5 +182,29 @@ mod tests {
         assert!(bad(8, 8, &[]).contains("at least one"));
         assert!(bad(8, 8, &[0]).contains("at least 1"));
         assert!(bad(8, 8, &[2, 2]).contains("repeat"));
+        let vocab = |offsets, letters, numbers| {
+            Layout {
+                offsets,
+                letters,
+                numbers,
+                ..Layout::default()
+            }
+            .check()
+            .map_err(|e| e.to_string())
+        };
+        assert!(vocab(Some(8), None, None)
+            .unwrap_err()
+            .contains("offsets = 8"));
+        assert!(vocab(Some(16), None, None).is_ok() && vocab(Some(32), None, None).is_ok());
+        assert!(vocab(None, Some(27), None)
+            .unwrap_err()
+            .contains("letters = 27"));
+        assert!(vocab(None, Some(1), None)
+            .unwrap_err()
+            .contains("letters = 1"));
+        assert!(vocab(None, None, Some(0))
+            .unwrap_err()
+            .contains("numbers = 0"));
+        assert!(vocab(None, Some(16), Some(16)).is_ok());
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Paper layout: eight letter-number tokens (`c5`), eight letter-letter tokens (`fc`), and a
 //! letter-letter query, over letters `a`..`h` and numbers `1`..`8`. Worked example:
-//! `C2 B1 A3 FA EC DE HF GD IG`: IG -> GD -> DE -> EC -> C2 (4 hops).
+//! `C2 B1 A3 FA EC DE HF GD IG`: IG -> GD -> DE -> EC -> C2 (4 hops). The layout's `letters`
+//! and `numbers` change the alphabets (docs/tasks.md, "Vocabulary size"): with 16 numbers a
+//! target token can read `c12`.
 
 use rand::seq::index;
 use rand::Rng;
@@ -11,17 +13,15 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::{Invalid, Layout, Sample, Solution, TaskError, Vocab, PAD};
 
-/// Number of letters (`a`..`h`).
-pub const LETTERS: usize = 8;
-/// Number of numbers (`1`..`8`).
-pub const NUMBERS: usize = 8;
-const FIRST_PAIR_ID: u32 = 1 + (LETTERS * NUMBERS) as u32;
-
 /// Generator and checker of the letter task for one layout.
 #[derive(Debug, Clone)]
 pub struct LetterTask {
     layout: Layout,
     vocab: Vocab,
+    /// Letters `a..` (the layout's `letters`).
+    letters: usize,
+    /// Numbers `1..=numbers` (the layout's `numbers`).
+    numbers: usize,
 }
 
 fn letter_char(l: usize) -> char {
@@ -29,27 +29,30 @@ fn letter_char(l: usize) -> char {
 }
 
 impl LetterTask {
-    /// The task for `layout`; ids: PAD 0, letter-number pairs 1..=64 (letter-major),
-    /// letter-letter pairs 65..=128.
+    /// The task for `layout`; ids: PAD 0, letter-number pairs `1..=L*N` (letter-major),
+    /// letter-letter pairs after them (paper, L = N = 8: 1..=64 and 65..=128).
     pub fn new(layout: Layout) -> Result<Self, TaskError> {
         layout.check()?;
-        if let Some(&h) = layout.hops.iter().find(|&&h| h >= LETTERS) {
+        let (letters, numbers) = (layout.letters(), layout.numbers());
+        if let Some(&h) = layout.hops.iter().find(|&&h| h >= letters) {
             return Err(TaskError::Layout(format!(
                 "{h} hops need {h} distinct chain letters plus one free letter, \
-                 the letter task has {LETTERS} letters (at most {} hops)",
-                LETTERS - 1
+                 the letter task has {letters} letters (at most {} hops; raise letters)",
+                letters - 1
             )));
         }
         let mut tokens = vec![PAD.to_owned()];
-        for l in 0..LETTERS {
-            tokens.extend((1..=NUMBERS).map(|n| format!("{}{n}", letter_char(l))));
+        for l in 0..letters {
+            tokens.extend((1..=numbers).map(|n| format!("{}{n}", letter_char(l))));
         }
-        for l in 0..LETTERS {
-            tokens.extend((0..LETTERS).map(|m| format!("{}{}", letter_char(l), letter_char(m))));
+        for l in 0..letters {
+            tokens.extend((0..letters).map(|m| format!("{}{}", letter_char(l), letter_char(m))));
         }
         Ok(Self {
             layout,
             vocab: Vocab::new(tokens),
+            letters,
+            numbers,
         })
     }
 
@@ -63,17 +66,22 @@ impl LetterTask {
         &self.vocab
     }
 
-    fn target_id(letter: usize, number: usize) -> u32 {
-        1 + (letter * NUMBERS + number) as u32
+    fn target_id(&self, letter: usize, number: usize) -> u32 {
+        1 + (letter * self.numbers + number) as u32
     }
 
-    fn pair_id(first: usize, second: usize) -> u32 {
-        FIRST_PAIR_ID + (first * LETTERS + second) as u32
+    /// The first letter-letter id.
+    fn first_pair_id(&self) -> u32 {
+        1 + (self.letters * self.numbers) as u32
+    }
+
+    fn pair_id(&self, first: usize, second: usize) -> u32 {
+        self.first_pair_id() + (first * self.letters + second) as u32
     }
 
     /// Number of balanced combinations: slot x answer letter x answer number x hop count.
     pub fn n_combos(&self) -> usize {
-        self.layout.target_window * LETTERS * NUMBERS * self.layout.hops.len()
+        self.layout.target_window * self.letters * self.numbers * self.layout.hops.len()
     }
 
     /// (slot, answer letter, answer number (0-based), hops) of a combination index.
@@ -81,8 +89,8 @@ impl LetterTask {
         let n_hops = self.layout.hops.len();
         let hops = self.layout.hops[combo % n_hops];
         let rest = combo / n_hops;
-        let (rest, number) = (rest / NUMBERS, rest % NUMBERS);
-        (rest / LETTERS, rest % LETTERS, number, hops)
+        let (rest, number) = (rest / self.numbers, rest % self.numbers);
+        (rest / self.letters, rest % self.letters, number, hops)
     }
 
     /// Hop count of a combination index.
@@ -108,7 +116,7 @@ impl LetterTask {
         middle.sort_unstable_by(|a, b| b.cmp(a));
         chain.extend(middle);
         chain.push(slot);
-        let others: Vec<usize> = (0..LETTERS).filter(|&l| l != answer_letter).collect();
+        let others: Vec<usize> = (0..self.letters).filter(|&l| l != answer_letter).collect();
         let mut chain_letters = vec![usize::MAX; chain.len()]; // the query's own letter is free
         for (k, i) in index::sample(rng, others.len(), hops - 1)
             .into_iter()
@@ -136,7 +144,7 @@ impl LetterTask {
         let mut second: Vec<usize> = (0..=query)
             .map(|p| {
                 if p < tw {
-                    rng.random_range(0..NUMBERS)
+                    rng.random_range(0..self.numbers)
                 } else {
                     free[rng.random_range(0..free.len())]
                 }
@@ -149,21 +157,21 @@ impl LetterTask {
         let padding: Vec<u32> = (0..extra)
             .map(|_| {
                 let l = free[rng.random_range(0..free.len())];
-                Self::target_id(l, rng.random_range(0..NUMBERS))
+                self.target_id(l, rng.random_range(0..self.numbers))
             })
             .collect();
 
         let mut ids = padding;
         ids.extend((0..=query).map(|p| {
             if p < tw {
-                Self::target_id(first[p], second[p])
+                self.target_id(first[p], second[p])
             } else {
-                Self::pair_id(first[p], second[p])
+                self.pair_id(first[p], second[p])
             }
         }));
         Sample {
             ids,
-            answer_id: Self::target_id(answer_letter, answer_number),
+            answer_id: self.target_id(answer_letter, answer_number),
             hops,
             target_pos: extra + slot,
         }
@@ -177,7 +185,7 @@ impl LetterTask {
             if id == 0 || id as usize >= self.vocab.len() {
                 return Err(Invalid::BadId { pos, id });
             }
-            if (id < FIRST_PAIR_ID) != (pos < first_pre) {
+            if (id < self.first_pair_id()) != (pos < first_pre) {
                 return Err(Invalid::WrongType {
                     pos,
                     token: self.vocab.token(id).unwrap_or_default().to_owned(),
@@ -188,17 +196,32 @@ impl LetterTask {
     }
 }
 
-/// The two symbols of a token, if it has exactly two characters.
-fn symbols(token: &str) -> Option<(char, char)> {
+/// What a token's second symbol is: a number (a target token) or a letter (a link).
+enum Second {
+    /// Digits: the token is a target.
+    Number,
+    /// One letter: the next token of the chain starts with it.
+    Link(char),
+}
+
+/// A token's first letter and second symbol: a letter then a number (`c5`, `c12`), or two
+/// letters (`fc`); None otherwise.
+fn symbols(token: &str) -> Option<(char, Second)> {
     let mut chars = token.chars();
-    match (chars.next(), chars.next(), chars.next()) {
-        (Some(a), Some(b), None) => Some((a, b)),
+    let first = chars.next().filter(|c| !c.is_ascii_digit())?;
+    let rest = chars.as_str();
+    let mut rest_chars = rest.chars();
+    match (rest_chars.next(), rest_chars.next()) {
+        _ if !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit()) => {
+            Some((first, Second::Number))
+        }
+        (Some(b), None) => Some((first, Second::Link(b))),
         _ => None,
     }
 }
 
-/// Follows the chain from the last token: a two-symbol token whose second symbol is a digit is
-/// a target and ends the chain; otherwise its second symbol must start exactly one earlier token.
+/// Follows the chain from the last token: a token whose second symbol is a number is a target
+/// and ends the chain; otherwise its second symbol must start exactly one earlier token.
 pub fn solve(tokens: &[&str]) -> Result<Solution, Invalid> {
     let path = chain(tokens)?;
     Ok(Solution {
@@ -217,13 +240,11 @@ pub fn chain(tokens: &[&str]) -> Result<Vec<usize>, Invalid> {
     let mut pos = last;
     let mut path = vec![pos];
     loop {
-        let (_, link) = symbols(tokens[pos]).ok_or_else(|| wrong_type(pos))?;
-        if link.is_ascii_digit() {
-            if path.len() == 1 {
-                return Err(wrong_type(pos));
-            }
-            return Ok(path);
-        }
+        let link = match symbols(tokens[pos]).ok_or_else(|| wrong_type(pos))? {
+            (_, Second::Number) if path.len() == 1 => return Err(wrong_type(pos)),
+            (_, Second::Number) => return Ok(path),
+            (_, Second::Link(c)) => c,
+        };
         let mut matches = tokens[..pos]
             .iter()
             .enumerate()
@@ -288,11 +309,48 @@ mod tests {
     }
 
     #[test]
+    fn a_larger_vocabulary_worked_example() {
+        // 16 letters and 16 numbers (docs/tasks.md): targets read `c12`, links `pc`.
+        let tokens = "c12 b1 a16 fa ec de pf gd ig"
+            .split(' ')
+            .collect::<Vec<_>>();
+        assert_eq!(chain(&tokens).unwrap(), vec![8, 7, 5, 4, 0]);
+        assert_eq!(solve(&tokens).unwrap().hops, 4);
+        let layout = Layout {
+            letters: Some(16),
+            numbers: Some(16),
+            ..Layout::default()
+        };
+        let task = LetterTask::new(layout).unwrap();
+        let v = task.vocab();
+        assert_eq!(v.len(), 1 + 16 * 16 + 16 * 16);
+        assert_eq!(v.id("a1"), Some(1));
+        assert_eq!(v.id("a16"), Some(16));
+        assert_eq!(v.id("b1"), Some(17));
+        assert_eq!(v.id("aa"), Some(257));
+        assert_eq!(v.id("pp"), Some(512));
+        // Five letters are the fewest that leave a free letter for 4 hops.
+        let small = |letters| {
+            LetterTask::new(Layout {
+                letters: Some(letters),
+                ..Layout::default()
+            })
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        assert!(small(5).is_ok());
+        assert!(small(4)
+            .unwrap_err()
+            .contains("4 hops need 4 distinct chain letters"));
+    }
+
+    #[test]
     fn too_many_hops_for_the_alphabet() {
         let layout = Layout {
             target_window: 8,
             pre_window: 8,
             hops: vec![8],
+            ..Layout::default()
         };
         let err = LetterTask::new(layout).unwrap_err().to_string();
         assert!(err.contains("at most 7 hops"), "{err}");

@@ -23,10 +23,11 @@ pub struct NumberTask {
 }
 
 impl NumberTask {
-    /// The task for `layout`; ids: PAD 0, integers `1..=T+P` as themselves, then the letters.
+    /// The task for `layout`; ids: PAD 0, integers `1..=offsets` as themselves (default
+    /// `T+P`), then the letters.
     pub fn new(layout: Layout) -> Result<Self, TaskError> {
         layout.check()?;
-        let max_offset = layout.query_pos();
+        let max_offset = layout.offsets();
         let mut tokens = vec![PAD.to_owned()];
         tokens.extend((1..=max_offset).map(|i| i.to_string()));
         tokens.extend(letter_names(ALPHABET));
@@ -47,7 +48,7 @@ impl NumberTask {
     }
 
     fn letter_id(&self, letter: usize) -> u32 {
-        (self.layout.query_pos() + 1 + letter) as u32
+        (self.layout.offsets() + 1 + letter) as u32
     }
 
     fn is_letter_id(&self, id: u32) -> bool {
@@ -193,6 +194,44 @@ mod tests {
         assert_eq!(v.id("a"), Some(17));
         assert_eq!(v.id("aa"), Some(17 + 26));
         assert_eq!(v.id("dp"), Some(136));
+    }
+
+    #[test]
+    fn eight_offsets_worked_example() {
+        // docs/tasks.md, "Vocabulary size": layout 4 + 4 with 8 offsets.
+        let tokens = "A b c d 3 1 2 6 2".split(' ').collect::<Vec<_>>();
+        assert_eq!(chain(&tokens).unwrap(), vec![8, 6, 4, 1]);
+        let one = "A b c d 3 1 2 6 8".split(' ').collect::<Vec<_>>();
+        assert_eq!(
+            solve(&one).unwrap(),
+            Solution {
+                answer_pos: 0,
+                hops: 1
+            }
+        );
+        let layout = Layout {
+            target_window: 4,
+            pre_window: 4,
+            offsets: Some(8),
+            ..Layout::default()
+        };
+        assert_eq!(
+            NumberTask::new(layout).unwrap().vocab().len(),
+            1 + 8 + ALPHABET
+        );
+    }
+
+    #[test]
+    fn a_larger_offset_vocabulary_shifts_the_letters_only() {
+        let layout = Layout {
+            offsets: Some(32),
+            ..Layout::default()
+        };
+        let task = NumberTask::new(layout).unwrap();
+        let v = task.vocab();
+        assert_eq!(v.len(), 1 + 32 + ALPHABET);
+        assert_eq!(v.id("32"), Some(32));
+        assert_eq!(v.id("a"), Some(33));
     }
 
     #[test]

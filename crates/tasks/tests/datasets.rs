@@ -171,6 +171,7 @@ fn other_layouts_generate_valid_samples() {
                 target_window: *target_window,
                 pre_window: *pre_window,
                 hops: hops.clone(),
+                ..Layout::default()
             };
             let t = Task::new(kind, layout.clone()).unwrap();
             let data = Dataset::new(t, 1, Split::Train, 3000, 4).unwrap();
@@ -192,6 +193,7 @@ fn a_layout_too_small_for_disjoint_splits_is_an_error() {
         target_window: 1,
         pre_window: 1,
         hops: vec![1],
+        ..Layout::default()
     };
     let t = Task::new(TaskKind::Number, layout).unwrap();
     let errors = Split::ALL
@@ -212,4 +214,71 @@ fn bad_requests_are_errors() {
     assert!(data.sample(10).is_err());
     assert!("nope".parse::<TaskKind>().is_err());
     assert!("dev".parse::<Split>().is_err());
+}
+
+/// The token strings of `n` samples of `kind` under `layout` (seed 2, train split, `extra`).
+fn token_strings(kind: TaskKind, layout: Layout, n: usize, extra: usize) -> Vec<Vec<String>> {
+    let t = Task::new(kind, layout).unwrap();
+    let data = Dataset::new(t, 2, Split::Train, n, extra).unwrap();
+    data.iter()
+        .map(|s| {
+            let s = s.unwrap();
+            data.task().validate(&s).unwrap();
+            s.ids
+                .iter()
+                .map(|&id| data.task().vocab().token(id).unwrap().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn other_vocabulary_sizes_generate_valid_samples() {
+    let sized = |offsets, letters, numbers| Layout {
+        offsets,
+        letters,
+        numbers,
+        ..Layout::default()
+    };
+    // The paper's sizes written out give the paper's samples.
+    for kind in TaskKind::ALL {
+        assert_eq!(
+            token_strings(kind, sized(Some(16), Some(8), Some(8)), 200, 3),
+            token_strings(kind, Layout::default(), 200, 3)
+        );
+    }
+    // More offset tokens than the 17-token core needs: valid, and offsets above 16 never
+    // appear in it (the split hash reads ids, so the instances differ from the default's).
+    let wider = token_strings(TaskKind::Number, sized(Some(32), None, None), 2000, 3);
+    let big = |t: &String| t.parse::<usize>().is_ok_and(|o| o > 16);
+    assert!(!wider.iter().flatten().any(big));
+    // Fewer and more letters and numbers: valid, and only the alphabet's symbols appear.
+    for (letters, numbers) in [(5, 5), (16, 16), (26, 12)] {
+        let samples = token_strings(
+            TaskKind::Letter,
+            sized(None, Some(letters), Some(numbers)),
+            3000,
+            40,
+        );
+        let max_letter = (b'a' + letters as u8 - 1) as char;
+        for tokens in &samples {
+            for t in tokens {
+                let first = t.chars().next().unwrap();
+                assert!(first <= max_letter, "{t} outside {letters} letters");
+                let rest = &t[1..];
+                if let Ok(n) = rest.parse::<usize>() {
+                    assert!((1..=numbers).contains(&n), "{t} outside {numbers} numbers");
+                }
+            }
+        }
+    }
+    // A 32-offset layout of 33 tokens uses its offsets.
+    let wide = Layout {
+        target_window: 16,
+        pre_window: 16,
+        offsets: Some(32),
+        ..Layout::default()
+    };
+    let samples = token_strings(TaskKind::Number, wide, 2000, 0);
+    assert!(samples.iter().flatten().any(|t| t == "32"));
 }

@@ -39,8 +39,17 @@ pub struct GenArgs {
     /// Hop counts, comma-separated, balanced in equal shares.
     #[arg(long, value_delimiter = ',', default_values_t = Layout::default().hops)]
     pub hops: Vec<usize>,
+    /// Number task: distinct offset tokens (default: target window + pre-target window).
+    #[arg(long)]
+    pub offsets: Option<usize>,
+    /// Letter task: distinct letters (default 8, at most 26).
+    #[arg(long)]
+    pub letters: Option<usize>,
+    /// Letter task: distinct numbers (default 8).
+    #[arg(long)]
+    pub numbers: Option<usize>,
     /// Write the natural-language 1-hop prompt version (fields `prompt`, `answer`).
-    #[arg(long, conflicts_with_all = ["extra", "pre_window", "hops", "split"])]
+    #[arg(long, conflicts_with_all = ["extra", "pre_window", "hops", "split", "offsets", "letters", "numbers"])]
     pub prompt: bool,
     /// Output file (`-` for standard output); written whole or not at all.
     #[arg(long)]
@@ -79,6 +88,9 @@ pub fn run(args: GenArgs, guard: Guard) -> Result<()> {
         target_window: args.target_window,
         pre_window: args.pre_window,
         hops: args.hops,
+        offsets: args.offsets,
+        letters: args.letters,
+        numbers: args.numbers,
     };
     let task = Task::new(args.task, layout)?;
     let data = Dataset::new(task, args.seed, args.split, n, args.extra)?;
