@@ -6,6 +6,7 @@ mod bench_train;
 mod canonical;
 mod eval;
 mod gen;
+mod hops;
 mod languages;
 mod lengthgen;
 mod mask;
@@ -40,6 +41,10 @@ pub enum Command {
     /// A trained number/letter model with some layers restricted to a band of rotary planes:
     /// the accuracy drop per hop count (mask.csv).
     Mask(mask::MaskArgs),
+    /// The hop map of a number-task model: per layer and head, the attention mass on the
+    /// position j hops along each query position's chain, and the accuracy with that edge
+    /// knocked out (hops.csv).
+    Hops(hops::HopsArgs),
     /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
     Score(score::ScoreArgs),
     /// The expressivity experiment: EOS classifiers on formal languages per position
@@ -89,6 +94,7 @@ impl Command {
             Command::Score(args) => score::run(args, guard),
             Command::Lengthgen(args) => lengthgen::run(args, guard),
             Command::Mask(args) => mask::run(args, guard),
+            Command::Hops(args) => hops::run(args, guard),
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
             Command::Canonical(args) => canonical::run_command(args, guard),

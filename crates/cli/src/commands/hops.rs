@@ -1,0 +1,116 @@
+//! `ropelab hops`: the hop map of a number-task model (docs/multihead.md, "Hop map"): per layer
+//! and head, the attention mass on the position j hops along the query position's own chain
+//! (from the last token and from every position), and the accuracy with that edge knocked out.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use candle_core::Device;
+use clap::Args;
+use ropelab_analysis::measure::hops::{
+    hop_run, HopOptions, HopRow, Source, DEFAULT_SAMPLES, MAX_HOP,
+};
+use ropelab_io::resources::bytes;
+use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
+
+use super::{progress, Guard};
+use crate::output::parse_memory_mib;
+
+/// Arguments of `ropelab hops`.
+#[derive(Debug, Args)]
+pub struct HopsArgs {
+    /// Run directory of a number-task model (`ropelab train`, or `seed-S/number` of a study).
+    #[arg(long)]
+    pub run: PathBuf,
+    /// Checkpoint step (default: the latest).
+    #[arg(long)]
+    pub step: Option<usize>,
+    /// Test samples.
+    #[arg(long, default_value_t = DEFAULT_SAMPLES as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: u64,
+    /// Memory budget of one forward pass in MiB.
+    #[arg(long = "memory-mb", default_value_t = EVAL_MEMORY >> 20, value_parser = parse_memory_mib)]
+    pub memory: usize,
+    /// CSV output (default: RUN/hops.csv).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `ropelab hops`.
+pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
+    let (_, config) = RunDir::open(&args.run)?;
+    let n = args.n as usize;
+    let m = &config.model;
+    let passes = bytes(&[m.n_layers, m.n_heads, 2 * MAX_HOP]).saturating_add(1);
+    let need = inference_need(m, config.layout.core_len(), args.memory).compute(
+        forward_flops(m, n, config.layout.core_len()).saturating_mul(passes),
+        format!("{passes} passes over {n} samples"),
+    );
+    guard.check("hops", &need)?;
+    let options = HopOptions {
+        step: args.step,
+        n,
+        memory: args.memory,
+    };
+    let bar = progress(passes - 1, "hops");
+    let start = Instant::now();
+    let report = hop_run(&args.run, &options, &Device::Cpu, |done, _| {
+        bar.set_position(done as u64)
+    })?;
+    bar.finish_and_clear();
+    let hops: Vec<String> = report
+        .baseline
+        .per_hop
+        .iter()
+        .map(|(h, a)| format!("{h}:{a:.3}"))
+        .collect();
+    println!(
+        "step {}, {} test samples; accuracy {:.4} ({})",
+        report.step,
+        report.baseline.n,
+        report.baseline.accuracy,
+        hops.join(" ")
+    );
+    print!("{}", table(&report.rows));
+    let out = args.out.unwrap_or_else(|| args.run.join("hops.csv"));
+    write_csv(&out, &report.rows)?;
+    println!(
+        "{} knock-outs in {:.1} s; wrote {}",
+        report.rows.len(),
+        start.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// One line per layer, head and source: the mass on hop j and the accuracy with it knocked out.
+pub fn table(rows: &[HopRow]) -> Table {
+    let mut cols = vec![("layer", Right), ("head", Right), ("from", Left)];
+    let names: Vec<(String, String)> = (1..=MAX_HOP)
+        .map(|j| (format!("mass j={j}"), format!("ko j={j}")))
+        .collect();
+    for (a, _) in &names {
+        cols.push((a.as_str(), Right));
+    }
+    for (_, b) in &names {
+        cols.push((b.as_str(), Right));
+    }
+    let mut table = Table::new(&cols);
+    for chunk in rows.chunks(MAX_HOP) {
+        let r = &chunk[0];
+        let mut cells = vec![
+            r.layer.to_string(),
+            r.head.to_string(),
+            match r.source {
+                Source::Last => "last".into(),
+                Source::Every => "every".into(),
+            },
+        ];
+        cells.extend(chunk.iter().map(|r| format!("{:.3}", r.mass)));
+        cells.extend(chunk.iter().map(|r| format!("{:.3}", r.knockout_accuracy)));
+        table.row(cells);
+    }
+    table
+}

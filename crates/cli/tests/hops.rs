@@ -1,0 +1,38 @@
+//! `ropelab hops`: the hop map of a number-task run as hops.csv, and bad input (a run of
+//! another task, a missing run, a step that does not exist) as one-line errors.
+
+mod common;
+
+use common::{ok, refused, ropelab};
+
+#[test]
+fn hops_writes_the_map_and_refuses_other_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |task: &str| {
+        let path = dir.path().join(task).to_str().unwrap().to_owned();
+        ok(ropelab(&[
+            "train", "--task", task, "--preset", "tiny", "--steps", "4", "--out", &path,
+        ]));
+        path
+    };
+    let number = run("number");
+    let out = ok(ropelab(&["hops", "--run", &number, "--n", "16"]));
+    assert!(out.contains("ko j=4"), "{out}");
+    let csv = std::fs::read_to_string(std::path::Path::new(&number).join("hops.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "layer,head,from,j,edges,mass,accuracy,knockout_accuracy,knockout_per_hop"
+    );
+    // The tiny preset: 2 layers x 2 heads x (last, every) x j = 1..4.
+    assert_eq!(lines.len(), 1 + 2 * 2 * 2 * 4, "{csv}");
+    assert!(lines[1].starts_with("0,0,last,1,16,"), "{csv}");
+    let letter = run("letter");
+    refused(
+        &["hops", "--run", &letter],
+        "is a letter task run: the hop map follows the number task's offsets",
+    );
+    refused(&["hops", "--run", &number, "--step", "999"], "999");
+    let missing = dir.path().join("nothing");
+    refused(&["hops", "--run", missing.to_str().unwrap()], "nothing");
+}
