@@ -27,6 +27,12 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
     // The tiny preset: 2 layers x 2 heads x (last, every) x j = 1..4.
     assert_eq!(lines.len(), 1 + 2 * 2 * 2 * 4, "{csv}");
     assert!(lines[1].starts_with("0,0,last,1,16,"), "{csv}");
+    // The run's report draws the map.
+    let page = dir.path().join("report.html");
+    ok(ropelab(&["report", &number, "--out", page.to_str().unwrap()]));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Hop map: which layer reads which hop"));
+    assert!(html.contains("hop map from every position"));
     let letter = run("letter");
     refused(
         &["hops", "--run", &letter],

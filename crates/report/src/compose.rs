@@ -94,6 +94,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         DirKind::Run => {
             let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
             sections.extend(run_sections("run", "this run", &files));
+            if let Some(section) = hops_section(dir)? {
+                sections.push(section);
+            }
             sections.extend(pretrained);
         }
     }
@@ -640,6 +643,30 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
         attention.viewer(view, &format!("{id}-{i}"));
     }
     vec![dynamics, length, attention]
+}
+
+/// The hop map of a number-task run (`hops.csv`, written by `ropelab hops`), when present.
+fn hops_section(dir: &Path) -> Result<Option<Section>> {
+    use ropelab_analysis::measure::hops::{HopRow, Source};
+    let path = dir.join("hops.csv");
+    let Some(text) = read_text(&path)? else {
+        return Ok(None);
+    };
+    let rows: Vec<HopRow> =
+        read_csv(&text, &path.display().to_string()).map_err(ReportError::from_display)?;
+    let mut s = Section::new("hops", "Hop map: which layer reads which hop");
+    s.text(
+        "From `ropelab hops` (docs/multihead.md, \"Hop map\"): per layer and head, the mean \
+         attention weight a query position puts on the position j backward offsets along its \
+         own chain, from the last token and from every position whose chain reaches j hops; \
+         each row's name carries the largest test-accuracy drop from knocking out one j's edges \
+         in that head (weight zeroed, row renormalised).",
+    );
+    s.figures(&[
+        figures::hop_map(&rows, Source::Last),
+        figures::hop_map(&rows, Source::Every),
+    ]);
+    Ok(Some(s))
 }
 
 fn theory_section(dir: &Path) -> Result<Section> {

@@ -536,3 +536,40 @@ impl Rate {
         }
     }
 }
+
+/// The hop map of a number-task model (`hops.csv`, docs/multihead.md): one layer-and-head x j
+/// map of the attention mass on hop_j per source (the last token, every position), each row
+/// named with the largest accuracy drop a knock-out of one of its edges caused.
+pub fn hop_map(
+    rows: &[ropelab_analysis::measure::hops::HopRow],
+    source: ropelab_analysis::measure::hops::Source,
+) -> String {
+    use ropelab_analysis::measure::hops::{Source, MAX_HOP};
+    let mut heads: BTreeMap<(usize, usize), (Vec<f64>, f64)> = BTreeMap::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.source == source && (1..=MAX_HOP).contains(&r.j))
+    {
+        let e = heads
+            .entry((r.layer, r.head))
+            .or_insert_with(|| (vec![f64::NAN; MAX_HOP], 0.0));
+        e.0[r.j - 1] = r.mass;
+        e.1 = e.1.max(r.accuracy - r.knockout_accuracy);
+    }
+    let what = match source {
+        Source::Last => "from the last token",
+        Source::Every => "from every position",
+    };
+    let (row_names, cells) = heads
+        .into_iter()
+        .map(|((l, h), (masses, drop))| (format!("L{l}H{h} (-{drop:.2})"), masses))
+        .unzip();
+    crate::heatmap::Heatmap {
+        title: format!("hop map {what}: attention mass on hop j (row: largest knock-out drop)"),
+        x_label: "j (hops along the position's own chain, 1 at the left)".into(),
+        y_label: "layer, head".into(),
+        row_names,
+        rows: cells,
+    }
+    .to_svg()
+}
