@@ -93,7 +93,7 @@ fn the_report_renders_in_a_headless_browser() {
             "section {id} not rendered"
         );
     }
-    assert_eq!(html.matches("<svg").count(), 7, "figures rendered");
+    assert_eq!(html.matches("<svg").count(), 9, "figures rendered");
     let log = String::from_utf8_lossy(&dom.stderr);
     for line in log.lines().filter(|l| l.contains("CONSOLE")) {
         assert!(!line.to_lowercase().contains("error"), "console: {line}");

@@ -67,9 +67,11 @@ fn the_report_of_a_scored_run_holds_every_figure_inline() {
             "section {id} missing"
         );
     }
-    // Five dynamics figures (with the frequency-use map) and two length figures (accuracy,
-    // the heads' discrepancy), inline.
-    assert_eq!(html.matches("<svg").count(), 7);
+    // Seven dynamics figures (with the frequency-use map and the head-type grids at the last
+    // checkpoint and over training) and two length figures (accuracy, the heads'
+    // discrepancy), inline.
+    assert_eq!(html.matches("<svg").count(), 9);
+    assert!(html.contains("head types over training"));
     assert!(!html.contains("not run"), "a figure is missing");
     // The page names its inputs: the config and the command.
     assert!(html.contains("preset = &quot;tiny&quot;"));
