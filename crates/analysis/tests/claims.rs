@@ -465,7 +465,7 @@ fn head_claims_read_every_head_of_a_layer() {
     let c = verdict_of(dir.path(), "letter_all_symbolic");
     assert_eq!((c.verdict, c.holding), (Verdict::DoesNotHold, 1), "{c:#?}");
     assert!(
-        c.measured[1].contains("1 positional heads in 1 layers"),
+        c.measured[1].contains("1 positional head in 1 layer, "),
         "{c:#?}"
     );
 }

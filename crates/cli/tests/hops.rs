@@ -29,7 +29,12 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
     assert!(lines[1].starts_with("0,0,last,1,16,"), "{csv}");
     // The run's report draws the map.
     let page = dir.path().join("report.html");
-    ok(ropelab(&["report", &number, "--out", page.to_str().unwrap()]));
+    ok(ropelab(&[
+        "report",
+        &number,
+        "--out",
+        page.to_str().unwrap(),
+    ]));
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("Hop map: which layer reads which hop"));
     assert!(html.contains("hop map from every position"));

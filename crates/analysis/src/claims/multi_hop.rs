@@ -94,11 +94,13 @@ fn grid_text(grid: &[Vec<HeadKind>]) -> String {
     if grid.iter().all(|heads| heads.len() <= 1) {
         return format!("layers {letters}");
     }
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let p = layers_with(grid, HeadKind::Positional).len();
     format!(
-        "layers {letters} ({} positional heads in {p} layers, {} symbolic heads)",
-        heads_of(grid, HeadKind::Positional),
-        heads_of(grid, HeadKind::Symbolic)
+        "layers {letters} ({} in {}, {})",
+        count(heads_of(grid, HeadKind::Positional), "positional head"),
+        count(p, "layer"),
+        count(heads_of(grid, HeadKind::Symbolic), "symbolic head")
     )
 }
 
