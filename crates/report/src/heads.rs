@@ -17,39 +17,6 @@ use crate::html::Section;
 use crate::types::{type_grid, types_over_training};
 use crate::{ReportError, Result};
 
-/// The columns of the comparison table.
-const HEADER: [&str; 10] = [
-    "heads",
-    "seed",
-    "task",
-    "test accuracy",
-    "head types",
-    "positional heads",
-    "positional layers",
-    "symbolic heads",
-    "layers with both",
-    "first length below threshold",
-];
-
-fn cells(r: &HeadCountRow) -> Vec<String> {
-    vec![
-        r.heads.to_string(),
-        r.seed.to_string(),
-        r.task.to_string(),
-        r.test_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
-        r.types.clone(),
-        r.positional_heads.to_string(),
-        r.positional_layers.to_string(),
-        r.symbolic_heads.to_string(),
-        r.shared_layers.to_string(),
-        match (r.first_below, r.longest) {
-            (Some(l), _) => l.to_string(),
-            (None, Some(l)) => format!("never (to {l})"),
-            (None, None) => "-".into(),
-        },
-    ]
-}
-
 /// Every section of the report of the study per head count in `dir`.
 pub fn sections(dir: &Path) -> Result<Vec<Section>> {
     let study = StudyDir::new(dir);
@@ -66,8 +33,8 @@ pub fn sections(dir: &Path) -> Result<Vec<Section>> {
         Some(text) => {
             let rows: Vec<HeadCountRow> =
                 read_csv(&text, &path.display().to_string()).map_err(ReportError::from_display)?;
-            let cells: Vec<Vec<String>> = rows.iter().map(cells).collect();
-            compare.table(&HEADER, &cells);
+            let cells: Vec<Vec<String>> = rows.iter().map(HeadCountRow::cells).collect();
+            compare.table(&HeadCountRow::HEADER, &cells);
         }
         None => compare.not_run("heads.csv is missing (the studies have not all finished)"),
     }

@@ -37,6 +37,43 @@ pub struct HeadCountRow {
     pub longest: Option<usize>,
 }
 
+impl HeadCountRow {
+    /// The columns of [`HeadCountRow::cells`], as the CLI and the report print them.
+    pub const HEADER: [&'static str; 10] = [
+        "heads",
+        "seed",
+        "task",
+        "test accuracy",
+        "head types",
+        "positional heads",
+        "positional layers",
+        "symbolic heads",
+        "layers with both",
+        "first length below threshold",
+    ];
+
+    /// The row as printed: accuracy to 4 places, `-` where not measured, `never (to L)` where
+    /// accuracy never fell below the threshold up to the longest tested length L.
+    pub fn cells(&self) -> Vec<String> {
+        vec![
+            self.heads.to_string(),
+            self.seed.to_string(),
+            self.task.to_string(),
+            self.test_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
+            self.types.clone(),
+            self.positional_heads.to_string(),
+            self.positional_layers.to_string(),
+            self.symbolic_heads.to_string(),
+            self.shared_layers.to_string(),
+            match (self.first_below, self.longest) {
+                (Some(l), _) => l.to_string(),
+                (None, Some(l)) => format!("never (to {l})"),
+                (None, None) => "-".into(),
+            },
+        ]
+    }
+}
+
 /// The rows of the study of `heads` heads per block read into `files`, at purity tolerance
 /// `gamma`, with lengths failing below `length_accuracy`.
 pub fn rows(

@@ -220,31 +220,22 @@ fn print_milestone(
 
 /// The comparison of a study per head count: one row per (head count, seed, task).
 fn head_count_table(rows: &[HeadCountRow]) -> Table {
-    let mut table = Table::new(&[
-        ("heads", Right),
-        ("seed", Right),
-        ("task", Left),
-        ("test acc", Right),
-        ("types", Left),
-        ("P heads", Right),
-        ("P layers", Right),
-        ("S heads", Right),
-        ("P+S layers", Right),
-        ("first < thr", Right),
-    ]);
+    let columns: Vec<(&str, ropelab_io::Align)> = HeadCountRow::HEADER
+        .iter()
+        .map(|&h| {
+            (
+                h,
+                if matches!(h, "task" | "head types") {
+                    Left
+                } else {
+                    Right
+                },
+            )
+        })
+        .collect();
+    let mut table = Table::new(&columns);
     for r in rows {
-        table.row([
-            r.heads.to_string(),
-            r.seed.to_string(),
-            r.task.to_string(),
-            r.test_accuracy.map_or("-".into(), |a| format!("{a:.4}")),
-            r.types.clone(),
-            r.positional_heads.to_string(),
-            r.positional_layers.to_string(),
-            r.symbolic_heads.to_string(),
-            r.shared_layers.to_string(),
-            r.first_below.map_or("never".into(), |l| l.to_string()),
-        ]);
+        table.row(r.cells());
     }
     table
 }
