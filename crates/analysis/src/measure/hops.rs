@@ -159,7 +159,7 @@ pub fn knock_out(pattern: &Tensor, head: usize, edges: &[(usize, usize, usize)])
 /// Last-token logits of `model` on `ids` [batch, pos] with head `head` of `layer`'s `edges`
 /// knocked out; `clean` is that layer's pattern on the same ids with nothing changed.
 pub fn knocked_logits(
-    model: &GptJ,
+    model: &impl Routed,
     ids: &Tensor,
     layer: usize,
     head: usize,
@@ -169,7 +169,45 @@ pub fn knocked_logits(
     let value = knock_out(clean, head, edges)?;
     let hook = HookPoint::new(layer, HookKind::Pattern);
     let mut hooks = Hooks::new().intervene(Intervention::Replace { hook, value });
-    Ok(model.forward_last(ids, &mut hooks, None)?)
+    model.last_logits(ids, &mut hooks)
+}
+
+/// A model the hop map can read: a stack of attention layers whose patterns
+/// (`HookKind::Pattern`, [batch, heads, q_pos, k_pos]) [`Hooks`] captures and replaces. A
+/// trained [`GptJ`] is one; so are the hand-built chains of [`super::hop_chain`].
+pub trait Routed {
+    /// Attention layers.
+    fn layers(&self) -> usize;
+    /// Heads per layer.
+    fn heads(&self) -> usize;
+    /// Samples per forward pass at `seq_len` tokens within `memory` bytes.
+    fn batch_size(&self, seq_len: usize, memory: usize) -> usize;
+    /// The device its inputs live on.
+    fn device(&self) -> &Device;
+    /// Last-token logits [batch, vocab] of ids [batch, pos], through `hooks`.
+    fn last_logits(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor>;
+}
+
+impl Routed for GptJ {
+    fn layers(&self) -> usize {
+        self.config().n_layers
+    }
+
+    fn heads(&self) -> usize {
+        self.config().n_heads
+    }
+
+    fn batch_size(&self, seq_len: usize, memory: usize) -> usize {
+        batch_for_budget(self.config(), seq_len, memory)
+    }
+
+    fn device(&self) -> &Device {
+        GptJ::device(self)
+    }
+
+    fn last_logits(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        Ok(self.forward_last(ids, hooks, None)?)
+    }
 }
 
 /// One batch of the samples: ids, answers, hop counts, hop targets, clean patterns per layer.
@@ -181,9 +219,9 @@ struct Chunk {
 
 /// Splits `data` into batches and runs each once, keeping every layer's pattern; the baseline
 /// accuracy comes from the same pass.
-fn chunks(model: &GptJ, data: &Dataset, memory: usize) -> Result<(Vec<Chunk>, Accuracy)> {
-    let n_layers = model.config().n_layers;
-    let size = batch_for_budget(model.config(), data.seq_len(), memory).max(1);
+fn chunks(model: &impl Routed, data: &Dataset, memory: usize) -> Result<(Vec<Chunk>, Accuracy)> {
+    let n_layers = model.layers();
+    let size = model.batch_size(data.seq_len(), memory).max(1);
     let vocab = data.task().vocab();
     let mut out = vec![];
     let mut tally = Tally::default();
@@ -202,7 +240,7 @@ fn chunks(model: &GptJ, data: &Dataset, memory: usize) -> Result<(Vec<Chunk>, Ac
         }
         let points = (0..n_layers).map(|l| HookPoint::new(l, HookKind::Pattern));
         let mut hooks = Hooks::new().capture(points);
-        let logits = model.forward_last(&b.ids, &mut hooks, None)?;
+        let logits = model.last_logits(&b.ids, &mut hooks)?;
         tally.add(&logits, &b)?;
         let patterns = (0..n_layers)
             .map(|l| {
@@ -243,20 +281,19 @@ fn mass(
 }
 
 /// The hop map of the `model` on `data`: every (layer, head, from, j) row; `progress(done,
-/// total)` after each knock-out.
+/// total)` after each knock-out. A trained model should come [`GptJ::frozen`].
 pub fn hop_map(
-    model: &GptJ,
+    model: &impl Routed,
     data: &Dataset,
     memory: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<(Accuracy, Vec<HopRow>)> {
-    let model = &model.clone().frozen();
     let (chunks, baseline) = chunks(model, data, memory)?;
-    let c = model.config();
-    let total = c.n_layers * c.n_heads * Source::ALL.len() * MAX_HOP;
+    let (n_layers, n_heads) = (model.layers(), model.heads());
+    let total = n_layers * n_heads * Source::ALL.len() * MAX_HOP;
     let mut rows = vec![];
-    for layer in 0..c.n_layers {
-        for head in 0..c.n_heads {
+    for layer in 0..n_layers {
+        for head in 0..n_heads {
             for from in Source::ALL {
                 for j in 1..=MAX_HOP {
                     let (n, mass) = mass(&chunks, layer, head, from, j)?;
@@ -318,7 +355,7 @@ pub fn hop_run(
     let step = dir.checkpoint_or_latest(options.step)?;
     let task = Task::new(config.task, config.layout.clone())?;
     let data = Dataset::new(task, config.seed, Split::Test, options.n, 0)?;
-    let model = dir.load_model(step, &config, device)?;
+    let model = dir.load_model(step, &config, device)?.frozen();
     let (baseline, rows) = hop_map(&model, &data, options.memory, progress)?;
     Ok(HopReport {
         step,

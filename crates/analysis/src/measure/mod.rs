@@ -2,13 +2,15 @@
 //! ([`dynamics`]: every checkpoint scored), length generalisation ([`lengthgen`]), summaries over
 //! seeds ([`seeds`]), the formal languages' N* ([`languages`]) and MOD heads ([`modular`]),
 //! studies per head count
-//! ([`multihead`]), the number task's hop map ([`hops`]), fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
+//! ([`multihead`]), the number task's hop map ([`hops`]), its verdict ([`hop_route`]) and hand-built chains that check it ([`hop_chain`]), fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
 //! ([`canonical`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
 //! Partial Induction's head ([`partial`]).
 
 pub mod band;
 pub mod canonical;
 pub mod dynamics;
+pub mod hop_chain;
+pub mod hop_route;
 pub mod hops;
 pub mod languages;
 pub mod lengthgen;
