@@ -18,6 +18,10 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
     let number = run("number");
     let out = ok(ropelab(&["hops", "--run", &number, "--n", "16"]));
     assert!(out.contains("ko j=4"), "{out}");
+    assert!(
+        out.contains("verdict: hops read from every position (mass >= 0.5)"),
+        "{out}"
+    );
     let csv = std::fs::read_to_string(std::path::Path::new(&number).join("hops.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
@@ -36,7 +40,8 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
         page.to_str().unwrap(),
     ]));
     let html = std::fs::read_to_string(&page).unwrap();
-    assert!(html.contains("Hop map: which layer reads which hop"));
+    assert!(html.contains("hop map, which layer reads which hop"));
+    assert!(html.contains("Verdict: hops read from every position"));
     assert!(html.contains("hop map from every position"));
     let letter = run("letter");
     refused(

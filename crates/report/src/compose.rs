@@ -7,6 +7,8 @@ use std::path::Path;
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
 use ropelab_analysis::measure::canonical::{BandSummary, PerPositionRow};
 use ropelab_analysis::measure::dynamics::Gamma;
+use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
+use ropelab_analysis::measure::hops::{HopRow, Source};
 use ropelab_analysis::measure::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
 use ropelab_analysis::measure::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_analysis::measure::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
@@ -94,9 +96,6 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         DirKind::Run => {
             let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
             sections.extend(run_sections("run", "this run", &files));
-            if let Some(section) = hops_section(dir)? {
-                sections.push(section);
-            }
             sections.extend(pretrained);
         }
     }
@@ -595,7 +594,8 @@ fn seeds_section(files: &StudyFiles) -> Section {
     s
 }
 
-/// Learning dynamics, purity and length generalisation of one run.
+/// Learning dynamics, purity, length generalisation, attention and (number models) the hop map
+/// of one run.
 fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
     let mut dynamics = Section::new(
         format!("{id}-dynamics"),
@@ -642,31 +642,40 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
     for (i, view) in files.attention.iter().enumerate() {
         attention.viewer(view, &format!("{id}-{i}"));
     }
-    vec![dynamics, length, attention]
+    let mut out = vec![dynamics, length, attention];
+    out.extend(hops_section(id, title, &files.hops));
+    out
 }
 
-/// The hop map of a number-task run (`hops.csv`, written by `ropelab hops`), when present.
-fn hops_section(dir: &Path) -> Result<Option<Section>> {
-    use ropelab_analysis::measure::hops::{HopRow, Source};
-    let path = dir.join("hops.csv");
-    let Some(text) = read_text(&path)? else {
-        return Ok(None);
-    };
-    let rows: Vec<HopRow> =
-        read_csv(&text, &path.display().to_string()).map_err(ReportError::from_display)?;
-    let mut s = Section::new("hops", "Hop map: which layer reads which hop");
+/// The hop map of a number-task run (`hops.csv`, written by `ropelab hops` or a study job) and
+/// its verdict, when present.
+fn hops_section(id: &str, title: &str, rows: &[HopRow]) -> Option<Section> {
+    if rows.is_empty() {
+        return None;
+    }
+    let mut s = Section::new(
+        format!("{id}-hops"),
+        format!("{title}: hop map, which layer reads which hop"),
+    );
     s.text(
-        "From `ropelab hops` (docs/multihead.md, \"Hop map\"): per layer and head, the mean \
+        "From `hops.csv` (docs/multihead.md, \"Hop map\"): per layer and head, the mean \
          attention weight a query position puts on the position j backward offsets along its \
          own chain, from the last token and from every position whose chain reaches j hops; \
          each row's name carries the largest test-accuracy drop from knocking out one j's edges \
          in that head (weight zeroed, row renormalised).",
     );
+    let route = HopRoute::of(rows, CARRY_MASS);
+    s.text(&format!(
+        "Verdict: {}. (A layer reads hop j when a head puts >= {CARRY_MASS} of every \
+         position's attention on its own hop_j; one hop per layer lets a layer read at most 1 + \
+         the hops read below it.)",
+        route.summary()
+    ));
     s.figures(&[
-        figures::hop_map(&rows, Source::Last),
-        figures::hop_map(&rows, Source::Every),
+        figures::hop_map(rows, Source::Last),
+        figures::hop_map(rows, Source::Every),
     ]);
-    Ok(Some(s))
+    Some(s)
 }
 
 fn theory_section(dir: &Path) -> Result<Section> {

@@ -1,7 +1,7 @@
 //! One model of the study per (seed, task), run as a sweep job (`ropelab_sweep`, the code path
 //! of `ropelab sweep`): trained (or resumed, or reused), evaluated on the test split, scored at
-//! every checkpoint, tested on longer inputs and its attention on one test input kept for the
-//! report; each result reused when its file exists, the job's `result.json` written last. Jobs
+//! every checkpoint, tested on longer inputs, its attention on one test input kept for the
+//! report and (number models) its hop map measured; each result reused when its file exists, the job's `result.json` written last. Jobs
 //! run side by side, each on a rayon pool of its share of the cores, and their files do not
 //! depend on how many run at once.
 
@@ -84,13 +84,14 @@ pub fn sweep_jobs(config: &StudyConfig, jobs: &[(u64, TaskKind)]) -> Result<Vec<
         .collect()
 }
 
-/// What every study job measures: the config's scoring and length test, and the attention
-/// viewer's file.
+/// What every study job measures: the config's scoring and length test, the attention
+/// viewer's file and the number models' hop map (256 test samples).
 pub fn measure_options(config: &StudyConfig) -> MeasureOptions {
     MeasureOptions {
         score: config.score_options(),
         length: config.length_options(),
         attention_view: true,
+        hop_samples: Some(ropelab_analysis::measure::hops::DEFAULT_SAMPLES),
         ..MeasureOptions::default()
     }
 }

@@ -1,5 +1,5 @@
 //! What the verdicts read: a study's run files (scores, metrics, the test evaluation,
-//! length generalisation, attention views) per seed and task, the theory curves, and the
+//! length generalisation, attention views, the hop map) per seed and task, the theory curves, and the
 //! offset and canonical tables.
 
 use std::collections::BTreeMap;
@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::lens::attention::AttentionView;
 use crate::measure::dynamics::HeadStep;
+use crate::measure::hops::HopRow;
 use crate::measure::lengthgen::{from_csv, LengthRow};
 use crate::{AnalysisError, Result};
 use ropelab_theory::discrepancy::DiscrepancyRow;
@@ -31,6 +32,8 @@ pub struct RunFiles {
     pub lengths: Vec<LengthRow>,
     /// `attention/*.json`, in file-name order.
     pub attention: Vec<AttentionView>,
+    /// `hops.csv` (a number model's hop map), empty when absent.
+    pub hops: Vec<HopRow>,
 }
 
 /// One seed of the study: the number and the letter model.
@@ -213,6 +216,13 @@ impl RunFiles {
         if wanted("lengthgen.csv")? {
             if let Some(text) = read(&lengths)? {
                 out.lengths = from_csv(&text, &lengths.display().to_string())?;
+            }
+        }
+        let hops = dir.join("hops.csv");
+        if wanted("hops.csv")? {
+            if let Some(text) = read(&hops)? {
+                out.hops = ropelab_io::read_csv(&text, &hops.display().to_string())
+                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
             }
         }
         for path in listed("attention")? {

@@ -71,6 +71,9 @@ pub struct Thresholds {
     pub linear_fail_accuracy: f64,
     /// Canonical tasks: a band "fails" a task when its accuracy stays below this.
     pub canonical_fail_accuracy: f64,
+    /// Hop map: a head reads hop j when it puts at least this attention mass on every
+    /// position's own hop_j.
+    pub hop_mass: f64,
 }
 
 impl Default for Thresholds {
@@ -93,6 +96,7 @@ impl Default for Thresholds {
             dilution_error: 0.1,
             linear_fail_accuracy: 0.5,
             canonical_fail_accuracy: 0.95,
+            hop_mass: crate::measure::hop_route::CARRY_MASS,
         }
     }
 }
@@ -122,6 +126,7 @@ impl Thresholds {
             ("offset_fail_accuracy", self.offset_fail_accuracy),
             ("linear_fail_accuracy", self.linear_fail_accuracy),
             ("canonical_fail_accuracy", self.canonical_fail_accuracy),
+            ("hop_mass", self.hop_mass),
         ] {
             within(key, v, 0.0, 1.0, false)?;
         }
@@ -241,6 +246,7 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         multi_hop::letter_all_symbolic(files, t),
         multi_hop::pure_before_accuracy_peak(files, t),
         multi_hop::number_hops_in_order(files, t),
+        multi_hop::number_hops_composed(files, t),
         multi_hop::letter_hops_together(files, t),
         multi_hop::frequency_use(files, t),
         multi_hop::length_contrast(files, t),

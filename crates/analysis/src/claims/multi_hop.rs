@@ -8,6 +8,8 @@ use ropelab_train::Accuracy;
 
 use super::{claim, per_seed, Claim, RunFiles, StudyFiles, Thresholds};
 use crate::measure::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
+use crate::measure::hop_route::HopRoute;
+use crate::measure::hops::Source;
 use crate::measure::lengthgen::first_length_below;
 
 /// The final step's lines of a run.
@@ -297,6 +299,53 @@ pub fn number_hops_in_order(files: &StudyFiles, t: &Thresholds) -> Claim {
                 (text, Some(all && ordered && spread > t.hop_spread))
             }
             _ => ("no validation metrics".into(), None),
+        }),
+        files.seeds.len(),
+    )
+}
+
+/// `number_hops_composed`: the main paper's open question (shortcuts): does a layer of the
+/// number model compose hops, reading further along the chain than one hop per layer allows
+/// (pointer doubling)? Reported as measured from the hop map ([`HopRoute`]).
+pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
+    claim(
+        "number_hops_composed",
+        "Open question (shortcuts): the number model composes hops, a layer reading further \
+         along a position's own chain than one hop per layer allows (e.g. pointer doubling: \
+         hop 1, then 2, then 4).",
+        format!(
+            "hop map of the last checkpoint (hops.csv, every position): a layer reads hop j \
+             when a head puts >= {} of the attention on hop_j; holds when some layer reads a \
+             hop past 1 + the hops its lower layers read",
+            t.hop_mass
+        ),
+        per_seed(files, |s| match &s.number {
+            Some(r) if !r.hops.is_empty() => {
+                let route = HopRoute::of(&r.hops, t.hop_mass);
+                let (drop, layer) = route.layers.iter().map(|l| (l.drop, l.layer)).fold(
+                    ((f64::NEG_INFINITY, 0, Source::Last, 0), 0),
+                    |a, b| {
+                        if b.0 .0 > a.0 .0 {
+                            b
+                        } else {
+                            a
+                        }
+                    },
+                );
+                let from = match drop.2 {
+                    Source::Last => "last",
+                    Source::Every => "every",
+                };
+                let text = format!(
+                    "{}; largest knock-out drop {:.3} (L{layer}H{} from {from}, j = {})",
+                    route.summary(),
+                    drop.0,
+                    drop.1,
+                    drop.3
+                );
+                (text, Some(route.composes()))
+            }
+            _ => ("no hop map (hops.csv)".into(), None),
         }),
         files.seeds.len(),
     )

@@ -1,6 +1,7 @@
 //! `ropelab hops`: the hop map of a number-task model (docs/multihead.md, "Hop map"): per layer
 //! and head, the attention mass on the position j hops along the query position's own chain
-//! (from the last token and from every position), and the accuracy with that edge knocked out.
+//! (from the last token and from every position), the accuracy with that edge knocked out, and
+//! the verdict: which layer reads which hop, and whether a layer composes hops.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -8,6 +9,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
+use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
 use ropelab_analysis::measure::hops::{
     hop_run, HopOptions, HopRow, Source, DEFAULT_SAMPLES, MAX_HOP,
 };
@@ -74,7 +76,14 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
         hops.join(" ")
     );
     print!("{}", table(&report.rows));
+    println!(
+        "verdict: {}",
+        HopRoute::of(&report.rows, CARRY_MASS).summary()
+    );
     let out = args.out.unwrap_or_else(|| args.run.join("hops.csv"));
+    // A study job's hop map (listed in the run's ledger) is its verdicts' input: not replaced.
+    let text = ropelab_io::to_csv(&report.rows)?;
+    ropelab_io::refuse_owned(&args.run, &out, Some(text.as_bytes()))?;
     write_csv(&out, &report.rows)?;
     println!(
         "{} knock-outs in {:.1} s; wrote {}",

@@ -1,8 +1,8 @@
 //! What a job measures on its trained run, by task (docs/sweeps.md, "What a job measures"):
 //! - **number / letter** ([`multi_hop`]): the test split (overall and per hop), every
 //!   checkpoint's swap scores and the layer types, the length test, and (on request) the
-//!   attention viewer's file; each file (`eval/`, `scores.jsonl`, `lengthgen.csv`,
-//!   `attention/`) is recorded in the run's ledger (`measured.json`, [`ropelab_io::ledger`])
+//!   attention viewer's file and a number model's hop map; each file (`eval/`, `scores.jsonl`,
+//!   `lengthgen.csv`, `attention/`, `hops.csv`) is recorded in the run's ledger (`measured.json`, [`ropelab_io::ledger`])
 //!   with the settings that made it and its checksum, and reused only when the ledger vouches
 //!   for it, so a job stopped while scoring resumes there and a file another command wrote is
 //!   refused, never read;
@@ -55,6 +55,9 @@ pub struct MeasureOptions {
     pub length: LengthOptions,
     /// Also write the attention viewer's file (every head on the first test input).
     pub attention_view: bool,
+    /// Also write a number model's hop map (`hops.csv`, `ropelab hops`) on this many test
+    /// samples.
+    pub hop_samples: Option<usize>,
     /// Test samples per length (language and offset jobs) and test samples (canonical jobs).
     pub per_length: usize,
     /// Tested lengths in place of the task's default: an offset job is tested at exactly these,
@@ -81,7 +84,7 @@ pub const HEAD_SAMPLES: usize = 64;
 impl Default for MeasureOptions {
     /// A sweep's: 100 scored samples, the length test at [`LENGTH_EXTRAS`] with
     /// [`LENGTH_SAMPLES`] each, no attention file, [`PER_LENGTH`] samples per language/offset
-    /// length at the task's default lengths, no head measurements.
+    /// length at the task's default lengths, no hop map, no head measurements.
     fn default() -> Self {
         Self {
             score: ScoreOptions::default(),
@@ -92,6 +95,7 @@ impl Default for MeasureOptions {
                 memory: EVAL_MEMORY,
             },
             attention_view: false,
+            hop_samples: None,
             per_length: PER_LENGTH,
             lengths: None,
             heads: false,

@@ -1,5 +1,6 @@
 //! A number/letter job's measurement: the test split, every checkpoint's swap scores and the
-//! layer types, the length test and (on request) the attention viewer's file, each recorded in
+//! layer types, the length test and (on request) the attention viewer's file and a number
+//! model's hop map, each recorded in
 //! the run's ledger and reused only when it vouches for it.
 
 use std::path::Path;
@@ -8,9 +9,12 @@ use candle_core::Device;
 use ropelab_analysis::claims::layer_types;
 use ropelab_analysis::lens::attention::{attention_view, write_view, AttentionView};
 use ropelab_analysis::measure::dynamics::{score_run, HeadStep};
+use ropelab_analysis::measure::hops::{hop_run, HopOptions, HopRow};
 use ropelab_analysis::measure::lengthgen::{self, length_generalisation, LengthRow};
 use ropelab_io::{write_atomic, Ledger, Progress, LEDGER};
+use ropelab_tasks::TaskKind;
 use ropelab_train::eval::eval_checkpoint;
+use ropelab_train::RunDir;
 use ropelab_train::EVAL_MEMORY;
 
 use super::{io, owned, read_scores, write_json, MeasureOptions, Measured, GAMMA};
@@ -81,6 +85,30 @@ pub fn multi_hop(
                 Ok(())
             },
         )?;
+    }
+    if let Some(n) = options.hop_samples {
+        let (_, config) = RunDir::open(run)?;
+        if config.task == TaskKind::Number {
+            let key = format!("hop map of step {}: samples {n}", test.step);
+            let read = |path: &Path| -> Result<()> {
+                ropelab_io::read_csv_file::<HopRow>(path)?;
+                Ok(())
+            };
+            owned(run, "hops.csv", &key, read, || {
+                let stage = progress.stage(&format!("hops {label}"), 0);
+                let options = HopOptions {
+                    step: Some(test.step),
+                    n,
+                    memory: EVAL_MEMORY,
+                };
+                let report = hop_run(run, &options, device, |done, total| {
+                    stage.set_total(total as u64);
+                    stage.set(done as u64);
+                })?;
+                ropelab_io::write_csv(&run.join("hops.csv"), &report.rows)?;
+                Ok(())
+            })?;
+        }
     }
     Ok(Measured {
         test_accuracy: Some(test.accuracy.accuracy),
