@@ -94,6 +94,22 @@ fn eval(accuracy: f64) -> String {
 }
 
 /// A study of two seeds whose files make every claim hold.
+/// A hop map whose layer l reads hop `reads[l]` (mass 0.95, every other edge 0.05).
+fn hops(reads: &[Option<usize>]) -> String {
+    let mut s =
+        String::from("layer,head,from,j,edges,mass,accuracy,knockout_accuracy,knockout_per_hop\n");
+    for (layer, read) in reads.iter().enumerate() {
+        for from in ["last", "every"] {
+            for j in 1..=4 {
+                let mass = if *read == Some(j) { 0.95 } else { 0.05 };
+                let knocked = if *read == Some(j) { 0.6 } else { 1.0 };
+                s += &format!("{layer},0,{from},{j},100,{mass},1.0,{knocked},1:1.0\n");
+            }
+        }
+    }
+    s
+}
+
 fn holding_study(root: &Path) {
     for seed in [0, 1] {
         let run = root.join(format!("seed-{seed}"));
@@ -115,6 +131,11 @@ fn holding_study(root: &Path) {
         write(
             &number.join("lengthgen.csv"),
             &lengths(&[(17, 1.0), (33, 0.5), (881, 0.01)]),
+        );
+        // Layers read hop 1, 2, 4 from every position: pointer doubling.
+        write(
+            &number.join("hops.csv"),
+            &hops(&[Some(1), Some(2), Some(4), None]),
         );
         let letter = run.join("letter");
         write(
@@ -241,7 +262,7 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     holding_study(dir.path());
     let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
     let claims = verdicts(&files, &Thresholds::default());
-    assert_eq!(claims.len(), 18);
+    assert_eq!(claims.len(), 19);
     for c in &claims {
         assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
         assert!(!c.measured.is_empty() && !c.threshold.is_empty());
@@ -249,6 +270,34 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     let c = verdict_of(dir.path(), "number_positional_then_symbolic");
     assert_eq!(c.measured[0], "seed 0: layers PP-S");
     assert_eq!((c.holding, c.measured_count), (2, 2));
+    let c = verdict_of(dir.path(), "number_hops_composed");
+    assert!(
+        c.measured[0].contains(
+            "L0:1 L1:2 L2:4 L3:-; composes hops: L2 reads hop 4 where one hop per layer reaches 3"
+        ),
+        "{c:?}"
+    );
+    assert!(
+        c.measured[0].contains("largest knock-out drop 0.400 (L0H0 from last, j = 1)"),
+        "{c:?}"
+    );
+    // Hop 1 at every layer is one hop per layer: measured, and the open question answered no.
+    write(
+        &dir.path().join("seed-1/number/hops.csv"),
+        &hops(&[Some(1), Some(1), Some(1), None]),
+    );
+    let c = verdict_of(dir.path(), "number_hops_composed");
+    assert_eq!((c.holding, c.measured_count), (1, 2));
+    assert_eq!(c.verdict, Verdict::DoesNotHold);
+    assert!(c.measured[1].contains("no composition"), "{c:?}");
+    std::fs::remove_file(dir.path().join("seed-1/number/hops.csv")).unwrap();
+    let c = verdict_of(dir.path(), "number_hops_composed");
+    assert_eq!(c.verdict, Verdict::NotMeasured);
+    assert!(c.measured[1].contains("no hop map"), "{c:?}");
+    write(
+        &dir.path().join("seed-1/number/hops.csv"),
+        &hops(&[Some(1), Some(2), Some(4), None]),
+    );
     let c = verdict_of(dir.path(), "length_contrast");
     assert!(
         c.measured[0].contains("number first below 0.9 at length 33"),

@@ -233,6 +233,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         "seed-3/number/scores.jsonl",
         "seed-3/number/eval/step-000005-extra-0.json",
         "seed-3/letter/lengthgen.csv",
+        "seed-3/number/hops.csv",
         "claims.json",
         "report.html",
         "theory/discrepancy-index.csv",
@@ -261,7 +262,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(stdout.contains("claims of the paper"), "{stdout}");
     let claims: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("claims.json")).unwrap()).unwrap();
-    assert_eq!(claims.as_array().unwrap().len(), 18);
+    assert_eq!(claims.as_array().unwrap().len(), 19);
     // The [offset] table's claims are measured (the third has no linear run to measure).
     let ids: Vec<&str> = claims
         .as_array()
@@ -270,15 +271,20 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert_eq!(
-        ids[11..14],
+        ids[12..15],
         [
             "offset_rotary_extrapolates",
             "offset_dilution_law",
             "offset_linear_fails"
         ]
     );
-    assert_eq!(claims[11]["measured_count"], 1);
-    assert_eq!(claims[13]["verdict"], "not_measured");
+    assert_eq!(claims[12]["measured_count"], 1);
+    assert_eq!(claims[14]["verdict"], "not_measured");
+    // The number model's hop map is measured and judged (as measured: this model learned
+    // nothing, so no layer reads a hop).
+    assert_eq!(claims[5]["id"], "number_hops_composed");
+    assert_eq!(claims[5]["measured_count"], 1);
+    assert!(!Path::new(&run.join("seed-3/letter/hops.csv")).exists());
     assert!(
         stdout.contains("implicit bias: fixed-offset retrieval"),
         "{stdout}"
@@ -295,9 +301,9 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         report.contains("Canonical task partial"),
         "report lacks the canonical section"
     );
-    assert_eq!(claims[17]["id"], "partial_two_angles");
-    assert_eq!(claims[17]["measured_count"], 1);
-    assert_eq!(claims[14]["verdict"], "not_measured");
+    assert_eq!(claims[18]["id"], "partial_two_angles");
+    assert_eq!(claims[18]["measured_count"], 1);
+    assert_eq!(claims[15]["verdict"], "not_measured");
     // 5 steps of a tiny model learn nothing: the claims that need a learned model fail, with
     // their numbers, and none is marked as holding without them.
     for c in claims.as_array().unwrap() {

@@ -52,3 +52,41 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
     let missing = dir.path().join("nothing");
     refused(&["hops", "--run", missing.to_str().unwrap()], "nothing");
 }
+
+#[test]
+fn hops_hand_maps_the_hand_built_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let doubling = ok(ropelab(&[
+        "hops",
+        "--hand",
+        "doubling",
+        "--n",
+        "64",
+        "--out",
+        &out("d.csv"),
+    ]));
+    assert!(
+        doubling.contains("(3 layers), 64 test samples"),
+        "{doubling}"
+    );
+    assert!(doubling.contains("accuracy 1.0000"), "{doubling}");
+    assert!(
+        doubling.contains("composes hops: L2 reads hop 4 where one hop per layer reaches 3"),
+        "{doubling}"
+    );
+    let one = ok(ropelab(&[
+        "hops",
+        "--hand",
+        "one-hop",
+        "--n",
+        "64",
+        "--out",
+        &out("o.csv"),
+    ]));
+    assert!(one.contains("L0:1 L1:2 L2:3 L3:4"), "{one}");
+    assert!(one.contains("no composition"), "{one}");
+    assert!(std::path::Path::new(&out("o.csv")).exists());
+    refused(&["hops"], "--run");
+    refused(&["hops", "--hand", "triple"], "triple");
+}

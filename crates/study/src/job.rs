@@ -114,6 +114,18 @@ pub fn run_jobs(
         .zip(jobs)
         .map(|((result, job), &(seed, kind))| {
             let dir = out.join(&job.run);
+            // A job finished by an older ropelab lacks the hop map: measured now (reused
+            // when the ledger vouches for it).
+            if let Some(n) = measure_options(config).hop_samples {
+                let label = format!("seed {seed} {kind}");
+                ropelab_sweep::measure::multi_hop::hop_map_file(
+                    &dir,
+                    n,
+                    &label,
+                    progress,
+                    &candle_core::Device::Cpu,
+                )?;
+            }
             // Everything the study reports and judges is read only from the files that the
             // model's ledger vouches for (a file another command wrote, or one replaced since,
             // is refused by name).

@@ -9,12 +9,14 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
+use ropelab_analysis::measure::hop_chain::{HopChain, Route};
 use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
 use ropelab_analysis::measure::hops::{
-    hop_run, HopOptions, HopRow, Source, DEFAULT_SAMPLES, MAX_HOP,
+    hop_map, hop_run, HopOptions, HopRow, Routed, Source, DEFAULT_SAMPLES, MAX_HOP,
 };
 use ropelab_io::resources::bytes;
 use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_tasks::{Dataset, Layout, Split, Task, TaskKind};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 
 use super::{progress, Guard};
@@ -24,8 +26,12 @@ use crate::output::parse_memory_mib;
 #[derive(Debug, Args)]
 pub struct HopsArgs {
     /// Run directory of a number-task model (`ropelab train`, or `seed-S/number` of a study).
-    #[arg(long)]
-    pub run: PathBuf,
+    #[arg(long, required_unless_present = "hand", conflicts_with = "hand")]
+    pub run: Option<PathBuf>,
+    /// Map a hand-built model with a known route instead (the verdict's check, on the default
+    /// number task): `one-hop` (layer l reads hop l+1) or `doubling` (hops 1, 2, 4).
+    #[arg(long, value_enum)]
+    pub hand: Option<HandRoute>,
     /// Checkpoint step (default: the latest).
     #[arg(long)]
     pub step: Option<usize>,
@@ -35,14 +41,26 @@ pub struct HopsArgs {
     /// Memory budget of one forward pass in MiB.
     #[arg(long = "memory-mb", default_value_t = EVAL_MEMORY >> 20, value_parser = parse_memory_mib)]
     pub memory: usize,
-    /// CSV output (default: RUN/hops.csv).
+    /// CSV output (default: RUN/hops.csv; `hops-<route>.csv` here with --hand).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
+/// The hand-built routes of `--hand`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HandRoute {
+    /// One hop per layer: layer l reads the token at hop l+1 (4 layers).
+    OneHop,
+    /// Pointer doubling: layer l reads the state of hop 2^l (3 layers).
+    Doubling,
+}
+
 /// Runs `ropelab hops`.
 pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
-    let (_, config) = RunDir::open(&args.run)?;
+    let Some(run_dir) = args.run.clone() else {
+        return hand(&args);
+    };
+    let (_, config) = RunDir::open(&run_dir)?;
     let n = args.n as usize;
     let m = &config.model;
     let passes = bytes(&[m.n_layers, m.n_heads, 2 * MAX_HOP]).saturating_add(1);
@@ -58,7 +76,7 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
     };
     let bar = progress(passes - 1, "hops");
     let start = Instant::now();
-    let report = hop_run(&args.run, &options, &Device::Cpu, |done, _| {
+    let report = hop_run(&run_dir, &options, &Device::Cpu, |done, _| {
         bar.set_position(done as u64)
     })?;
     bar.finish_and_clear();
@@ -80,14 +98,48 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
         "verdict: {}",
         HopRoute::of(&report.rows, CARRY_MASS).summary()
     );
-    let out = args.out.unwrap_or_else(|| args.run.join("hops.csv"));
+    let out = args.out.unwrap_or_else(|| run_dir.join("hops.csv"));
     // A study job's hop map (listed in the run's ledger) is its verdicts' input: not replaced.
     let text = ropelab_io::to_csv(&report.rows)?;
-    ropelab_io::refuse_owned(&args.run, &out, Some(text.as_bytes()))?;
+    ropelab_io::refuse_owned(&run_dir, &out, Some(text.as_bytes()))?;
     write_csv(&out, &report.rows)?;
     println!(
         "{} knock-outs in {:.1} s; wrote {}",
         report.rows.len(),
+        start.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// `ropelab hops --hand ROUTE`: the map of a hand-built chain on the default number task.
+fn hand(args: &HopsArgs) -> Result<()> {
+    let (route, name) = match args.hand {
+        Some(HandRoute::Doubling) => (Route::Doubling, "doubling"),
+        _ => (Route::OneHopPerLayer, "one-hop"),
+    };
+    let task = Task::new(TaskKind::Number, Layout::default())?;
+    let data = Dataset::new(task, 0, Split::Test, args.n as usize, 0)?;
+    let chain = HopChain::new(route, data.task().vocab(), MAX_HOP)?;
+    let start = Instant::now();
+    let (baseline, rows) = hop_map(&chain, &data, args.memory, |_, _| {})?;
+    println!(
+        "hand-built {name} chain ({} layers), {} test samples of the default number task; \
+         accuracy {:.4}",
+        Routed::layers(&chain),
+        baseline.n,
+        baseline.accuracy
+    );
+    print!("{}", table(&rows));
+    println!("verdict: {}", HopRoute::of(&rows, CARRY_MASS).summary());
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("hops-{name}.csv")));
+    write_csv(&out, &rows)?;
+    println!(
+        "{} knock-outs in {:.1} s; wrote {}",
+        rows.len(),
         start.elapsed().as_secs_f64(),
         out.display()
     );

@@ -87,28 +87,7 @@ pub fn multi_hop(
         )?;
     }
     if let Some(n) = options.hop_samples {
-        let (_, config) = RunDir::open(run)?;
-        if config.task == TaskKind::Number {
-            let key = format!("hop map of step {}: samples {n}", test.step);
-            let read = |path: &Path| -> Result<()> {
-                ropelab_io::read_csv_file::<HopRow>(path)?;
-                Ok(())
-            };
-            owned(run, "hops.csv", &key, read, || {
-                let stage = progress.stage(&format!("hops {label}"), 0);
-                let options = HopOptions {
-                    step: Some(test.step),
-                    n,
-                    memory: EVAL_MEMORY,
-                };
-                let report = hop_run(run, &options, device, |done, total| {
-                    stage.set_total(total as u64);
-                    stage.set(done as u64);
-                })?;
-                ropelab_io::write_csv(&run.join("hops.csv"), &report.rows)?;
-                Ok(())
-            })?;
-        }
+        hop_map_file(run, n, label, progress, device)?;
     }
     Ok(Measured {
         test_accuracy: Some(test.accuracy.accuracy),
@@ -119,5 +98,42 @@ pub fn multi_hop(
         test: Some(test),
         score_seconds,
         length_seconds,
+    })
+}
+
+/// Measures the hop map of the number-task run in `run` at its latest checkpoint on `n` test
+/// samples into `hops.csv`, recorded in the run's ledger (reused when it vouches for it, so
+/// calling this on a finished job only measures a map it lacks); a run of another task is left
+/// alone.
+pub fn hop_map_file(
+    run: &Path,
+    n: usize,
+    label: &str,
+    progress: &dyn Progress,
+    device: &Device,
+) -> Result<()> {
+    let (dir, config) = RunDir::open(run)?;
+    if config.task != TaskKind::Number {
+        return Ok(());
+    }
+    let step = dir.latest_checkpoint()?;
+    let key = format!("hop map of step {step}: samples {n}");
+    let read = |path: &Path| -> Result<()> {
+        ropelab_io::read_csv_file::<HopRow>(path)?;
+        Ok(())
+    };
+    owned(run, "hops.csv", &key, read, || {
+        let stage = progress.stage(&format!("hops {label}"), 0);
+        let options = HopOptions {
+            step: Some(step),
+            n,
+            memory: EVAL_MEMORY,
+        };
+        let report = hop_run(run, &options, device, |done, total| {
+            stage.set_total(total as u64);
+            stage.set(done as u64);
+        })?;
+        ropelab_io::write_csv(&run.join("hops.csv"), &report.rows)?;
+        Ok(())
     })
 }
