@@ -345,6 +345,21 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(collected.contains("Sweep: every configuration over its seeds"));
     assert!(collected.contains("Fixed-offset retrieval: rotary, learned absolute, none"));
 
+    // `ropelab hops` does not replace the study's hop map with another one; it records its own
+    // map of a measured run in the ledger under the study's key, so the study reuses it.
+    let number = run.join("seed-3/number");
+    let other = ropelab(&["hops", "--run", number.to_str().unwrap(), "--n", "8"]);
+    assert!(!other.status.success());
+    assert!(stderr(&other).contains("hops.csv"), "{}", stderr(&other));
+    std::fs::remove_file(number.join("hops.csv")).unwrap();
+    let own = ropelab(&["hops", "--run", number.to_str().unwrap()]);
+    assert!(own.status.success(), "{}", stderr(&own));
+    let ledger = std::fs::read_to_string(number.join("measured.json")).unwrap();
+    assert!(
+        ledger.contains("hop map of step 5: samples 256"),
+        "{ledger}"
+    );
+
     // A second reproduce reuses the finished runs.
     let again = ropelab(&[
         "reproduce",

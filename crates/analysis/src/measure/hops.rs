@@ -21,6 +21,12 @@ pub const MAX_HOP: usize = 4;
 /// Test samples `ropelab hops` reads by default.
 pub const DEFAULT_SAMPLES: usize = 256;
 
+/// The settings a run's `hops.csv` is recorded under in its ledger (`measured.json`): a study
+/// job and `ropelab hops` write the same key for the same map.
+pub fn ledger_key(step: usize, samples: usize) -> String {
+    format!("hop map of step {step}: samples {samples}")
+}
+
 /// Where the edges start: the query (last token) only, or every position with a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

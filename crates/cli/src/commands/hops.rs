@@ -12,10 +12,10 @@ use clap::Args;
 use ropelab_analysis::measure::hop_chain::{HopChain, Route};
 use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
 use ropelab_analysis::measure::hops::{
-    hop_map, hop_run, HopOptions, HopRow, Routed, Source, DEFAULT_SAMPLES, MAX_HOP,
+    hop_map, hop_run, ledger_key, HopOptions, HopRow, Routed, Source, DEFAULT_SAMPLES, MAX_HOP,
 };
 use ropelab_io::resources::bytes;
-use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_io::{write_csv, Align::Left, Align::Right, Ledger, Table};
 use ropelab_tasks::{Dataset, Layout, Split, Task, TaskKind};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 
@@ -102,7 +102,17 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
     // A study job's hop map (listed in the run's ledger) is its verdicts' input: not replaced.
     let text = ropelab_io::to_csv(&report.rows)?;
     ropelab_io::refuse_owned(&run_dir, &out, Some(text.as_bytes()))?;
+    // In a measured run the map is recorded in its ledger, under the key a study job uses for
+    // the same map, so the run's report and verdicts read it (and a study reuses it).
+    let recorded = out == run_dir.join("hops.csv") && Ledger::load(&run_dir)?.is_some();
+    let key = ledger_key(report.step, n);
+    if recorded {
+        Ledger::begin(&run_dir, "hops.csv", &key)?;
+    }
     write_csv(&out, &report.rows)?;
+    if recorded {
+        Ledger::finish(&run_dir, "hops.csv", &key)?;
+    }
     println!(
         "{} knock-outs in {:.1} s; wrote {}",
         report.rows.len(),

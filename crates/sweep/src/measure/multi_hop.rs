@@ -9,7 +9,7 @@ use candle_core::Device;
 use ropelab_analysis::claims::layer_types;
 use ropelab_analysis::lens::attention::{attention_view, write_view, AttentionView};
 use ropelab_analysis::measure::dynamics::{score_run, HeadStep};
-use ropelab_analysis::measure::hops::{hop_run, HopOptions, HopRow};
+use ropelab_analysis::measure::hops::{hop_run, ledger_key, HopOptions, HopRow};
 use ropelab_analysis::measure::lengthgen::{self, length_generalisation, LengthRow};
 use ropelab_io::{write_atomic, Ledger, Progress, LEDGER};
 use ropelab_tasks::TaskKind;
@@ -117,7 +117,7 @@ pub fn hop_map_file(
         return Ok(());
     }
     let step = dir.latest_checkpoint()?;
-    let key = format!("hop map of step {step}: samples {n}");
+    let key = ledger_key(step, n);
     let read = |path: &Path| -> Result<()> {
         ropelab_io::read_csv_file::<HopRow>(path)?;
         Ok(())
