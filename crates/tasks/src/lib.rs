@@ -8,10 +8,13 @@
 //! answer slot, answer token and hop count, and each sample re-validates from its tokens alone.
 //! [`language`] adds the formal languages of the expressivity experiments (labelled strings for
 //! an EOS classifier), [`offset`] the fixed-offset retrieval of the implicit-bias experiment.
-//! [`canonical`] holds the frequency paper's Index, Retrieval and Partial Induction tasks.
+//! [`canonical`] holds the frequency paper's Index, Retrieval and Partial Induction tasks;
+//! [`ambiguous`] a task both a positional and a symbolic rule solve, to measure which one a
+//! model picks.
 //! [`prompt`] builds the natural-language 1-hop versions for pretrained models.
 //! This crate has no tensor dependency.
 
+pub mod ambiguous;
 pub mod canonical;
 mod dataset;
 mod error;
@@ -27,6 +30,7 @@ mod sample;
 mod task;
 mod vocab;
 
+pub use ambiguous::{AmbiguousSample, AmbiguousTask};
 pub use canonical::{CanonicalKind, CanonicalSample, CanonicalTask};
 pub use dataset::{summarize, Dataset, Split, Summary};
 pub use error::{Invalid, TaskError};
