@@ -203,7 +203,7 @@ impl AmbiguousTask {
             }
             _ => positional,
         };
-        let mut other_letter = |rng: &mut rand_chacha::ChaCha8Rng| {
+        let other_letter = |rng: &mut rand_chacha::ChaCha8Rng| {
             let l = rng.random_range(0..self.letters - 1);
             if l >= query {
                 l + 1
