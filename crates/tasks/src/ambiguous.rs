@@ -407,9 +407,9 @@ mod tests {
             let t = s.ids.len();
             let (answer, _) = s.answers(&task);
             let value = (answer - task.answer_id(0)) as usize;
-            let guess = table.get(&(s.ids[t - 2], s.ids[t - 1])).map_or(0, |c| {
-                (0..VALUES).max_by_key(|&v| c[v]).unwrap_or(0)
-            });
+            let guess = table
+                .get(&(s.ids[t - 2], s.ids[t - 1]))
+                .map_or(0, |c| (0..VALUES).max_by_key(|&v| c[v]).unwrap_or(0));
             lookup += usize::from(guess == value);
             let mut counts = [0usize; VALUES];
             for &id in &s.ids[..t - 2] {
