@@ -22,20 +22,23 @@ enum Head {
     Symbolic,
 }
 
-/// The value the head reads: the positional head at the last position (query rho(-o theta)),
-/// the symbolic head at the query letter (content planes that never turn).
+/// The value the head reads at the query (the last token, `?c5`): the positional head by
+/// rho(-o theta) on its query, the symbolic head by the query's letter in content planes that
+/// never turn.
 fn answer(task: &AmbiguousTask, head: Head, s: &AmbiguousSample) -> u32 {
     let vocab = task.vocab();
     let t = s.ids.len();
     let token = |p: usize| vocab.token(s.ids[p]).unwrap().to_owned();
-    let letters: Vec<String> = (0..t - 2)
+    let query = token(t - 1);
+    let query_letter: String = query[1..].trim_end_matches(char::is_numeric).to_owned();
+    let letters: Vec<String> = (0..t - 1)
         .map(|p| token(p).trim_end_matches(char::is_numeric).to_owned())
         .collect();
     let mut q = vec![0f32; t * 2 * PLANES];
     let mut k = vec![0f32; t * 2 * PLANES];
     let (read_at, thetas): (usize, Vec<f64>) = match head {
         Head::Positional => {
-            let o: f64 = token(t - 1).parse().unwrap();
+            let o: f64 = query[1 + query_letter.len()..].parse().unwrap();
             for p in 0..t {
                 for i in 0..PLANES {
                     let theta = std::f64::consts::PI / f64::from(1u32 << i);
@@ -61,14 +64,13 @@ fn answer(task: &AmbiguousTask, head: Head, s: &AmbiguousSample) -> u32 {
             for (p, name) in letters.iter().enumerate() {
                 k[p * 2 * PLANES..][..2].copy_from_slice(&rot(angle(name)));
             }
-            let query = token(t - 2);
-            q[(t - 2) * 2 * PLANES..][..2].copy_from_slice(&rot(angle(&query[1..])));
-            (t - 2, vec![0.0; PLANES])
+            q[(t - 1) * 2 * PLANES..][..2].copy_from_slice(&rot(angle(&query_letter)));
+            (t - 1, vec![0.0; PLANES])
         }
     };
     let n = vocab.len();
     let mut v = vec![0f32; t * n];
-    for p in 0..t - 2 {
+    for p in 0..t - 1 {
         v[p * n + s.ids[p] as usize] = 1.0;
     }
     let dev = Device::Cpu;

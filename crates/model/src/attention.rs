@@ -43,7 +43,7 @@ pub fn attend(
     attend_in_blocks(
         layer,
         (q, k, v),
-        position,
+        (position, 0),
         (kind, scale),
         hooks,
         dropout,
@@ -51,7 +51,8 @@ pub fn attend(
     )
 }
 
-/// [`attend`] with the bounded path's block size given: a softmax layer without dropout whose
+/// [`attend`] at positions `start .. start + pos` (the rotation's angles; the causal mask and
+/// every relative distance are unchanged) with the bounded path's block size given: a softmax layer without dropout whose
 /// input is longer than one query chunk (min(`block`, [`QUERY_CHUNK`])) and whose full scores
 /// and pattern `hooks` does not need ([`Hooks::needs_full_pattern`]) is computed in query
 /// chunks and key blocks of `block`; a `capture_last` of its scores or pattern is then
@@ -60,7 +61,7 @@ pub fn attend(
 pub fn attend_in_blocks(
     layer: usize,
     (q, k, v): (Tensor, Tensor, &Tensor),
-    position: &PositionEncoding,
+    (position, start): (&PositionEncoding, usize),
     (kind, scale): (AttentionKind, f64),
     hooks: &mut Hooks,
     dropout: Option<&mut Dropout>,
@@ -72,7 +73,7 @@ pub fn attend_in_blocks(
     let (rq, rk) = match position.rotation() {
         None => (q, k),
         Some(r) => {
-            let positions: Vec<usize> = (0..t).collect();
+            let positions: Vec<usize> = (start..start + t).collect();
             let (cos, sin) = rope::angles_of(&positions, &r, &device)?;
             let (cos, sin) = (cos.to_dtype(q.dtype())?, sin.to_dtype(q.dtype())?);
             (
@@ -279,7 +280,7 @@ mod tests {
             attend_in_blocks(
                 0,
                 (q.clone(), k.clone(), &v),
-                &position,
+                (&position, 0),
                 (AttentionKind::Softmax, 0.9),
                 hooks,
                 None,

@@ -7,7 +7,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
-use crate::attention::attend;
+use crate::attention::{attend_in_blocks, ATTENTION_BLOCK};
 use crate::hooks::{HookKind, HookPoint, Hooks};
 use crate::layout::{BlockParams, GptjLayout, NormParams, OuterParams};
 use crate::ops::{layer_norm, Dropout};
@@ -23,6 +23,9 @@ pub struct GptJ {
     device: Device,
     /// Forward passes read detached parameters: no autograd graph is kept (see [`GptJ::frozen`]).
     frozen: bool,
+    /// The position of the first token (0; randomised positions train at others, see
+    /// [`GptJ::starting_at`]).
+    start: usize,
 }
 
 /// x [..., in] times the transpose of a Linear weight [out, in].
@@ -68,6 +71,7 @@ impl GptJ {
             vars,
             device: device.clone(),
             frozen: false,
+            start: 0,
         })
     }
 
@@ -170,6 +174,20 @@ impl GptJ {
         self.unembed(&last)
     }
 
+    /// The same model (sharing its parameters) reading its inputs at positions
+    /// `start .. start + pos` instead of `0 .. pos`: rotary angles and absolute encodings are
+    /// those of the shifted positions, the causal mask and relative distances are unchanged.
+    /// Randomised positions (docs/bias.md) train each batch at a drawn start.
+    pub fn starting_at(mut self, start: usize) -> Self {
+        self.start = start;
+        self
+    }
+
+    /// The position of the first token (see [`GptJ::starting_at`]).
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
     /// Residual stream after the last block: ids [batch, pos] -> [batch, pos, d_model].
     pub fn trunk(
         &self,
@@ -195,7 +213,8 @@ impl GptJ {
         Ok(x)
     }
 
-    /// The absolute position vectors added to the embeddings at positions 0..t, [t, d_model]
+    /// The absolute position vectors added to the embeddings at positions start..start + t,
+    /// [t, d_model]
     /// (`None` when the model has no absolute encoding). A learned table is read through the
     /// encoding's rule for positions beyond `max_len` (an error, or clamped).
     fn absolute_positions(&self, t: usize) -> Result<Option<Tensor>> {
@@ -203,14 +222,15 @@ impl GptJ {
         let Some(encoding) = c.absolute() else {
             return Ok(None);
         };
-        if let Some(table) = encoding.sinusoid_table(c.d_model, 0..t) {
+        let positions = self.start..self.start + t;
+        if let Some(table) = encoding.sinusoid_table(c.d_model, positions.clone()) {
             let pe = Tensor::from_vec(table, (t, c.d_model), &self.device)?;
             return Ok(Some(pe.to_dtype(self.dtype())?));
         }
         let wpe = self.layout.outer().wpe.ok_or_else(|| {
             crate::ModelError::Config("a learned position encoding without its table".into())
         })?;
-        let rows = (0..t)
+        let rows = positions
             .map(|p| Ok(encoding.learned_row(p)?.unwrap_or(0) as u32))
             .collect::<Result<Vec<u32>>>()?;
         let rows = Tensor::from_vec(rows, t, &self.device)?;
@@ -295,16 +315,14 @@ impl GptJ {
         let k = hooks.point(point(HookKind::K), k)?;
         let v = hooks.point(point(HookKind::V), heads(&p.v)?)?;
         let scale = 1.0 / (d_head as f64).sqrt();
-        let z = attend(
+        let z = attend_in_blocks(
             layer,
-            q,
-            k,
-            &v,
-            &position,
-            c.attention,
-            scale,
+            (q, k, &v),
+            (&position, self.start),
+            (c.attention, scale),
             hooks,
             dropout,
+            ATTENTION_BLOCK,
         )?;
         let z = hooks.ablate(layer, z)?; // [batch, heads, pos, d_head]
         let z = hooks.point(point(HookKind::Z), z)?;

@@ -185,7 +185,7 @@ impl Attend for Hooked<'_> {
         let z = attend_in_blocks(
             layer,
             (q, k, &v),
-            position,
+            (position, 0),
             (AttentionKind::Softmax, scale),
             hooks,
             None,

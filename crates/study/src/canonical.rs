@@ -161,6 +161,8 @@ impl Experiment {
             language: None,
             offset: None,
             canonical: Some(self.task),
+            ambiguous: None,
+            position_shift: 0,
             data: DataConfig {
                 train: self.steps.saturating_mul(self.batch),
                 val: 8 * self.task.len,

@@ -191,6 +191,8 @@ impl Experiment {
             }),
             offset: None,
             canonical: None,
+            ambiguous: None,
+            position_shift: 0,
             data: DataConfig {
                 train: self.steps.saturating_mul(self.batch),
                 val: 4 * (self.train_lengths[1] - self.train_lengths[0] + 1),

@@ -192,6 +192,8 @@ impl Experiment {
             layout: Layout::default(),
             language: None,
             canonical: None,
+            ambiguous: None,
+            position_shift: 0,
             offset: Some(OffsetData {
                 vocab: self.vocab,
                 k,

@@ -1,13 +1,14 @@
 //! The ambiguous task (docs/tasks.md, "The ambiguous task"): an answer that can be found both by
 //! position and by content, so that which mechanism a model picks can be measured.
 //!
-//! A sequence is `items` letter-value tokens (`c3`: letter c, value 3), then a query letter
-//! (`?c`) and, last, an offset token (`5`). The **positional** target is the item `offset`
-//! positions back from the last token (as in the number task); the **symbolic** target is the
-//! one item whose letter is the query letter (as in the letter task). The answer is the target's
-//! **value** (`=3`), not the whole item: an answer naming the item could be read off the bag of
-//! items without attending to the match (docs/tasks.md, "Canonical tasks"), and a value binds
-//! to its letter only through the item token.
+//! A sequence is `items` letter-value tokens (`c3`: letter c, value 3), then one query token
+//! (`?c5`: letter c, offset 5), last. The **positional** target is the item `offset` positions
+//! back from the query (as in the number task); the **symbolic** target is the one item whose
+//! letter is the query's (as in the letter task). Both rules read the last token alone, so
+//! either can be carried out by one attention layer: the task's structure favours neither. The
+//! answer is the target's **value** (`=3`), not the whole item: an answer naming the item could
+//! be read off the bag of items without attending to the match (docs/tasks.md, "Canonical
+//! tasks"), and a value binds to its letter only through the item token.
 //!
 //! - **agree** samples (train, val, test): both rules point to the same item, so either solves
 //!   the task; the query letter appears on no other item.
@@ -18,9 +19,9 @@
 //!   with the query letter), the offset still within the training range: longer inputs, same
 //!   answer by either rule.
 //!
-//! Worked examples (4 items, letters a..h, values 1..4; positions 0..5, the offset last):
-//! `b2 c3 a1 d4 ?c 4` agrees: 5 - 4 = 1 holds `c3`, the item of letter c; the answer is `=3`.
-//! `b2 c3 a1 d4 ?c 3` is a conflict: 5 - 3 = 2 holds `a1` (positional answer `=1`), the item of
+//! Worked examples (4 items, letters a..h, values 1..4; positions 0..4, the query last):
+//! `b2 c3 a1 d4 ?c3` agrees: 4 - 3 = 1 holds `c3`, the item of letter c; the answer is `=3`.
+//! `b2 c3 a1 d4 ?c2` is a conflict: 4 - 2 = 2 holds `a1` (positional answer `=1`), the item of
 //! letter c is `c3` at 1 (symbolic answer `=3`).
 //!
 //! Sequences are deterministic per (seed, kind, extra, index); the target position, the query
@@ -107,8 +108,8 @@ fn letter_name(l: usize) -> String {
 
 impl AmbiguousTask {
     /// The task over `letters` letters, `values` values and `items` items per training
-    /// sequence; ids: PAD 0, items `1..=letters*values` (letter-major), query letters, offsets
-    /// `1..=items + 1`, answers `=1..=values`.
+    /// sequence; ids: PAD 0, items `1..=letters*values` (letter-major), queries (letter-major,
+    /// offsets `1..=items`), answers `=1..=values`.
     pub fn new(letters: usize, values: usize, items: usize) -> Result<Self, TaskError> {
         let bad = |m: String| Err(TaskError::Layout(format!("ambiguous task: {m}")));
         if !(2..=crate::number::ALPHABET).contains(&letters) {
@@ -131,8 +132,9 @@ impl AmbiguousTask {
         for l in 0..letters {
             tokens.extend((1..=values).map(|v| format!("{}{v}", letter_name(l))));
         }
-        tokens.extend((0..letters).map(|l| format!("?{}", letter_name(l))));
-        tokens.extend((1..=items + 1).map(|o| o.to_string()));
+        for l in 0..letters {
+            tokens.extend((1..=items).map(|o| format!("?{}{o}", letter_name(l))));
+        }
         tokens.extend((1..=values).map(|v| format!("={v}")));
         Ok(Self {
             letters,
@@ -142,7 +144,7 @@ impl AmbiguousTask {
         })
     }
 
-    /// The default layout: 16 letters, 4 values, 16 items.
+    /// The default layout: 16 letters, 8 values, 16 items.
     pub fn default_layout() -> Self {
         Self::new(LETTERS, VALUES, ITEMS).expect("the default layout is valid")
     }
@@ -161,17 +163,14 @@ impl AmbiguousTask {
         (1 + letter * self.values + value) as u32
     }
 
-    fn query_id(&self, letter: usize) -> u32 {
-        (1 + self.letters * self.values + letter) as u32
-    }
-
-    fn offset_id(&self, offset: usize) -> u32 {
-        (self.letters * (self.values + 1) + offset) as u32
+    /// The query of `letter` and `offset` (1..=items).
+    fn query_id(&self, letter: usize, offset: usize) -> u32 {
+        (1 + self.letters * self.values + letter * self.items + offset - 1) as u32
     }
 
     /// The id of the answer naming value `value` (0-based).
     pub fn answer_id(&self, value: usize) -> u32 {
-        self.offset_id(self.items + 1) + 1 + value as u32
+        (1 + self.letters * (self.values + self.items) + value) as u32
     }
 
     /// The value (0-based) of item id `id`.
@@ -211,7 +210,7 @@ impl AmbiguousTask {
                 l
             }
         };
-        let mut ids = Vec::with_capacity(n + 2);
+        let mut ids = Vec::with_capacity(n + 1);
         let mut values: Vec<usize> = (0..n).map(|_| rng.random_range(0..self.values)).collect();
         if symbolic != positional && values[positional] == values[symbolic] {
             // A conflict's two answers differ: shift the positional value by a uniform step.
@@ -226,9 +225,7 @@ impl AmbiguousTask {
             };
             ids.push(self.item_id(letter, value));
         }
-        ids.push(self.query_id(query));
-        let last = n + 1;
-        ids.push(self.offset_id(last - positional));
+        ids.push(self.query_id(query, n - positional));
         AmbiguousSample {
             ids,
             positional,
@@ -238,10 +235,10 @@ impl AmbiguousTask {
 
     /// Re-derives both targets from the tokens alone: (positional, symbolic) positions; an
     /// error when the sequence is not an instance (wrong token type, offset out of the
-    /// sequence or of the training range, a query letter on no item or on several).
+    /// sequence, a query letter on no item or on several).
     pub fn check(&self, ids: &[u32]) -> Result<(usize, usize), Invalid> {
         let t = ids.len();
-        if t < 4 {
+        if t < 3 {
             return Err(Invalid::Empty);
         }
         let n_items = (self.letters * self.values) as u32;
@@ -249,28 +246,23 @@ impl AmbiguousTask {
             pos,
             token: self.vocab.token(ids[pos]).unwrap_or("<unk>").to_owned(),
         };
-        for (pos, &id) in ids[..t - 2].iter().enumerate() {
+        for (pos, &id) in ids[..t - 1].iter().enumerate() {
             if id == 0 || id > n_items {
                 return Err(wrong(pos));
             }
         }
-        let query = ids[t - 2]
+        let q = ids[t - 1]
             .checked_sub(n_items + 1)
-            .filter(|&l| (l as usize) < self.letters)
-            .ok_or_else(|| wrong(t - 2))? as usize;
-        let offset = ids[t - 1]
-            .checked_sub(self.offset_id(0))
-            .filter(|&o| (1..=self.items as u32 + 1).contains(&o))
-            .ok_or_else(|| wrong(t - 1))? as usize;
-        let positional = (t - 1)
-            .checked_sub(offset)
-            .filter(|&p| p < t - 2)
+            .map(|q| q as usize)
+            .filter(|&q| q < self.letters * self.items)
             .ok_or_else(|| wrong(t - 1))?;
+        let (query, offset) = (q / self.items, q % self.items + 1);
+        let positional = (t - 1).checked_sub(offset).ok_or_else(|| wrong(t - 1))?;
         let letter_of = |id: u32| (id as usize - 1) / self.values;
-        let mut with_query = (0..t - 2).filter(|&p| letter_of(ids[p]) == query);
-        let symbolic = with_query.next().ok_or_else(|| wrong(t - 2))?;
+        let mut with_query = (0..t - 1).filter(|&p| letter_of(ids[p]) == query);
+        let symbolic = with_query.next().ok_or_else(|| wrong(t - 1))?;
         if with_query.next().is_some() {
-            return Err(wrong(t - 2));
+            return Err(wrong(t - 1));
         }
         Ok((positional, symbolic))
     }
@@ -300,7 +292,7 @@ mod tests {
     fn the_worked_examples() {
         let task = AmbiguousTask::new(8, 4, 4).unwrap();
         // 5 - 3 = 2 holds a1, the c item is at 1: a conflict.
-        let ids = tokens(&task, "b2 c3 a1 d4 ?c 3");
+        let ids = tokens(&task, "b2 c3 a1 d4 ?c2");
         assert_eq!(task.check(&ids), Ok((2, 1)));
         let s = AmbiguousSample {
             ids,
@@ -309,21 +301,24 @@ mod tests {
         };
         let answer = |t: &str| task.vocab().id(t).unwrap();
         assert_eq!(s.answers(&task), (answer("=1"), answer("=3")));
-        let ids = tokens(&task, "b2 c3 a1 d4 ?c 4");
+        let ids = tokens(&task, "b2 c3 a1 d4 ?c3");
         assert_eq!(task.check(&ids), Ok((1, 1)));
         // Two items of the query letter, or none, are not instances.
-        assert!(task.check(&tokens(&task, "c2 c3 a1 d4 ?c 4")).is_err());
-        assert!(task.check(&tokens(&task, "b2 e3 a1 d4 ?c 4")).is_err());
-        // Offset 5 reaches the first item; offset 1 points at the query letter, not an item.
-        assert_eq!(task.check(&tokens(&task, "b2 c3 a1 d4 ?c 5")), Ok((0, 1)));
-        assert!(task.check(&tokens(&task, "b2 c3 a1 d4 ?c 1")).is_err());
-        // Longer inputs keep the training range of offsets: 6 items, offset 5 -> position 2.
+        assert!(task.check(&tokens(&task, "c2 c3 a1 d4 ?c3")).is_err());
+        assert!(task.check(&tokens(&task, "b2 e3 a1 d4 ?c3")).is_err());
+        // Offset 4 reaches the first item, offset 1 the item just before the query.
+        assert_eq!(task.check(&tokens(&task, "b2 c3 a1 d4 ?c4")), Ok((0, 1)));
+        assert_eq!(task.check(&tokens(&task, "b2 c3 a1 d4 ?c1")), Ok((3, 1)));
+        // Offsets beyond the sequence are not instances: 2 items, offset 3.
+        assert!(task.check(&tokens(&task, "c3 a1 ?c3")).is_err());
+        // Longer inputs keep the training range of offsets: 6 items, offset 4 -> position 2.
         assert_eq!(
-            task.check(&tokens(&task, "e1 f1 b2 c3 a1 d4 ?c 5")),
+            task.check(&tokens(&task, "e1 f1 b2 c3 a1 d4 ?c4")),
             Ok((2, 3))
         );
-        // A query letter in an item slot.
-        assert!(task.check(&tokens(&task, "b2 ?c a1 d4 ?c 4")).is_err());
+        // A query in an item slot, an item in the query slot.
+        assert!(task.check(&tokens(&task, "b2 ?c1 a1 d4 ?c3")).is_err());
+        assert!(task.check(&tokens(&task, "b2 c3 a1 d4 c3")).is_err());
     }
 
     #[test]
@@ -344,9 +339,9 @@ mod tests {
                 let (p, q) = s.answers(&task);
                 assert_eq!(p == q, agree, "{kind:?} {s:?}");
                 let extra = if let Kind::Length(e) = kind { e } else { 0 };
-                assert_eq!(s.ids.len(), ITEMS + extra + 2);
+                assert_eq!(s.ids.len(), ITEMS + extra + 1);
                 // The offset stays within the training range.
-                assert!(s.ids.len() - 1 - s.positional <= ITEMS + 1);
+                assert!(s.ids.len() - 1 - s.positional <= ITEMS);
             }
         }
         assert_eq!(
@@ -384,7 +379,7 @@ mod tests {
 
     #[test]
     fn no_statistic_but_the_two_rules_gives_the_answer() {
-        // The answer's value is uniform given the query letter and offset: a lookup table
+        // The answer's value is uniform given the query token: a lookup table
         // fitted on 8,000 samples scores chance (1/8) on 8,000 others. The bag of items is a
         // weak prior only: the answer is one of the values present, so guessing the most
         // frequent value among the items scores about 0.26 (measured), far below what a rule
@@ -392,13 +387,13 @@ mod tests {
         // where both candidate values are present, rather than reading accuracy alone.
         let task = AmbiguousTask::default_layout();
         let train = |i| task.sample(0, Kind::Agree(Split::Train), i);
-        let mut table = std::collections::HashMap::<(u32, u32), [usize; VALUES]>::new();
+        let mut table = std::collections::HashMap::<u32, [usize; VALUES]>::new();
         for i in 0..8000 {
             let s = train(i);
             let t = s.ids.len();
             let (answer, _) = s.answers(&task);
             let value = (answer - task.answer_id(0)) as usize;
-            table.entry((s.ids[t - 2], s.ids[t - 1])).or_default()[value] += 1;
+            table.entry(s.ids[t - 1]).or_default()[value] += 1;
         }
         let (mut lookup, mut majority) = (0usize, 0usize);
         let n = 8000;
@@ -408,11 +403,11 @@ mod tests {
             let (answer, _) = s.answers(&task);
             let value = (answer - task.answer_id(0)) as usize;
             let guess = table
-                .get(&(s.ids[t - 2], s.ids[t - 1]))
+                .get(&s.ids[t - 1])
                 .map_or(0, |c| (0..VALUES).max_by_key(|&v| c[v]).unwrap_or(0));
             lookup += usize::from(guess == value);
             let mut counts = [0usize; VALUES];
-            for &id in &s.ids[..t - 2] {
+            for &id in &s.ids[..t - 1] {
                 counts[task.value_of(id)] += 1;
             }
             let most = (0..VALUES).max_by_key(|&v| counts[v]).unwrap_or(0);

@@ -9,9 +9,11 @@ pub enum TaskError {
     /// A dataset (or prompt set) of zero samples was requested.
     #[error("the number of samples must be at least 1")]
     EmptyDataset,
-    /// A task name that is not `number`, `letter`, `language`, `offset` or `canonical`.
+    /// A task name that is not `number`, `letter`, `language`, `offset`, `canonical` or
+    /// `ambiguous`.
     #[error(
-        "unknown task {0:?} (expected `number`, `letter`, `language`, `offset` or `canonical`)"
+        "unknown task {0:?} (expected `number`, `letter`, `language`, `offset`, `canonical` or \
+         `ambiguous`)"
     )]
     UnknownTask(String),
     /// A multi-hop generator or analysis was asked for a formal-language or offset run.

@@ -81,7 +81,7 @@ pub fn prompt(kind: TaskKind, size: usize, seed: u64, index: usize) -> Result<Pr
             question.push(format!("{}{}", lower(rng.random_range(0..26)), lower(key)));
             (LETTER_INSTRUCTION, LETTER_EXAMPLES, question, answer)
         }
-        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
+        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical | TaskKind::Ambiguous => {
             return Err(TaskError::NotMultiHop(kind))
         }
     };
@@ -139,7 +139,10 @@ mod tests {
                     let s = match kind {
                         TaskKind::Number => number::solve(&t),
                         TaskKind::Letter => letter::solve(&t),
-                        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
+                        TaskKind::Language
+                        | TaskKind::Offset
+                        | TaskKind::Canonical
+                        | TaskKind::Ambiguous => {
                             unreachable!("TaskKind::ALL is multi-hop")
                         }
                     }

@@ -26,13 +26,18 @@ pub enum TaskKind {
     /// A canonical task of the frequency paper (the run's `[canonical]` table says which);
     /// no multi-hop layout either.
     Canonical,
+    /// The ambiguous task (docs/tasks.md, "The ambiguous task"): answerable by position and by
+    /// content alike in training (the run's `[ambiguous]` table says its sizes); no multi-hop
+    /// layout either.
+    Ambiguous,
 }
 
 impl TaskKind {
     /// The two multi-hop tasks, number first.
     pub const ALL: [TaskKind; 2] = [TaskKind::Number, TaskKind::Letter];
 
-    /// The lowercase name (`number`, `letter`, `language`, `offset`, `canonical`).
+    /// The lowercase name (`number`, `letter`, `language`, `offset`, `canonical`,
+    /// `ambiguous`).
     pub fn as_str(self) -> &'static str {
         match self {
             TaskKind::Number => "number",
@@ -40,6 +45,7 @@ impl TaskKind {
             TaskKind::Language => "language",
             TaskKind::Offset => "offset",
             TaskKind::Canonical => "canonical",
+            TaskKind::Ambiguous => "ambiguous",
         }
     }
 
@@ -64,6 +70,7 @@ impl FromStr for TaskKind {
             "language" => Ok(TaskKind::Language),
             "offset" => Ok(TaskKind::Offset),
             "canonical" => Ok(TaskKind::Canonical),
+            "ambiguous" => Ok(TaskKind::Ambiguous),
             other => Err(TaskError::UnknownTask(other.to_owned())),
         }
     }
@@ -84,7 +91,7 @@ impl Task {
         Ok(match kind {
             TaskKind::Number => Task::Number(NumberTask::new(layout)?),
             TaskKind::Letter => Task::Letter(LetterTask::new(layout)?),
-            TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
+            TaskKind::Language | TaskKind::Offset | TaskKind::Canonical | TaskKind::Ambiguous => {
                 return Err(TaskError::NotMultiHop(kind))
             }
         })

@@ -136,7 +136,7 @@ proptest! {
         let task = data.task();
         let mut bad = data.sample(index).unwrap();
         // Another token of the target type (letters: 17.., letter-number pairs: 1..=64).
-        let (first, count) = match kind { TaskKind::Number => (17u32, 120u32), TaskKind::Letter => (1, 64), TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => unreachable!("multi-hop tasks only") };
+        let (first, count) = match kind { TaskKind::Number => (17u32, 120u32), TaskKind::Letter => (1, 64), TaskKind::Language | TaskKind::Offset | TaskKind::Canonical | TaskKind::Ambiguous => unreachable!("multi-hop tasks only") };
         let replacement = first + (bad.answer_id - first + 1 + other as u32 % (count - 1)) % count;
         bad.ids[bad.target_pos] = replacement;
         prop_assert!(task.validate(&bad).is_err());
@@ -180,7 +180,7 @@ proptest! {
                 let target_type = match kind {
                     TaskKind::Number => tok.parse::<usize>().is_err(),
                     TaskKind::Letter => tok.chars().nth(1).is_some_and(|c| c.is_ascii_digit()),
-                    TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => unreachable!("multi-hop tasks only"),
+                    TaskKind::Language | TaskKind::Offset | TaskKind::Canonical | TaskKind::Ambiguous => unreachable!("multi-hop tasks only"),
                 };
                 let offset_inside = tok.parse::<usize>().map_or(true, |k| k <= p);
                 *tok != "<pad>" && target_type == (p < 8) && offset_inside
@@ -188,7 +188,7 @@ proptest! {
             let reference = match kind {
                 TaskKind::Number => number_reference(&t),
                 TaskKind::Letter => letter_reference(&t),
-                TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => unreachable!("multi-hop tasks only"),
+                TaskKind::Language | TaskKind::Offset | TaskKind::Canonical | TaskKind::Ambiguous => unreachable!("multi-hop tasks only"),
             };
             in_type
                 && reference == Some((bad.target_pos, bad.hops))

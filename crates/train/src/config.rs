@@ -185,6 +185,46 @@ impl Default for OffsetData {
     }
 }
 
+/// The largest `position_shift` plus one (2^24).
+pub const MAX_POSITION_SHIFT: usize = 1 << 24;
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The sizes of a `task = "ambiguous"` run's task (docs/tasks.md, "The ambiguous task").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmbiguousData {
+    /// Letters (query symbols), at least 2.
+    pub letters: usize,
+    /// Values per letter (the answers; chance is 1 / values), at least 2.
+    pub values: usize,
+    /// Items of a training sequence (it has items + 1 tokens), at least 2.
+    pub items: usize,
+}
+
+impl Default for AmbiguousData {
+    fn default() -> Self {
+        Self {
+            letters: ropelab_tasks::ambiguous::LETTERS,
+            values: ropelab_tasks::ambiguous::VALUES,
+            items: ropelab_tasks::ambiguous::ITEMS,
+        }
+    }
+}
+
+impl AmbiguousData {
+    /// The task of these sizes, or why they are impossible.
+    pub fn task(&self) -> Result<ropelab_tasks::AmbiguousTask> {
+        Ok(ropelab_tasks::AmbiguousTask::new(
+            self.letters,
+            self.values,
+            self.items,
+        )?)
+    }
+}
+
 /// The canonical task a preset's `task = "canonical"` run learns: Index over 16 items of 16
 /// symbols.
 pub fn default_canonical() -> ropelab_tasks::CanonicalTask {
@@ -223,6 +263,15 @@ pub struct RunConfig {
     /// The task of a `task = "canonical"` run (absent for the other tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canonical: Option<ropelab_tasks::CanonicalTask>,
+    /// The task of a `task = "ambiguous"` run (absent for the other tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ambiguous: Option<AmbiguousData>,
+    /// Randomised positions (docs/bias.md): each training batch's positions start at an offset
+    /// drawn uniformly from `0..=position_shift` (fixed by the seed and the step), so absolute
+    /// angles carry no information; validation and tests run at offset 0. 0 (the default)
+    /// trains at positions 0.. as usual.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub position_shift: usize,
     /// Dataset sizes.
     pub data: DataConfig,
     /// Model architecture.
@@ -276,6 +325,9 @@ impl Preset {
             (_, Ok(t)) => t.vocab().len(),
             (TaskKind::Offset, _) => OffsetData::default().vocab,
             (TaskKind::Canonical, _) => default_canonical().vocab(),
+            (TaskKind::Ambiguous, _) => AmbiguousData::default()
+                .task()
+                .map_or(0, |t| t.vocab().len()),
             _ => language::vocab().len(),
         };
         let (model, optim, data) = match self {
@@ -400,10 +452,15 @@ impl Preset {
             language: None,
             offset: None,
             canonical: None,
+            ambiguous: None,
+            position_shift: 0,
             data,
             model,
             optim,
         };
+        if task == TaskKind::Ambiguous {
+            config.ambiguous = Some(AmbiguousData::default());
+        }
         if task == TaskKind::Offset {
             config.offset = Some(OffsetData::default());
         }
@@ -445,6 +502,12 @@ impl RunConfig {
                 self.task
             )));
         }
+        if self.ambiguous.is_some() && self.task != TaskKind::Ambiguous {
+            return Err(TrainError::Config(format!(
+                "an [ambiguous] table belongs to task = \"ambiguous\", not the {} task",
+                self.task
+            )));
+        }
         if self.offset.is_some() && self.task != TaskKind::Offset {
             return Err(TrainError::Config(format!(
                 "an [offset] table belongs to task = \"offset\", not the {} task",
@@ -458,6 +521,7 @@ impl RunConfig {
             }
             TaskKind::Offset => self.check_offset()?,
             TaskKind::Canonical => self.check_canonical()?,
+            TaskKind::Ambiguous => self.check_ambiguous()?,
             _ => Task::new(self.task, self.layout.clone())?.vocab().len(),
         };
         if self.model.vocab_size < vocab {
@@ -484,6 +548,7 @@ impl RunConfig {
             }
             _ => {}
         }
+        self.check_position_shift()?;
         let o = &self.optim;
         let positive = [
             ("optim.steps", o.steps),
@@ -528,6 +593,9 @@ impl RunConfig {
         if let Some(c) = &self.canonical {
             return vec![c.seq_len()];
         }
+        if let Some(a) = &self.ambiguous {
+            return vec![a.items + 1];
+        }
         match (&self.language, &self.offset) {
             (Some(l), _) => (l.lengths[0]..=l.lengths[1]).map(|n| n + 2).collect(),
             (None, Some(o)) => (o.lengths[0]..=o.lengths[1]).collect(),
@@ -561,6 +629,59 @@ impl RunConfig {
             }
         }
         Ok(c.vocab())
+    }
+
+    /// Randomised positions need room: a learned table must cover the last shifted position,
+    /// and the shift stays below 2^24 (where f32 angles lose whole radians).
+    fn check_position_shift(&self) -> Result<()> {
+        let shift = self.position_shift;
+        if shift == 0 {
+            return Ok(());
+        }
+        if shift >= MAX_POSITION_SHIFT {
+            return Err(TrainError::Config(format!(
+                "position_shift = {shift}: must be below {MAX_POSITION_SHIFT} (f32 angles of \
+                 larger positions lose their precision)"
+            )));
+        }
+        let longest = self.train_seq_lens().into_iter().max().unwrap_or(0);
+        if let ropelab_model::PositionEncoding::Learned { max_len, .. } = &self.model.position {
+            if *max_len < shift + longest {
+                return Err(TrainError::Config(format!(
+                    "position_shift = {shift}: the learned position table has {max_len} rows, \
+                     shifted training sequences reach position {}",
+                    shift + longest - 1
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The task of an ambiguous run: the `[ambiguous]` table, the answer at the last position,
+    /// an LM head, a learned table covering a training sequence. Returns its vocabulary size.
+    fn check_ambiguous(&self) -> Result<usize> {
+        let a = self.ambiguous.as_ref().ok_or_else(|| {
+            TrainError::Config(
+                "task = \"ambiguous\" needs an [ambiguous] table (letters, values, items)".into(),
+            )
+        })?;
+        let task = a.task()?;
+        if self.objective != Objective::LastToken || self.model.head != Head::Lm {
+            return Err(TrainError::Config(
+                "an ambiguous run predicts the answer value at the last position: it needs \
+                 objective = \"last_token\" and [model.head] kind = \"lm\""
+                    .into(),
+            ));
+        }
+        if let ropelab_model::PositionEncoding::Learned { max_len, .. } = &self.model.position {
+            if *max_len < a.items + 1 {
+                return Err(TrainError::Config(format!(
+                    "the learned position table has {max_len} rows; samples have {} tokens",
+                    a.items + 1
+                )));
+            }
+        }
+        Ok(task.vocab().len())
     }
 
     /// The retrieval of an offset run: the `[offset]` table, a token objective, lengths longer

@@ -5,6 +5,7 @@
 //! checkpoints with Hugging Face names, exact resume, and evaluation (overall and per hop,
 //! optionally on length-extended inputs).
 
+pub mod ambiguous_data;
 pub mod canonical_data;
 mod config;
 pub mod data;
@@ -20,8 +21,8 @@ pub mod step;
 mod trainer;
 
 pub use config::{
-    check_lr, DataConfig, LanguageData, OffsetData, OptimConfig, Preset, Retention, RunConfig,
-    ADAM_BETA1, ADAM_BETA2, ADAM_EPS,
+    check_lr, AmbiguousData, DataConfig, LanguageData, OffsetData, OptimConfig, Preset, Retention,
+    RunConfig, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, MAX_POSITION_SHIFT,
 };
 pub use data::{
     batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes, Accuracy,

@@ -69,6 +69,20 @@ pub fn step_dropout(p: f32, seed: u64, step: usize) -> Option<Dropout> {
     })
 }
 
+/// The position of the first token of update `step`'s batch in a run seeded `seed` with
+/// randomised positions up to `shift` (docs/bias.md): uniform in `0..=shift`, fixed by
+/// (seed, step) so both engines and a resumed run draw the same one; 0 when `shift` is 0.
+pub fn step_start(shift: usize, seed: u64, step: usize) -> usize {
+    if shift == 0 {
+        return 0;
+    }
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&(step as u64).to_le_bytes());
+    key[16] = 0x5A;
+    rand::Rng::random_range(&mut ChaCha8Rng::from_seed(key), 0..=shift)
+}
+
 /// Wall time of one update's parts, in seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepTimes {
@@ -109,7 +123,8 @@ impl Stepper {
         self.engine
     }
 
-    /// One update on `batch` sequences `ids` `[batch, seq]` scored by `objective` against
+    /// One update on `batch` sequences `ids` `[batch, seq]` at positions `start .. start + seq`
+    /// (0 but for randomised positions) scored by `objective` against
     /// `targets` (`[batch]`, or `[batch * seq]` for every position) at learning rate `lr`.
     /// Returns the loss before the update and the time of each part; a non-finite loss is
     /// returned without updating anything.
@@ -120,7 +135,7 @@ impl Stepper {
         optimizer: &mut AdamW,
         objective: Objective,
         batch: usize,
-        ids: &[u32],
+        (ids, start): (&[u32], usize),
         targets: &[u32],
         dropout: Option<&mut Dropout>,
         lr: f64,
@@ -135,6 +150,7 @@ impl Stepper {
                     slot.insert(FusedStep::for_objective(model.config(), b, seq, objective)?)
                 }
             };
+            kernel.set_start(start)?;
             kernel.forward(params, ids, dropout)?;
             let t1 = Instant::now();
             let loss = kernel.backward(params, targets)?;
@@ -153,6 +169,8 @@ impl Stepper {
             model.config().out_dim(),
         )?;
         let ids = Tensor::from_slice(ids, (b, seq), device)?;
+        let shifted = model.clone().starting_at(start);
+        let model = &shifted;
         let logits = if objective.every_position() {
             model.forward(&ids, &mut Hooks::new(), dropout)?
         } else {

@@ -10,13 +10,14 @@ use serde::Serialize;
 
 use ropelab_io::DirLock;
 
+use crate::ambiguous_data::AmbiguousBatches;
 use crate::canonical_data::CanonicalBatches;
 use crate::data::{batch_targets, evaluate_objective, Accuracy, EVAL_MEMORY};
 use crate::language_data::LanguageBatches;
 use crate::offset_data::OffsetBatches;
 use crate::optim::{lr_at, AdamW};
 use crate::run_dir::{CheckpointState, RunDir};
-use crate::step::{batch_indices, step_dropout, Engine, Stepper};
+use crate::step::{batch_indices, step_dropout, step_start, Engine, Stepper};
 use crate::{Result, RunConfig, TrainError};
 
 /// One line of `metrics.jsonl`.
@@ -74,6 +75,8 @@ enum Data {
     Canonical(CanonicalBatches),
     /// A formal language's batches.
     Language(LanguageBatches),
+    /// The ambiguous task's batches.
+    Ambiguous(AmbiguousBatches),
 }
 
 impl Data {
@@ -82,6 +85,15 @@ impl Data {
             let (train, val) = (config.data.train, config.data.val);
             return Ok(Data::Canonical(CanonicalBatches::new(
                 *task,
+                config.seed,
+                train,
+                val,
+            )?));
+        }
+        if let Some(task) = &config.ambiguous {
+            let (train, val) = (config.data.train, config.data.val);
+            return Ok(Data::Ambiguous(AmbiguousBatches::new(
+                task,
                 config.seed,
                 train,
                 val,
@@ -140,6 +152,10 @@ impl Data {
                 let (ids, answers) = c.step_batch(step, batch);
                 (ids, answers, batch)
             }
+            Data::Ambiguous(a) => {
+                let (ids, answers) = a.step_batch(step, batch);
+                (ids, answers, batch)
+            }
         })
     }
 
@@ -150,6 +166,7 @@ impl Data {
             Data::Language(l) => l.evaluate(model, EVAL_MEMORY),
             Data::Offset(o) => o.evaluate(model, EVAL_MEMORY),
             Data::Canonical(c) => c.evaluate(model, EVAL_MEMORY),
+            Data::Ambiguous(a) => a.evaluate(model, EVAL_MEMORY),
         }
     }
 }
@@ -336,7 +353,10 @@ impl Trainer {
                 &mut self.optimizer,
                 objective,
                 rows,
-                &ids,
+                (
+                    &ids,
+                    step_start(self.config.position_shift, self.config.seed, step),
+                ),
                 &targets,
                 dropout.as_mut(),
                 lr,

@@ -53,7 +53,9 @@ impl SeedFiles {
         match task {
             TaskKind::Number => self.number.as_ref(),
             TaskKind::Letter => self.letter.as_ref(),
-            TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => None,
+            TaskKind::Language | TaskKind::Offset | TaskKind::Canonical | TaskKind::Ambiguous => {
+                None
+            }
         }
     }
 }

@@ -242,7 +242,7 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
             &mut optimizer,
             objective,
             b,
-            &ids,
+            (&ids, 0),
             &targets,
             dropout.as_mut(),
             lr,

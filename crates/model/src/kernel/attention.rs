@@ -7,7 +7,7 @@ use super::gemm::{matmul_serial, View};
 use super::math::{axpy, dot, exp, sum};
 use crate::{rope, AttentionKind, PositionEncoding};
 
-/// The rotation of one layer as tables for positions 0..seq.
+/// The rotation of one layer as tables for the positions of one row (0..seq, or shifted).
 #[derive(Debug, Clone)]
 pub struct RopeTable {
     /// The two dims of each rotated plane.
@@ -28,11 +28,12 @@ impl RopeTable {
         self.cos.len() + self.sin.len()
     }
 
-    /// Tables of `position` for `seq` positions (`None` without rotation). Angles are computed
-    /// in f64 and rounded once ([`crate::Rotation::table`]); a zeroed plane has cos = sin = 0.
-    pub fn new(position: &PositionEncoding, seq: usize) -> Option<Self> {
+    /// Tables of `position` at `positions` (row index i holds position `positions.start + i`;
+    /// `None` without rotation). Angles are computed in f64 and rounded once
+    /// ([`crate::Rotation::table`]); a zeroed plane has cos = sin = 0.
+    pub fn new(position: &PositionEncoding, positions: std::ops::Range<usize>) -> Option<Self> {
         let r = position.rotation()?;
-        let (cos, sin) = r.table(0..seq);
+        let (cos, sin) = r.table(positions);
         let pairs = r.pairs();
         let interleaved = pairs
             .iter()

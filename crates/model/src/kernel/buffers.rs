@@ -227,15 +227,15 @@ pub enum Absolute {
 }
 
 impl Absolute {
-    /// The encoding of `config` at positions `0..seq`.
-    pub fn new(config: &ModelConfig, seq: usize) -> Result<Self> {
+    /// The encoding of `config` at `positions` (row i holds position `positions.start + i`).
+    pub fn new(config: &ModelConfig, positions: std::ops::Range<usize>) -> Result<Self> {
         let Some(encoding) = config.absolute() else {
             return Ok(Absolute::None);
         };
-        if let Some(table) = encoding.sinusoid_table(config.d_model, 0..seq) {
+        if let Some(table) = encoding.sinusoid_table(config.d_model, positions.clone()) {
             return Ok(Absolute::Sinusoid(table));
         }
-        let rows = (0..seq)
+        let rows = positions
             .map(|p| Ok(encoding.learned_row(p)?.unwrap_or(0)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Absolute::Learned(rows))

@@ -44,6 +44,8 @@ pub struct FusedStep {
     outer: OuterParams<View>,
     ropes: Vec<Option<RopeTable>>,
     absolute: Absolute,
+    /// The position of the first token the tables are built for (see [`FusedStep::set_start`]).
+    start: usize,
     /// Activations, residual stream, logits and scratch.
     buf: Buffers<Vec<f32>>,
     dropout_on: bool, // whether the masks belong to the last forward
@@ -82,9 +84,10 @@ impl FusedStep {
             plans: BlockPlan::of_model(config, &grads.layout, batch, seq, objective),
             outer: plan::outer_weights(&grads.layout),
             ropes: (0..config.n_layers)
-                .map(|l| RopeTable::new(config.layer_position(l), seq))
+                .map(|l| RopeTable::new(config.layer_position(l), 0..seq))
                 .collect(),
-            absolute: Absolute::new(config, seq)?,
+            absolute: Absolute::new(config, 0..seq)?,
+            start: 0,
             buf: Buffers::lens(config, batch, seq, objective).allocate(),
             dropout_on: false,
             ids: vec![0; batch * seq],
@@ -138,6 +141,22 @@ impl FusedStep {
             + self.ids.len()
             + self.grads.values.len();
         4 * floats as u64 + self.absolute.held_bytes()
+    }
+
+    /// Reads the next inputs at positions `start .. start + seq` (as
+    /// [`crate::GptJ::starting_at`]): rebuilds the rotary and absolute tables when `start`
+    /// changes. An absolute learned table without a row for a shifted position is refused.
+    pub fn set_start(&mut self, start: usize) -> Result<()> {
+        if start == self.start {
+            return Ok(());
+        }
+        let positions = start..start + self.seq;
+        self.absolute = Absolute::new(&self.config, positions.clone())?;
+        self.ropes = (0..self.config.n_layers)
+            .map(|l| RopeTable::new(self.config.layer_position(l), positions.clone()))
+            .collect();
+        self.start = start;
+        Ok(())
     }
 
     /// Gradients of the last [`FusedStep::loss_and_grads`], laid out as the parameters.

@@ -13,6 +13,10 @@
 //!   8 x the longest, or at the lengths asked for (`lengths.csv`); with `heads`, the mechanisms
 //!   of the implicit-bias experiment (`run.csv`, `planes.csv`, `carrier.csv`, `pinning.csv`,
 //!   `mechanism.csv`);
+//! - **ambiguous** ([`ambiguous`]): accuracy on agree test samples at the training length and
+//!   at 1, 2, 4 and 8 x its items or the lengths asked for (`lengths.csv`), the conflict
+//!   split's mechanism fractions (`conflict.csv`); with `heads`, every head's swap scores and
+//!   type (`heads.csv`);
 //! - **canonical** ([`canonical`]): accuracy on the test split per answer position
 //!   (`per_position.csv`); with `heads`, the head's swap scores, per-plane scores, largest
 //!   weight per key position and plane margins (`head.json`).
@@ -31,6 +35,7 @@ use ropelab_train::{RunConfig, RunDir, EVAL_MEMORY};
 
 use crate::{Result, SweepError};
 
+pub mod ambiguous;
 pub mod canonical;
 pub mod language;
 pub mod multi_hop;
@@ -138,7 +143,7 @@ pub fn measure(
         TaskKind::Number | TaskKind::Letter => {
             multi_hop::multi_hop(run, options, label, progress, &device)
         }
-        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical => {
+        TaskKind::Language | TaskKind::Offset | TaskKind::Canonical | TaskKind::Ambiguous => {
             let (dir, config) = RunDir::open(run)?;
             let model = dir.load_model(dir.latest_checkpoint()?, &config, &device)?;
             let stage = progress.stage(&format!("test {label}"), 1);
@@ -146,6 +151,7 @@ pub fn measure(
             let mut m = match config.task {
                 TaskKind::Language => language::measure(&model, &config, options, run)?,
                 TaskKind::Offset => offset::measure(&model, &config, options, run)?,
+                TaskKind::Ambiguous => ambiguous::measure(&model, &config, options, run)?,
                 _ => canonical::measure(&model, &config, options, run)?,
             };
             m.length_seconds = start.elapsed().as_secs_f64();
