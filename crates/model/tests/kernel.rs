@@ -50,7 +50,13 @@ fn check(c: &ModelConfig, batch: usize, seq: usize, dropout: f32, seed: u64) {
     check_objective(c, Objective::LastToken, batch, seq, dropout, seed);
 }
 
-/// [`check`] for any objective (every-position targets include unscored positions).
+/// [`check`] at positions `start .. start + seq` (randomised positions): the composed model
+/// [`GptJ::starting_at`] against the fused step's [`FusedStep::set_start`].
+fn check_at(c: &ModelConfig, batch: usize, seq: usize, dropout: f32, seed: u64, start: usize) {
+    check_shifted(c, Objective::LastToken, (batch, seq), dropout, seed, start);
+}
+
+/// [`check_shifted`] at positions 0.
 fn check_objective(
     c: &ModelConfig,
     objective: Objective,
@@ -59,9 +65,23 @@ fn check_objective(
     dropout: f32,
     seed: u64,
 ) {
+    check_shifted(c, objective, (batch, seq), dropout, seed, 0);
+}
+
+/// [`check`] for any objective (every-position targets include unscored positions) at
+/// positions `start ..`.
+fn check_shifted(
+    c: &ModelConfig,
+    objective: Objective,
+    (batch, seq): (usize, usize),
+    dropout: f32,
+    seed: u64,
+    start: usize,
+) {
     let dev = Device::Cpu;
     let model = GptJ::new(c.clone(), seed, &dev).unwrap();
     perturb(&model, seed + 1);
+    let model = model.starting_at(start);
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 2);
     let vocab = c.vocab_size as u32;
     let ids: Vec<u32> = (0..batch * seq)
@@ -106,6 +126,7 @@ fn check_objective(
     // Fused kernel, twice (the second call reuses every buffer).
     let params = FlatParams::from_model(&model).unwrap();
     let mut step = FusedStep::for_objective(c, batch, seq, objective).unwrap();
+    step.set_start(start).unwrap();
     for round in 0..2 {
         let mut d2 = drop(dropout);
         let got_logits = step.forward(&params, &ids, d2.as_mut()).unwrap().to_vec();
@@ -348,4 +369,34 @@ fn quick_preset_shapes_with_threaded_products() {
     c.vocab_size = 129;
     c.d_mlp = 256;
     check(&c, 64, 17, 0.0, 9);
+}
+
+#[test]
+fn randomised_positions_shift_both_engines_alike() {
+    // Rotary layers (both layouts, partial dims), a NoPE layer, and absolute encodings, at
+    // positions 37.. and 1000..: the fused step's shifted tables against the composed model's.
+    let mut c = config(3, 2, 16, PositionEncoding::gptj(6));
+    c.layer_positions = vec![
+        PositionEncoding::gptj(6),
+        PositionEncoding::None,
+        PositionEncoding::rope(500.0, 8, RopeLayout::HalfSplit),
+    ];
+    check_at(&c, 2, 7, 0.0, 40, 37);
+    check_at(&c, 2, 5, 0.1, 41, 1000);
+    let mut s = config(2, 2, 16, PositionEncoding::Sinusoidal { base: 10_000.0 });
+    s.layer_positions = vec![PositionEncoding::gptj(4), PositionEncoding::None];
+    check_at(&s, 3, 6, 0.0, 42, 37);
+    let l = config(
+        2,
+        2,
+        16,
+        PositionEncoding::Learned {
+            max_len: 50,
+            beyond: Beyond::Error,
+        },
+    );
+    check_at(&l, 2, 9, 0.0, 43, 41);
+    // A learned table without rows for the shifted positions is refused, not read past.
+    let mut step = FusedStep::new(&l, 2, 9).unwrap();
+    assert!(step.set_start(42).is_err());
 }

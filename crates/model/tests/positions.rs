@@ -74,3 +74,50 @@ fn an_f32_angle_would_fail_the_reference() {
     let naive = (pos as f32 * g as f32).cos() as f64;
     assert!((naive - c).abs() > 1e-3, "{naive} vs {c}");
 }
+
+/// Logits at the last position of a random model of `config` on fixed ids, its inputs read at
+/// positions `start ..`.
+fn last_logits(config: ropelab_model::ModelConfig, start: usize) -> Vec<f32> {
+    use candle_core::Tensor;
+    let model = ropelab_model::GptJ::new(config, 5, &Device::Cpu)
+        .unwrap()
+        .starting_at(start);
+    let ids: Vec<u32> = (0..24).map(|i| (i * 7 % 11) as u32).collect();
+    let ids = Tensor::from_vec(ids, (2, 12), &Device::Cpu).unwrap();
+    let logits = model
+        .forward_last(&ids, &mut ropelab_model::Hooks::new(), None)
+        .unwrap();
+    logits.flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+#[test]
+fn randomised_positions_keep_relative_angles_and_shift_absolute_ones() {
+    use ropelab_model::ModelConfig;
+    // Rotary attention sees relative angles only: shifting every position leaves the logits
+    // equal (to f32 rounding of the larger angles), at any layout and base, NoPE layers too.
+    let mut rope = ModelConfig::tiny(PositionEncoding::gptj(4));
+    rope.layer_positions = vec![
+        PositionEncoding::rope(100.0, 4, RopeLayout::HalfSplit),
+        PositionEncoding::None,
+    ];
+    let at_zero = last_logits(rope.clone(), 0);
+    for start in [1, 37, 1000] {
+        let d = max_diff(&at_zero, &last_logits(rope.clone(), start));
+        assert!(d < 1e-4, "rope, start {start}: logits moved by {d}");
+    }
+    // The rotation itself does shift: the table at p + 37 is the table of position p + 37.
+    let r = PositionEncoding::gptj(4).rotation().unwrap();
+    let (c37, _) = r.table(37..40);
+    let (c0, _) = r.table(0..3);
+    assert_ne!(c37, c0);
+    assert_eq!(c37, r.table([37, 38, 39]).0);
+    // An absolute encoding is added to the embeddings: the shift changes what the model reads.
+    let sinusoidal = ModelConfig::tiny(PositionEncoding::Sinusoidal { base: 10_000.0 });
+    let at_zero = last_logits(sinusoidal.clone(), 0);
+    let d = max_diff(&at_zero, &last_logits(sinusoidal, 37));
+    assert!(d > 1e-3, "sinusoidal: logits moved by only {d}");
+}

@@ -816,7 +816,12 @@ mod tests {
     #[test]
     fn presets_are_valid_and_round_trip() {
         for preset in [Preset::Paper, Preset::Quick, Preset::Tiny] {
-            for task in [TaskKind::Number, TaskKind::Letter, TaskKind::Language] {
+            for task in [
+                TaskKind::Number,
+                TaskKind::Letter,
+                TaskKind::Language,
+                TaskKind::Ambiguous,
+            ] {
                 let c = preset.config(task);
                 c.check().unwrap();
                 assert_eq!(
@@ -830,6 +835,56 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown preset"));
+    }
+
+    #[test]
+    fn ambiguous_runs_and_position_shifts_are_checked_in_one_line() {
+        let mut c = Preset::Tiny.config(TaskKind::Ambiguous);
+        c.position_shift = 1000;
+        c.check().unwrap();
+        assert_eq!(c.train_seq_lens(), vec![17]);
+        let one_line = |c: &RunConfig, want: &str| {
+            let e = c.check().unwrap_err().to_string();
+            assert!(e.contains(want) && !e.contains('\n'), "{want}: {e}");
+        };
+        c.model.position = ropelab_model::PositionEncoding::Learned {
+            max_len: 500,
+            beyond: ropelab_model::Beyond::Error,
+        };
+        one_line(
+            &c,
+            "position_shift = 1000: the learned position table has 500 rows",
+        );
+        c.position_shift = MAX_POSITION_SHIFT;
+        one_line(&c, "must be below");
+        let mut c = Preset::Tiny.config(TaskKind::Ambiguous);
+        c.ambiguous = None;
+        one_line(&c, "needs an [ambiguous] table");
+        let mut c = Preset::Tiny.config(TaskKind::Number);
+        c.ambiguous = Some(AmbiguousData::default());
+        one_line(&c, "belongs to task = \"ambiguous\"");
+        let mut c = Preset::Tiny.config(TaskKind::Ambiguous);
+        c.objective = Objective::EveryPosition;
+        one_line(&c, "last_token");
+        c.objective = Objective::LastToken;
+        c.ambiguous = Some(AmbiguousData {
+            letters: 1,
+            ..AmbiguousData::default()
+        });
+        one_line(&c, "letters = 1");
+        // The default is absent from config.toml, so older runs' files are unchanged.
+        let text = Preset::Tiny.config(TaskKind::Number).to_toml();
+        assert!(!text.contains("position_shift") && !text.contains("ambiguous"));
+        // Each step's start is drawn in range, fixed by (seed, step).
+        use crate::step::step_start;
+        let starts: Vec<usize> = (1..200).map(|s| step_start(50, 3, s)).collect();
+        assert!(starts.iter().all(|&s| s <= 50));
+        assert!(starts.iter().any(|&s| s > 40) && starts.iter().any(|&s| s < 10));
+        assert_eq!(
+            starts,
+            (1..200).map(|s| step_start(50, 3, s)).collect::<Vec<_>>()
+        );
+        assert_eq!(step_start(0, 3, 7), 0);
     }
 
     #[test]
