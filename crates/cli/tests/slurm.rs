@@ -101,3 +101,64 @@ fn a_sweep_runs_as_a_slurm_job_array_and_a_failed_task_is_resubmitted() {
     assert!(done(&victim));
     assert_eq!(collected_table(&cluster), expected);
 }
+
+#[test]
+#[ignore = "needs a Slurm cluster (ci/slurm/start.sh); run by .ci/run"]
+fn the_bias_experiment_runs_as_a_job_array_and_collects_as_it_runs_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let grid = ["bias", "--quick", "--steps", "40"];
+    let local = dir.path().join("local");
+    let mut args = grid.to_vec();
+    args.extend(["--out", local.to_str().unwrap()]);
+    ok(ropelab(&args));
+    let cluster = dir.path().join("cluster");
+    let out = cluster.to_str().unwrap();
+    let mut args = grid.to_vec();
+    args.extend([
+        "--out",
+        out,
+        "--slurm",
+        "--submit",
+        "--shards",
+        "3",
+        "--cpus-per-task",
+        "1",
+    ]);
+    let text = ok(ropelab(&args));
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Submitted batch job "))
+        .unwrap_or_else(|| panic!("no job id in {text}"))
+        .trim()
+        .to_string();
+    let start = Instant::now();
+    while !String::from_utf8_lossy(
+        &Command::new("squeue")
+            .args(["-h", "-j", &id])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .is_empty()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "array {id} still queued"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Every run was trained by the array: collecting here trains nothing and finds the same
+    // numbers as the local run.
+    let mut args = grid.to_vec();
+    args.extend(["--out", out]);
+    ok(ropelab(&args));
+    for file in ["mechanism.csv", "accuracy.csv", "heads.csv"] {
+        assert_eq!(
+            std::fs::read_to_string(cluster.join(file)).unwrap(),
+            std::fs::read_to_string(local.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    assert!(cluster.join("slurm").read_dir().unwrap().count() >= 3);
+}

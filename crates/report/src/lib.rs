@@ -8,6 +8,7 @@
 //! experiment; [`types`] draws head types as grids. [`compose`] decides what a
 //! directory's files allow.
 
+pub mod bias;
 pub mod canonical;
 pub mod chart;
 pub mod compose;

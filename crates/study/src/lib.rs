@@ -9,6 +9,7 @@
 //! `ropelab_analysis::claims`, computed from the files these write. Progress is reported
 //! through [`Progress`], so the command line draws bars and tests draw nothing.
 
+pub mod bias;
 pub mod canonical;
 pub mod config;
 pub mod datasets;

@@ -29,6 +29,20 @@ fn quote(s: &str) -> String {
 /// The `sbatch` script of a sweep named `name` whose spec is `spec`, writing into `out`,
 /// calling the `ropelab` binary at `exe`.
 pub fn script(name: &str, exe: &Path, spec: &Path, out: &Path, o: &SlurmOptions) -> String {
+    let command = [
+        exe.display().to_string(),
+        "sweep".into(),
+        spec.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    array_script(name, &command, out, o)
+}
+
+/// The `sbatch` script of a job array named `name`: array task i runs `command` (the binary
+/// and its arguments, each quoted) followed by `--shard i/N`, its log in `out/slurm/`. Every
+/// experiment whose command takes `--shard` runs on Slurm through it.
+pub fn array_script(name: &str, command: &[String], out: &Path, o: &SlurmOptions) -> String {
     let mut s = String::from("#!/bin/bash\n");
     s += &format!(
         "#SBATCH --job-name={}\n",
@@ -53,11 +67,10 @@ pub fn script(name: &str, exe: &Path, spec: &Path, out: &Path, o: &SlurmOptions)
         "export RAYON_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{}}}\"\n",
         o.cpus_per_task.max(1)
     );
+    let quoted: Vec<String> = command.iter().map(|a| quote(a)).collect();
     s += &format!(
-        "exec {} sweep {} --out {} --shard \"$SLURM_ARRAY_TASK_ID/{}\"\n",
-        quote(&exe.display().to_string()),
-        quote(&spec.display().to_string()),
-        quote(&out.display().to_string()),
+        "exec {} --shard \"$SLURM_ARRAY_TASK_ID/{}\"\n",
+        quoted.join(" "),
         o.shards.max(1)
     );
     s

@@ -3,6 +3,7 @@
 mod attention;
 mod bench;
 mod bench_train;
+mod bias;
 mod canonical;
 mod eval;
 mod gen;
@@ -58,6 +59,11 @@ pub enum Command {
     /// position encoding and softmax or linear attention, tested at up to 8 x the training
     /// length (accuracy.csv)
     Offset(offset::OffsetArgs),
+    /// The bias experiment: RoPE models trained on the ambiguous task under one training bias
+    /// each (base, planes kept unrotated, partial rotary, NoPE layers, randomised positions);
+    /// which rule each follows on the conflict split, and its length generalisation
+    /// (mechanism.csv, report.html)
+    Bias(bias::BiasArgs),
     /// Run a sweep file's jobs here (in parallel, by shard, resumable), list them, or write
     /// them as a Slurm job array (docs/sweeps.md).
     Sweep(sweep::SweepArgs),
@@ -97,6 +103,7 @@ impl Command {
             Command::Hops(args) => hops::run(args, guard),
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
+            Command::Bias(args) => bias::run_command(args, guard),
             Command::Canonical(args) => canonical::run_command(args, guard),
             Command::Sweep(args) => sweep::run(args, guard),
             Command::Collect(args) => sweep::collect_command(args),

@@ -64,7 +64,7 @@ pub struct SweepArgs {
 }
 
 /// Parses `I/N`.
-fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+pub(crate) fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     let bad = || format!("{s:?} is not a shard: write I/N with 0 <= I < N (e.g. 0/4)");
     let (i, n) = s.split_once('/').ok_or_else(bad)?;
     let (i, n): (usize, usize) = (

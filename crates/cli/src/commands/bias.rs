@@ -1,0 +1,236 @@
+//! `ropelab bias`: the bias experiment (docs/bias.md): small RoPE models trained on the
+//! ambiguous task under one training bias each, several seeds each; which rule each follows on
+//! the conflict split, its heads, its accuracy on longer inputs, and the claims' verdicts.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use ropelab_io::{Align, Table};
+use ropelab_study::bias::{run, run_shard, summary, write_report, Bias, Experiment};
+use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
+
+use super::{Bars, Guard};
+
+/// Arguments of `ropelab bias`.
+#[derive(Debug, Args)]
+pub struct BiasArgs {
+    /// The small grid tests use: three biases (none, keep-high:16, nope:0), two seeds, 1,000
+    /// steps (minutes on 2 cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Biases, comma-separated, in place of the grid's: none, base:B, keep-high:K,
+    /// keep-high:K@LAYER, partial:D, nope:LAYER, shift:N.
+    #[arg(long, value_delimiter = ',', value_parser = |s: &str| s.parse::<Bias>())]
+    pub biases: Option<Vec<Bias>>,
+    /// Seeds, comma-separated, in place of the grid's.
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Option<Vec<u64>>,
+    /// Optimizer steps per run, in place of the grid's.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: Option<u64>,
+    /// Runs trained at the same time, each on its own share of the cores (default: one per
+    /// core). Results do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: Option<u64>,
+    /// Output directory (runs/, mechanism.csv, accuracy.csv, heads.csv, claims.csv,
+    /// report.html).
+    #[arg(long, default_value = "runs/bias")]
+    pub out: PathBuf,
+    /// Run only shard I of N of the grid (I/N; jobs i with i mod N = I) and write no table:
+    /// a Slurm array task's part. Run without it afterwards to collect.
+    #[arg(long, value_parser = super::sweep::parse_shard)]
+    pub shard: Option<(usize, usize)>,
+    /// Write the grid as a Slurm job array (`OUT/bias.sbatch`, one array task per shard);
+    /// run the same command without `--slurm` once it finished to collect the tables.
+    #[arg(long, conflicts_with = "shard")]
+    pub slurm: bool,
+    /// With --slurm: submit it with `sbatch`.
+    #[arg(long, requires = "slurm")]
+    pub submit: bool,
+    /// With --slurm: array tasks (default one per run).
+    #[arg(long, requires = "slurm", value_parser = clap::value_parser!(u64).range(1..))]
+    pub shards: Option<u64>,
+    /// With --slurm: partition.
+    #[arg(long, requires = "slurm")]
+    pub partition: Option<String>,
+    /// With --slurm: time limit per array task (e.g. 01:00:00).
+    #[arg(long, requires = "slurm")]
+    pub time: Option<String>,
+    /// With --slurm: CPUs per array task.
+    #[arg(long, requires = "slurm", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub cpus_per_task: u64,
+}
+
+/// The grid's arguments as the array tasks repeat them (everything but the Slurm options).
+fn grid_args(args: &BiasArgs, out: &std::path::Path) -> Vec<String> {
+    let mut a = vec!["bias".to_string()];
+    if args.quick {
+        a.push("--quick".into());
+    }
+    if let Some(b) = &args.biases {
+        let names: Vec<String> = b.iter().map(|b| b.to_string()).collect();
+        a.extend(["--biases".into(), names.join(",")]);
+    }
+    if let Some(s) = &args.seeds {
+        let seeds: Vec<String> = s.iter().map(|s| s.to_string()).collect();
+        a.extend(["--seeds".into(), seeds.join(",")]);
+    }
+    if let Some(n) = args.steps {
+        a.extend(["--steps".into(), n.to_string()]);
+    }
+    a.extend(["--out".into(), out.display().to_string()]);
+    a
+}
+
+/// Writes (and with `--submit` submits) the job array of the grid.
+fn slurm(args: &BiasArgs, runs: usize) -> Result<()> {
+    use anyhow::{bail, Context};
+    use ropelab_sweep::slurm::{array_script, SlurmOptions};
+    let shards = args.shards.map_or(runs, |s| (s as usize).min(runs)).max(1);
+    let options = SlurmOptions {
+        shards,
+        throttle: None,
+        partition: args.partition.clone(),
+        time: args.time.clone(),
+        cpus_per_task: args.cpus_per_task as usize,
+        gpus: None,
+    };
+    let logs = args.out.join("slurm");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let out = std::fs::canonicalize(&args.out)
+        .with_context(|| format!("cannot resolve {}", args.out.display()))?;
+    let exe = std::env::current_exe().context("cannot find the ropelab binary")?;
+    let mut command = vec![exe.display().to_string()];
+    command.extend(grid_args(args, &out));
+    let text = array_script("ropelab-bias", &command, &out, &options);
+    let path = args.out.join("bias.sbatch");
+    ropelab_io::write_atomic(&path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    println!(
+        "wrote {} ({runs} runs in {shards} array tasks); when it has finished, run the same \
+         command without --slurm to collect the tables",
+        path.display()
+    );
+    if args.submit {
+        let said = std::process::Command::new("sbatch")
+            .arg(&path)
+            .output()
+            .context("cannot run sbatch (is Slurm installed here?)")?;
+        if !said.status.success() {
+            bail!(
+                "sbatch refused {}: {}",
+                path.display(),
+                String::from_utf8_lossy(&said.stderr).trim()
+            );
+        }
+        println!("{}", String::from_utf8_lossy(&said.stdout).trim());
+    }
+    Ok(())
+}
+
+/// Runs `ropelab bias`.
+pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
+    let mut e = if args.quick {
+        Experiment::quick()
+    } else {
+        Experiment::full()
+    };
+    if let Some(b) = args.biases.clone() {
+        e.biases = b;
+    }
+    if let Some(s) = args.seeds.clone() {
+        e.seeds = s;
+    }
+    if let Some(n) = args.steps {
+        e.steps = n as usize;
+    }
+    e.check()?;
+    let grid = e.grid();
+    let config = e.run_config(grid[0].0, grid[0].1)?;
+    let longest = e.lengths.last().copied().unwrap_or(16) + 1;
+    let need = training_need(&config, &args.out, 0, Engine::Fused).memory(
+        inference_need(&config.model, longest, EVAL_MEMORY).memory_bytes(),
+        format!("testing at {longest} tokens"),
+    );
+    if args.slurm {
+        return slurm(&args, grid.len());
+    }
+    guard.check("bias", &need)?;
+    if let Some((index, count)) = args.shard {
+        let bars = Bars::default();
+        let n = run_shard(
+            &e,
+            &args.out,
+            (index, count),
+            args.jobs.map(|j| j as usize),
+            &bars,
+        )?;
+        drop(bars);
+        println!(
+            "shard {index}/{count}: {n} of {} runs done in {}",
+            grid.len(),
+            args.out.display()
+        );
+        return Ok(());
+    }
+    println!(
+        "{} runs ({} biases x {} seeds): {} layers x 1 head, d_model {}, {} steps of {}; \
+         tested at {:?} items with {} samples each, and on {} conflict samples",
+        grid.len(),
+        e.biases.len(),
+        e.seeds.len(),
+        e.layers,
+        e.d_model,
+        e.steps,
+        e.batch,
+        e.lengths,
+        e.per_length,
+        e.per_length
+    );
+    let start = Instant::now();
+    let bars = Bars::default();
+    let outcome = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
+    drop(bars);
+    let claims = write_report(&e, &outcome, &args.out)?;
+    let mut t = Table::new(&[
+        ("bias", Align::Left),
+        ("positional", Align::Right),
+        ("symbolic", Align::Right),
+        ("neither", Align::Right),
+        ("length acc", Align::Right),
+        ("head types", Align::Left),
+    ]);
+    for (b, c) in summary(&outcome.mechanisms) {
+        let pm = |(m, sd): (f64, f64)| format!("{m:.3} ± {sd:.3}");
+        let types: Vec<String> = outcome
+            .types
+            .iter()
+            .filter(|t| t.0 == b)
+            .map(|t| t.2.clone())
+            .collect();
+        t.row(vec![
+            b.clone(),
+            pm(c[0]),
+            pm(c[1]),
+            pm(c[2]),
+            pm(c[3]),
+            types.join(" "),
+        ]);
+    }
+    println!(
+        "Conflict split (fractions) and accuracy at {} items, mean ± sd over seeds:\n{}",
+        e.lengths.last().copied().unwrap_or(0),
+        t.to_string().trim_end()
+    );
+    for c in &claims {
+        println!("{}: {} ({}; {})", c.id, c.verdict, c.threshold, c.measured);
+    }
+    println!(
+        "{:.0} s; wrote mechanism.csv, accuracy.csv, heads.csv, claims.csv and report.html in {}",
+        start.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,906 @@
+//! The bias experiment (docs/bias.md): small RoPE models trained on the ambiguous task under
+//! one training bias each (RoPE base, planes kept unrotated, partial rotary dims, NoPE layers,
+//! randomised positions), several seeds each; which rule each model follows on the conflict
+//! split, its heads' swap scores and types, and its accuracy on longer inputs.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, ensure, Result};
+use ropelab_io::{read_csv_file, write_csv};
+use ropelab_model::{Head, ModelConfig, PlaneMask, PositionEncoding, RopeLayout};
+use ropelab_sweep::measure::ambiguous::{letters, read_conflict, AmbiguousHead};
+use ropelab_sweep::{Job, MeasureOptions};
+use ropelab_tasks::{Layout, TaskKind};
+use ropelab_train::lengths::LengthAccuracy;
+use ropelab_train::{AmbiguousData, DataConfig, OptimConfig, RunConfig, MAX_POSITION_SHIFT};
+use serde::{Deserialize, Serialize};
+use toml::Value;
+
+use crate::{grid, Progress};
+
+/// One training bias: what changes in the default model of the experiment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bias {
+    /// The default model: RoPE, base 10,000, every dim rotated, no shift.
+    None,
+    /// RoPE base B (`base:B`).
+    Base(f64),
+    /// The K highest-frequency planes pass through unrotated (`keep-high:K`, every layer;
+    /// `keep-high:K@L`, layer L only): frequency masking's `K` planes.
+    KeepHigh {
+        /// Planes (from plane 0, the fastest).
+        planes: usize,
+        /// The only layer masked (None: every layer).
+        layer: Option<usize>,
+    },
+    /// Only the first D dims of a head rotate (`partial:D`).
+    Partial(usize),
+    /// Layer L has no position encoding (`nope:L`), the others RoPE.
+    Nope(usize),
+    /// Randomised positions: each batch starts at a position drawn from 0..=N (`shift:N`).
+    Shift(usize),
+}
+
+impl fmt::Display for Bias {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bias::None => write!(f, "none"),
+            Bias::Base(b) => write!(f, "base:{b:e}"),
+            Bias::KeepHigh {
+                planes,
+                layer: None,
+            } => write!(f, "keep-high:{planes}"),
+            Bias::KeepHigh {
+                planes,
+                layer: Some(l),
+            } => write!(f, "keep-high:{planes}@{l}"),
+            Bias::Partial(d) => write!(f, "partial:{d}"),
+            Bias::Nope(l) => write!(f, "nope:{l}"),
+            Bias::Shift(n) => write!(f, "shift:{n}"),
+        }
+    }
+}
+
+impl FromStr for Bias {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let (name, arg) = s.split_once(':').unwrap_or((s, ""));
+        let number = |what: &str| -> std::result::Result<usize, String> {
+            arg.parse()
+                .map_err(|_| format!("bias {s:?}: {what} {arg:?} is not a whole number"))
+        };
+        match name {
+            "none" if arg.is_empty() => Ok(Bias::None),
+            "base" => match arg.parse::<f64>() {
+                Ok(b) if b.is_finite() && b > 1.0 => Ok(Bias::Base(b)),
+                _ => Err(format!(
+                    "bias {s:?}: the base must be a number above 1 (base:100, base:1e6)"
+                )),
+            },
+            "keep-high" => {
+                let (planes, layer) = match arg.split_once('@') {
+                    Some((p, l)) => (p, Some(l)),
+                    None => (arg, None),
+                };
+                let planes = planes.parse::<usize>().ok().filter(|&p| p >= 1);
+                let layer = layer.map(|l| l.parse::<usize>());
+                match (planes, layer) {
+                    (Some(planes), None) => Ok(Bias::KeepHigh {
+                        planes,
+                        layer: None,
+                    }),
+                    (Some(planes), Some(Ok(l))) => Ok(Bias::KeepHigh {
+                        planes,
+                        layer: Some(l),
+                    }),
+                    _ => Err(format!(
+                        "bias {s:?}: write keep-high:K or keep-high:K@LAYER with K >= 1"
+                    )),
+                }
+            }
+            "partial" => Ok(Bias::Partial(number("the rotary dims")?)),
+            "nope" => Ok(Bias::Nope(number("the layer")?)),
+            "shift" => Ok(Bias::Shift(number("the shift")?)),
+            _ => Err(format!(
+                "unknown bias {s:?} (expected none, base:B, keep-high:K, keep-high:K@L, \
+                 partial:D, nope:L or shift:N)"
+            )),
+        }
+    }
+}
+
+/// Everything one experiment runs: the biases, the seeds, the model and the tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Experiment {
+    /// The biases, `none` first when present (the reference the claims compare against).
+    pub biases: Vec<Bias>,
+    /// Seeds.
+    pub seeds: Vec<u64>,
+    /// Layers of the model.
+    pub layers: usize,
+    /// Width (one head of `d_model` dims per layer).
+    pub d_model: usize,
+    /// Optimizer steps per run.
+    pub steps: usize,
+    /// Sequences per batch.
+    pub batch: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Tested lengths, in items (the first is the training length).
+    pub lengths: Vec<usize>,
+    /// Test and conflict samples per length.
+    pub per_length: usize,
+}
+
+impl Experiment {
+    /// The full grid: the default model and nine biases, seeds 0, 1 and 2, 2,000 steps.
+    pub fn full() -> Self {
+        let parse = |s: &str| s.parse::<Bias>().expect("the default biases parse");
+        Experiment {
+            biases: [
+                "none",
+                "base:100",
+                "base:1e6",
+                "keep-high:8",
+                "keep-high:16",
+                "keep-high:16@1",
+                "partial:16",
+                "nope:0",
+                "nope:1",
+                "shift:1024",
+            ]
+            .map(parse)
+            .to_vec(),
+            seeds: vec![0, 1, 2],
+            layers: 2,
+            d_model: 64,
+            steps: 2000,
+            batch: 64,
+            lr: 1e-3,
+            lengths: vec![16, 32, 64, 128],
+            per_length: 256,
+        }
+    }
+
+    /// The quick grid tests use: three biases, two seeds, 1,000 steps, 128 samples per length.
+    pub fn quick() -> Self {
+        let parse = |s: &str| s.parse::<Bias>().expect("the quick biases parse");
+        Experiment {
+            biases: ["none", "keep-high:16", "nope:0"].map(parse).to_vec(),
+            seeds: vec![0, 1],
+            steps: 1000,
+            per_length: 128,
+            ..Self::full()
+        }
+    }
+
+    /// Checks the grid; every run config is also checked.
+    pub fn check(&self) -> Result<()> {
+        ensure!(!self.biases.is_empty(), "the experiment needs a bias");
+        ensure!(!self.seeds.is_empty(), "the experiment needs a seed");
+        ensure!(
+            self.lengths.first() == Some(&ropelab_tasks::ambiguous::ITEMS),
+            "the first tested length must be the training length, {} items",
+            ropelab_tasks::ambiguous::ITEMS
+        );
+        ensure!(
+            self.lengths.windows(2).all(|w| w[0] < w[1]),
+            "tested lengths must be ascending"
+        );
+        for (i, b) in self.biases.iter().enumerate() {
+            if self.biases[..i].contains(b) {
+                bail!("bias {b} is listed twice");
+            }
+            self.run_config(*b, self.seeds[0])?.check()?;
+        }
+        Ok(())
+    }
+
+    /// The run config of one grid point; a bias the model cannot take is a one-line error.
+    pub fn run_config(&self, bias: Bias, seed: u64) -> Result<RunConfig> {
+        let d_head = self.d_model;
+        let planes = d_head / 2;
+        let rope =
+            |base: f64, dims: usize| PositionEncoding::rope(base, dims, RopeLayout::Interleaved);
+        let mut position = rope(ropelab_model::rope::DEFAULT_BASE, d_head);
+        let mut layer_positions = vec![];
+        let mut position_shift = 0;
+        match bias {
+            Bias::None => {}
+            Bias::Base(b) => position = rope(b, d_head),
+            Bias::KeepHigh { planes: k, layer } => {
+                ensure!(
+                    k <= planes,
+                    "bias {bias}: a head has {planes} planes, not {k}"
+                );
+                let mask: PlaneMask = format!("{}{}", "K".repeat(k), "R".repeat(planes - k))
+                    .parse()
+                    .map_err(anyhow::Error::msg)?;
+                let masked = match rope(ropelab_model::rope::DEFAULT_BASE, d_head) {
+                    PositionEncoding::Rope {
+                        base,
+                        rotary_dim,
+                        layout,
+                        ..
+                    } => PositionEncoding::Rope {
+                        base,
+                        rotary_dim,
+                        layout,
+                        planes: mask,
+                    },
+                    other => other,
+                };
+                match layer {
+                    None => position = masked,
+                    Some(l) => {
+                        ensure!(
+                            l < self.layers,
+                            "bias {bias}: the model has {} layers",
+                            self.layers
+                        );
+                        layer_positions = (0..self.layers)
+                            .map(|i| {
+                                if i == l {
+                                    masked.clone()
+                                } else {
+                                    position.clone()
+                                }
+                            })
+                            .collect();
+                    }
+                }
+            }
+            Bias::Partial(d) => {
+                ensure!(
+                    d >= 2 && d % 2 == 0 && d <= d_head,
+                    "bias {bias}: rotary dims must be even, 2..={d_head}"
+                );
+                position = rope(ropelab_model::rope::DEFAULT_BASE, d);
+            }
+            Bias::Nope(l) => {
+                ensure!(
+                    l < self.layers,
+                    "bias {bias}: the model has {} layers",
+                    self.layers
+                );
+                layer_positions = (0..self.layers)
+                    .map(|i| {
+                        if i == l {
+                            PositionEncoding::None
+                        } else {
+                            position.clone()
+                        }
+                    })
+                    .collect();
+            }
+            Bias::Shift(n) => {
+                ensure!(
+                    (1..MAX_POSITION_SHIFT).contains(&n),
+                    "bias {bias}: the shift must be 1..{MAX_POSITION_SHIFT}"
+                );
+                position_shift = n;
+            }
+        }
+        let data = AmbiguousData::default();
+        let vocab_size = data.task()?.vocab().len();
+        let model = ModelConfig {
+            vocab_size,
+            n_layers: self.layers,
+            n_heads: 1,
+            d_model: self.d_model,
+            d_mlp: 4 * self.d_model,
+            ln_eps: 1e-5,
+            dropout: 0.0,
+            tied_embeddings: false,
+            position,
+            layer_positions,
+            attention: ropelab_model::AttentionKind::Softmax,
+            mlp: true,
+            layer_norm: true,
+            head: Head::Lm,
+        };
+        Ok(RunConfig {
+            preset: "bias".into(),
+            task: TaskKind::Ambiguous,
+            seed,
+            objective: ropelab_model::Objective::LastToken,
+            layout: Layout::default(),
+            language: None,
+            offset: None,
+            canonical: None,
+            ambiguous: Some(data),
+            position_shift,
+            data: DataConfig {
+                train: self.steps.saturating_mul(self.batch),
+                val: 512,
+                test: self.per_length,
+            },
+            model,
+            optim: OptimConfig {
+                eval_every: (self.steps / 10).max(1),
+                ..OptimConfig::adamw(self.steps, self.batch, self.lr)
+            },
+        })
+    }
+
+    /// Every grid point, bias-major.
+    pub fn grid(&self) -> Vec<(Bias, u64)> {
+        self.biases
+            .iter()
+            .flat_map(|&b| self.seeds.iter().map(move |&s| (b, s)))
+            .collect()
+    }
+
+    /// Every grid point as a sweep job in its run directory (relative to the experiment's).
+    pub fn jobs(&self) -> Result<Vec<Job>> {
+        self.grid()
+            .into_iter()
+            .map(|(bias, seed)| {
+                let params = [
+                    ("bias", Value::String(bias.to_string())),
+                    ("seed", Value::Integer(seed as i64)),
+                ];
+                let config = self.run_config(bias, seed)?;
+                Ok(grid::job(
+                    &params,
+                    config,
+                    run_dir(Path::new(""), bias, seed),
+                ))
+            })
+            .collect()
+    }
+
+    /// What every job measures: the tested lengths, the conflict split, the heads.
+    pub fn measure_options(&self) -> MeasureOptions {
+        MeasureOptions {
+            lengths: Some(self.lengths.clone()),
+            per_length: self.per_length,
+            heads: true,
+            ..MeasureOptions::default()
+        }
+    }
+}
+
+/// The run directory of one grid point.
+pub fn run_dir(out: &Path, bias: Bias, seed: u64) -> PathBuf {
+    let name = bias.to_string().replace([':', '@'], "-");
+    out.join("runs").join(name).join(format!("seed-{seed}"))
+}
+
+/// One run's mechanism and length accuracy (a row of `mechanism.csv`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MechanismRow {
+    /// The bias.
+    pub bias: String,
+    /// Seed.
+    pub seed: u64,
+    /// Fraction of conflict samples answered by position.
+    pub positional: f64,
+    /// Fraction answered by content.
+    pub symbolic: f64,
+    /// Fraction answered with neither.
+    pub neither: f64,
+    /// Accuracy on agree samples of the longest tested length.
+    pub length_accuracy: f64,
+}
+
+/// One run's accuracy at one tested length (a row of `accuracy.csv`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccuracyRow {
+    /// The bias.
+    pub bias: String,
+    /// Seed.
+    pub seed: u64,
+    /// Items of the tested inputs (the first tested length is the training length).
+    pub items: usize,
+    /// Inputs tested.
+    pub n: usize,
+    /// Accuracy.
+    pub accuracy: f64,
+}
+
+/// One head of one run (a row of `heads.csv`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadRow {
+    /// The bias.
+    pub bias: String,
+    /// Seed.
+    pub seed: u64,
+    /// Layer.
+    pub layer: usize,
+    /// Positional swap score.
+    pub s_pos: f64,
+    /// Symbolic swap score.
+    pub s_sym: f64,
+    /// Type at gamma 0.1.
+    pub kind: String,
+}
+
+/// What one experiment measured (each also written to `out/`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Per run (`mechanism.csv`).
+    pub mechanisms: Vec<MechanismRow>,
+    /// Per run and tested length (`accuracy.csv`).
+    pub accuracy: Vec<AccuracyRow>,
+    /// Per run and head (`heads.csv`).
+    pub heads: Vec<HeadRow>,
+    /// Per run: its head types in letters, one per layer (`PS`, `--`).
+    pub types: Vec<(String, u64, String)>,
+}
+
+/// Trains (or reuses) every grid point's model in `out/runs/...` as a sweep job (`parallel`
+/// at a time, default one per core), measures each (`ropelab_sweep::measure::ambiguous`), and
+/// writes `out/mechanism.csv`, `out/accuracy.csv` and `out/heads.csv` from the runs' files.
+pub fn run(
+    experiment: &Experiment,
+    out: &Path,
+    parallel: Option<usize>,
+    progress: &dyn Progress,
+) -> Result<Outcome> {
+    experiment.check()?;
+    let jobs = experiment.jobs()?;
+    grid::run(
+        &jobs,
+        out,
+        &experiment.measure_options(),
+        parallel,
+        progress,
+    )?;
+    collect(experiment, out)
+}
+
+/// Trains and measures shard `index` of `count` of the grid (jobs i with i mod count = index,
+/// as `ropelab sweep --shard`), writing no table: a Slurm array task's part. Returns the
+/// number of jobs it ran or reused.
+pub fn run_shard(
+    experiment: &Experiment,
+    out: &Path,
+    (index, count): (usize, usize),
+    parallel: Option<usize>,
+    progress: &dyn Progress,
+) -> Result<usize> {
+    experiment.check()?;
+    let jobs: Vec<Job> = experiment
+        .jobs()?
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| count > 0 && i % count == index)
+        .map(|(_, j)| j)
+        .collect();
+    if !jobs.is_empty() {
+        grid::run(
+            &jobs,
+            out,
+            &experiment.measure_options(),
+            parallel,
+            progress,
+        )?;
+    }
+    Ok(jobs.len())
+}
+
+/// Reads every grid point's files from `out/runs/...` and writes the three tables.
+pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
+    let mut o = Outcome {
+        mechanisms: vec![],
+        accuracy: vec![],
+        heads: vec![],
+        types: vec![],
+    };
+    for (bias, seed) in experiment.grid() {
+        let dir = run_dir(out, bias, seed);
+        let name = bias.to_string();
+        let conflict = read_conflict(&dir)?;
+        let rows: Vec<LengthAccuracy> = read_csv_file(&dir.join("lengths.csv"))?;
+        let heads: Vec<AmbiguousHead> = read_csv_file(&dir.join("heads.csv"))?;
+        o.mechanisms.push(MechanismRow {
+            bias: name.clone(),
+            seed,
+            positional: conflict.positional,
+            symbolic: conflict.symbolic,
+            neither: conflict.neither,
+            length_accuracy: rows.last().map_or(0.0, |r| r.accuracy()),
+        });
+        o.accuracy.extend(rows.iter().map(|r| AccuracyRow {
+            bias: name.clone(),
+            seed,
+            items: r.length,
+            n: r.n,
+            accuracy: r.accuracy(),
+        }));
+        o.types.push((name.clone(), seed, letters(&heads)));
+        o.heads.extend(heads.into_iter().map(|h| HeadRow {
+            bias: name.clone(),
+            seed,
+            layer: h.layer,
+            s_pos: h.s_pos,
+            s_sym: h.s_sym,
+            kind: h.kind.to_string(),
+        }));
+    }
+    write_csv(&out.join("mechanism.csv"), &o.mechanisms)?;
+    write_csv(&out.join("accuracy.csv"), &o.accuracy)?;
+    write_csv(&out.join("heads.csv"), &o.heads)?;
+    Ok(o)
+}
+
+/// Mean and (sample) standard deviation.
+pub fn mean_sd(values: &[f64]) -> (f64, f64) {
+    let n = values.len().max(1) as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = if values.len() > 1 {
+        values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// One bias's means over seeds: (bias, [(mean, sd) of positional, symbolic, neither, length
+/// accuracy]), in the experiment's order.
+pub fn summary(rows: &[MechanismRow]) -> Vec<(String, [(f64, f64); 4])> {
+    let mut names: Vec<String> = vec![];
+    for r in rows {
+        if !names.contains(&r.bias) {
+            names.push(r.bias.clone());
+        }
+    }
+    names
+        .into_iter()
+        .map(|b| {
+            let mine: Vec<&MechanismRow> = rows.iter().filter(|r| r.bias == b).collect();
+            let col = |f: fn(&MechanismRow) -> f64| {
+                mean_sd(&mine.iter().map(|r| f(r)).collect::<Vec<_>>())
+            };
+            let cols = [
+                col(|r| r.positional),
+                col(|r| r.symbolic),
+                col(|r| r.neither),
+                col(|r| r.length_accuracy),
+            ];
+            (b, cols)
+        })
+        .collect()
+}
+
+/// How far a bias must move the conflict split's symbolic fraction (mean over seeds) from the
+/// default model's to count as moving the choice: 0.1.
+pub const MOVE: f64 = 0.1;
+
+/// How much higher a content-moving bias's longest-length accuracy must be than the default
+/// model's to count as raising it: 0.02.
+pub const RAISE: f64 = 0.02;
+
+/// One claim of the experiment, computed from `mechanism.csv` (a row of `claims.csv`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BiasClaim {
+    /// Stable id.
+    pub id: String,
+    /// The claim as docs/bias.md states it.
+    pub statement: String,
+    /// The test and its threshold.
+    pub threshold: String,
+    /// What the run measured.
+    pub measured: String,
+    /// `holds`, `fails`, or `not computed` (the grid lacks what the claim needs).
+    pub verdict: String,
+}
+
+/// The claims' verdicts on `rows` (docs/bias.md, "Claims"). The rank-correlation claim of the
+/// discrepancy is reported as not computed: the experiment does not measure it yet.
+pub fn claims(rows: &[MechanismRow]) -> Vec<BiasClaim> {
+    let s = summary(rows);
+    let none = s.iter().find(|(b, _)| b == "none").map(|(_, c)| *c);
+    let verdict = |holds: bool| if holds { "holds" } else { "fails" }.to_string();
+    let mut out = vec![];
+    // 1. Keeping high frequencies unrotated moves the choice toward content.
+    let keep: Vec<&(String, [(f64, f64); 4])> = s
+        .iter()
+        .filter(|(b, _)| b.starts_with("keep-high"))
+        .collect();
+    let (measured, v) = match (none, keep.is_empty()) {
+        (Some(n), false) => {
+            let mean = keep.iter().map(|(_, c)| c[1].0).sum::<f64>() / keep.len() as f64;
+            let each: Vec<String> = keep
+                .iter()
+                .map(|(b, c)| format!("{b} {:.3}", c[1].0))
+                .collect();
+            (
+                format!(
+                    "symbolic fraction: none {:.3}; {} (mean {mean:.3}, change {:+.3})",
+                    n[1].0,
+                    each.join(", "),
+                    mean - n[1].0
+                ),
+                verdict(mean - n[1].0 >= MOVE),
+            )
+        }
+        _ => (
+            "the grid needs `none` and a keep-high bias".into(),
+            "not computed".into(),
+        ),
+    };
+    out.push(BiasClaim {
+        id: "high_frequencies_toward_content".into(),
+        statement: "dropping high frequencies (planes kept unrotated) moves the ambiguous task \
+                    toward the content mechanism"
+            .into(),
+        threshold: format!("mean symbolic fraction of the keep-high biases >= none's + {MOVE}"),
+        measured,
+        verdict: v,
+    });
+    // 2. A bias that moves the model toward content raises its length-split accuracy.
+    let (measured, v) = match none {
+        Some(n) => {
+            let movers: Vec<&(String, [(f64, f64); 4])> = s
+                .iter()
+                .filter(|(b, c)| b != "none" && c[1].0 - n[1].0 >= MOVE)
+                .collect();
+            if movers.is_empty() {
+                (
+                    format!(
+                        "no bias raised the symbolic fraction by {MOVE} over none's {:.3}",
+                        n[1].0
+                    ),
+                    "not computed".into(),
+                )
+            } else {
+                let each: Vec<String> = movers
+                    .iter()
+                    .map(|(b, c)| format!("{b} {:.3} (symbolic {:.3})", c[3].0, c[1].0))
+                    .collect();
+                let all = movers.iter().all(|(_, c)| c[3].0 >= n[3].0 + RAISE);
+                (
+                    format!(
+                        "longest-length accuracy: none {:.3}; {}",
+                        n[3].0,
+                        each.join(", ")
+                    ),
+                    verdict(all),
+                )
+            }
+        }
+        None => ("the grid needs `none`".into(), "not computed".into()),
+    };
+    out.push(BiasClaim {
+        id: "symbolic_bias_raises_length".into(),
+        statement: "a bias that makes the model symbolic raises its length-split accuracy".into(),
+        threshold: format!(
+            "every bias whose symbolic fraction is >= none's + {MOVE} has a longest-length \
+             accuracy >= none's + {RAISE}"
+        ),
+        measured,
+        verdict: v,
+    });
+    out.push(BiasClaim {
+        id: "discrepancy_predicts_length".into(),
+        statement: "the discrepancy of the heads the answer depends on, measured at the \
+                    training length, predicts the length at which accuracy first falls below 0.9"
+            .into(),
+        threshold: "Spearman rank correlation over every run, negative and |rho| >= 0.5".into(),
+        measured: "not measured by this version of the experiment".into(),
+        verdict: "not computed".into(),
+    });
+    out
+}
+
+/// The experiment's page: the table per bias, the mechanism bars, the length curves and the
+/// claims (written to `out/report.html` by [`write_report`]).
+pub fn report_sections(
+    e: &Experiment,
+    o: &Outcome,
+    claims: &[BiasClaim],
+) -> Vec<ropelab_report::html::Section> {
+    use ropelab_report::bias::{length_curves, mechanism_bars};
+    use ropelab_report::html::Section;
+    let s = summary(&o.mechanisms);
+    let pm = |(m, sd): (f64, f64)| format!("{m:.3} ± {sd:.3}");
+    let rows: Vec<Vec<String>> = s
+        .iter()
+        .map(|(b, c)| {
+            let types: Vec<String> = o
+                .types
+                .iter()
+                .filter(|t| &t.0 == b)
+                .map(|t| format!("s{} {}", t.1, t.2))
+                .collect();
+            vec![
+                b.clone(),
+                pm(c[0]),
+                pm(c[1]),
+                pm(c[2]),
+                pm(c[3]),
+                types.join(", "),
+            ]
+        })
+        .collect();
+    let mut table = Section::new("bias-table", "Mechanism and length per bias");
+    table.text(&format!(
+        "{} biases x {} seeds; {} layers x 1 head, d_model {}, {} steps of {}; {} conflict and \
+         {} agree samples per tested length; means ± one sd over seeds. Length accuracy is at \
+         {} items (training: {}). Head types at gamma 0.1 (P positional, S symbolic, - \
+         neither), one letter per layer.",
+        e.biases.len(),
+        e.seeds.len(),
+        e.layers,
+        e.d_model,
+        e.steps,
+        e.batch,
+        e.per_length,
+        e.per_length,
+        e.lengths.last().copied().unwrap_or(0),
+        e.lengths[0],
+    ));
+    table.table(
+        &[
+            "bias",
+            "positional",
+            "symbolic",
+            "neither",
+            "length accuracy",
+            "head types",
+        ],
+        &rows,
+    );
+    let bars: Vec<ropelab_report::bias::BarGroup> = s
+        .iter()
+        .map(|(b, c)| (b.clone(), [c[0], c[1], c[2]]))
+        .collect();
+    let mut curves = vec![];
+    for (b, _) in &s {
+        let points = e
+            .lengths
+            .iter()
+            .map(|&n| {
+                let acc: Vec<f64> = o
+                    .accuracy
+                    .iter()
+                    .filter(|r| &r.bias == b && r.items == n)
+                    .map(|r| r.accuracy)
+                    .collect();
+                let (m, sd) = mean_sd(&acc);
+                (n as f64, m, sd)
+            })
+            .collect();
+        curves.push((b.clone(), points));
+    }
+    let mut figures = Section::new("bias-figures", "Mechanism fractions and length curves");
+    figures.figures(&[mechanism_bars(&bars), length_curves(&curves)]);
+    let mut verdicts = Section::new("bias-claims", "Claims");
+    verdicts.table(
+        &["claim", "verdict", "threshold", "measured"],
+        &claims
+            .iter()
+            .map(|c| {
+                vec![
+                    c.statement.clone(),
+                    c.verdict.clone(),
+                    c.threshold.clone(),
+                    c.measured.clone(),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    );
+    vec![table, figures, verdicts]
+}
+
+/// Writes `out/claims.csv` and `out/report.html` (self-contained) for an outcome.
+pub fn write_report(e: &Experiment, o: &Outcome, out: &Path) -> Result<Vec<BiasClaim>> {
+    let claims = claims(&o.mechanisms);
+    write_csv(&out.join("claims.csv"), &claims)?;
+    let html = ropelab_report::html::page(
+        "ropelab: can training be biased toward symbolic solutions?",
+        "The bias experiment on the ambiguous task (docs/bias.md)",
+        &report_sections(e, o, &claims),
+    );
+    let path = out.join("report.html");
+    ropelab_io::write_atomic(&path, html.as_bytes())
+        .map_err(|err| anyhow::anyhow!("cannot write {}: {err}", path.display()))?;
+    Ok(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn biases_parse_print_and_bad_ones_are_one_line_errors() {
+        for s in [
+            "none",
+            "base:1e2",
+            "base:1e6",
+            "keep-high:8",
+            "keep-high:16@1",
+            "partial:16",
+            "nope:0",
+            "shift:1024",
+        ] {
+            assert_eq!(s.parse::<Bias>().unwrap().to_string(), s);
+        }
+        for (bad, want) in [
+            ("alibi", "unknown bias"),
+            ("base:0.5", "above 1"),
+            ("keep-high:0", "K >= 1"),
+            ("keep-high:4@x", "keep-high:K@LAYER"),
+            ("nope:x", "not a whole number"),
+        ] {
+            let e = bad.parse::<Bias>().unwrap_err();
+            assert!(e.contains(want) && !e.contains('\n'), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_bias_changes_what_it_should() {
+        let e = Experiment::full();
+        e.check().unwrap();
+        let none = e.run_config(Bias::None, 0).unwrap();
+        let get = |b: &str| e.run_config(b.parse().unwrap(), 0).unwrap();
+        let rope_of = |p: &PositionEncoding| match p {
+            PositionEncoding::Rope {
+                base,
+                rotary_dim,
+                planes,
+                ..
+            } => (*base, *rotary_dim, planes.to_string()),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(rope_of(&none.model.position), (1e4, 64, String::new()));
+        assert_eq!(rope_of(&get("base:100").model.position).0, 100.0);
+        let keep = rope_of(&get("keep-high:8").model.position).2;
+        assert_eq!(keep, format!("{}{}", "K".repeat(8), "R".repeat(24)));
+        let layered = get("keep-high:16@1").model;
+        assert_eq!(rope_of(layered.layer_position(0)).2, "");
+        assert!(rope_of(layered.layer_position(1)).2.starts_with("KKKK"));
+        assert_eq!(rope_of(&get("partial:16").model.position).1, 16);
+        let nope = get("nope:1").model;
+        assert_eq!(nope.layer_position(1), &PositionEncoding::None);
+        assert_eq!(nope.layer_position(0), &none.model.position);
+        let shifted = get("shift:1024");
+        assert_eq!(shifted.position_shift, 1024);
+        assert_eq!(shifted.model, none.model);
+        // Nothing else differs from the default: same task, data and schedule.
+        for b in &e.biases {
+            let c = e.run_config(*b, 0).unwrap();
+            assert_eq!(
+                (c.data, c.optim, c.ambiguous),
+                (none.data.clone(), none.optim.clone(), none.ambiguous)
+            );
+        }
+        let bad = |b: &str, want: &str| {
+            let e = Experiment {
+                biases: vec![b.parse().unwrap()],
+                ..Experiment::quick()
+            };
+            let err = e.check().unwrap_err().to_string();
+            assert!(err.contains(want) && !err.contains('\n'), "{b}: {err}");
+        };
+        bad("keep-high:40", "32 planes");
+        bad("partial:7", "even");
+        bad("nope:2", "2 layers");
+        bad("keep-high:4@5", "2 layers");
+    }
+
+    #[test]
+    fn the_summary_gives_mean_and_sd_per_bias() {
+        let row = |bias: &str, seed, symbolic| MechanismRow {
+            bias: bias.into(),
+            seed,
+            positional: 1.0 - symbolic,
+            symbolic,
+            neither: 0.0,
+            length_accuracy: 1.0,
+        };
+        let s = summary(&[
+            row("none", 0, 0.2),
+            row("none", 1, 0.4),
+            row("nope:0", 0, 1.0),
+        ]);
+        assert_eq!(s.len(), 2);
+        assert!((s[0].1[1].0 - 0.3).abs() < 1e-12);
+        assert!((s[0].1[1].1 - 0.02f64.sqrt()).abs() < 1e-12);
+        assert_eq!(s[1].1[1], (1.0, 0.0));
+    }
+}
