@@ -41,7 +41,7 @@ fn draw_bars(
         .margin(12)
         .x_label_area_size(70)
         .y_label_area_size(50)
-        .build_cartesian_2d(0f64..n, 0f64..1.05)
+        .build_cartesian_2d(0f64..n, 0f64..1.3)
         .map_err(|e| err(&e))?;
     let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
     chart
@@ -74,7 +74,7 @@ fn draw_bars(
             let x = i as f64 + 0.24 + 0.26 * k as f64;
             let (m, sd) = g.1[k];
             PathElement::new(
-                vec![(x, (m - sd).max(0.0)), (x, (m + sd).min(1.05))],
+                vec![(x, (m - sd).max(0.0)), (x, (m + sd).min(1.0))],
                 BLACK.stroke_width(1),
             )
         });
@@ -82,6 +82,7 @@ fn draw_bars(
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperMiddle)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
@@ -89,9 +90,12 @@ fn draw_bars(
     Ok(())
 }
 
+/// One bias's length curve: its name and `(items, mean accuracy, sd)` per tested length.
+pub type LengthLine = (String, Vec<(f64, f64, f64)>);
+
 /// Accuracy on agree inputs versus their number of items, one line per bias (mean over seeds,
 /// a band of one sd); the training length is the first point.
-pub fn length_curves(lines: &[(String, Vec<(f64, f64, f64)>)]) -> String {
+pub fn length_curves(lines: &[LengthLine]) -> String {
     let series = lines
         .iter()
         .enumerate()

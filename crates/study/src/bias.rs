@@ -159,7 +159,7 @@ impl Experiment {
             steps: 2000,
             batch: 64,
             lr: 1e-3,
-            lengths: vec![16, 32, 64, 128],
+            lengths: vec![16, 32, 64, 128, 256, 512],
             per_length: 256,
         }
     }
@@ -495,6 +495,23 @@ pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
         let name = bias.to_string();
         let conflict = read_conflict(&dir)?;
         let rows: Vec<LengthAccuracy> = read_csv_file(&dir.join("lengths.csv"))?;
+        // A run measured with other settings (an earlier grid's lengths or sample counts) is
+        // refused by name, never reported as this experiment's.
+        let tested: Vec<(usize, usize)> = rows.iter().map(|r| (r.length, r.n)).collect();
+        let asked: Vec<(usize, usize)> = experiment
+            .lengths
+            .iter()
+            .map(|&n| (n, experiment.per_length))
+            .collect();
+        ensure!(
+            tested == asked && conflict.n == experiment.per_length,
+            "{} was measured at (items, samples) {tested:?} with {} conflict samples, the \
+             experiment asks for {asked:?} and {}: move it away and rerun (it is trained and \
+             measured again) or choose another --out",
+            dir.display(),
+            conflict.n,
+            experiment.per_length
+        );
         let heads: Vec<AmbiguousHead> = read_csv_file(&dir.join("heads.csv"))?;
         o.mechanisms.push(MechanismRow {
             bias: name.clone(),
@@ -881,6 +898,38 @@ mod tests {
         bad("partial:7", "even");
         bad("nope:2", "2 layers");
         bad("keep-high:4@5", "2 layers");
+    }
+
+    #[test]
+    fn runs_measured_with_other_settings_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Experiment {
+            biases: vec![Bias::None],
+            seeds: vec![0],
+            steps: 3,
+            per_length: 8,
+            lengths: vec![16, 32],
+            ..Experiment::quick()
+        };
+        let o = run(&e, dir.path(), Some(1), &crate::Quiet).unwrap();
+        assert_eq!(o.mechanisms.len(), 1);
+        assert_eq!(o.accuracy.len(), 2);
+        for other in [
+            Experiment {
+                per_length: 16,
+                ..e.clone()
+            },
+            Experiment {
+                lengths: vec![16, 64],
+                ..e.clone()
+            },
+        ] {
+            let err = collect(&other, dir.path()).unwrap_err().to_string();
+            assert!(
+                err.contains("was measured at") && !err.contains('\n'),
+                "{err}"
+            );
+        }
     }
 
     #[test]
