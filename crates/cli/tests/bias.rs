@@ -1,6 +1,7 @@
-//! `ropelab bias --quick` end to end: the grid trains and is measured, its tables and report
-//! are written, the default model learns the ambiguous task on every seed, a rerun reuses
-//! every run, and bad biases are one-line errors.
+//! `ropelab bias --quick` end to end: the grid trains and is measured, the content-moving
+//! biases are carried over to the number and letter tasks, its tables and report are written,
+//! the default model learns the ambiguous task on every seed, a rerun reuses every run, and bad
+//! biases are one-line errors.
 
 mod common;
 
@@ -11,7 +12,8 @@ fn the_quick_grid_writes_its_tables_and_report_and_reruns_identically() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bias");
     let o = out.to_str().unwrap();
-    let text = ok(ropelab(&["bias", "--quick", "--out", o]));
+    let quick = ["bias", "--quick", "--transfer-steps", "40", "--out", o];
+    let text = ok(ropelab(&quick));
     assert!(text.contains("6 runs (3 biases x 2 seeds)"), "{text}");
     for id in [
         "high_frequencies_toward_content",
@@ -50,8 +52,50 @@ fn the_quick_grid_writes_its_tables_and_report_and_reruns_identically() {
     assert_eq!(heads.lines().count(), 1 + 6 * 2);
     let claims = std::fs::read_to_string(out.join("claims.csv")).unwrap();
     assert_eq!(claims.lines().count(), 1 + 3);
+    // The transfer stage: `none` and every bias that moved the symbolic fraction by 0.1, on
+    // both tasks and both seeds, each with its length curve.
+    let symbolic = |bias: &str| {
+        let v: Vec<f64> = rows
+            .iter()
+            .filter(|r| r[0] == bias)
+            .map(|r| r[3].parse::<f64>().unwrap())
+            .collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    let movers: Vec<&str> = ["keep-high:16", "nope:0"]
+        .into_iter()
+        .filter(|b| symbolic(b) - symbolic("none") >= 0.1)
+        .collect();
+    let transfer = std::fs::read_to_string(out.join("transfer.csv")).unwrap();
+    assert_eq!(
+        transfer.lines().next(),
+        Some("task,bias,seed,test_accuracy,types,first_below,margin,train_seconds")
+    );
+    let carried: Vec<&str> = transfer
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap())
+        .collect();
+    assert_eq!(carried.len(), 2 * 2 * (1 + movers.len()), "{transfer}");
+    for b in std::iter::once("none").chain(movers.iter().copied()) {
+        assert_eq!(
+            carried.iter().filter(|c| **c == b).count(),
+            4,
+            "{b}: {transfer}"
+        );
+    }
+    let lengths = std::fs::read_to_string(out.join("transfer_lengths.csv")).unwrap();
+    assert_eq!(lengths.lines().count(), 1 + carried.len() * 3, "{lengths}");
+    assert!(text.contains("Transfer ("), "{text}");
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
-    for needle in ["Claims", "keep-high:16", "<svg", "positional"] {
+    for needle in [
+        "Claims",
+        "keep-high:16",
+        "<svg",
+        "positional",
+        "Transfer: the content-moving biases",
+        "number task: accuracy versus input length",
+    ] {
         assert!(report.contains(needle), "{needle} not in the report");
     }
     // Nothing is loaded from anywhere (SVG namespaces aside).
@@ -59,10 +103,21 @@ fn the_quick_grid_writes_its_tables_and_report_and_reruns_identically() {
         assert!(!report.contains(link), "{link} in the report");
     }
     // A rerun trains nothing and writes the same numbers.
-    ok(ropelab(&["bias", "--quick", "--out", o]));
+    ok(ropelab(&quick));
     assert_eq!(
         std::fs::read_to_string(out.join("mechanism.csv")).unwrap(),
         mechanism
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("transfer.csv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .collect::<Vec<_>>(),
+        transfer
+            .lines()
+            .map(|l| l.rsplit_once(',').unwrap().0.to_string())
+            .collect::<Vec<_>>()
     );
 }
 

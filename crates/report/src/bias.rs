@@ -93,9 +93,9 @@ fn draw_bars(
 /// One bias's length curve: its name and `(items, mean accuracy, sd)` per tested length.
 pub type LengthLine = (String, Vec<(f64, f64, f64)>);
 
-/// Accuracy on agree inputs versus their number of items, one line per bias (mean over seeds,
-/// a band of one sd); the training length is the first point.
-pub fn length_curves(lines: &[LengthLine]) -> String {
+/// Accuracy versus input length (`x_label`), one line per bias (mean over seeds, a band of one
+/// sd); the training length is the first point.
+pub fn length_curves(title: &str, x_label: &str, lines: &[LengthLine]) -> String {
     let series = lines
         .iter()
         .enumerate()
@@ -114,8 +114,8 @@ pub fn length_curves(lines: &[LengthLine]) -> String {
         })
         .collect();
     Chart {
-        title: "Length split: accuracy versus items (first point: training length)".into(),
-        x_label: "items in the input".into(),
+        title: title.into(),
+        x_label: x_label.into(),
         y_label: "accuracy".into(),
         log_x: true,
         y_range: Some((-0.02, 1.02)),
@@ -141,7 +141,11 @@ mod tests {
         // 6 bars, 6 whiskers.
         assert!(svg.matches("<rect").count() >= 6);
         assert!(svg.matches("<polyline").count() + svg.matches("<path").count() >= 6);
-        let curves = length_curves(&[("none".into(), vec![(16.0, 1.0, 0.0), (128.0, 0.9, 0.05)])]);
+        let curves = length_curves(
+            "t",
+            "items",
+            &[("none".into(), vec![(16.0, 1.0, 0.0), (128.0, 0.9, 0.05)])],
+        );
         assert!(curves.contains("none"));
     }
 }

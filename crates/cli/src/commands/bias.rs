@@ -30,6 +30,16 @@ pub struct BiasArgs {
     /// Optimizer steps per run, in place of the grid's.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub steps: Option<u64>,
+    /// Skip the transfer stage (the content-moving biases on the number and letter tasks).
+    #[arg(long)]
+    pub no_transfer: bool,
+    /// Optimizer steps per transfer run, in place of the grid's (3,000; --quick 300).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub transfer_steps: Option<u64>,
+    /// A study directory (`ropelab reproduce --out`) whose number and letter models join the
+    /// discrepancy claim's rank correlation; repeatable.
+    #[arg(long)]
+    pub study: Vec<PathBuf>,
     /// Runs trained at the same time, each on its own share of the cores (default: one per
     /// core). Results do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
@@ -146,6 +156,13 @@ pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
     if let Some(n) = args.steps {
         e.steps = n as usize;
     }
+    if args.no_transfer {
+        e.transfer = None;
+    }
+    if let (Some(t), Some(n)) = (e.transfer.as_mut(), args.transfer_steps) {
+        t.steps = n as usize;
+    }
+    e.studies = args.study.clone();
     e.check()?;
     let grid = e.grid();
     let config = e.run_config(grid[0].0, grid[0].1)?;
@@ -224,12 +241,48 @@ pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
         e.lengths.last().copied().unwrap_or(0),
         t.to_string().trim_end()
     );
+    if let Some(t) = &outcome.transfer {
+        let mut table = Table::new(&[
+            ("task", Align::Left),
+            ("bias", Align::Left),
+            ("seed", Align::Right),
+            ("test acc", Align::Right),
+            ("first < 0.9", Align::Right),
+            ("discrepancy", Align::Right),
+            ("types", Align::Left),
+        ]);
+        for r in &t.runs {
+            table.row(vec![
+                r.task.clone(),
+                r.bias.clone(),
+                r.seed.to_string(),
+                format!("{:.4}", r.test_accuracy),
+                r.first_below.map_or("never".into(), |n| n.to_string()),
+                format!("{:.2}", r.margin),
+                r.types.clone(),
+            ]);
+        }
+        println!(
+            "Transfer ({}; first tested length in tokens below 0.9):\n{}",
+            if t.biases.is_empty() {
+                "no bias moved the ambiguous task toward content".to_string()
+            } else {
+                format!("biases {}", t.biases.join(", "))
+            },
+            table.to_string().trim_end()
+        );
+    }
     for c in &claims {
         println!("{}: {} ({}; {})", c.id, c.verdict, c.threshold, c.measured);
     }
     println!(
-        "{:.0} s; wrote mechanism.csv, accuracy.csv, heads.csv, claims.csv and report.html in {}",
+        "{:.0} s; wrote mechanism.csv, accuracy.csv, heads.csv, {}claims.csv and report.html in {}",
         start.elapsed().as_secs_f64(),
+        if outcome.transfer.is_some() {
+            "transfer.csv, transfer_lengths.csv, "
+        } else {
+            ""
+        },
         args.out.display()
     );
     Ok(())

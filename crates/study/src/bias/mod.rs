@@ -20,6 +20,8 @@ use toml::Value;
 
 use crate::{grid, Progress};
 
+pub mod transfer;
+
 /// One training bias: what changes in the default model of the experiment.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Bias {
@@ -111,6 +113,80 @@ impl FromStr for Bias {
     }
 }
 
+impl Bias {
+    /// Applies the bias to `model`'s position encodings (RoPE on every layer, no per-layer
+    /// encodings yet) and returns the training position shift (0 but for `shift:N`); a bias the
+    /// model cannot take is a one-line error.
+    pub fn apply(self, model: &mut ModelConfig) -> Result<usize> {
+        let PositionEncoding::Rope {
+            base,
+            rotary_dim,
+            layout,
+            ..
+        } = model.position.clone()
+        else {
+            bail!("bias {self}: the model must use RoPE");
+        };
+        ensure!(
+            model.layer_positions.is_empty(),
+            "bias {self}: the model already sets per-layer position encodings"
+        );
+        let layers = model.n_layers;
+        let d_head = model.d_model / model.n_heads.max(1);
+        let planes = rotary_dim / 2;
+        let in_layer = |l: usize, other: PositionEncoding, all: &PositionEncoding| {
+            (0..layers)
+                .map(|i| if i == l { other.clone() } else { all.clone() })
+                .collect::<Vec<_>>()
+        };
+        match self {
+            Bias::None => {}
+            Bias::Base(b) => model.position = PositionEncoding::rope(b, rotary_dim, layout),
+            Bias::KeepHigh { planes: k, layer } => {
+                ensure!(
+                    k <= planes,
+                    "bias {self}: a head has {planes} planes, not {k}"
+                );
+                let mask: PlaneMask = format!("{}{}", "K".repeat(k), "R".repeat(planes - k))
+                    .parse()
+                    .map_err(anyhow::Error::msg)?;
+                let masked = PositionEncoding::Rope {
+                    base,
+                    rotary_dim,
+                    layout,
+                    planes: mask,
+                };
+                match layer {
+                    None => model.position = masked,
+                    Some(l) => {
+                        ensure!(l < layers, "bias {self}: the model has {layers} layers");
+                        model.layer_positions = in_layer(l, masked, &model.position);
+                    }
+                }
+            }
+            Bias::Partial(d) => {
+                ensure!(
+                    d >= 2 && d % 2 == 0 && d <= d_head,
+                    "bias {self}: rotary dims must be even, 2..={d_head}"
+                );
+                model.position = PositionEncoding::rope(base, d, layout);
+            }
+            Bias::Nope(l) => {
+                ensure!(l < layers, "bias {self}: the model has {layers} layers");
+                model.layer_positions = in_layer(l, PositionEncoding::None, &model.position);
+            }
+            Bias::Shift(n) => {
+                ensure!(
+                    (1..MAX_POSITION_SHIFT).contains(&n),
+                    "bias {self}: the shift must be 1..{MAX_POSITION_SHIFT}"
+                );
+                return Ok(n);
+            }
+        }
+        Ok(0)
+    }
+}
+
 /// Everything one experiment runs: the biases, the seeds, the model and the tests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Experiment {
@@ -132,6 +208,10 @@ pub struct Experiment {
     pub lengths: Vec<usize>,
     /// Test and conflict samples per length.
     pub per_length: usize,
+    /// The transfer stage (none: skipped).
+    pub transfer: Option<transfer::TransferSettings>,
+    /// Studies whose number and letter models join the discrepancy claim's rank correlation.
+    pub studies: Vec<PathBuf>,
 }
 
 impl Experiment {
@@ -161,17 +241,22 @@ impl Experiment {
             lr: 1e-3,
             lengths: vec![16, 32, 64, 128, 256, 512],
             per_length: 256,
+            transfer: Some(transfer::TransferSettings::full()),
+            studies: vec![],
         }
     }
 
-    /// The quick grid tests use: three biases, two seeds, 1,000 steps, 128 samples per length.
+    /// The quick grid tests use: three biases, two seeds, 1,000 steps, lengths to 128 items
+    /// with 128 samples each, the quick transfer stage.
     pub fn quick() -> Self {
         let parse = |s: &str| s.parse::<Bias>().expect("the quick biases parse");
         Experiment {
             biases: ["none", "keep-high:16", "nope:0"].map(parse).to_vec(),
             seeds: vec![0, 1],
             steps: 1000,
+            lengths: vec![16, 32, 64, 128],
             per_length: 128,
+            transfer: Some(transfer::TransferSettings::quick()),
             ..Self::full()
         }
     }
@@ -201,88 +286,11 @@ impl Experiment {
     /// The run config of one grid point; a bias the model cannot take is a one-line error.
     pub fn run_config(&self, bias: Bias, seed: u64) -> Result<RunConfig> {
         let d_head = self.d_model;
-        let planes = d_head / 2;
-        let rope =
-            |base: f64, dims: usize| PositionEncoding::rope(base, dims, RopeLayout::Interleaved);
-        let mut position = rope(ropelab_model::rope::DEFAULT_BASE, d_head);
-        let mut layer_positions = vec![];
-        let mut position_shift = 0;
-        match bias {
-            Bias::None => {}
-            Bias::Base(b) => position = rope(b, d_head),
-            Bias::KeepHigh { planes: k, layer } => {
-                ensure!(
-                    k <= planes,
-                    "bias {bias}: a head has {planes} planes, not {k}"
-                );
-                let mask: PlaneMask = format!("{}{}", "K".repeat(k), "R".repeat(planes - k))
-                    .parse()
-                    .map_err(anyhow::Error::msg)?;
-                let masked = match rope(ropelab_model::rope::DEFAULT_BASE, d_head) {
-                    PositionEncoding::Rope {
-                        base,
-                        rotary_dim,
-                        layout,
-                        ..
-                    } => PositionEncoding::Rope {
-                        base,
-                        rotary_dim,
-                        layout,
-                        planes: mask,
-                    },
-                    other => other,
-                };
-                match layer {
-                    None => position = masked,
-                    Some(l) => {
-                        ensure!(
-                            l < self.layers,
-                            "bias {bias}: the model has {} layers",
-                            self.layers
-                        );
-                        layer_positions = (0..self.layers)
-                            .map(|i| {
-                                if i == l {
-                                    masked.clone()
-                                } else {
-                                    position.clone()
-                                }
-                            })
-                            .collect();
-                    }
-                }
-            }
-            Bias::Partial(d) => {
-                ensure!(
-                    d >= 2 && d % 2 == 0 && d <= d_head,
-                    "bias {bias}: rotary dims must be even, 2..={d_head}"
-                );
-                position = rope(ropelab_model::rope::DEFAULT_BASE, d);
-            }
-            Bias::Nope(l) => {
-                ensure!(
-                    l < self.layers,
-                    "bias {bias}: the model has {} layers",
-                    self.layers
-                );
-                layer_positions = (0..self.layers)
-                    .map(|i| {
-                        if i == l {
-                            PositionEncoding::None
-                        } else {
-                            position.clone()
-                        }
-                    })
-                    .collect();
-            }
-            Bias::Shift(n) => {
-                ensure!(
-                    (1..MAX_POSITION_SHIFT).contains(&n),
-                    "bias {bias}: the shift must be 1..{MAX_POSITION_SHIFT}"
-                );
-                position_shift = n;
-            }
-        }
+        let position = PositionEncoding::rope(
+            ropelab_model::rope::DEFAULT_BASE,
+            d_head,
+            RopeLayout::Interleaved,
+        );
         let data = AmbiguousData::default();
         let vocab_size = data.task()?.vocab().len();
         let model = ModelConfig {
@@ -295,12 +303,14 @@ impl Experiment {
             dropout: 0.0,
             tied_embeddings: false,
             position,
-            layer_positions,
+            layer_positions: vec![],
             attention: ropelab_model::AttentionKind::Softmax,
             mlp: true,
             layer_norm: true,
             head: Head::Lm,
         };
+        let mut model = model;
+        let position_shift = bias.apply(&mut model)?;
         Ok(RunConfig {
             preset: "bias".into(),
             task: TaskKind::Ambiguous,
@@ -429,11 +439,15 @@ pub struct Outcome {
     pub heads: Vec<HeadRow>,
     /// Per run: its head types in letters, one per layer (`PS`, `--`).
     pub types: Vec<(String, u64, String)>,
+    /// The transfer stage, when it ran.
+    pub transfer: Option<transfer::TransferOutcome>,
 }
 
 /// Trains (or reuses) every grid point's model in `out/runs/...` as a sweep job (`parallel`
 /// at a time, default one per core), measures each (`ropelab_sweep::measure::ambiguous`), and
-/// writes `out/mechanism.csv`, `out/accuracy.csv` and `out/heads.csv` from the runs' files.
+/// writes `out/mechanism.csv`, `out/accuracy.csv` and `out/heads.csv` from the runs' files;
+/// then, with a transfer stage, trains the content-moving biases on the number and letter tasks
+/// ([`transfer::run`]) and reads the studies' models for the discrepancy claim.
 pub fn run(
     experiment: &Experiment,
     out: &Path,
@@ -449,7 +463,16 @@ pub fn run(
         parallel,
         progress,
     )?;
-    collect(experiment, out)
+    let mut o = collect(experiment, out)?;
+    if let Some(t) = &experiment.transfer {
+        let movers = transfer::movers(experiment, &o.mechanisms);
+        let mut stage = transfer::run(experiment, t, &movers, out, parallel, progress)?;
+        for study in &experiment.studies {
+            stage.study.extend(transfer::study_points(study)?);
+        }
+        o.transfer = Some(stage);
+    }
+    Ok(o)
 }
 
 /// Trains and measures shard `index` of `count` of the grid (jobs i with i mod count = index,
@@ -489,6 +512,7 @@ pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
         accuracy: vec![],
         heads: vec![],
         types: vec![],
+        transfer: None,
     };
     for (bias, seed) in experiment.grid() {
         let dir = run_dir(out, bias, seed);
@@ -606,9 +630,15 @@ pub struct BiasClaim {
     pub verdict: String,
 }
 
-/// The claims' verdicts on `rows` (docs/bias.md, "Claims"). The rank-correlation claim of the
-/// discrepancy is reported as not computed: the experiment does not measure it yet.
-pub fn claims(rows: &[MechanismRow]) -> Vec<BiasClaim> {
+/// The smallest rank correlation the discrepancy claim accepts: 0.5.
+pub const RHO: f64 = 0.5;
+
+/// The claims' verdicts on the ambiguous runs' `rows` and the transfer stage (docs/bias.md,
+/// "Claims").
+pub fn claims(
+    rows: &[MechanismRow],
+    transfer: Option<&transfer::TransferOutcome>,
+) -> Vec<BiasClaim> {
     let s = summary(rows);
     let none = s.iter().find(|(b, _)| b == "none").map(|(_, c)| *c);
     let verdict = |holds: bool| if holds { "holds" } else { "fails" }.to_string();
@@ -692,16 +722,62 @@ pub fn claims(rows: &[MechanismRow]) -> Vec<BiasClaim> {
         measured,
         verdict: v,
     });
-    out.push(BiasClaim {
+    out.push(discrepancy_claim(transfer));
+    out
+}
+
+/// "The discrepancy of the heads the answer depends on, measured at the training length,
+/// predicts the length at which accuracy first falls below 0.9": Spearman's rho over every
+/// number and letter model of the transfer stage and of the studies given (a model that never
+/// falls below 0.9 ranks above every one that does, ties sharing their rank).
+fn discrepancy_claim(transfer: Option<&transfer::TransferOutcome>) -> BiasClaim {
+    let mut points: Vec<(f64, f64)> = vec![];
+    let mut censored = 0;
+    if let Some(t) = transfer {
+        let from_runs = t.runs.iter().map(|r| (r.margin, r.first_below));
+        let from_studies = t.study.iter().map(|p| (p.margin, p.first_below));
+        for (margin, first) in from_runs.chain(from_studies) {
+            censored += usize::from(first.is_none());
+            points.push((margin, first.map_or(f64::INFINITY, |n| n as f64)));
+        }
+    }
+    let rho = transfer::spearman(&points);
+    let (measured, verdict) = match (transfer, rho) {
+        (None, _) => (
+            "the transfer stage did not run".to_string(),
+            "not computed".to_string(),
+        ),
+        (Some(_), None) => (
+            format!(
+                "{} models, too few or one side constant ({censored} never below 0.9)",
+                points.len()
+            ),
+            "not computed".to_string(),
+        ),
+        (Some(t), Some(rho)) => (
+            format!(
+                "rho {rho:+.3} over {} models ({} transfer runs, {} study models; {censored}                  never below 0.9 in the tested lengths)",
+                points.len(),
+                t.runs.len(),
+                t.study.len()
+            ),
+            if rho >= RHO { "holds" } else { "fails" }.to_string(),
+        ),
+    };
+    BiasClaim {
         id: "discrepancy_predicts_length".into(),
         statement: "the discrepancy of the heads the answer depends on, measured at the \
                     training length, predicts the length at which accuracy first falls below 0.9"
             .into(),
-        threshold: "Spearman rank correlation over every run, negative and |rho| >= 0.5".into(),
-        measured: "not measured by this version of the experiment".into(),
-        verdict: "not computed".into(),
-    });
-    out
+        threshold: format!(
+            "Spearman rank correlation over every number and letter model of the transfer \
+             stage and the studies given, of the weakest pure head's discrepancy at the training \
+             length against the first tested length below {}, >= {RHO}",
+            transfer::FAIL
+        ),
+        measured,
+        verdict,
+    }
 }
 
 /// The experiment's page: the table per bias, the mechanism bars, the length curves and the
@@ -785,7 +861,14 @@ pub fn report_sections(
         curves.push((b.clone(), points));
     }
     let mut figures = Section::new("bias-figures", "Mechanism fractions and length curves");
-    figures.figures(&[mechanism_bars(&bars), length_curves(&curves)]);
+    figures.figures(&[
+        mechanism_bars(&bars),
+        length_curves(
+            "Length split: accuracy versus items (first point: training length)",
+            "items in the input",
+            &curves,
+        ),
+    ]);
     let mut verdicts = Section::new("bias-claims", "Claims");
     verdicts.table(
         &["claim", "verdict", "threshold", "measured"],
@@ -801,12 +884,17 @@ pub fn report_sections(
             })
             .collect::<Vec<_>>(),
     );
-    vec![table, figures, verdicts]
+    let mut sections = vec![table, figures];
+    if let Some(t) = &o.transfer {
+        sections.push(transfer::report_section(e, t));
+    }
+    sections.push(verdicts);
+    sections
 }
 
 /// Writes `out/claims.csv` and `out/report.html` (self-contained) for an outcome.
 pub fn write_report(e: &Experiment, o: &Outcome, out: &Path) -> Result<Vec<BiasClaim>> {
-    let claims = claims(&o.mechanisms);
+    let claims = claims(&o.mechanisms, o.transfer.as_ref());
     write_csv(&out.join("claims.csv"), &claims)?;
     let html = ropelab_report::html::page(
         "ropelab: can training be biased toward symbolic solutions?",
