@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 use ropelab_io::{Align, Table};
-use ropelab_study::bias::{run, run_shard, summary, write_report, Bias, Experiment};
+use ropelab_study::bias::{run, run_shard, summary_rows, write_report, Bias, Experiment};
 use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
 
 use super::{Bars, Guard};
@@ -219,22 +219,8 @@ pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
         ("length acc", Align::Right),
         ("head types", Align::Left),
     ]);
-    for (b, c) in summary(&outcome.mechanisms) {
-        let pm = |(m, sd): (f64, f64)| format!("{m:.3} ± {sd:.3}");
-        let types: Vec<String> = outcome
-            .types
-            .iter()
-            .filter(|t| t.0 == b)
-            .map(|t| t.2.clone())
-            .collect();
-        t.row(vec![
-            b.clone(),
-            pm(c[0]),
-            pm(c[1]),
-            pm(c[2]),
-            pm(c[3]),
-            types.join(" "),
-        ]);
+    for row in summary_rows(&outcome) {
+        t.row(row);
     }
     println!(
         "Conflict split (fractions) and accuracy at {} items, mean ± sd over seeds:\n{}",

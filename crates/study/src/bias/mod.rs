@@ -780,18 +780,12 @@ fn discrepancy_claim(transfer: Option<&transfer::TransferOutcome>) -> BiasClaim 
     }
 }
 
-/// The experiment's page: the table per bias, the mechanism bars, the length curves and the
-/// claims (written to `out/report.html` by [`write_report`]).
-pub fn report_sections(
-    e: &Experiment,
-    o: &Outcome,
-    claims: &[BiasClaim],
-) -> Vec<ropelab_report::html::Section> {
-    use ropelab_report::bias::{length_curves, mechanism_bars};
-    use ropelab_report::html::Section;
-    let s = summary(&o.mechanisms);
+/// One row per bias (the CLI's table and the report's): the bias, mean ± sd of the positional,
+/// symbolic and neither fractions and of the longest-length accuracy, and each seed's head
+/// types (`s0 S-, s1 --`).
+pub fn summary_rows(o: &Outcome) -> Vec<Vec<String>> {
     let pm = |(m, sd): (f64, f64)| format!("{m:.3} ± {sd:.3}");
-    let rows: Vec<Vec<String>> = s
+    summary(&o.mechanisms)
         .iter()
         .map(|(b, c)| {
             let types: Vec<String> = o
@@ -809,7 +803,20 @@ pub fn report_sections(
                 types.join(", "),
             ]
         })
-        .collect();
+        .collect()
+}
+
+/// The experiment's page: the table per bias, the mechanism bars, the length curves and the
+/// claims (written to `out/report.html` by [`write_report`]).
+pub fn report_sections(
+    e: &Experiment,
+    o: &Outcome,
+    claims: &[BiasClaim],
+) -> Vec<ropelab_report::html::Section> {
+    use ropelab_report::bias::{length_curves, mechanism_bars};
+    use ropelab_report::html::Section;
+    let s = summary(&o.mechanisms);
+    let rows = summary_rows(o);
     let mut table = Section::new("bias-table", "Mechanism and length per bias");
     table.text(&format!(
         "{} biases x {} seeds; {} layers x 1 head, d_model {}, {} steps of {}; {} conflict and \
