@@ -10,12 +10,22 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
 
+use ropelab_model::{PositionEncoding, RopeLayout};
+
 use crate::quant::QuantMatrix;
 use crate::{PretrainedError, Result};
 
-/// Sizes of a Llama model, from `llama.*` metadata keys.
+/// The architectures a GGUF file may name (`general.architecture`): Llama (Mistral and Llama 3
+/// files name it too) and Qwen2, whose only differences are q/k/v biases and the split-halves
+/// RoPE layout.
+pub const GGUF_ARCHITECTURES: [&str; 2] = ["llama", "qwen2"];
+
+/// Sizes of a Llama-family model (Llama, Qwen2), from a GGUF file's `<arch>.*` metadata keys or
+/// a Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LlamaConfig {
+    /// The architecture (`llama`, `qwen2`).
+    pub arch: String,
     /// Vocabulary size.
     pub vocab_size: usize,
     /// Blocks (`llama.block_count`).
@@ -36,12 +46,77 @@ pub struct LlamaConfig {
     pub rms_eps: f64,
     /// Training context (`llama.context_length`).
     pub context_length: usize,
+    /// Dimension of one head (`llama.attention.key_length`, else d_model / heads).
+    pub d_head: usize,
+    /// Whether the q, k and v projections have biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Which dims of a head form a RoPE plane: interleaved for a GGUF `llama` file (its
+    /// converter permutes the q/k rows), split halves for `qwen2` and Hugging Face weights.
+    pub rope_layout: RopeLayout,
+    /// Radians per position of each plane when the file scales RoPE's frequencies (Llama 3's
+    /// `rope_freqs.weight` or `rope_type = "llama3"`, linear scaling); None: base^(-2k/rope_dim).
+    pub rope_thetas: Option<Vec<f64>>,
 }
 
 impl LlamaConfig {
     /// Dimension of one head.
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads
+        self.d_head
+    }
+
+    /// The rotary position encoding of every layer.
+    pub fn position(&self) -> PositionEncoding {
+        match &self.rope_thetas {
+            Some(thetas) => PositionEncoding::Angles {
+                thetas: thetas.clone(),
+                layout: self.rope_layout,
+                planes: Default::default(),
+            },
+            None => PositionEncoding::rope(self.rope_base, self.rope_dim, self.rope_layout),
+        }
+    }
+
+    /// Checks that the sizes make a valid model (`source` names the file in errors).
+    pub fn validate(&self, source: &Path, tensors: usize) -> Result<()> {
+        let c = self;
+        let bad = |m: String| Err(PretrainedError::gguf(source, m));
+        // Each block has its own tensors: a block count beyond the tensors in the file is a
+        // corrupted header (and must not size any allocation).
+        if c.n_layers == 0 || c.n_layers > tensors {
+            return bad(format!(
+                "block count {} does not fit the {tensors} tensors in the file",
+                c.n_layers
+            ));
+        }
+        if c.n_heads == 0 || c.n_kv_heads == 0 || !c.n_heads.is_multiple_of(c.n_kv_heads) {
+            return bad(format!(
+                "{} query heads do not group over {} key/value heads",
+                c.n_heads, c.n_kv_heads
+            ));
+        }
+        if c.d_head == 0
+            || c.rope_dim > c.d_head
+            || !c.rope_dim.is_multiple_of(2)
+            || c.rope_dim == 0
+        {
+            return bad(format!(
+                "head dim {} with rope dim {} is not a valid head layout",
+                c.d_head, c.rope_dim
+            ));
+        }
+        if c.vocab_size == 0 || c.d_model == 0 || c.d_ff == 0 {
+            return bad("vocabulary, residual and MLP sizes must be positive".into());
+        }
+        if let Some(t) = &c.rope_thetas {
+            if t.len() != c.rope_dim / 2 || t.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                return bad(format!(
+                    "{} RoPE frequencies for {} planes (each finite, at least 0)",
+                    t.len(),
+                    c.rope_dim / 2
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Peak activation bytes of one hooked forward pass over `tokens` positions (batch 1, f32):
@@ -189,61 +264,119 @@ impl GgufFile {
             .collect()
     }
 
-    /// The Llama configuration, checked for consistency.
-    pub fn llama_config(&self) -> Result<LlamaConfig> {
+    /// The architecture the file names, if it is one ropelab reads ([`GGUF_ARCHITECTURES`]).
+    pub fn architecture(&self) -> Result<String> {
         let arch = match self.value("general.architecture")? {
             Value::String(s) => s.clone(),
             _ => String::new(),
         };
-        if arch != "llama" {
+        if !GGUF_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(PretrainedError::gguf(
                 &self.path,
-                format!("architecture {arch:?} is not llama"),
+                format!(
+                    "general.architecture {arch:?} is not supported (supported: {})",
+                    GGUF_ARCHITECTURES.join(", ")
+                ),
             ));
         }
-        let vocab_size = match self.usize("llama.vocab_size") {
+        Ok(arch)
+    }
+
+    /// A string metadata value.
+    pub fn string(&self, key: &str) -> Result<String> {
+        match self.value(key)? {
+            Value::String(s) => Ok(s.clone()),
+            _ => Err(PretrainedError::gguf(
+                &self.path,
+                format!("{key} is not a string"),
+            )),
+        }
+    }
+
+    /// The Llama-family configuration, checked for consistency: RoPE scaling from
+    /// `<arch>.rope.scaling.*` (none or linear; any other type is refused naming the key); a
+    /// `rope_freqs.weight` tensor (Llama 3) is applied by the loader.
+    pub fn llama_config(&self) -> Result<LlamaConfig> {
+        let arch = self.architecture()?;
+        let key = |k: &str| format!("{arch}.{k}");
+        let vocab_size = match self.usize(&key("vocab_size")) {
             Ok(v) => v,
             Err(_) => self.strings("tokenizer.ggml.tokens")?.len(),
         };
+        let n_heads = self.usize(&key("attention.head_count"))?;
+        let d_model = self.usize(&key("embedding_length"))?;
+        let d_head = match self.usize(&key("attention.key_length")) {
+            Ok(k) => k,
+            Err(_) if n_heads > 0 => d_model / n_heads,
+            Err(_) => 0,
+        };
+        if let Ok(v) = self.usize(&key("attention.value_length")) {
+            if v != d_head {
+                return Err(PretrainedError::gguf(
+                    &self.path,
+                    format!(
+                        "{} {v} differs from the key length {d_head}",
+                        key("attention.value_length")
+                    ),
+                ));
+            }
+        }
+        let rope_base = self
+            .float(&key("rope.freq_base"))
+            .unwrap_or(ropelab_model::rope::DEFAULT_BASE);
+        let rope_dim = self.usize(&key("rope.dimension_count")).unwrap_or(d_head);
+        let scaling_key = key("rope.scaling.type");
+        let rope_thetas = match self.string(&scaling_key).ok().as_deref() {
+            None | Some("none") => None,
+            Some("linear") => {
+                let factor = self.float(&key("rope.scaling.factor"))?;
+                if !(factor.is_finite() && factor > 0.0) {
+                    return Err(PretrainedError::gguf(
+                        &self.path,
+                        format!(
+                            "{} {factor} is not a positive factor",
+                            key("rope.scaling.factor")
+                        ),
+                    ));
+                }
+                Some(
+                    ropelab_model::rope::frequencies(rope_base, rope_dim)
+                        .into_iter()
+                        .map(|f| f / factor)
+                        .collect(),
+                )
+            }
+            Some(other) => {
+                return Err(PretrainedError::gguf(
+                    &self.path,
+                    format!("{scaling_key} {other:?} is not supported (none, linear)"),
+                ))
+            }
+        };
         let c = LlamaConfig {
             vocab_size,
-            n_layers: self.usize("llama.block_count")?,
-            n_heads: self.usize("llama.attention.head_count")?,
-            n_kv_heads: self.usize("llama.attention.head_count_kv")?,
-            d_model: self.usize("llama.embedding_length")?,
-            d_ff: self.usize("llama.feed_forward_length")?,
-            rope_dim: self.usize("llama.rope.dimension_count")?,
-            rope_base: self
-                .float("llama.rope.freq_base")
-                .unwrap_or(ropelab_model::rope::DEFAULT_BASE),
-            rms_eps: self.float("llama.attention.layer_norm_rms_epsilon")?,
-            context_length: self.usize("llama.context_length")?,
+            n_layers: self.usize(&key("block_count"))?,
+            n_heads,
+            n_kv_heads: self
+                .usize(&key("attention.head_count_kv"))
+                .unwrap_or(n_heads),
+            d_model,
+            d_ff: self.usize(&key("feed_forward_length"))?,
+            rope_dim,
+            rope_base,
+            rms_eps: self.float(&key("attention.layer_norm_rms_epsilon"))?,
+            context_length: self.usize(&key("context_length"))?,
+            d_head,
+            qkv_bias: arch == "qwen2",
+            rope_layout: if arch == "llama" {
+                RopeLayout::Interleaved
+            } else {
+                RopeLayout::HalfSplit
+            },
+            rope_thetas,
+            arch,
         };
-        let bad = |m: String| Err(PretrainedError::gguf(&self.path, m));
-        // Each block has its own tensors: a block count beyond the tensors in the file is a
-        // corrupted header (and must not size any allocation).
-        let tensors = self.content.tensor_infos.len();
-        if c.n_layers == 0 || c.n_layers > tensors {
-            return bad(format!(
-                "llama.block_count {} does not fit the {tensors} tensors in the file",
-                c.n_layers
-            ));
-        }
-        if c.n_heads == 0 || c.n_kv_heads == 0 || !c.n_heads.is_multiple_of(c.n_kv_heads) {
-            return bad(format!(
-                "{} query heads do not group over {} key/value heads",
-                c.n_heads, c.n_kv_heads
-            ));
-        }
-        if !c.d_model.is_multiple_of(c.n_heads)
-            || c.rope_dim > c.head_dim()
-            || !c.rope_dim.is_multiple_of(2)
-        {
-            return bad(format!(
-                "d_model {} / {} heads with rope dim {} is not a valid head layout",
-                c.d_model, c.n_heads, c.rope_dim
-            ));
-        }
+        c.validate(&self.path, self.content.tensor_infos.len())?;
         Ok(c)
     }
 

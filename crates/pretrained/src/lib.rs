@@ -13,6 +13,7 @@
 
 pub mod fetch;
 pub mod gguf;
+pub mod hf;
 pub mod llama;
 pub mod quant;
 pub mod tasks;
@@ -56,14 +57,44 @@ pub enum PretrainedError {
     },
 }
 
-/// SmolLM2-135M and its tokenizer, fetched into the cache first if needed: the one way every
-/// command opens the real model.
+/// SmolLM2-135M and its tokenizer, fetched into the cache first if needed.
 pub fn load_smollm2(
     device: &candle_core::Device,
 ) -> Result<(llama::Llama, tokenizer::GgufTokenizer)> {
-    let path = fetch::ensure_model()?;
-    let model = llama::Llama::load(&path, device)?;
-    let tokenizer = tokenizer::GgufTokenizer::from_gguf(&gguf::GgufFile::open(&path)?)?;
+    load_model(None, device)
+}
+
+/// The model at `path` (a GGUF file or a Hugging Face directory, see [`llama::Llama::open`])
+/// and its tokenizer (from the GGUF metadata, or the directory's `tokenizer.json`), or
+/// SmolLM2-135M without a path: the one way every command opens a pretrained model.
+pub fn load_model(
+    path: Option<&std::path::Path>,
+    device: &candle_core::Device,
+) -> Result<(llama::Llama, tokenizer::GgufTokenizer)> {
+    let fetched;
+    let path = match path {
+        Some(p) => p,
+        None => {
+            fetched = fetch::ensure_model()?;
+            &fetched
+        }
+    };
+    if !path.exists() {
+        return Err(PretrainedError::gguf(
+            path,
+            "no such file or directory (a GGUF file or a Hugging Face model directory)",
+        ));
+    }
+    let model = llama::Llama::open(path, device)?;
+    let tokenizer = if path.is_dir() {
+        let file = path.join("tokenizer.json");
+        if !file.is_file() {
+            return Err(PretrainedError::gguf(path, "tokenizer.json is missing"));
+        }
+        tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?
+    } else {
+        tokenizer::GgufTokenizer::from_gguf(&gguf::GgufFile::open(path)?)?
+    };
     Ok((model, tokenizer))
 }
 

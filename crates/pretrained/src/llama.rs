@@ -1,5 +1,8 @@
-//! The Llama forward: RMSNorm, grouped-query attention with interleaved RoPE (GGUF stores q/k
-//! rows permuted for the interleaved layout), SwiGLU MLP, untied or tied unembedding. Hook
+//! The Llama-family forward (Llama, Mistral without a sliding window, Qwen2): RMSNorm,
+//! grouped-query attention with RoPE (interleaved for GGUF `llama` files, whose q/k rows the
+//! converter permutes; split halves for Qwen2 and Hugging Face weights; frequencies scaled as the
+//! file says), q/k/v biases where the architecture has them, SwiGLU MLP, untied or tied
+//! unembedding. Hook
 //! names, shapes and interventions are the GPT-J model's (keys and values are expanded to one
 //! per query head before their hooks).
 
@@ -8,9 +11,7 @@ use std::path::Path;
 use candle_core::{Device, Tensor, D};
 use ropelab_model::attention::{attend_in_blocks, blocked_softmax};
 use ropelab_model::ops::softmax_last_dim;
-use ropelab_model::{
-    rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, RopeLayout, Rotation,
-};
+use ropelab_model::{rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, Rotation};
 
 use crate::gguf::{GgufFile, LlamaConfig};
 use crate::quant::QuantMatrix;
@@ -32,6 +33,8 @@ struct Block {
     gate: Tensor,      // [d_model, d_ff]
     up: Tensor,        // [d_model, d_ff]
     down: Tensor,      // [d_ff, d_model]
+    /// Biases of q, k and v ([heads * head_dim], [kv_heads * head_dim] twice; Qwen2).
+    qkv_bias: Option<[Tensor; 3]>,
     /// The same projections in the file's quantized blocks, when it stores them so (used for
     /// single-token steps, see [`Llama::with_quantized_decode`]).
     quant: Option<QuantBlock>,
@@ -73,10 +76,17 @@ impl Block {
             Proj::Up => (&self.up, self.quant.as_ref().map(|b| &b.up)),
             Proj::Down => (&self.down, self.quant.as_ref().map(|b| &b.down)),
         };
-        match q {
-            Some(q) if quantized => quant_linear(x, q),
-            _ => linear(x, w),
-        }
+        let y = match q {
+            Some(q) if quantized => quant_linear(x, q)?,
+            _ => linear(x, w)?,
+        };
+        let bias = match (&self.qkv_bias, p) {
+            (Some([b, _, _]), Proj::Q)
+            | (Some([_, b, _]), Proj::K)
+            | (Some([_, _, b]), Proj::V) => b,
+            _ => return Ok(y),
+        };
+        Ok(y.broadcast_add(bias)?)
     }
 
     /// h [b, t, d_model] through projection `p`, split into `n` heads: [b, n, t, head_dim].
@@ -268,7 +278,37 @@ impl Attend for Suffixes<'_> {
     }
 }
 
-/// A Llama model with f32 weights.
+/// Where a model's tensors come from, named as in GGUF files (`blk.{i}.attn_q.weight`, ...).
+pub(crate) trait Weights {
+    /// Tensor `name` as f32, checked against `shape`, and its quantized blocks when the file
+    /// stores a [rows, cols] matrix in blocks ropelab multiplies directly.
+    fn matrix(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<(Tensor, Option<QuantMatrix>)>;
+
+    /// Whether the file holds tensor `name`.
+    fn has(&self, name: &str) -> bool;
+}
+
+impl Weights for GgufFile {
+    fn matrix(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<(Tensor, Option<QuantMatrix>)> {
+        self.tensor_and_blocks(name, shape, device)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.has_tensor(name)
+    }
+}
+
+/// A Llama-family model (Llama, Qwen2) with f32 weights.
 pub struct Llama {
     config: LlamaConfig,
     embed: Tensor, // [vocab, d_model]
@@ -331,21 +371,68 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
 }
 
 impl Llama {
-    /// Loads a Llama GGUF file, dequantizing every tensor to f32.
+    /// Loads a Llama-family GGUF file ([`crate::gguf::GGUF_ARCHITECTURES`]), dequantizing every
+    /// tensor to f32 (Q4_1 / Q8_0 projections are also kept in their blocks for decoding).
     pub fn load(path: &Path, device: &Device) -> Result<Self> {
         let mut file = GgufFile::open(path)?;
-        let c = file.llama_config()?;
+        let mut c = file.llama_config()?;
+        if file.has_tensor("rope_freqs.weight") {
+            // Llama 3's frequency scaling as llama.cpp stores it: theta_k / factor_k.
+            let planes = c.rope_dim / 2;
+            let factors: Vec<f32> = file
+                .tensor("rope_freqs.weight", &[planes], device)?
+                .to_vec1()?;
+            let thetas = c
+                .rope_thetas
+                .clone()
+                .unwrap_or_else(|| ropelab_model::rope::frequencies(c.rope_base, c.rope_dim));
+            c.rope_thetas = Some(
+                thetas
+                    .iter()
+                    .zip(&factors)
+                    .map(|(t, f)| t / f64::from(*f))
+                    .collect(),
+            );
+            c.validate(path, usize::MAX)?;
+        }
+        Self::from_weights(c, &mut file, device)
+    }
+
+    /// Loads a Llama-family model from `path`: a GGUF file ([`Llama::load`]) or a Hugging Face
+    /// directory (`config.json` and safetensors weights, [`crate::hf`]).
+    pub fn open(path: &Path, device: &Device) -> Result<Self> {
+        if path.is_dir() {
+            let (c, mut weights) = crate::hf::HfWeights::open(path, device)?;
+            Self::from_weights(c, &mut weights, device)
+        } else {
+            Self::load(path, device)
+        }
+    }
+
+    /// Builds the model from configuration `c` and tensors named as in GGUF files.
+    fn from_weights(c: LlamaConfig, file: &mut impl Weights, device: &Device) -> Result<Self> {
         let (d, hd, ff, v) = (c.d_model, c.head_dim(), c.d_ff, c.vocab_size);
-        let (embed, embed_quant) = file.tensor_and_blocks("token_embd.weight", &[v, d], device)?;
+        let (embed, embed_quant) = file.matrix("token_embd.weight", &[v, d], device)?;
         let mut blocks = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let mut t = |name: &str, shape: &[usize]| {
-                file.tensor(&format!("blk.{i}.{name}"), shape, device)
+                Ok::<_, crate::PretrainedError>(
+                    file.matrix(&format!("blk.{i}.{name}"), shape, device)?.0,
+                )
             };
             let attn_norm = t("attn_norm.weight", &[d])?;
             let ffn_norm = t("ffn_norm.weight", &[d])?;
+            let qkv_bias = if c.qkv_bias {
+                Some([
+                    t("attn_q.bias", &[c.n_heads * hd])?,
+                    t("attn_k.bias", &[c.n_kv_heads * hd])?,
+                    t("attn_v.bias", &[c.n_kv_heads * hd])?,
+                ])
+            } else {
+                None
+            };
             let mut m = |name: &str, rows: usize, cols: usize| {
-                file.tensor_and_blocks(&format!("blk.{i}.{name}"), &[rows, cols], device)
+                file.matrix(&format!("blk.{i}.{name}"), &[rows, cols], device)
             };
             let (q, qq) = m("attn_q.weight", c.n_heads * hd, d)?;
             let (k, qk) = m("attn_k.weight", c.n_kv_heads * hd, d)?;
@@ -378,17 +465,18 @@ impl Llama {
                 gate: transposed(gate)?,
                 up: transposed(up)?,
                 down: transposed(down)?,
+                qkv_bias,
                 quant,
             });
         }
-        let norm = file.tensor("output_norm.weight", &[d], device)?;
-        let (unembed, unembed_quant) = if file.has_tensor("output.weight") {
-            file.tensor_and_blocks("output.weight", &[v, d], device)?
+        let norm = file.matrix("output_norm.weight", &[d], device)?.0;
+        let (unembed, unembed_quant) = if file.has("output.weight") {
+            file.matrix("output.weight", &[v, d], device)?
         } else {
             (embed.clone(), embed_quant) // tied embeddings
         };
         let unembed = transposed(unembed)?;
-        let position = PositionEncoding::rope(c.rope_base, c.rope_dim, RopeLayout::Interleaved);
+        let position = c.position();
         Ok(Self {
             config: c,
             embed,

@@ -32,6 +32,14 @@ impl GgufTokenizer {
             candle_core::quantized::gguf_file::Value::String(s) => s.clone(),
             _ => String::new(),
         };
+        if let Ok(pre) = file.string("tokenizer.ggml.pre") {
+            if pre != "smollm" {
+                return Err(err(&format!(
+                    "tokenizer.ggml.pre {pre:?} is not supported (smollm; or use the model's \
+                     Hugging Face directory with its tokenizer.json)"
+                )));
+            }
+        }
         if model != "gpt2" {
             return Err(err(&format!(
                 "tokenizer model {model:?} is not the byte-level BPE (gpt2)"
@@ -74,6 +82,14 @@ impl GgufTokenizer {
             .usize("tokenizer.ggml.eos_token_id")
             .ok()
             .map(|e| e as u32);
+        Ok(Self { inner, eos })
+    }
+
+    /// The tokenizer of a Hugging Face directory (`tokenizer.json`, read by the tokenizers
+    /// crate itself) with end-of-sequence id `eos`.
+    pub fn from_file(path: &std::path::Path, eos: Option<u32>) -> Result<Self> {
+        let inner = Tokenizer::from_file(path)
+            .map_err(|e| PretrainedError::Tokenizer(format!("{}: {e}", path.display())))?;
         Ok(Self { inner, eos })
     }
 

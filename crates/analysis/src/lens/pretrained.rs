@@ -331,7 +331,20 @@ pub fn model_rope_failures(
         .collect();
     let mut hooks = Hooks::new().capture(points);
     model.trunk_with_progress(&input, &mut hooks, progress)?;
-    let freqs = Schedule::Plain { base: c.rope_base }.frequencies(c.rope_dim / 2)?;
+    // The model's own plane frequencies (scaled where its file scales them).
+    let freqs: Vec<f64> = match model.position().rotation() {
+        Some(r) => r
+            .turns
+            .iter()
+            .map(|t| match t {
+                ropelab_model::Turn::Rate(rate) => Ok(*rate),
+                ropelab_model::Turn::Table(_) => Err(AnalysisError::Invalid(
+                    "a periodic rotation has no constant frequency".into(),
+                )),
+            })
+            .collect::<Result<_>>()?,
+        None => Schedule::Plain { base: c.rope_base }.frequencies(c.rope_dim / 2)?,
+    };
     let planes: Vec<(usize, usize)> = (0..c.rope_dim / 2)
         .map(|p| model.position().plane_dims(p))
         .collect();

@@ -13,9 +13,11 @@ use ropelab_analysis::lens::swap::Tau;
 use ropelab_analysis::measure::dynamics::{Gamma, HeadKind};
 use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
 use ropelab_pretrained::fetch::ensure_model;
+use ropelab_pretrained::llama::Llama;
 use ropelab_pretrained::llama::PREFILL_CHUNK;
-use ropelab_pretrained::load_smollm2;
+use ropelab_pretrained::load_model;
 use ropelab_pretrained::tasks::{accuracy_table, index_accuracy, index_defaults, table_defaults};
+use ropelab_pretrained::tokenizer::GgufTokenizer;
 use ropelab_tasks::TaskKind;
 
 use super::{progress, Guard};
@@ -48,6 +50,8 @@ pub enum PretrainedCommand {
 /// Arguments of `ropelab pretrained index-task`.
 #[derive(Debug, Args)]
 pub struct IndexTaskArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
     /// Prompt lengths in tokens, comma-separated (at most the model's context): each prompt
     /// holds the longest array that fits.
     #[arg(long, value_delimiter = ',', default_values_t = index_defaults::LENGTHS)]
@@ -63,6 +67,8 @@ pub struct IndexTaskArgs {
 /// Arguments of `ropelab pretrained rope-stats`.
 #[derive(Debug, Args)]
 pub struct PretrainedRopeArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
     /// Layers whose heads supply q and k, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = ModelRopeOptions::default().layers)]
     pub layers: Vec<usize>,
@@ -83,6 +89,8 @@ pub struct PretrainedRopeArgs {
 /// Arguments of `ropelab pretrained score`.
 #[derive(Debug, Args)]
 pub struct PretrainedScoreArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
     /// Task whose prompt version is scored.
     #[arg(long)]
     pub task: TaskKind,
@@ -103,6 +111,8 @@ pub struct PretrainedScoreArgs {
 /// Arguments of `ropelab pretrained tasks`.
 #[derive(Debug, Args)]
 pub struct TasksArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
     /// Task: number or letter.
     #[arg(long)]
     pub task: TaskKind,
@@ -123,11 +133,41 @@ pub struct TasksArgs {
 /// Arguments of `ropelab pretrained generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
     /// The prompt.
     pub prompt: String,
     /// Tokens to generate.
     #[arg(long, default_value_t = 16)]
     pub max_new: usize,
+}
+
+/// Which pretrained model a command runs on.
+#[derive(Debug, Args)]
+pub struct ModelArg {
+    /// A RoPE model on disk instead of SmolLM2: a GGUF file (llama, qwen2; f32/f16/bf16 and
+    /// the common quantizations) or a Hugging Face directory (config.json, safetensors weights,
+    /// tokenizer.json) of LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM.
+    #[arg(long = "model", value_name = "GGUF_OR_DIR")]
+    pub path: Option<PathBuf>,
+}
+
+impl ModelArg {
+    /// The model and its tokenizer.
+    fn load(&self) -> Result<(Llama, GgufTokenizer)> {
+        Ok(load_model(self.path.as_deref(), &Device::Cpu)?)
+    }
+
+    /// The model's name in printed lines: the file or directory name, or SmolLM2.
+    fn name(&self) -> String {
+        match &self.path {
+            Some(p) => p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| p.display().to_string()),
+            None => "SmolLM2".into(),
+        }
+    }
 }
 
 /// Runs a pretrained subcommand.
@@ -140,7 +180,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         }
         PretrainedCommand::Generate(a) => {
             let start = Instant::now();
-            let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
+            let (model, tokenizer) = a.model.load()?;
             let load = start.elapsed().as_secs_f64();
             let ids = tokenizer.encode(&a.prompt)?;
             let tokens = ids.len().saturating_add(a.max_new);
@@ -163,7 +203,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::Score(a) => score(&a),
         PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
         PretrainedCommand::IndexTask(a) => {
-            let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
+            let (model, tokenizer) = a.model.load()?;
             let context = model.config().context_length;
             anyhow::ensure!(
                 !a.lengths.is_empty() && a.lengths.iter().all(|&l| (1..=context).contains(&l)),
@@ -214,7 +254,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
                 "sizes must be at least 1"
             );
-            let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
+            let (model, tokenizer) = a.model.load()?;
             let total = a.sizes.len() as u64 * a.runs * a.n;
             let bar = progress(total, &format!("{} prompts", a.task));
             let start = Instant::now();
@@ -258,7 +298,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
 }
 
 fn score(a: &PretrainedScoreArgs) -> Result<()> {
-    let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
+    let (model, tokenizer) = a.model.load()?;
     let options = PromptScoreOptions {
         task: a.task,
         size: a.size,
@@ -284,7 +324,8 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
     };
     let (positional, symbolic) = (named(HeadKind::Positional), named(HeadKind::Symbolic));
     println!(
-        "SmolLM2, {} prompts of the {} task at size {} ({} planes per head): {} heads",
+        "{}, {} prompts of the {} task at size {} ({} planes per head): {} heads",
+        a.model.name(),
         a.n,
         a.task,
         a.size,
@@ -313,7 +354,7 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
 }
 
 fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
-    let (model, tokenizer) = load_smollm2(&Device::Cpu)?;
+    let (model, tokenizer) = a.model.load()?;
     let options = ModelRopeOptions {
         layers: a.layers.clone(),
         lengths: a.lengths.clone(),

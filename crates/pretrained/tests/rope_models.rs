@@ -1,0 +1,162 @@
+//! Every Llama-family architecture `--model` reads, against transformers
+//! (fixtures/rope_models, written by fixtures/rope_models/make_fixtures.py): tiny random
+//! Llama, Llama 3 (frequency scaling, explicit head size) and Qwen2 (q/k/v biases, tied
+//! embeddings) models as Hugging Face directories and as GGUF files in mixed
+//! f32/f16/bf16/Q8_0/Q4_0/Q4_1/Q4_K/Q6_K storage. Token ids, logits at every position and the
+//! rotated queries and keys of every layer within 1e-4, the same greedy continuation.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use ropelab_model::{rope, HookKind, HookPoint, Hooks};
+use ropelab_pretrained::load_model;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models")
+}
+
+fn floats(v: &serde_json::Value) -> Vec<f32> {
+    match v {
+        serde_json::Value::Array(items) => items.iter().flat_map(floats).collect(),
+        x => vec![x.as_f64().expect("a number") as f32],
+    }
+}
+
+/// Largest absolute difference.
+fn worst(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn check(model_path: &Path, reference: &str) {
+    let text = std::fs::read_to_string(fixtures().join(reference)).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (model, tokenizer) = load_model(Some(model_path), &Device::Cpu)
+        .unwrap_or_else(|e| panic!("{}: {e}", model_path.display()));
+    let ids: Vec<u32> = r["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(
+        tokenizer.encode(r["text"].as_str().unwrap()).unwrap(),
+        ids,
+        "{reference}: token ids"
+    );
+    let t = ids.len();
+    let c = model.config().clone();
+    let input = Tensor::from_vec(ids.clone(), (1, t), &Device::Cpu).unwrap();
+    let points: Vec<HookPoint> = (0..c.n_layers)
+        .flat_map(|l| {
+            [
+                HookPoint::new(l, HookKind::Q),
+                HookPoint::new(l, HookKind::K),
+            ]
+        })
+        .collect();
+    let mut hooks = Hooks::new().capture(points);
+    let logits: Vec<f32> = model
+        .forward(&input, &mut hooks)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let d_logits = worst(&logits, &floats(&r["logits"]));
+    assert!(d_logits < 1e-4, "{reference}: logits differ by {d_logits}");
+
+    let rotation = model.position().rotation().expect("a rotary model");
+    let positions: Vec<usize> = (0..t).collect();
+    let (cos, sin) = rope::angles_of(&positions, &rotation, &Device::Cpu).unwrap();
+    let rotated = |kind, layer| -> Vec<f32> {
+        let x = hooks.get(HookPoint::new(layer, kind)).unwrap(); // [1, heads, pos, head_dim]
+        rope::rotate(x, &cos, &sin, rotation.rotary_dim, rotation.layout)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let (hd, group) = (c.head_dim(), c.n_heads / c.n_kv_heads);
+    // transformers' heads are in split halves (plane p is dims p and p + rotary_dim / 2); a
+    // GGUF llama file's rows are permuted so that ours are interleaved: compare plane by plane.
+    let halves = |x: Vec<f32>| -> Vec<f32> {
+        let mut out = x.clone();
+        let planes = rotation.rotary_dim / 2;
+        for (row, src) in out.chunks_exact_mut(hd).zip(x.chunks_exact(hd)) {
+            for p in 0..planes {
+                let (a, b) = model.position().plane_dims(p);
+                row[p] = src[a];
+                row[p + planes] = src[b];
+            }
+        }
+        out
+    };
+    let mut d_qk = 0f32;
+    for layer in 0..c.n_layers {
+        let q = halves(rotated(HookKind::Q, layer));
+        d_qk = d_qk.max(worst(&q, &floats(&r["q_rot"][layer])));
+        // The hook's keys are expanded to one per query head; transformers' are per kv head.
+        let k = halves(rotated(HookKind::K, layer));
+        let want = floats(&r["k_rot"][layer]); // [kv_heads, pos, head_dim]
+        let per_kv: Vec<f32> = (0..c.n_kv_heads)
+            .flat_map(|g| k[g * group * t * hd..][..t * hd].to_vec())
+            .collect();
+        d_qk = d_qk.max(worst(&per_kv, &want));
+    }
+    assert!(d_qk < 1e-4, "{reference}: rotated q/k differ by {d_qk}");
+
+    let greedy: Vec<u32> = r["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(
+        model.generate(&ids, greedy.len(), None).unwrap(),
+        greedy,
+        "{reference}: greedy"
+    );
+    eprintln!(
+        "{reference}: {} ({} layers, {} heads / {} kv heads, head dim {hd}): logits within \
+         {d_logits:e}, rotated q/k within {d_qk:e}",
+        c.arch, c.n_layers, c.n_heads, c.n_kv_heads
+    );
+}
+
+#[test]
+fn hugging_face_llama_matches_transformers() {
+    check(&fixtures().join("llama"), "llama.reference.json");
+}
+
+#[test]
+fn hugging_face_llama3_scaling_and_head_dim_match_transformers() {
+    check(&fixtures().join("llama3"), "llama3.reference.json");
+}
+
+#[test]
+fn hugging_face_qwen2_matches_transformers() {
+    check(&fixtures().join("qwen2"), "qwen2.reference.json");
+}
+
+#[test]
+fn gguf_llama_in_mixed_quantizations_matches_transformers() {
+    check(&fixtures().join("llama.gguf"), "llama.gguf.reference.json");
+}
+
+#[test]
+fn gguf_llama3_rope_freqs_match_transformers() {
+    check(
+        &fixtures().join("llama3.gguf"),
+        "llama3.gguf.reference.json",
+    );
+}
+
+#[test]
+fn gguf_qwen2_matches_transformers() {
+    check(&fixtures().join("qwen2.gguf"), "qwen2.gguf.reference.json");
+}
