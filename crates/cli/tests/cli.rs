@@ -564,3 +564,103 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         "a MOD head was not exact: {text}"
     );
 }
+
+/// `--model` on every `pretrained` command: the tiny fixture models of each architecture
+/// (fixtures/rope_models) score, generate and give RoPE statistics; bad paths and unsupported
+/// files are refused in one line naming the file.
+#[test]
+fn pretrained_commands_take_any_local_rope_model() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["llama.gguf", "qwen2", "gptneox", "gptj"] {
+        let model = fixtures.join(name);
+        let model = model.to_str().unwrap();
+        let out_path = dir.path().join(format!("{name}.jsonl"));
+        let out = ropelab(&[
+            "pretrained",
+            "score",
+            "--model",
+            model,
+            "--task",
+            "letter",
+            "--n",
+            "2",
+            "--out",
+            out_path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let text = std::fs::read_to_string(&out_path).unwrap();
+        assert_eq!(text.lines().count(), 8, "{name}: 2 layers x 4 heads");
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let (p, s) = (v["s_pos"].as_f64().unwrap(), v["s_sym"].as_f64().unwrap());
+            assert!((0.0..=1.0).contains(&p) && (0.0..=1.0).contains(&s), "{v}");
+        }
+        let out = ropelab(&[
+            "pretrained",
+            "generate",
+            "--model",
+            model,
+            "--max-new",
+            "3",
+            "a b",
+        ]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let csv = dir.path().join(format!("{name}.csv"));
+        let out = ropelab(&[
+            "pretrained",
+            "rope-stats",
+            "--model",
+            model,
+            "--lengths",
+            "16",
+            "--draws",
+            "50",
+            "--out",
+            csv.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        // The default layers: the first, middle and last of this 2-layer model.
+        let layers: std::collections::BTreeSet<String> = std::fs::read_to_string(&csv)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').next().unwrap().to_owned())
+            .collect();
+        assert_eq!(layers.into_iter().collect::<Vec<_>>(), ["0", "1"], "{name}");
+    }
+    let missing = dir.path().join("nothing-here");
+    let out = ropelab(&[
+        "pretrained",
+        "generate",
+        "--model",
+        missing.to_str().unwrap(),
+        "a",
+    ]);
+    assert_one_line_error(&out, "nothing-here");
+    let not_a_model = dir.path().join("empty");
+    std::fs::create_dir(&not_a_model).unwrap();
+    let out = ropelab(&[
+        "pretrained",
+        "generate",
+        "--model",
+        not_a_model.to_str().unwrap(),
+        "a",
+    ]);
+    assert_one_line_error(&out, "config.json is missing");
+    let bad_arch = dir.path().join("bert");
+    std::fs::create_dir(&bad_arch).unwrap();
+    std::fs::write(
+        bad_arch.join("config.json"),
+        r#"{"architectures": ["BertForMaskedLM"]}"#,
+    )
+    .unwrap();
+    let out = ropelab(&[
+        "pretrained",
+        "generate",
+        "--model",
+        bad_arch.to_str().unwrap(),
+        "a",
+    ]);
+    assert_one_line_error(&out, "BertForMaskedLM");
+}

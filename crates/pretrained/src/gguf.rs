@@ -20,11 +20,11 @@ use crate::{PretrainedError, Result};
 /// RoPE layout.
 pub const GGUF_ARCHITECTURES: [&str; 2] = ["llama", "qwen2"];
 
-/// Sizes of a Llama-family model (Llama, Qwen2), from a GGUF file's `<arch>.*` metadata keys or
-/// a Hugging Face `config.json`.
+/// Sizes and structure of a RoPE decoder (the Llama family, GPT-NeoX, GPT-J), from a GGUF
+/// file's `<arch>.*` metadata keys or a Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LlamaConfig {
-    /// The architecture (`llama`, `qwen2`).
+    /// The architecture (`llama`, `mistral`, `qwen2`, `gpt_neox`, `gptj`).
     pub arch: String,
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -42,20 +42,85 @@ pub struct LlamaConfig {
     pub rope_dim: usize,
     /// RoPE base (`llama.rope.freq_base`).
     pub rope_base: f64,
-    /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
+    /// Epsilon of the RMSNorms or LayerNorms (`llama.attention.layer_norm_rms_epsilon`).
     pub rms_eps: f64,
     /// Training context (`llama.context_length`).
     pub context_length: usize,
     /// Dimension of one head (`llama.attention.key_length`, else d_model / heads).
     pub d_head: usize,
-    /// Whether the q, k and v projections have biases (Qwen2).
+    /// Whether the q, k and v projections have biases (Qwen2, GPT-NeoX).
     pub qkv_bias: bool,
+    /// The block's structure beyond Llama's (norms, MLP, residual joins, other biases).
+    pub block: BlockStyle,
     /// Which dims of a head form a RoPE plane: interleaved for a GGUF `llama` file (its
     /// converter permutes the q/k rows), split halves for `qwen2` and Hugging Face weights.
     pub rope_layout: RopeLayout,
     /// Radians per position of each plane when the file scales RoPE's frequencies (Llama 3's
     /// `rope_freqs.weight` or `rope_type = "llama3"`, linear scaling); None: base^(-2k/rope_dim).
     pub rope_thetas: Option<Vec<f64>>,
+}
+
+/// The normalization before attention, MLP and unembedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Norm {
+    /// RMSNorm with a gain (Llama, Qwen2).
+    Rms,
+    /// LayerNorm with a gain and a bias (GPT-NeoX, GPT-J).
+    Layer,
+}
+
+/// The MLP of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mlp {
+    /// down(silu(gate(h)) * up(h)) (Llama, Qwen2).
+    SwiGlu,
+    /// down(gelu(up(h))) with the exact, erf-based GELU (`gelu`: GPT-NeoX, ropelab's GPT-J).
+    Gelu,
+    /// down(gelu(up(h))) with GELU's tanh approximation (`gelu_new`: GPT-J).
+    GeluTanh,
+}
+
+/// How a block's attention and MLP join the residual stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residual {
+    /// x + attn(norm1(x)), then + mlp(norm2(.)) (Llama; GPT-NeoX without parallel residual).
+    Sequential,
+    /// x + attn(norm1(x)) + mlp(norm2(x)) (GPT-NeoX's `use_parallel_residual`).
+    Parallel,
+    /// x + attn(norm(x)) + mlp(norm(x)), one norm for both (GPT-J).
+    ParallelSharedNorm,
+}
+
+/// What a block looks like beyond the Llama family's common part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BlockStyle {
+    /// The normalization.
+    pub norm: Norm,
+    /// The MLP.
+    pub mlp: Mlp,
+    /// How attention and MLP join the residual stream.
+    pub residual: Residual,
+    /// Whether the attention output projection has a bias (GPT-NeoX).
+    pub o_bias: bool,
+    /// Whether the MLP's projections have biases (GPT-NeoX, GPT-J).
+    pub mlp_bias: bool,
+    /// Whether the unembedding has a bias (GPT-J's `lm_head.bias`).
+    pub unembed_bias: bool,
+}
+
+impl BlockStyle {
+    /// The Llama family's block: RMSNorm, SwiGLU, sequential residual, no bias but q/k/v's.
+    pub const LLAMA: Self = Self {
+        norm: Norm::Rms,
+        mlp: Mlp::SwiGlu,
+        residual: Residual::Sequential,
+        o_bias: false,
+        mlp_bias: false,
+        unembed_bias: false,
+    };
 }
 
 impl LlamaConfig {
@@ -368,6 +433,7 @@ impl GgufFile {
             context_length: self.usize(&key("context_length"))?,
             d_head,
             qkv_bias: arch == "qwen2",
+            block: BlockStyle::LLAMA,
             rope_layout: if arch == "llama" {
                 RopeLayout::Interleaved
             } else {

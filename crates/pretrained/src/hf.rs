@@ -10,16 +10,22 @@ use candle_core::{DType, Device, Tensor};
 use ropelab_model::RopeLayout;
 use serde_json::Value;
 
-use crate::gguf::LlamaConfig;
+use crate::gguf::{BlockStyle, LlamaConfig, Mlp, Norm, Residual};
 use crate::llama::Weights;
 use crate::quant::QuantMatrix;
 use crate::{PretrainedError, Result};
 
-/// The `architectures` of `config.json` read as Llama-family models: Llama (Llama 2 and 3,
-/// SmolLM, TinyLlama), Mistral without a sliding window shorter than its context, and Qwen2
-/// (q/k/v biases).
-pub const HF_ARCHITECTURES: [&str; 3] =
-    ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"];
+/// The `architectures` of `config.json` ropelab reads: Llama (Llama 2 and 3, SmolLM,
+/// TinyLlama), Mistral without a sliding window shorter than its context, Qwen2 (q/k/v
+/// biases), GPT-NeoX (Pythia: partial rotary, parallel attention and MLP) and GPT-J (ropelab's
+/// own checkpoints).
+pub const HF_ARCHITECTURES: [&str; 5] = [
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "GPTNeoXForCausalLM",
+    "GPTJForCausalLM",
+];
 
 /// A parsed `config.json` and the file it came from, for errors naming both.
 struct ConfigJson {
@@ -154,12 +160,93 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    if !HF_ARCHITECTURES.contains(&arch.as_str()) {
+    let c = match arch.as_str() {
+        "LlamaForCausalLM" | "MistralForCausalLM" | "Qwen2ForCausalLM" => {
+            llama_config(&cfg, &arch)?
+        }
+        "GPTNeoXForCausalLM" => neox_config(&cfg)?,
+        "GPTJForCausalLM" => gptj_config(&cfg)?,
+        _ => {
+            return Err(cfg.error(format!(
+                "architectures {arch:?} is not supported (supported: {})",
+                HF_ARCHITECTURES.join(", ")
+            )))
+        }
+    };
+    c.validate(path, usize::MAX)?;
+    Ok(c)
+}
+
+/// The RoPE parameters of `config.json`: transformers 5 writes `rope_parameters` (theta,
+/// scaling and partial rotary together), earlier versions `rope_theta` / `rope_scaling` (or an
+/// architecture's own keys, `base_key` and `fraction_key`). Returns the base, the fraction of
+/// each head that rotates, and the scaled plane frequencies (None: unscaled) for heads of
+/// `d_head` dims.
+fn rope_params(
+    cfg: &ConfigJson,
+    base_key: &str,
+    fraction_key: Option<(&str, f64)>,
+    d_head: usize,
+) -> Result<(f64, usize, Option<Vec<f64>>)> {
+    let (params, name) = match cfg.get("rope_parameters") {
+        Some(p) => (p.clone(), "rope_parameters"),
+        None => (
+            cfg.get("rope_scaling").cloned().unwrap_or(Value::Null),
+            "rope_scaling",
+        ),
+    };
+    let base = match cfg.float_in(&params, "rope_theta", &format!("{name}.rope_theta"))? {
+        Some(b) => b,
+        None => cfg
+            .float_in(&cfg.json, base_key, base_key)?
+            .unwrap_or(ropelab_model::rope::DEFAULT_BASE),
+    };
+    if base <= 0.0 {
+        return Err(cfg.error(format!("rope_theta {base} is not positive")));
+    }
+    let fraction = match cfg.float_in(
+        &params,
+        "partial_rotary_factor",
+        &format!("{name}.partial_rotary_factor"),
+    )? {
+        Some(f) => f,
+        None => match fraction_key {
+            Some((key, default)) => cfg.float_in(&cfg.json, key, key)?.unwrap_or(default),
+            None => cfg
+                .float_in(&cfg.json, "partial_rotary_factor", "partial_rotary_factor")?
+                .unwrap_or(1.0),
+        },
+    };
+    // transformers rotates int(head_size * fraction) dims.
+    let rope_dim = (d_head as f64 * fraction).floor() as usize;
+    if !(fraction > 0.0 && fraction <= 1.0) || rope_dim == 0 || !rope_dim.is_multiple_of(2) {
         return Err(cfg.error(format!(
-            "architectures {arch:?} is not supported (supported: {})",
-            HF_ARCHITECTURES.join(", ")
+            "partial_rotary_factor {fraction} rotates {rope_dim} of {d_head} dims: not an even, \
+             positive number of dims"
         )));
     }
+    let thetas = if params.is_object() {
+        scaled_thetas(cfg, &params, name, base, rope_dim)?
+    } else {
+        None
+    };
+    Ok((base, rope_dim, thetas))
+}
+
+/// The MLP of activation `act` (key `key`): GELU exact or tanh-approximated.
+fn gelu_of(cfg: &ConfigJson, key: &str, default: &str) -> Result<Mlp> {
+    let act = cfg.get(key).and_then(Value::as_str).unwrap_or(default);
+    match act {
+        "gelu" => Ok(Mlp::Gelu),
+        "gelu_new" | "gelu_pytorch_tanh" => Ok(Mlp::GeluTanh),
+        other => Err(cfg.error(format!(
+            "{key} {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh)"
+        ))),
+    }
+}
+
+/// Llama, Mistral and Qwen2 (`arch`).
+fn llama_config(cfg: &ConfigJson, arch: &str) -> Result<LlamaConfig> {
     let act = cfg
         .get("hidden_act")
         .and_then(Value::as_str)
@@ -183,46 +270,16 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
         }
     }
     let d_model = cfg.usize("hidden_size")?;
-    let n_heads = cfg.usize("num_attention_heads")?;
-    if n_heads == 0 {
-        return Err(cfg.error("num_attention_heads must be positive"));
-    }
+    let n_heads = positive(cfg, "num_attention_heads")?;
     let d_head = cfg.usize_or("head_dim", d_model / n_heads)?;
-    // transformers 5 writes `rope_parameters` (theta and scaling together); earlier versions
-    // `rope_theta` and `rope_scaling`.
-    let (params, name) = match cfg.get("rope_parameters") {
-        Some(p) => (p.clone(), "rope_parameters"),
-        None => (
-            cfg.get("rope_scaling").cloned().unwrap_or(Value::Null),
-            "rope_scaling",
-        ),
-    };
-    let base = match cfg.float_in(&params, "rope_theta", &format!("{name}.rope_theta"))? {
-        Some(b) => b,
-        None => cfg
-            .float_in(&cfg.json, "rope_theta", "rope_theta")?
-            .unwrap_or(ropelab_model::rope::DEFAULT_BASE),
-    };
-    if base <= 0.0 {
-        return Err(cfg.error(format!("rope_theta {base} is not positive")));
+    let (rope_base, rope_dim, rope_thetas) = rope_params(cfg, "rope_theta", None, d_head)?;
+    if rope_dim != d_head {
+        return Err(cfg.error(format!(
+            "partial_rotary_factor < 1 is not supported for {arch} (every dim rotates)"
+        )));
     }
-    if let Some(f) = params
-        .get("partial_rotary_factor")
-        .or_else(|| cfg.get("partial_rotary_factor"))
-    {
-        if f.as_f64() != Some(1.0) {
-            return Err(cfg.error(format!(
-                "partial_rotary_factor {f} is not supported for {arch} (1.0)"
-            )));
-        }
-    }
-    let rope_thetas = if params.is_object() {
-        scaled_thetas(&cfg, &params, name, base, d_head)?
-    } else {
-        None
-    };
-    let c = LlamaConfig {
-        arch: match arch.as_str() {
+    Ok(LlamaConfig {
+        arch: match arch {
             "Qwen2ForCausalLM" => "qwen2",
             "MistralForCausalLM" => "mistral",
             _ => "llama",
@@ -234,19 +291,134 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
         n_kv_heads: cfg.usize_or("num_key_value_heads", n_heads)?,
         d_model,
         d_ff: cfg.usize("intermediate_size")?,
-        rope_dim: d_head,
-        rope_base: base,
+        rope_dim,
+        rope_base,
         rms_eps: cfg
             .float_in(&cfg.json, "rms_norm_eps", "rms_norm_eps")?
             .unwrap_or(1e-6),
         context_length,
         d_head,
         qkv_bias: arch == "Qwen2ForCausalLM",
+        block: BlockStyle::LLAMA,
         rope_layout: RopeLayout::HalfSplit,
         rope_thetas,
+    })
+}
+
+/// A positive integer `key`.
+fn positive(cfg: &ConfigJson, key: &str) -> Result<usize> {
+    match cfg.usize(key)? {
+        0 => Err(cfg.error(format!("{key} must be positive"))),
+        n => Ok(n),
+    }
+}
+
+/// GPT-NeoX (Pythia): LayerNorms, GELU MLP, fused q/k/v, split-halves RoPE over the first
+/// `rotary_pct` of each head, attention and MLP in parallel (`use_parallel_residual`).
+fn neox_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
+    let d_model = cfg.usize("hidden_size")?;
+    let n_heads = positive(cfg, "num_attention_heads")?;
+    if !d_model.is_multiple_of(n_heads) {
+        return Err(cfg.error(format!(
+            "hidden_size {d_model} does not split into {n_heads} heads"
+        )));
+    }
+    let d_head = d_model / n_heads;
+    let (rope_base, rope_dim, rope_thetas) =
+        rope_params(cfg, "rotary_emb_base", Some(("rotary_pct", 0.25)), d_head)?;
+    let bias = cfg.bool_or("attention_bias", true)?;
+    Ok(LlamaConfig {
+        arch: "gpt_neox".into(),
+        vocab_size: cfg.usize("vocab_size")?,
+        n_layers: cfg.usize("num_hidden_layers")?,
+        n_heads,
+        n_kv_heads: n_heads,
+        d_model,
+        d_ff: cfg.usize("intermediate_size")?,
+        rope_dim,
+        rope_base,
+        rms_eps: cfg
+            .float_in(&cfg.json, "layer_norm_eps", "layer_norm_eps")?
+            .unwrap_or(1e-5),
+        context_length: cfg.usize("max_position_embeddings")?,
+        d_head,
+        qkv_bias: bias,
+        block: BlockStyle {
+            norm: Norm::Layer,
+            mlp: gelu_of(cfg, "hidden_act", "gelu")?,
+            residual: if cfg.bool_or("use_parallel_residual", true)? {
+                Residual::Parallel
+            } else {
+                Residual::Sequential
+            },
+            o_bias: bias,
+            mlp_bias: true,
+            unembed_bias: false,
+        },
+        rope_layout: RopeLayout::HalfSplit,
+        rope_thetas,
+    })
+}
+
+/// GPT-J (ropelab's own checkpoints too): one LayerNorm before attention and MLP in parallel,
+/// GELU MLP with biases, interleaved RoPE with base 10,000 over the first `rotary_dim` dims,
+/// an unembedding with a bias.
+fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
+    if cfg.get("ropelab_exact_in_transformers") == Some(&Value::Bool(false)) {
+        return Err(cfg.error(
+            "ropelab_exact_in_transformers = false: this ropelab checkpoint's position encoding \
+             is not GPT-J's (score it with `ropelab score` on its run)",
+        ));
+    }
+    let d_model = cfg.usize("n_embd")?;
+    let n_heads = positive(cfg, "n_head")?;
+    if !d_model.is_multiple_of(n_heads) {
+        return Err(cfg.error(format!(
+            "n_embd {d_model} does not split into {n_heads} heads"
+        )));
+    }
+    let d_head = d_model / n_heads;
+    let rope_dim = match cfg.get("rotary_dim") {
+        None => {
+            return Err(cfg.error(
+                "rotary_dim is null: transformers' GPT-J then rotates by n_embd, not a head",
+            ))
+        }
+        Some(_) => cfg.usize("rotary_dim")?,
     };
-    c.validate(path, usize::MAX)?;
-    Ok(c)
+    if rope_dim == 0 || rope_dim > d_head || !rope_dim.is_multiple_of(2) {
+        return Err(cfg.error(format!(
+            "rotary_dim {rope_dim} is not an even number of dims within a head of {d_head}"
+        )));
+    }
+    Ok(LlamaConfig {
+        arch: "gptj".into(),
+        vocab_size: cfg.usize("vocab_size")?,
+        n_layers: cfg.usize("n_layer")?,
+        n_heads,
+        n_kv_heads: n_heads,
+        d_model,
+        d_ff: cfg.usize_or("n_inner", 4 * d_model)?,
+        rope_dim,
+        // transformers' GPT-J builds its sin/cos table with base 10,000 whatever the config.
+        rope_base: ropelab_model::rope::DEFAULT_BASE,
+        rms_eps: cfg
+            .float_in(&cfg.json, "layer_norm_epsilon", "layer_norm_epsilon")?
+            .unwrap_or(1e-5),
+        context_length: cfg.usize("n_positions")?,
+        d_head,
+        qkv_bias: false,
+        block: BlockStyle {
+            norm: Norm::Layer,
+            mlp: gelu_of(cfg, "activation_function", "gelu_new")?,
+            residual: Residual::ParallelSharedNorm,
+            o_bias: false,
+            mlp_bias: true,
+            unembed_bias: true,
+        },
+        rope_layout: RopeLayout::Interleaved,
+        rope_thetas: None,
+    })
 }
 
 /// The tensors of a Hugging Face directory, converted to f32 as they are read.
@@ -256,6 +428,10 @@ pub struct HfWeights {
     tensors: HashMap<String, (Tensor, PathBuf)>,
     /// Whether the unembedding is the embedding (`tie_word_embeddings`).
     tied: bool,
+    /// The architecture ([`LlamaConfig::arch`]), which names the tensors.
+    arch: String,
+    /// Query heads (GPT-NeoX's fused q/k/v is laid out head by head).
+    heads: usize,
 }
 
 impl HfWeights {
@@ -290,39 +466,88 @@ impl HfWeights {
             dir: dir.to_owned(),
             tensors,
             tied,
+            arch: c.arch.clone(),
+            heads: c.n_heads,
         };
         Ok((c, weights))
     }
 
-    /// The Hugging Face name of GGUF tensor `name`.
-    fn hf_name(name: &str) -> Option<String> {
-        let fixed = match name {
-            "token_embd.weight" => Some("model.embed_tokens.weight"),
-            "output_norm.weight" => Some("model.norm.weight"),
-            "output.weight" => Some("lm_head.weight"),
-            _ => None,
+    /// The Hugging Face name of GGUF tensor `name` in architecture `arch`. GPT-NeoX's q, k and
+    /// v map to its fused `query_key_value`, split by [`HfWeights::matrix`].
+    fn hf_name(arch: &str, name: &str) -> Option<String> {
+        let (fixed, prefix): (&[(&str, &str)], &str) = match arch {
+            "gpt_neox" => (
+                &[
+                    ("token_embd.weight", "gpt_neox.embed_in.weight"),
+                    ("output_norm.weight", "gpt_neox.final_layer_norm.weight"),
+                    ("output_norm.bias", "gpt_neox.final_layer_norm.bias"),
+                    ("output.weight", "embed_out.weight"),
+                ],
+                "gpt_neox.layers",
+            ),
+            "gptj" => (
+                &[
+                    ("token_embd.weight", "transformer.wte.weight"),
+                    ("output_norm.weight", "transformer.ln_f.weight"),
+                    ("output_norm.bias", "transformer.ln_f.bias"),
+                    ("output.weight", "lm_head.weight"),
+                    ("output.bias", "lm_head.bias"),
+                ],
+                "transformer.h",
+            ),
+            _ => (
+                &[
+                    ("token_embd.weight", "model.embed_tokens.weight"),
+                    ("output_norm.weight", "model.norm.weight"),
+                    ("output.weight", "lm_head.weight"),
+                ],
+                "model.layers",
+            ),
         };
-        if let Some(f) = fixed {
-            return Some(f.to_owned());
+        if let Some((_, hf)) = fixed.iter().find(|(g, _)| *g == name) {
+            return Some((*hf).to_owned());
         }
         let rest = name.strip_prefix("blk.")?;
         let (layer, part) = rest.split_once('.')?;
-        let hf = match part {
-            "attn_norm.weight" => "input_layernorm.weight",
-            "ffn_norm.weight" => "post_attention_layernorm.weight",
-            "attn_q.weight" => "self_attn.q_proj.weight",
-            "attn_k.weight" => "self_attn.k_proj.weight",
-            "attn_v.weight" => "self_attn.v_proj.weight",
-            "attn_q.bias" => "self_attn.q_proj.bias",
-            "attn_k.bias" => "self_attn.k_proj.bias",
-            "attn_v.bias" => "self_attn.v_proj.bias",
-            "attn_output.weight" => "self_attn.o_proj.weight",
-            "ffn_gate.weight" => "mlp.gate_proj.weight",
-            "ffn_up.weight" => "mlp.up_proj.weight",
-            "ffn_down.weight" => "mlp.down_proj.weight",
+        let (module, kind) = part.rsplit_once('.')?;
+        let hf = match (arch, module) {
+            ("gpt_neox", "attn_norm") => "input_layernorm",
+            ("gpt_neox", "ffn_norm") => "post_attention_layernorm",
+            ("gpt_neox", "attn_q" | "attn_k" | "attn_v") => "attention.query_key_value",
+            ("gpt_neox", "attn_output") => "attention.dense",
+            ("gpt_neox", "ffn_up") => "mlp.dense_h_to_4h",
+            ("gpt_neox", "ffn_down") => "mlp.dense_4h_to_h",
+            ("gptj", "attn_norm") => "ln_1",
+            ("gptj", "attn_q") => "attn.q_proj",
+            ("gptj", "attn_k") => "attn.k_proj",
+            ("gptj", "attn_v") => "attn.v_proj",
+            ("gptj", "attn_output") => "attn.out_proj",
+            ("gptj", "ffn_up") => "mlp.fc_in",
+            ("gptj", "ffn_down") => "mlp.fc_out",
+            ("gpt_neox" | "gptj", _) => return None,
+            (_, "attn_norm") => "input_layernorm",
+            (_, "ffn_norm") => "post_attention_layernorm",
+            (_, "attn_q") => "self_attn.q_proj",
+            (_, "attn_k") => "self_attn.k_proj",
+            (_, "attn_v") => "self_attn.v_proj",
+            (_, "attn_output") => "self_attn.o_proj",
+            (_, "ffn_gate") => "mlp.gate_proj",
+            (_, "ffn_up") => "mlp.up_proj",
+            (_, "ffn_down") => "mlp.down_proj",
             _ => return None,
         };
-        Some(format!("model.layers.{layer}.{hf}"))
+        Some(format!("{prefix}.{layer}.{hf}.{kind}"))
+    }
+
+    /// Which third of GPT-NeoX's fused q/k/v GGUF tensor `name` is (0 q, 1 k, 2 v).
+    fn fused_part(&self, name: &str) -> Option<usize> {
+        if self.arch != "gpt_neox" {
+            return None;
+        }
+        let module = name.split('.').nth(2)?;
+        ["attn_q", "attn_k", "attn_v"]
+            .iter()
+            .position(|m| *m == module)
     }
 }
 
@@ -373,12 +598,34 @@ impl Weights for HfWeights {
         shape: &[usize],
         _device: &Device,
     ) -> Result<(Tensor, Option<QuantMatrix>)> {
-        let hf = Self::hf_name(name).unwrap_or_else(|| name.to_owned());
+        let hf = Self::hf_name(&self.arch, name).unwrap_or_else(|| name.to_owned());
         let (t, file) = self
             .tensors
             .get(&hf)
             .ok_or_else(|| PretrainedError::gguf(&self.dir, format!("tensor {hf} is missing")))?;
-        if t.dims() != shape {
+        // GPT-NeoX stores q, k and v as one [heads * 3 * head_dim, ...] tensor, head by head.
+        let (t, want) = match self.fused_part(name) {
+            Some(part) => {
+                let mut fused = shape.to_vec();
+                fused[0] *= 3;
+                if t.dims() != fused.as_slice() {
+                    return Err(PretrainedError::gguf(
+                        file,
+                        format!(
+                            "tensor {hf} has shape {:?}, the config needs {fused:?}",
+                            t.dims()
+                        ),
+                    ));
+                }
+                let heads = self.heads;
+                let mut split = vec![heads, 3, shape[0] / heads];
+                split.extend_from_slice(&shape[1..]);
+                let third = t.reshape(split)?.narrow(1, part, 1)?.reshape(shape)?;
+                (third, shape)
+            }
+            None => (t.clone(), shape),
+        };
+        if t.dims() != want {
             return Err(PretrainedError::gguf(
                 file,
                 format!(
@@ -388,7 +635,7 @@ impl Weights for HfWeights {
             ));
         }
         let t = match t.dtype() {
-            DType::F32 | DType::F16 | DType::BF16 => t.to_dtype(DType::F32)?,
+            DType::F32 | DType::F16 | DType::BF16 => t.to_dtype(DType::F32)?.contiguous()?,
             other => {
                 return Err(PretrainedError::gguf(
                     file,
@@ -403,7 +650,7 @@ impl Weights for HfWeights {
         if name == "output.weight" {
             return !self.tied; // untied: lm_head.weight must be there
         }
-        Self::hf_name(name).is_some_and(|hf| self.tensors.contains_key(&hf))
+        Self::hf_name(&self.arch, name).is_some_and(|hf| self.tensors.contains_key(&hf))
     }
 }
 
@@ -417,4 +664,62 @@ pub fn eos_token(dir: &Path) -> Option<u32> {
         .as_u64()
         .or_else(|| eos.get(0).and_then(Value::as_u64))?;
     u32::try_from(id).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The configuration of `json` written as a config.json (or its one-line error).
+    fn config(json: &str) -> std::result::Result<LlamaConfig, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, json).unwrap();
+        parse_config(&path).map_err(|e| e.to_string())
+    }
+
+    const NEOX_OLD: &str = r#"{"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64,
+        "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 256,
+        "vocab_size": 300, "max_position_embeddings": 128, "rotary_pct": 0.25,
+        "rotary_emb_base": 5000, "use_parallel_residual": false, "hidden_act": "gelu"}"#;
+
+    #[test]
+    fn gpt_neox_reads_the_older_rotary_keys() {
+        let c = config(NEOX_OLD).unwrap();
+        assert_eq!((c.d_head, c.rope_dim, c.rope_base), (16, 4, 5000.0));
+        assert_eq!(c.block.residual, Residual::Sequential);
+        assert_eq!((c.block.norm, c.block.mlp), (Norm::Layer, Mlp::Gelu));
+        assert!(c.qkv_bias && c.block.o_bias && c.block.mlp_bias);
+    }
+
+    #[test]
+    fn unsupported_keys_are_refused_naming_them() {
+        for (json, key) in [
+            (NEOX_OLD.replace("\"gelu\"", "\"relu\""), "hidden_act"),
+            (NEOX_OLD.replace("0.25", "0.1"), "partial_rotary_factor"),
+            (
+                NEOX_OLD.replace(
+                    "\"rotary_pct\": 0.25,",
+                    "\"rope_scaling\": {\"type\": \"yarn\"},",
+                ),
+                "rope_type",
+            ),
+            (
+                r#"{"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_head": 4,
+                "n_layer": 2, "vocab_size": 300, "n_positions": 128, "rotary_dim": null}"#
+                    .into(),
+                "rotary_dim",
+            ),
+            (
+                r#"{"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_head": 4,
+                "n_layer": 2, "vocab_size": 300, "n_positions": 128, "rotary_dim": 32}"#
+                    .into(),
+                "rotary_dim 32",
+            ),
+        ] {
+            let err = config(&json).expect_err(key);
+            assert!(err.contains(key), "{key}: {err}");
+            assert!(err.contains("config.json") && !err.contains('\n'), "{err}");
+        }
+    }
 }

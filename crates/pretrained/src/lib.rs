@@ -89,7 +89,10 @@ pub fn load_model(
     let tokenizer = if path.is_dir() {
         let file = path.join("tokenizer.json");
         if !file.is_file() {
-            return Err(PretrainedError::gguf(path, "tokenizer.json is missing"));
+            return Err(PretrainedError::gguf(
+                path,
+                "tokenizer.json is missing (a ropelab checkpoint has none: score its run with `ropelab score`)",
+            ));
         }
         tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?
     } else {

