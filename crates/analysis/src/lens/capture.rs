@@ -79,6 +79,33 @@ impl Captured {
         Ok(out)
     }
 
+    /// A capture of queries and keys alone (any model's, e.g. from Python): per layer, flat
+    /// pre-rotation q and k [batch, heads, pos, d_head] (`dims`), with each layer's position
+    /// encoding. It scores heads ([`crate::lens::heads::score_captured`]); it has no patterns
+    /// or block inputs.
+    pub fn from_parts(
+        q: Vec<Vec<f32>>,
+        k: Vec<Vec<f32>>,
+        dims: (usize, usize, usize, usize),
+        positions: Vec<PositionEncoding>,
+    ) -> Result<Self> {
+        let size = dims.0 * dims.1 * dims.2 * dims.3;
+        let layers = positions.len();
+        if q.len() != layers || k.len() != layers || q.iter().chain(&k).any(|x| x.len() != size) {
+            return Err(AnalysisError::Invalid(format!(
+                "q and k must hold {layers} layers of {dims:?} values each"
+            )));
+        }
+        Ok(Self {
+            q,
+            k,
+            patterns: vec![],
+            resid_pre: vec![],
+            positions,
+            dims,
+        })
+    }
+
     /// Number of layers captured.
     pub fn n_layers(&self) -> usize {
         self.positions.len()
