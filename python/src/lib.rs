@@ -22,6 +22,8 @@ use ropelab_model::{rope, GptJ, HookKind, HookPoint, Hooks, PositionEncoding, Ro
 use ropelab_tasks::{Dataset, Layout, Sample, SampleRecord, Split, Task, TaskKind};
 use ropelab_train::{RunConfig, RunDir};
 
+mod other_tasks;
+
 pyo3::create_exception!(
     _core,
     RopelabError,
@@ -116,6 +118,30 @@ fn validate(
         target_pos,
     };
     task.validate(&sample).map_err(err)
+}
+
+/// Samples of the related papers' tasks (`language`, `offset`, `canonical`, `ambiguous`) with
+/// their parameters as a JSON object (JSON list of records).
+#[pyfunction]
+#[pyo3(signature = (task, n, seed=0, split="train", params="{}"))]
+fn generate_other(
+    py: Python<'_>,
+    task: &str,
+    n: usize,
+    seed: u64,
+    split: &str,
+    params: &str,
+) -> PyResult<String> {
+    let (task, split, params) = (task.to_owned(), split.to_owned(), params.to_owned());
+    py.detach(move || other_tasks::generate(&task, n, seed, &split, &params))
+        .map_err(err)
+}
+
+/// Checks one record of a related paper's task against the answer its tokens give.
+#[pyfunction]
+#[pyo3(signature = (task, record, params="{}"))]
+fn validate_other(task: &str, record: &str, params: &str) -> PyResult<()> {
+    other_tasks::validate(task, record, params).map_err(err)
 }
 
 /// The natural-language prompt version of a task (JSON: prompt, answer, question, size).
@@ -468,6 +494,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(prompt, m)?)?;
+    m.add_function(wrap_pyfunction!(generate_other, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_other, m)?)?;
     m.add_function(wrap_pyfunction!(vocabulary, m)?)?;
     m.add_class::<Run>()?;
     m.add_class::<Model>()?;
