@@ -178,9 +178,11 @@ pub fn generate(task: &str, n: usize, seed: u64, split: &str, params: &str) -> R
                 })
                 .collect()
         }
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "task {other:?} is not one of number, letter, language, offset, canonical, ambiguous"
-        )),
+        ))
+        }
     };
     serde_json::to_string(&records).map_err(|e| e.to_string())
 }
