@@ -32,10 +32,7 @@ class Rope:
                     f"{len(self.thetas)} plane angles for rotary_dim {self.rotary_dim}"
                 )
             return [float(t) for t in self.thetas]
-        if self.rotary_dim < 2 or self.rotary_dim % 2:
-            raise _core.RopelabError(f"rotary_dim {self.rotary_dim} is not a positive even number")
-        k = np.arange(self.rotary_dim // 2, dtype=np.float64)
-        return (float(self.base) ** (-2.0 * k / self.rotary_dim)).tolist()
+        return _core.rope_frequencies(float(self.base), int(self.rotary_dim))
 
 
 def _layers(x, name: str) -> np.ndarray:

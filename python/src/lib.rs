@@ -152,6 +152,18 @@ fn prompt(task: &str, size: usize, seed: u64, index: usize) -> PyResult<String> 
     serde_json::to_string(&p).map_err(err)
 }
 
+/// RoPE's plane angles base^(-2k / rotary_dim), k < rotary_dim / 2 (radians per position), as
+/// ropelab computes them.
+#[pyfunction]
+fn rope_frequencies(base: f64, rotary_dim: usize) -> PyResult<Vec<f64>> {
+    if !(base.is_finite() && base > 0.0) || rotary_dim < 2 || rotary_dim % 2 == 1 {
+        return Err(err(format!(
+            "RoPE needs a positive base and an even rotary_dim of at least 2, got {base} and {rotary_dim}"
+        )));
+    }
+    Ok(rope::frequencies(base, rotary_dim))
+}
+
 /// The vocabulary of a task: token strings by id.
 #[pyfunction]
 #[pyo3(signature = (task, layout=None))]
@@ -497,6 +509,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_other, m)?)?;
     m.add_function(wrap_pyfunction!(validate_other, m)?)?;
     m.add_function(wrap_pyfunction!(vocabulary, m)?)?;
+    m.add_function(wrap_pyfunction!(rope_frequencies, m)?)?;
     m.add_class::<Run>()?;
     m.add_class::<Model>()?;
     Ok(())

@@ -31,7 +31,10 @@ def test_layouts_and_prompts():
     longer = ropelab.tasks.generate("letter", 3, layout={"target_window": 8, "pre_window": 8}, extra=5)
     assert all(len(ids) == 22 for ids in longer["ids"])
     p = ropelab.tasks.prompt("number", 12, seed=0, index=1)
-    assert p["answer"] in p["prompt"] or p["prompt"]
+    assert set(p) == {"prompt", "answer", "question", "size"} and p["size"] == 12
+    assert p["prompt"].rstrip().endswith(p["question"].rstrip()) or p["question"] in p["prompt"]
+    assert ropelab.tasks.prompt("number", 12, seed=0, index=1) == p
+    assert ropelab.tasks.prompt("number", 12, seed=0, index=2) != p
     with pytest.raises(ropelab.RopelabError, match="task"):
         ropelab.tasks.generate("nothing", 3)
     with pytest.raises(ropelab.RopelabError, match="layout"):
