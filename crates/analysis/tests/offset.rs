@@ -83,12 +83,16 @@ fn the_carrier_and_target_weight_match_a_recomputation_in_f64() {
     assert_eq!(s.len(), 4);
     for (h, carrier) in s.iter().enumerate() {
         assert_eq!(carrier.len(), n);
-        let (mut weight, mut want_s) = (0.0, vec![0.0; n]);
+        let (mut weight, mut want_s, mut short) = (0.0, vec![0.0; n], 0.0);
         for b in 0..rows {
             let logits = captured.head_view(0, b, h, n - 1).unwrap().logits();
             for r in 0..n {
                 want_s[r] += logits[n - 1 - r] / rows as f64;
             }
+            // The law per sequence at length 12: this sequence's offsets r < 12 only.
+            let by_offset: Vec<f64> = (0..12).map(|r| logits[n - 1 - r]).collect();
+            let z12: f64 = by_offset.iter().map(|x| x.exp()).sum();
+            short += by_offset[2].exp() / z12 / rows as f64;
             let top = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let z: f64 = logits.iter().map(|x| (x - top).exp()).sum();
             weight += (logits[n - 1 - 2] - top).exp() / z / rows as f64;
@@ -102,6 +106,14 @@ fn the_carrier_and_target_weight_match_a_recomputation_in_f64() {
             .find(|x| x.head == h && x.test_len == n)
             .unwrap();
         assert!((row.target_weight - weight).abs() < 1e-5, "head {h}");
+        // At the longest length the per-sequence law reads the measured sequences themselves.
+        assert!((row.per_sequence_weight - weight).abs() < 1e-5, "head {h}");
+        let row12 = found
+            .rows
+            .iter()
+            .find(|x| x.head == h && x.test_len == 12)
+            .unwrap();
+        assert!((row12.per_sequence_weight - short).abs() < 1e-5, "head {h}");
         // Histograms count every sequence once per length and head.
         for len in [12, n] {
             let total: usize = found

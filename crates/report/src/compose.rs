@@ -382,8 +382,10 @@ fn offset_section(dir: &Path) -> Result<Section> {
          token at i - k) at short lengths and tested at up to 8 x the training length \
          (docs/offset.md). Accuracy is read at the last position; the mechanisms come from the \
          first layer: the dilution law's predicted target weight from the carrier s(r) (the \
-         last query's mean logit at offset r) against the measured one, and the key where the \
-         last query's attention peaks.",
+         last query's mean logit at offset r) against the measured one, the same law applied \
+         to each sequence's own logits and averaged (per-sequence error), where the carrier \
+         re-peaks (its highest local maximum away from k), and the key where the last query's \
+         attention peaks.",
     );
     s.figures(&[
         crate::offset::accuracy_vs_length(&accuracy),
@@ -401,6 +403,9 @@ fn offset_section(dir: &Path) -> Result<Section> {
                 r.seed.to_string(),
                 format!("{:.1e}", r.equivariance),
                 cell(r.dilution_error, 3),
+                cell(r.per_sequence_error, 3),
+                r.repeak_offset.map_or("-".into(), |k| k.to_string()),
+                cell(r.repeak_margin, 2),
                 r.mode_key.map_or("-".into(), |k| k.to_string()),
                 cell(r.mode_fraction, 3),
                 cell(r.carrier_rank, 2),
@@ -416,6 +421,9 @@ fn offset_section(dir: &Path) -> Result<Section> {
             "seed",
             "equivariance",
             "dilution error",
+            "per-sequence error",
+            "carrier re-peak r",
+            "its margin s(k) - s(r)",
             "argmax mode (longest)",
             "its share",
             "carrier rank",

@@ -123,10 +123,13 @@ pub fn verdicts(files: Option<&OffsetFiles>, t: &Thresholds) -> Vec<Claim> {
         .map(|r| {
             (
                 format!(
-                    "k {}, seed {}: largest |p_L - w_L| {}",
+                    "k {}, seed {}: largest |p_L - w_L| {}{}",
                     r.k,
                     r.seed,
-                    pct(r.dilution_error)
+                    pct(r.dilution_error),
+                    r.per_sequence_error.map_or(String::new(), |e| format!(
+                        " (the law per sequence: {e:.3}, docs/fidelity.md)"
+                    ))
                 ),
                 r.dilution_error.map(|e| e <= t.dilution_error),
             )
@@ -224,6 +227,9 @@ mod tests {
             seed,
             equivariance: 1e-7,
             dilution_error: dilution,
+            per_sequence_error: dilution.map(|d| d / 2.0),
+            repeak_offset: None,
+            repeak_margin: None,
             mode_key: None,
             mode_fraction: None,
             carrier_rank: None,

@@ -5,7 +5,8 @@
 //!   unmoved one (a rotary head depends on the offset alone, so only f32 rounding differs);
 //! - **the carrier s(r)**: the mean logit of the last query at offset r, and the dilution law's
 //!   predicted target weight at length L, p_L = e^{s(k)} / sum_{r < L} e^{s(r)}, against the
-//!   measured mean weight on the target;
+//!   measured mean weight on the target; and the law applied to each sequence's own logits
+//!   (the per-sequence form), averaged over sequences;
 //! - **pinning**: where the last query's attention peaks (its argmax key), as a histogram over
 //!   key positions: a learned absolute encoding pins it to a fixed position inside the
 //!   training range.
@@ -248,6 +249,35 @@ pub fn predicted_weight(s: &[f64], k: usize, len: usize) -> Option<f64> {
     Some((s[k] - top).exp() / z)
 }
 
+/// The dilution law per sequence: the mean over sequences of each one's own prediction
+/// e^{l(k)} / sum_{r < len} e^{l(r)} from its logits `l` by offset (`[sequence][r]`); None
+/// when there is no sequence or [`predicted_weight`] has none.
+pub fn per_sequence_weight(logits: &[Vec<f64>], k: usize, len: usize) -> Option<f64> {
+    if logits.is_empty() {
+        return None;
+    }
+    let mut sum = 0.0;
+    for l in logits {
+        sum += predicted_weight(l, k, len)?;
+    }
+    Some(sum / logits.len() as f64)
+}
+
+/// Where a carrier `s` (offset r = 0 ..) re-peaks: its highest local maximum at an offset other
+/// than `k` (a point no lower than its neighbours), with the margin s(k) - s(r) to it; None when
+/// it has none.
+pub fn carrier_repeak(s: &[f64], k: usize) -> Option<(usize, f64)> {
+    let target = *s.get(k)?;
+    (0..s.len())
+        .filter(|&r| r != k)
+        .filter(|&r| (r == 0 || s[r] >= s[r - 1]) && (r + 1 == s.len() || s[r] >= s[r + 1]))
+        .fold(None, |best: Option<usize>, r| match best {
+            Some(b) if s[b] >= s[r] => Some(b),
+            _ => Some(r),
+        })
+        .map(|r| (r, target - s[r]))
+}
+
 /// One row of a run's `mechanism.csv`: the first layer's head `head` at one test length.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MechanismRow {
@@ -259,6 +289,9 @@ pub struct MechanismRow {
     pub target_weight: f64,
     /// The dilution law's prediction from the carrier measured at the longest test length.
     pub predicted_weight: f64,
+    /// The law per sequence: the mean of each longest-length test sequence's own prediction
+    /// from its logits at offsets r < this length ([`per_sequence_weight`]).
+    pub per_sequence_weight: f64,
     /// Fraction of sequences whose argmax key is the target.
     pub argmax_on_target: f64,
     /// The most frequent argmax key position.
@@ -305,7 +338,30 @@ pub fn mechanisms(
     let longest = *lens
         .last()
         .ok_or_else(|| AnalysisError::Invalid("no test lengths".into()))?;
-    let s = carrier(model, task, seed, longest, rows)?;
+    // [sequence][head][q][k] at the longest length; its last query's logits per head and offset.
+    let long = layer_zero(model, &sequences(model, task, seed, longest, rows)?)?;
+    let heads = long.scores.first().map_or(0, Vec::len);
+    let per_seq: Vec<Vec<Vec<f64>>> = (0..heads)
+        .map(|h| {
+            long.scores
+                .iter()
+                .map(|b| {
+                    (0..longest)
+                        .map(|r| b[h][longest - 1][longest - 1 - r])
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    // [head][r]: the mean over sequences (the carrier).
+    let s: Vec<Vec<f64>> = per_seq
+        .iter()
+        .map(|seqs| {
+            (0..longest)
+                .map(|r| seqs.iter().map(|l: &Vec<f64>| l[r]).sum::<f64>() / rows as f64)
+                .collect()
+        })
+        .collect();
     let mut out = Mechanisms {
         rows: vec![],
         pins: vec![],
@@ -340,6 +396,8 @@ pub fn mechanisms(
                 head: h,
                 target_weight: weight / rows as f64,
                 predicted_weight: predicted_weight(carrier, task.k, n).unwrap_or(f64::NAN),
+                per_sequence_weight: per_sequence_weight(&per_seq[h], task.k, n)
+                    .unwrap_or(f64::NAN),
                 argmax_on_target: counts[target] as f64 / rows as f64,
                 mode_key,
                 mode_fraction: mode_count as f64 / rows as f64,
@@ -497,6 +555,9 @@ pub struct MechanismLine {
     pub target_weight: f64,
     /// The dilution law's prediction from the carrier.
     pub predicted_weight: f64,
+    /// The law per sequence, averaged (absent in files written before it was measured).
+    #[serde(default)]
+    pub per_sequence_weight: Option<f64>,
     /// Fraction of sequences whose argmax key is the target.
     pub argmax_on_target: f64,
     /// The most frequent argmax key position.
@@ -525,6 +586,16 @@ pub struct OffsetRunRow {
     /// Largest |predicted - measured| target weight over test lengths and heads (softmax
     /// runs with an equivariant encoding: rotary or none).
     pub dilution_error: Option<f64>,
+    /// The same for the per-sequence form of the law (absent in older files).
+    #[serde(default)]
+    pub per_sequence_error: Option<f64>,
+    /// Where head 0's carrier re-peaks: its highest local maximum at an offset other than k
+    /// (softmax runs; absent in older files).
+    #[serde(default)]
+    pub repeak_offset: Option<usize>,
+    /// The carrier's margin there, s(k) - s(repeak_offset).
+    #[serde(default)]
+    pub repeak_margin: Option<f64>,
     /// Argmax key at the longest test length, most frequent (head 0, softmax).
     pub mode_key: Option<usize>,
     /// Its fraction.
@@ -569,5 +640,37 @@ mod tests {
             (predicted_weight(&big, k, 16).unwrap() - predicted_weight(&s, k, 16).unwrap()).abs()
                 < 1e-12
         );
+    }
+
+    #[test]
+    fn the_per_sequence_law_is_the_mean_of_each_sequences_softmax() {
+        // Two sequences whose logits differ by content: the mean of their softmax weights is
+        // not the softmax of their mean logits (Jensen), and the per-sequence form is the former.
+        let k = 1;
+        let a: Vec<f64> = (0..8).map(|r| if r == k { 8.0 } else { 0.0 }).collect();
+        let b = vec![0.0; 8];
+        let len = 8;
+        let want = (predicted_weight(&a, k, len).unwrap() + 1.0 / 8.0) / 2.0;
+        let got = per_sequence_weight(&[a.clone(), b.clone()], k, len).unwrap();
+        assert!((got - want).abs() < 1e-12);
+        let mean: Vec<f64> = a.iter().zip(&b).map(|(x, y)| (x + y) / 2.0).collect();
+        // 0.998 and 0.125 average to 0.561; the mean logits (4 on the target) give 0.886.
+        assert!((predicted_weight(&mean, k, len).unwrap() - got).abs() > 0.3);
+        assert_eq!(per_sequence_weight(&[], k, len), None);
+        assert_eq!(per_sequence_weight(&[a], k, 9), None);
+    }
+
+    #[test]
+    fn the_carrier_repeaks_at_its_highest_other_local_maximum() {
+        // Peak 3 at k = 2, local maxima 1 at r = 6 and 2.5 at r = 10 (the re-peak), a rising
+        // edge at r = 0 that is no maximum.
+        let s = [0.0, 1.0, 3.0, 1.0, 0.0, 0.5, 1.0, 0.2, 0.0, 2.0, 2.5, 2.4];
+        assert_eq!(carrier_repeak(&s, 2), Some((10, 0.5)));
+        // A carrier falling from k on: the last point (one neighbour, lower) is no maximum,
+        // the first one (r = 0, above r = 1) is.
+        let fall = [1.0, 0.5, 3.0, 2.0, 1.0];
+        assert_eq!(carrier_repeak(&fall, 2), Some((0, 2.0)));
+        assert_eq!(carrier_repeak(&[1.0, 2.0, 3.0], 2), None);
+        assert_eq!(carrier_repeak(&s, 40), None);
     }
 }

@@ -213,6 +213,7 @@ pub(crate) fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) ->
         ("attention", Align::Left),
         ("equivariance (max rel. dev.)", Align::Right),
         ("dilution law: max |p_L - w_L|", Align::Right),
+        ("per sequence", Align::Right),
         ("argmax on target, longest", Align::Right),
         ("argmax at its mode, longest", Align::Right),
         ("carrier rank", Align::Right),
@@ -228,6 +229,10 @@ pub(crate) fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) ->
             .iter()
             .filter_map(|r| r.dilution_error)
             .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))));
+        let per_seq = mine
+            .iter()
+            .filter_map(|r| r.per_sequence_error)
+            .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))));
         let longest = lines.iter().map(|l| l.test_len).max();
         let last: Vec<&MechanismLine> = lines
             .iter()
@@ -242,6 +247,7 @@ pub(crate) fn mechanism_table(runs: &[OffsetRunRow], lines: &[MechanismLine]) ->
             attention,
             format!("{eq:.1e}"),
             cell(dil),
+            cell(per_seq),
             cell(mean(&|l| l.argmax_on_target)),
             cell(mean(&|l| l.mode_fraction)),
             cell(average(mine.iter().filter_map(|r| r.carrier_rank))),

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use ropelab_analysis::measure::offset::{
-    attention_name, carrier_planes, carrier_summary, equivariance_deviation, mechanisms,
-    CarrierRow, MechanismLine, OffsetPe, OffsetRunRow, PlaneRow,
+    attention_name, carrier_planes, carrier_repeak, carrier_summary, equivariance_deviation,
+    mechanisms, CarrierRow, MechanismLine, OffsetPe, OffsetRunRow, PlaneRow,
 };
 use ropelab_io::write_csv;
 use ropelab_model::{AttentionKind, Beyond, GptJ, PositionEncoding};
@@ -127,6 +127,9 @@ fn measure_mechanisms(
         seed,
         equivariance,
         dilution_error: None,
+        per_sequence_error: None,
+        repeak_offset: None,
+        repeak_margin: None,
         mode_key: None,
         mode_fraction: None,
         carrier_rank: None,
@@ -171,6 +174,16 @@ fn measure_mechanisms(
             .map(|r| (r.predicted_weight - r.target_weight).abs())
             .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))))
             .filter(|_| pe != OffsetPe::Ape);
+        run_row.per_sequence_error = m
+            .rows
+            .iter()
+            .map(|r| (r.per_sequence_weight - r.target_weight).abs())
+            .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))))
+            .filter(|_| pe != OffsetPe::Ape);
+        if let Some((r, margin)) = m.carrier.first().and_then(|s| carrier_repeak(s, k)) {
+            run_row.repeak_offset = Some(r);
+            run_row.repeak_margin = Some(margin);
+        }
         if let Some(last) = m.rows.iter().rev().find(|r| r.head == 0) {
             run_row.mode_key = Some(last.mode_key);
             run_row.mode_fraction = Some(last.mode_fraction);
@@ -187,6 +200,7 @@ fn measure_mechanisms(
                 head: r.head,
                 target_weight: r.target_weight,
                 predicted_weight: r.predicted_weight,
+                per_sequence_weight: Some(r.per_sequence_weight),
                 argmax_on_target: r.argmax_on_target,
                 mode_key: r.mode_key,
                 mode_fraction: r.mode_fraction,
