@@ -227,14 +227,37 @@ pub fn carrier(
     rows: usize,
 ) -> Result<Vec<Vec<f64>>> {
     let z = layer_zero(model, &sequences(model, task, seed, n, rows)?)?;
+    Ok(mean_by_offset(&last_query_by_offset(&z)))
+}
+
+/// The last query's logits by offset r (key n - 1 - r), per head and sequence:
+/// `[head][sequence][r]`.
+fn last_query_by_offset(z: &LayerZero) -> Vec<Vec<Vec<f64>>> {
     let heads = z.scores.first().map_or(0, Vec::len);
-    Ok((0..heads)
+    (0..heads)
         .map(|h| {
-            (0..n)
-                .map(|r| z.scores.iter().map(|b| b[h][n - 1][n - 1 - r]).sum::<f64>() / rows as f64)
+            z.scores
+                .iter()
+                .map(|b| {
+                    let last = &b[h][b[h].len() - 1];
+                    last.iter().rev().copied().collect()
+                })
                 .collect()
         })
-        .collect())
+        .collect()
+}
+
+/// The mean over sequences of `[head][sequence][r]`: the carrier `[head][r]`.
+fn mean_by_offset(logits: &[Vec<Vec<f64>>]) -> Vec<Vec<f64>> {
+    logits
+        .iter()
+        .map(|seqs| {
+            let n = seqs.first().map_or(0, Vec::len);
+            (0..n)
+                .map(|r| seqs.iter().map(|l| l[r]).sum::<f64>() / seqs.len() as f64)
+                .collect()
+        })
+        .collect()
 }
 
 /// The dilution law: the target weight at length `len` predicted from a carrier `s` (offset
@@ -338,30 +361,10 @@ pub fn mechanisms(
     let longest = *lens
         .last()
         .ok_or_else(|| AnalysisError::Invalid("no test lengths".into()))?;
-    // [sequence][head][q][k] at the longest length; its last query's logits per head and offset.
+    // The longest length's last-query logits, [head][sequence][r], and their mean (the carrier).
     let long = layer_zero(model, &sequences(model, task, seed, longest, rows)?)?;
-    let heads = long.scores.first().map_or(0, Vec::len);
-    let per_seq: Vec<Vec<Vec<f64>>> = (0..heads)
-        .map(|h| {
-            long.scores
-                .iter()
-                .map(|b| {
-                    (0..longest)
-                        .map(|r| b[h][longest - 1][longest - 1 - r])
-                        .collect()
-                })
-                .collect()
-        })
-        .collect();
-    // [head][r]: the mean over sequences (the carrier).
-    let s: Vec<Vec<f64>> = per_seq
-        .iter()
-        .map(|seqs| {
-            (0..longest)
-                .map(|r| seqs.iter().map(|l: &Vec<f64>| l[r]).sum::<f64>() / rows as f64)
-                .collect()
-        })
-        .collect();
+    let per_seq = last_query_by_offset(&long);
+    let s = mean_by_offset(&per_seq);
     let mut out = Mechanisms {
         rows: vec![],
         pins: vec![],

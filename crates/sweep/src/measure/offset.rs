@@ -8,7 +8,7 @@ use std::path::Path;
 
 use ropelab_analysis::measure::offset::{
     attention_name, carrier_planes, carrier_repeak, carrier_summary, equivariance_deviation,
-    mechanisms, CarrierRow, MechanismLine, OffsetPe, OffsetRunRow, PlaneRow,
+    mechanisms, CarrierRow, MechanismLine, MechanismRow, OffsetPe, OffsetRunRow, PlaneRow,
 };
 use ropelab_io::write_csv;
 use ropelab_model::{AttentionKind, Beyond, GptJ, PositionEncoding};
@@ -168,18 +168,15 @@ fn measure_mechanisms(
             .collect();
         write_csv(&run.join("carrier.csv"), &carrier)?;
         // The law assumes logits that depend on the offset alone (not APE's).
-        run_row.dilution_error = m
-            .rows
-            .iter()
-            .map(|r| (r.predicted_weight - r.target_weight).abs())
-            .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))))
-            .filter(|_| pe != OffsetPe::Ape);
-        run_row.per_sequence_error = m
-            .rows
-            .iter()
-            .map(|r| (r.per_sequence_weight - r.target_weight).abs())
-            .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))))
-            .filter(|_| pe != OffsetPe::Ape);
+        let largest_error = |predicted: fn(&MechanismRow) -> f64| {
+            m.rows
+                .iter()
+                .map(|r| (predicted(r) - r.target_weight).abs())
+                .fold(None, |a: Option<f64>, e| Some(a.map_or(e, |a| a.max(e))))
+                .filter(|_| pe != OffsetPe::Ape)
+        };
+        run_row.dilution_error = largest_error(|r| r.predicted_weight);
+        run_row.per_sequence_error = largest_error(|r| r.per_sequence_weight);
         if let Some((r, margin)) = m.carrier.first().and_then(|s| carrier_repeak(s, k)) {
             run_row.repeak_offset = Some(r);
             run_row.repeak_margin = Some(margin);
