@@ -163,6 +163,7 @@ impl Experiment {
             canonical: Some(self.task),
             ambiguous: None,
             position_shift: 0,
+            precision: Default::default(),
             data: DataConfig {
                 train: self.steps.saturating_mul(self.batch),
                 val: 8 * self.task.len,

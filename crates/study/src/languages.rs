@@ -193,6 +193,7 @@ impl Experiment {
             canonical: None,
             ambiguous: None,
             position_shift: 0,
+            precision: Default::default(),
             data: DataConfig {
                 train: self.steps.saturating_mul(self.batch),
                 val: 4 * (self.train_lengths[1] - self.train_lengths[0] + 1),

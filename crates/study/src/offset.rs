@@ -194,6 +194,7 @@ impl Experiment {
             canonical: None,
             ambiguous: None,
             position_shift: 0,
+            precision: Default::default(),
             offset: Some(OffsetData {
                 vocab: self.vocab,
                 k,

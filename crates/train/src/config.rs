@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
+use ropelab_model::kernel::Precision;
 use ropelab_model::{Head, ModelConfig, Objective, PositionEncoding};
 use ropelab_tasks::{language, Language, Layout, Negatives, Task, TaskKind};
 use serde::{Deserialize, Serialize};
@@ -272,6 +273,11 @@ pub struct RunConfig {
     /// trains at positions 0.. as usual.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub position_shift: usize,
+    /// Precision of the fused engine's matrix products (docs/performance.md#bf16-products):
+    /// `f32` (the default, left out of the file) or `bf16` (bf16 operands, f32 accumulation;
+    /// weights, optimizer state, norms, softmax and the loss stay f32).
+    #[serde(default, skip_serializing_if = "Precision::is_f32")]
+    pub precision: Precision,
     /// Dataset sizes.
     pub data: DataConfig,
     /// Model architecture.
@@ -454,6 +460,7 @@ impl Preset {
             canonical: None,
             ambiguous: None,
             position_shift: 0,
+            precision: Default::default(),
             data,
             model,
             optim,

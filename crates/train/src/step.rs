@@ -8,12 +8,12 @@ use std::time::Instant;
 use candle_core::{Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use ropelab_model::kernel::{FlatParams, FusedStep};
+use ropelab_model::kernel::{FlatParams, FusedStep, Precision};
 use ropelab_model::ops::Dropout;
 use ropelab_model::{GptJ, Hooks, Objective};
 
 use crate::optim::AdamW;
-use crate::Result;
+use crate::{Result, TrainError};
 
 /// How a training step is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,23 +99,42 @@ pub struct StepTimes {
 #[derive(Debug)]
 pub struct Stepper {
     engine: Engine,
+    precision: Precision,
     params: Option<FlatParams>,
     /// One fused kernel per batch shape seen (length-bucketed batches change `seq`).
     kernels: HashMap<(usize, usize, Objective), FusedStep>,
 }
 
 impl Stepper {
-    /// A stepper for `model` (the fused engine copies its parameters).
+    /// A stepper for `model` with f32 products (the fused engine copies its parameters).
     pub fn new(engine: Engine, model: &GptJ) -> Result<Self> {
+        Self::with_precision(engine, Precision::F32, model)
+    }
+
+    /// A stepper whose matrix products run in `precision`; bf16 needs the fused engine.
+    pub fn with_precision(engine: Engine, precision: Precision, model: &GptJ) -> Result<Self> {
         let params = match engine {
             Engine::Fused => Some(FlatParams::from_model(model)?),
+            Engine::Composed if precision == Precision::Bf16 => {
+                return Err(TrainError::Config(
+                    "precision bf16 is computed by the fused engine (the CPU kernel); the \
+                     composed engine trains in f32"
+                        .into(),
+                ))
+            }
             Engine::Composed => None,
         };
         Ok(Self {
             engine,
+            precision,
             params,
             kernels: HashMap::new(),
         })
+    }
+
+    /// The precision of the matrix products.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The engine.
@@ -147,7 +166,9 @@ impl Stepper {
             let kernel = match self.kernels.entry((b, seq, objective)) {
                 Entry::Occupied(k) => k.into_mut(),
                 Entry::Vacant(slot) => {
-                    slot.insert(FusedStep::for_objective(model.config(), b, seq, objective)?)
+                    let shape = (b, seq);
+                    let p = self.precision;
+                    slot.insert(FusedStep::with_precision(model.config(), shape, objective, p)?)
                 }
             };
             kernel.set_start(start)?;

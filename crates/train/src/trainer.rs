@@ -340,7 +340,8 @@ impl Trainer {
     /// its metrics recorded).
     pub fn run(&mut self, mut observe: impl FnMut(&Progress)) -> Result<Option<Accuracy>> {
         let o = self.config.optim.clone();
-        let mut stepper = Stepper::new(self.engine, &self.model)?;
+        let precision = self.config.precision;
+        let mut stepper = Stepper::with_precision(self.engine, precision, &self.model)?;
         while self.state.step < o.steps {
             let step = self.state.step + 1;
             self.state.metrics_line = None;

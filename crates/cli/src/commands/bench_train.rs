@@ -9,7 +9,7 @@ use candle_core::Device;
 use clap::Args;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ropelab_model::kernel::{matmul, View};
+use ropelab_model::kernel::{matmul_in, Bf16Path, Precision, View};
 use ropelab_model::{GptJ, Head, ModelConfig, Objective, PositionEncoding};
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
 use ropelab_train::data::batch_ids;
@@ -75,6 +75,14 @@ pub struct BenchTrainArgs {
     /// Skip the peak-matmul measurement.
     #[arg(long)]
     pub no_peak: bool,
+    /// Precisions of the matrix products to measure, side by side in this run (`f32`, `bf16`;
+    /// comma-separated: `f32,bf16`). bf16 needs the fused engine.
+    #[arg(long, value_delimiter = ',', default_value = "f32", value_parser = |s: &str| s.parse::<Precision>())]
+    pub precision: Vec<Precision>,
+    /// The bf16 path to use instead of the fastest this CPU has (`amx`, `avx512-bf16` or
+    /// `emulated`).
+    #[arg(long, value_parser = |s: &str| s.parse::<Bf16Path>())]
+    pub bf16_path: Option<Bf16Path>,
 }
 
 /// Matmul FLOPs of one training step (forward x 3: backward costs about twice the forward),
@@ -115,9 +123,9 @@ fn zoo_model(kind: BenchModel, base: &ModelConfig) -> (ModelConfig, usize, usize
     }
 }
 
-/// The machine's f32 matmul throughput in GFLOP/s: the best of a few 1536^3 products through
-/// the kernel's matmul (all threads).
-pub fn peak_gflops() -> f64 {
+/// The machine's matmul throughput in `precision` in GFLOP/s: the best of a few 1536^3
+/// products through the kernel's matmul (all threads).
+pub fn peak_gflops(precision: Precision) -> f64 {
     let n = 1536;
     let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.1).collect();
     let mut c = vec![0f32; n * n];
@@ -125,7 +133,7 @@ pub fn peak_gflops() -> f64 {
     let mut best = f64::INFINITY;
     for _ in 0..4 {
         let t = Instant::now();
-        matmul(&mut c, v, &a, v, &a, v, false);
+        matmul_in(precision, &mut c, v, &a, v, &a, v, false);
         best = best.min(t.elapsed().as_secs_f64());
     }
     2.0 * (n * n * n) as f64 / best / 1e9
@@ -193,7 +201,6 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     guard.check("bench train", &need)?;
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;
-    let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
     let b = config.optim.batch_size;
     let batches = Batches {
         data: match (args.seq, args.model) {
@@ -214,46 +221,11 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
         batch: b,
         objective,
     };
-    let mut stepper = Stepper::new(args.engine, &model)?;
-    let mut flops = 0.0;
-    let (mut fwd, mut bwd, mut opt) = (0f64, 0f64, 0f64);
-    // The formal model's warm-up covers one cycle of lengths, so every bucket's kernel exists
-    // before the clock starts.
-    let warmup = match args.model {
-        BenchModel::Formal => args.warmup.max(32),
-        _ => args.warmup,
-    };
-    let total = warmup + args.steps;
-    let mut wall = Instant::now();
-    for step in 1..=total as usize {
-        if step == warmup as usize + 1 {
-            (fwd, bwd, opt) = (0.0, 0.0, 0.0);
-            wall = Instant::now();
+    if let Some(path) = args.bf16_path {
+        if let Err(why) = path.force() {
+            bail!("bench train: --bf16-path {}: {why}", path.name());
         }
-        let seq = args.model.seq(step, fixed_seq);
-        if step > warmup as usize {
-            flops += step_flops(&config.model, b, seq, objective);
-        }
-        let (ids, targets) = batches.get(step, seq)?;
-        let mut dropout = step_dropout(config.model.dropout, config.seed, step);
-        let lr = lr_at(step, &config.optim);
-        let (_, t) = stepper.step(
-            &model,
-            &mut optimizer,
-            objective,
-            b,
-            (&ids, 0),
-            &targets,
-            dropout.as_mut(),
-            lr,
-        )?;
-        fwd += t.forward;
-        bwd += t.backward;
-        opt += t.optimizer;
     }
-    let seconds = wall.elapsed().as_secs_f64();
-    let n = args.steps as f64;
-    let flops = flops / n;
     let c = &config.model;
     let shape = match args.model {
         BenchModel::Gptj => format!("{} preset", config.preset),
@@ -277,26 +249,115 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
         c.n_params(),
         rayon::current_num_threads()
     );
-    println!("{:.3} steps/s", n / seconds);
-    println!(
-        "ms/step: {:.1} total = forward {:.1} + backward {:.1} + optimizer {:.1} (+ batching {:.1})",
-        1e3 * seconds / n,
-        1e3 * fwd / n,
-        1e3 * bwd / n,
-        1e3 * opt / n,
-        1e3 * (seconds - fwd - bwd - opt) / n
-    );
-    let achieved = flops * n / seconds / 1e9;
-    println!(
-        "{achieved:.1} GFLOP/s (model matmul FLOPs: {:.2} GFLOP per step on average)",
-        flops / 1e9
-    );
-    if !args.no_peak {
-        let peak = peak_gflops();
+    let mut rates = Vec::new();
+    for &precision in &args.precision {
+        let bench = Bench {
+            args: &args,
+            config: &config,
+            model: &model,
+            batches: &batches,
+            objective,
+            fixed_seq,
+        };
+        rates.push((precision, bench.measure(precision)?));
+    }
+    if let (Some((_, f32_rate)), Some((_, bf16_rate))) = (
+        rates.iter().find(|(p, _)| *p == Precision::F32),
+        rates.iter().find(|(p, _)| *p == Precision::Bf16),
+    ) {
         println!(
-            "peak f32 matmul: {peak:.1} GFLOP/s (1536^3); the step reaches {:.0}% of it",
-            100.0 * achieved / peak
+            "bf16 / f32: {:.2}x steps/s ({})",
+            bf16_rate / f32_rate,
+            Bf16Path::detect().name()
         );
     }
     Ok(())
+}
+
+/// What one measurement reads.
+struct Bench<'a> {
+    args: &'a BenchTrainArgs,
+    config: &'a ropelab_train::RunConfig,
+    model: &'a GptJ,
+    batches: &'a Batches,
+    objective: Objective,
+    fixed_seq: usize,
+}
+
+impl Bench<'_> {
+    /// Trains a fresh copy of the model in `precision`, prints the timings and returns
+    /// steps/s.
+    fn measure(&self, precision: Precision) -> Result<f64> {
+        let (args, config, batches) = (self.args, self.config, self.batches);
+        let (objective, fixed_seq) = (self.objective, self.fixed_seq);
+        let model = self.model;
+        let b = config.optim.batch_size;
+        let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
+        let mut stepper = Stepper::with_precision(args.engine, precision, model)?;
+        let mut flops = 0.0;
+        let (mut fwd, mut bwd, mut opt) = (0f64, 0f64, 0f64);
+        // The formal model's warm-up covers one cycle of lengths, so every bucket's kernel exists
+        // before the clock starts.
+        let warmup = match args.model {
+            BenchModel::Formal => args.warmup.max(32),
+            _ => args.warmup,
+        };
+        let total = warmup + args.steps;
+        let mut wall = Instant::now();
+        for step in 1..=total as usize {
+            if step == warmup as usize + 1 {
+                (fwd, bwd, opt) = (0.0, 0.0, 0.0);
+                wall = Instant::now();
+            }
+            let seq = args.model.seq(step, fixed_seq);
+            if step > warmup as usize {
+                flops += step_flops(&config.model, b, seq, objective);
+            }
+            let (ids, targets) = batches.get(step, seq)?;
+            let mut dropout = step_dropout(config.model.dropout, config.seed, step);
+            let lr = lr_at(step, &config.optim);
+            let (_, t) = stepper.step(
+                &model,
+                &mut optimizer,
+                objective,
+                b,
+                (&ids, 0),
+                &targets,
+                dropout.as_mut(),
+                lr,
+            )?;
+            fwd += t.forward;
+            bwd += t.backward;
+            opt += t.optimizer;
+        }
+        let seconds = wall.elapsed().as_secs_f64();
+        let n = args.steps as f64;
+        let flops = flops / n;
+        let path = match precision {
+            Precision::F32 => "f32 (gemm crate)".to_owned(),
+            Precision::Bf16 => format!("bf16 on {}", Bf16Path::detect().name()),
+        };
+        println!("[{path}] {:.3} steps/s", n / seconds);
+        println!(
+            "[{path}] ms/step: {:.1} total = forward {:.1} + backward {:.1} + optimizer {:.1} (+ batching {:.1})",
+            1e3 * seconds / n,
+            1e3 * fwd / n,
+            1e3 * bwd / n,
+            1e3 * opt / n,
+            1e3 * (seconds - fwd - bwd - opt) / n
+        );
+        let achieved = flops * n / seconds / 1e9;
+        println!(
+            "[{path}] {achieved:.1} GFLOP/s (model matmul FLOPs: {:.2} GFLOP per step on average)",
+            flops / 1e9
+        );
+        if !args.no_peak {
+            let peak = peak_gflops(precision);
+            println!(
+                "[{path}] peak {precision} matmul: {peak:.1} GFLOP/s (1536^3); the step reaches {:.0}% of it",
+                100.0 * achieved / peak
+            );
+        }
+        Ok(n / seconds)
+    }
 }

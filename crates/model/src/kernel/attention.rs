@@ -3,6 +3,7 @@
 //! the row in one call. q, k and v live side by side in a `[pos, 3 * d_model]` buffer (the
 //! output of one projection), heads `d_head` wide inside each third.
 
+use super::bf16::Precision;
 use super::gemm::{matmul_serial, View};
 use super::math::{axpy, dot, exp, sum};
 use crate::{rope, AttentionKind, PositionEncoding};
@@ -82,6 +83,8 @@ pub struct Shape {
     pub scale: f32,
     /// Softmax, or linear (unnormalised) weights.
     pub kind: AttentionKind,
+    /// Precision of the score and value products.
+    pub precision: Precision,
 }
 
 impl Shape {
@@ -174,13 +177,13 @@ pub fn forward(
             let (q, k, v) = head_views(s, h);
             let block = View::dense(0, t, t);
             let p = &mut pattern[h * t * t..][..t * t];
-            matmul_serial(p, block, qkv, q, qkv, k.t(), false);
+            matmul_serial(s.precision, p, block, qkv, q, qkv, k.t(), false);
             for (pos, row) in p.chunks_exact_mut(t).enumerate() {
                 finish_row(s, row, pos);
             }
             let m = mask.map(|m| &m[h * t * t..][..t * t]);
             let w = masked(p, m, &mut scratch[..t * t]);
-            matmul_serial(z, View::rows(h * dh, t, dh, dm), w, block, qkv, v, false);
+            matmul_serial(s.precision, z, View::rows(h * dh, t, dh, dm), w, block, qkv, v, false);
         }
         return;
     }
@@ -250,9 +253,9 @@ fn backward_all(s: Shape, saved: Saved, dz: &[f32], dqkv: &mut [f32], dp: &mut [
         let m = mask.map(|m| &m[h * t * t..][..t * t]);
         // dP of the dropped-out weights, and dV = (P * mask)^T dZ.
         let block = View::dense(0, t, t);
-        matmul_serial(ds, block, dz, g, qkv, v.t(), false);
+        matmul_serial(s.precision, ds, block, dz, g, qkv, v.t(), false);
         let w = masked(p, m, weights);
-        matmul_serial(dqkv, v, w, block.t(), dz, g, false);
+        matmul_serial(s.precision, dqkv, v, w, block.t(), dz, g, false);
         // dS row by row: through the mask, then the softmax (linear: the identity).
         for pos in 0..t {
             let row = &mut ds[pos * t..][..t];
@@ -277,8 +280,8 @@ fn backward_all(s: Shape, saved: Saved, dz: &[f32], dqkv: &mut [f32], dp: &mut [
             }
             row[pos + 1..].fill(0.0);
         }
-        matmul_serial(dqkv, q, ds, block, qkv, k, false);
-        matmul_serial(dqkv, k, ds, block.t(), qkv, q, false);
+        matmul_serial(s.precision, dqkv, q, ds, block, qkv, k, false);
+        matmul_serial(s.precision, dqkv, k, ds, block.t(), qkv, q, false);
     }
 }
 

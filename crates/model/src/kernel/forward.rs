@@ -106,7 +106,7 @@ impl FusedStep {
         // attn = z @ Wo^T.
         let (nq, d) = (plan.rows.n, plan.d());
         let rows = View::dense(0, nq, d);
-        linear_forward(&mut scratch.a, rows, &cache.z, rows, w, plan.w.o);
+        linear_forward(plan.precision, &mut scratch.a, rows, &cache.z, rows, w, plan.w.o);
         mlp_forward(plan, w, cache, &mut scratch.mo);
         let mlp = plan
             .w
@@ -140,6 +140,7 @@ impl FusedStep {
         let r = final_h.len() / d;
         let unembedding = *self.outer.unembedding(); // [out, d]
         linear_forward(
+            self.precision,
             logits,
             View::dense(0, r, v),
             final_h,
@@ -196,6 +197,7 @@ fn qkv_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>) {
     let h = View::dense(0, n, d);
     if plan.every_row() {
         linear_forward(
+            plan.precision,
             &mut cache.qkv,
             View::dense(0, n, 3 * d),
             &cache.h,
@@ -206,9 +208,9 @@ fn qkv_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>) {
         return;
     }
     let kv = View::rows(d, n, 2 * d, 3 * d);
-    linear_forward(&mut cache.qkv, kv, &cache.h, h, w, plan.w.kv);
+    linear_forward(plan.precision, &mut cache.qkv, kv, &cache.h, h, w, plan.w.kv);
     let (q, hq) = (plan.rows.view(3 * d, d), plan.rows.view(d, d));
-    linear_forward(&mut cache.qkv, q, &cache.h, hq, w, plan.w.q);
+    linear_forward(plan.precision, &mut cache.qkv, q, &cache.h, hq, w, plan.w.q);
 }
 
 /// RoPE, scores, causal weights, pattern dropout and the weighted sum of values, one batch row
@@ -246,6 +248,7 @@ fn mlp_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>, mo
     let (nq, d, m) = (plan.rows.n, plan.d(), plan.m());
     let hq = plan.rows.view(d, d);
     linear_forward(
+        plan.precision,
         &mut cache.g,
         View::dense(0, nq, m),
         &cache.h,
@@ -261,7 +264,7 @@ fn mlp_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>, mo
     });
     gelu_forward(&mut cache.g, &mut cache.gp);
     let rows = View::dense(0, nq, d);
-    linear_forward(mo, rows, &cache.g, View::dense(0, nq, m), w, mp.fc_out_w);
+    linear_forward(plan.precision, mo, rows, &cache.g, View::dense(0, nq, m), w, mp.fc_out_w);
 }
 
 /// next = x + attn * mask_a (+ (mo + b_out) * mask_m) at the block's rows; `mlp` holds the

@@ -5,6 +5,8 @@
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
+use super::bf16::{self, Bf16Path, Precision};
+
 /// A strided matrix inside a flat buffer: element (r, c) is at `offset + r * rs + c * cs`.
 #[derive(Debug, Clone, Copy)]
 pub struct View {
@@ -75,8 +77,8 @@ impl View {
 /// Products below this many multiply-adds run on one thread.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
 
-/// `dst = a @ b`, or `dst += a @ b` when `accumulate`. Panics if the shapes disagree or a
-/// view leaves its buffer (internal invariants of the kernel).
+/// `dst = a @ b`, or `dst += a @ b` when `accumulate`, in f32. Panics if the shapes disagree
+/// or a view leaves its buffer (internal invariants of the kernel).
 pub fn matmul(
     dst: &mut [f32],
     d: View,
@@ -86,19 +88,13 @@ pub fn matmul(
     bv: View,
     accumulate: bool,
 ) {
-    product(
-        dst,
-        d,
-        Mat { data: a, view: av },
-        Mat { data: b, view: bv },
-        accumulate,
-        true,
-    );
+    matmul_in(Precision::F32, dst, d, a, av, b, bv, accumulate);
 }
 
-/// [`matmul`] on the calling thread only (for small products inside work that is already
-/// spread over the pool, such as one batch row's attention).
-pub fn matmul_serial(
+/// [`matmul`] in `precision` (bf16 on this machine's fastest [`Bf16Path`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_in(
+    precision: Precision,
     dst: &mut [f32],
     d: View,
     a: &[f32],
@@ -107,14 +103,43 @@ pub fn matmul_serial(
     bv: View,
     accumulate: bool,
 ) {
-    product(
-        dst,
-        d,
-        Mat { data: a, view: av },
-        Mat { data: b, view: bv },
-        accumulate,
-        false,
-    );
+    let path = (precision == Precision::Bf16).then(Bf16Path::detect);
+    product(dst, d, Mat { data: a, view: av }, Mat { data: b, view: bv }, accumulate, true, path);
+}
+
+/// [`matmul`] with bf16 operands on a given `path` (tests and benchmarks compare paths; the
+/// caller checks [`Bf16Path::available`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_bf16_on(
+    path: Bf16Path,
+    dst: &mut [f32],
+    d: View,
+    a: &[f32],
+    av: View,
+    b: &[f32],
+    bv: View,
+    accumulate: bool,
+) {
+    assert!(path.available().is_ok(), "bf16 path {} is not available", path.name());
+    let (a, b) = (Mat { data: a, view: av }, Mat { data: b, view: bv });
+    product(dst, d, a, b, accumulate, true, Some(path));
+}
+
+/// [`matmul_in`] on the calling thread only (for small products inside work that is already
+/// spread over the pool, such as one batch row's attention).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_serial(
+    precision: Precision,
+    dst: &mut [f32],
+    d: View,
+    a: &[f32],
+    av: View,
+    b: &[f32],
+    bv: View,
+    accumulate: bool,
+) {
+    let path = (precision == Precision::Bf16).then(Bf16Path::detect);
+    product(dst, d, Mat { data: a, view: av }, Mat { data: b, view: bv }, accumulate, false, path);
 }
 
 /// An operand of a product: a view and the buffer it reads.
@@ -124,7 +149,15 @@ struct Mat<'a> {
     view: View,
 }
 
-fn product(dst: &mut [f32], d: View, a: Mat, b: Mat, accumulate: bool, parallel: bool) {
+fn product(
+    dst: &mut [f32],
+    d: View,
+    a: Mat,
+    b: Mat,
+    accumulate: bool,
+    parallel: bool,
+    bf16_path: Option<Bf16Path>,
+) {
     let (av, bv) = (a.view, b.view);
     let (a, b) = (a.data, b.data);
     assert!(
@@ -149,6 +182,10 @@ fn product(dst: &mut [f32], d: View, a: Mat, b: Mat, accumulate: bool, parallel:
                 }
             }
         }
+        return;
+    }
+    if let Some(path) = bf16_path {
+        bf16::product(dst, d, a, av, b, bv, accumulate, parallel, path);
         return;
     }
     let threads = rayon::current_num_threads().max(1);

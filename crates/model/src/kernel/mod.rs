@@ -12,6 +12,7 @@
 
 mod attention;
 mod backward;
+mod bf16;
 mod buffers;
 mod forward;
 mod gemm;
@@ -20,7 +21,8 @@ mod math;
 mod params;
 mod plan;
 
-pub use gemm::{matmul, View};
+pub use bf16::{from_bf16, to_bf16, Bf16Path, Precision};
+pub use gemm::{matmul, matmul_bf16_on, matmul_in, View};
 pub use params::FlatParams;
 
 use crate::layout::OuterParams;
@@ -38,6 +40,8 @@ pub struct FusedStep {
     batch: usize,
     objective: Objective,
     seq: usize,
+    /// Precision of every matrix product.
+    precision: Precision,
     /// What each block computes, and its weights.
     plans: Vec<BlockPlan>,
     /// The weights outside the blocks.
@@ -68,6 +72,18 @@ impl FusedStep {
         seq: usize,
         objective: Objective,
     ) -> Result<Self> {
+        Self::with_precision(config, (batch, seq), objective, Precision::F32)
+    }
+
+    /// [`FusedStep::for_objective`] with every matrix product of forward and backward in
+    /// `precision` (bf16: bf16 operands, f32 accumulation; LayerNorm, softmax, GELU, the loss
+    /// and every reduction stay f32, as do the parameters and their gradients).
+    pub fn with_precision(
+        config: &ModelConfig,
+        (batch, seq): (usize, usize),
+        objective: Objective,
+        precision: Precision,
+    ) -> Result<Self> {
         config.check()?;
         let grads = FlatParams::zeros(config);
         grads.layout.check_fused_qkv()?;
@@ -81,7 +97,8 @@ impl FusedStep {
             batch,
             objective,
             seq,
-            plans: BlockPlan::of_model(config, &grads.layout, batch, seq, objective),
+            precision,
+            plans: BlockPlan::of_model(config, &grads.layout, (batch, seq), objective, precision),
             outer: plan::outer_weights(&grads.layout),
             ropes: (0..config.n_layers)
                 .map(|l| RopeTable::new(config.layer_position(l), 0..seq))
@@ -157,6 +174,11 @@ impl FusedStep {
             .collect();
         self.start = start;
         Ok(())
+    }
+
+    /// Precision of the step's matrix products.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Gradients of the last [`FusedStep::loss_and_grads`], laid out as the parameters.

@@ -4,6 +4,7 @@
 //! gradients).
 
 use super::attention::Shape;
+use super::bf16::Precision;
 use super::gemm::View;
 use crate::layout::{BlockParams, GptjLayout, MlpParams, NormParams, OuterParams, ParamSpec};
 use crate::{ModelConfig, Objective};
@@ -94,18 +95,20 @@ pub struct BlockPlan {
     pub w: Weights,
     /// The LayerNorm epsilon.
     pub eps: f32,
+    /// Precision of the block's matrix products.
+    pub precision: Precision,
 }
 
 impl BlockPlan {
     /// The plans of every block of `config` over `batch` sequences of `seq` tokens: every
     /// position, or (unless `objective` scores every position) the last block at the last
-    /// position of each sequence only.
+    /// position of each sequence only; every product in `precision`.
     pub fn of_model(
         config: &ModelConfig,
         layout: &GptjLayout,
-        batch: usize,
-        seq: usize,
+        (batch, seq): (usize, usize),
         objective: Objective,
+        precision: Precision,
     ) -> Vec<Self> {
         let n = batch * seq;
         (0..config.n_layers)
@@ -134,9 +137,11 @@ impl BlockPlan {
                         queries: if query_rows { 1 } else { seq },
                         scale: (1.0 / (config.d_head() as f64).sqrt()) as f32,
                         kind: config.attention,
+                        precision,
                     },
                     w: Weights::of(layout, layer),
                     eps: config.ln_eps as f32,
+                    precision,
                 }
             })
             .collect()

@@ -322,6 +322,7 @@ impl Experiment {
             canonical: None,
             ambiguous: Some(data),
             position_shift,
+            precision: Default::default(),
             data: DataConfig {
                 train: self.steps.saturating_mul(self.batch),
                 val: 512,
