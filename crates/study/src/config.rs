@@ -161,6 +161,10 @@ pub struct StudyTrain {
     /// Checkpoint (and score) every this many steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub save_every: Option<usize>,
+    /// Precision of the matrix products (`f32`, the default, or `bf16`;
+    /// docs/performance.md#bf16-products).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<ropelab_model::kernel::Precision>,
 }
 
 /// Heads per block in a study's `[train]` table: `n_heads = 2`, or `n_heads = [2, 4]` for one
@@ -211,6 +215,7 @@ impl StudyTrain {
         o.batch_size = self.batch_size.unwrap_or(o.batch_size);
         o.eval_every = self.eval_every.unwrap_or(o.eval_every);
         o.save_every = self.save_every.unwrap_or(o.save_every);
+        run.precision = self.precision.unwrap_or_default();
         Ok(run.with_data(seed, tasks.layout(), tasks.data())?)
     }
 }

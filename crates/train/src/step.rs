@@ -168,7 +168,12 @@ impl Stepper {
                 Entry::Vacant(slot) => {
                     let shape = (b, seq);
                     let p = self.precision;
-                    slot.insert(FusedStep::with_precision(model.config(), shape, objective, p)?)
+                    slot.insert(FusedStep::with_precision(
+                        model.config(),
+                        shape,
+                        objective,
+                        p,
+                    )?)
                 }
             };
             kernel.set_start(start)?;

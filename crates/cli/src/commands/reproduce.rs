@@ -43,6 +43,10 @@ pub struct ReproduceArgs {
     /// its own q and k, in DIR/pretrained/).
     #[arg(long)]
     pub no_pretrained: bool,
+    /// Precision of the training products, `f32` or `bf16` (overrides the config's
+    /// `[train] precision`; docs/performance.md#bf16-products).
+    #[arg(long, value_parser = |s: &str| s.parse::<ropelab_model::kernel::Precision>())]
+    pub precision: Option<ropelab_model::kernel::Precision>,
 }
 
 /// Runs `ropelab reproduce`.
@@ -54,6 +58,9 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
     };
     if let Some(seeds) = &args.seeds {
         config.set_seeds(seeds)?;
+    }
+    if let Some(p) = args.precision {
+        config.train.precision = Some(p);
     }
     let parallel = args.jobs.map(|j| j as usize);
     guard.check(

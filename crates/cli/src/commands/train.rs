@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
+use ropelab_model::kernel::Precision;
 use ropelab_tasks::TaskKind;
 use ropelab_train::Retention;
 use ropelab_train::{training_need, Engine, Preset, RunConfig, RunDir, Trainer};
@@ -52,6 +53,11 @@ pub struct TrainArgs {
     /// reference path, slower; same function, same dropout masks).
     #[arg(long, default_value = "fused", value_parser = |s: &str| s.parse::<Engine>())]
     pub engine: Engine,
+    /// Precision of the fused engine's matrix products: `f32` or `bf16` (bf16 operands, f32
+    /// accumulation; docs/performance.md#bf16-products). Overrides the config's `precision`;
+    /// not with --resume (a run keeps the precision it started with).
+    #[arg(long, conflicts_with = "resume", value_parser = |s: &str| s.parse::<Precision>())]
+    pub precision: Option<Precision>,
 }
 
 fn parse_preset(s: &str) -> Result<Preset, String> {
@@ -99,6 +105,9 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
         if let Some(k) = args.save_every {
             config.optim.save_every = k as usize;
         }
+        if let Some(p) = args.precision {
+            config.precision = p;
+        }
         if args.keep_last.is_some() || args.keep_every.is_some() {
             config.optim.keep = Retention {
                 last: args.keep_last.map(|k| k as usize),
@@ -142,11 +151,18 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
     let seconds = start.elapsed().as_secs_f64();
     let done = trainer.step() - first;
     println!(
-        "{done} steps in {seconds:.1} s ({:.2} steps/s, {} engine, {} threads)",
+        "{done} steps in {seconds:.1} s ({:.2} steps/s, {} engine, {} products, {} threads)",
         done as f64 / seconds.max(1e-9),
         match args.engine {
             Engine::Fused => "fused",
             Engine::Composed => "composed",
+        },
+        match trainer.config().precision {
+            Precision::F32 => "f32".to_owned(),
+            Precision::Bf16 => format!(
+                "bf16 ({})",
+                ropelab_model::kernel::Bf16Path::detect().name()
+            ),
         },
         rayon::current_num_threads()
     );

@@ -183,7 +183,16 @@ pub fn forward(
             }
             let m = mask.map(|m| &m[h * t * t..][..t * t]);
             let w = masked(p, m, &mut scratch[..t * t]);
-            matmul_serial(s.precision, z, View::rows(h * dh, t, dh, dm), w, block, qkv, v, false);
+            matmul_serial(
+                s.precision,
+                z,
+                View::rows(h * dh, t, dh, dm),
+                w,
+                block,
+                qkv,
+                v,
+                false,
+            );
         }
         return;
     }

@@ -40,10 +40,27 @@ impl FusedStep {
         let r = final_h.len() / d;
         let (logit_rows, h_rows) = (View::dense(0, r, v), View::dense(0, r, d));
         let unembedding = *self.outer.unembedding(); // [out, d]
-        linear_backward_weight(self.precision, g, unembedding, logits, logit_rows, final_h, h_rows);
+        linear_backward_weight(
+            self.precision,
+            g,
+            unembedding,
+            logits,
+            logit_rows,
+            final_h,
+            h_rows,
+        );
         column_sums(logits, &mut g[self.outer.lm_head_b.range()]);
         let dhf = &mut scratch.dhf;
-        linear_backward_input(self.precision, dhf, h_rows, logits, logit_rows, w, unembedding, false);
+        linear_backward_input(
+            self.precision,
+            dhf,
+            h_rows,
+            logits,
+            logit_rows,
+            w,
+            unembedding,
+            false,
+        );
         let dxq = &mut scratch.dxq;
         match self.outer.ln_f {
             Some(ln) => {
@@ -193,9 +210,26 @@ fn mlp_backward(
         plan.rows.view(d, d),
     );
     // fc_out: dW = dmo^T g, db = sum dmo, dg = dmo @ W, then through GELU.
-    linear_backward_weight(plan.precision, g, mp.fc_out_w, dmo, rows_d, &cache.g, rows_m);
+    linear_backward_weight(
+        plan.precision,
+        g,
+        mp.fc_out_w,
+        dmo,
+        rows_d,
+        &cache.g,
+        rows_m,
+    );
     column_sums(&dmo[..nq * d], &mut g[mp.fc_out_b.range()]);
-    linear_backward_input(plan.precision, dg, rows_m, dmo, rows_d, w, mp.fc_out_w, false);
+    linear_backward_input(
+        plan.precision,
+        dg,
+        rows_m,
+        dmo,
+        rows_d,
+        w,
+        mp.fc_out_w,
+        false,
+    );
     for (dg, gp) in dg[..nq * m].iter_mut().zip(&cache.gp) {
         *dg *= gp;
     }
@@ -245,8 +279,25 @@ fn qkv_backward(
 ) {
     let (n, d) = (plan.tokens, plan.d());
     let (rows_qkv, rows_h) = (View::dense(0, n, 3 * d), View::dense(0, n, d));
-    linear_backward_weight(plan.precision, g, plan.w.qkv, dqkv, rows_qkv, &cache.h, rows_h);
-    linear_backward_input(plan.precision, dh, rows_h, dqkv, rows_qkv, w, plan.w.qkv, true);
+    linear_backward_weight(
+        plan.precision,
+        g,
+        plan.w.qkv,
+        dqkv,
+        rows_qkv,
+        &cache.h,
+        rows_h,
+    );
+    linear_backward_input(
+        plan.precision,
+        dh,
+        rows_h,
+        dqkv,
+        rows_qkv,
+        w,
+        plan.w.qkv,
+        true,
+    );
 }
 
 /// LayerNorm backward: dx += LN'(dh) with ln_1's gradients (dx += dh without LayerNorm).

@@ -67,7 +67,9 @@ impl std::str::FromStr for Precision {
         match s {
             "f32" => Ok(Precision::F32),
             "bf16" => Ok(Precision::Bf16),
-            other => Err(format!("unknown precision {other:?} (expected f32 or bf16)")),
+            other => Err(format!(
+                "unknown precision {other:?} (expected f32 or bf16)"
+            )),
         }
     }
 }
@@ -149,7 +151,9 @@ impl std::str::FromStr for Bf16Path {
         Self::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown bf16 path {s:?} (expected amx, avx512-bf16 or emulated)"))
+            .ok_or_else(|| {
+                format!("unknown bf16 path {s:?} (expected amx, avx512-bf16 or emulated)")
+            })
     }
 }
 
@@ -238,8 +242,25 @@ fn with_scratch<R>(
 }
 
 /// Packs rows `r0 .. r0 + rows` of `av` over `data` into `out` (`[rows_padded, kp]` pairs,
-/// zeroed by the caller: padding stays zero).
+/// zeroed by the caller: padding stays zero), vectorised for AVX-512 where the CPU has it.
 fn pack_a(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked above).
+        return unsafe { pack_a_avx512(out, data, av, r0, kp) };
+    }
+    pack_a_body(out, data, av, r0, kp)
+}
+
+/// [`pack_a`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_a_avx512(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
+    pack_a_body(out, data, av, r0, kp)
+}
+
+#[inline(always)]
+fn pack_a_body(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
     let k = av.cols;
     let rows = av.rows.saturating_sub(r0).min(out.len() / kp);
     if av.cs == 1 {
@@ -279,8 +300,25 @@ fn pack_a(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
 }
 
 /// Packs `bv` over `data` into panels of 16 columns (`out`: `[panels, kp, 16]` pairs, zeroed
-/// by the caller).
+/// by the caller), vectorised for AVX-512 where the CPU has it.
 fn pack_b(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked above).
+        return unsafe { pack_b_avx512(out, data, bv, kp) };
+    }
+    pack_b_body(out, data, bv, kp)
+}
+
+/// [`pack_b`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_b_avx512(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
+    pack_b_body(out, data, bv, kp)
+}
+
+#[inline(always)]
+fn pack_b_body(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
     let (k, n) = (bv.rows, bv.cols);
     let at = |p: usize, c: usize| (c / NR) * kp * NR + p * NR + c % NR;
     if bv.cs == 1 {
@@ -293,7 +331,9 @@ fn pack_b(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
                 let dst = &mut out[at(p, c0)..][..w];
                 match hi {
                     Some(hi) => {
-                        for ((o, &l), &h) in dst.iter_mut().zip(&lo[c0..c0 + w]).zip(&hi[c0..c0 + w]) {
+                        for ((o, &l), &h) in
+                            dst.iter_mut().zip(&lo[c0..c0 + w]).zip(&hi[c0..c0 + w])
+                        {
                             *o = pair(l, h);
                         }
                     }
@@ -446,7 +486,15 @@ impl Sink {
 }
 
 /// The tiles of one thread's rows on `path`.
-fn compute(path: Bf16Path, pa: &[u32], pb: &[u32], kp: usize, rows: usize, n: usize, mut sink: Sink) {
+fn compute(
+    path: Bf16Path,
+    pa: &[u32],
+    pb: &[u32],
+    kp: usize,
+    rows: usize,
+    n: usize,
+    mut sink: Sink,
+) {
     let panel = kp * NR;
     match path {
         Bf16Path::Amx => {
@@ -533,7 +581,8 @@ mod avx512 {
             let w1: __m512bh = std::mem::transmute(_mm512_loadu_si512(pb1.add(p * NR).cast()));
             for (r, acc) in acc.iter_mut().enumerate() {
                 // Row r's pair p, broadcast to every lane.
-                let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(*pa.add(r * kp + p) as i32));
+                let x: __m512bh =
+                    std::mem::transmute(_mm512_set1_epi32(*pa.add(r * kp + p) as i32));
                 acc[0] = _mm512_dpbf16_ps(acc[0], x, w0);
                 acc[1] = _mm512_dpbf16_ps(acc[1], x, w1);
             }
@@ -582,7 +631,13 @@ mod amx {
         const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
         const XFEATURE_XTILEDATA: libc::c_long = 18;
         // SAFETY: arch_prctl with these arguments only changes the process's permitted state.
-        let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            )
+        };
         if rc == 0 {
             Ok(())
         } else {
@@ -622,7 +677,14 @@ mod amx {
     /// # Safety
     /// AMX must be [`available`]; `pa` is `[rows rounded up to 32, kp]` pairs with `kp` a
     /// multiple of 16, `pb` holds the (even) panels of `n` columns.
-    pub unsafe fn compute(pa: &[u32], pb: &[u32], kp: usize, rows: usize, n: usize, sink: &mut Sink) {
+    pub unsafe fn compute(
+        pa: &[u32],
+        pb: &[u32],
+        kp: usize,
+        rows: usize,
+        n: usize,
+        sink: &mut Sink,
+    ) {
         let panel = kp * NR;
         let blocks_r = rows.div_ceil(2 * AMX_ROWS);
         assert!(kp.is_multiple_of(AMX_ROWS) && pa.len() >= blocks_r * 2 * AMX_ROWS * kp);
@@ -633,7 +695,10 @@ mod amx {
         asm!("ldtilecfg [{}]", in(reg) &CONFIG as *const Config, options(nostack, readonly));
         for c0 in (0..n).step_by(2 * NR) {
             let p0 = c0 / NR;
-            let (b0, b1) = (pb.as_ptr().add(p0 * panel), pb.as_ptr().add((p0 + 1) * panel));
+            let (b0, b1) = (
+                pb.as_ptr().add(p0 * panel),
+                pb.as_ptr().add((p0 + 1) * panel),
+            );
             for br in 0..blocks_r {
                 let a0 = pa.as_ptr().add(br * 2 * AMX_ROWS * kp);
                 let a1 = a0.add(AMX_ROWS * kp);
@@ -683,5 +748,201 @@ mod amx {
             }
         }
         asm!("tilerelease", options(nostack, nomem));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::kernel::gemm::matmul_bf16_on;
+
+    /// Round to nearest even on the worked cases, overflow and NaN.
+    #[test]
+    fn rounding_is_to_nearest_even() {
+        let one = 1.0f32;
+        let ulp = 2f32.powi(-7); // bf16's spacing at 1
+        assert_eq!(from_bf16(to_bf16(one)), one);
+        // Halfway between 1 and 1 + ulp: to the even mantissa, 1.
+        assert_eq!(from_bf16(to_bf16(one + ulp / 2.0)), one);
+        // Halfway between 1 + ulp (odd) and 1 + 2 ulp (even): up.
+        assert_eq!(from_bf16(to_bf16(one + 1.5 * ulp)), one + 2.0 * ulp);
+        // Just above halfway: up.
+        assert_eq!(
+            from_bf16(to_bf16(one + ulp / 2.0 + 2f32.powi(-20))),
+            one + ulp
+        );
+        assert_eq!(from_bf16(to_bf16(-3.0)), -3.0);
+        assert_eq!(from_bf16(to_bf16(f32::MAX)), f32::INFINITY);
+        assert_eq!(from_bf16(to_bf16(f32::NEG_INFINITY)), f32::NEG_INFINITY);
+        assert!(from_bf16(to_bf16(f32::NAN)).is_nan());
+        // A NaN whose payload sits in the low bits only must not round to infinity.
+        assert!(from_bf16(to_bf16(f32::from_bits(0x7f80_0001))).is_nan());
+        let p = pair(1.0, -2.0);
+        assert_eq!(unpair(p), (1.0, -2.0));
+    }
+
+    proptest! {
+        /// The rounding equals the `half` crate's conversion (an independent implementation)
+        /// on every non-NaN f32 bit pattern drawn.
+        #[test]
+        fn rounding_matches_the_half_crate(bits in any::<u32>()) {
+            let x = f32::from_bits(bits);
+            prop_assume!(!x.is_nan());
+            prop_assert_eq!(to_bf16(x), half::bf16::from_f32(x).to_bits());
+        }
+    }
+
+    /// `x` rounded to bf16, as f64.
+    fn rounded(x: f32) -> f64 {
+        half::bf16::from_f32(x).to_f64()
+    }
+
+    /// One product case: the views and the buffers they read.
+    struct Case {
+        m: usize,
+        n: usize,
+        k: usize,
+        transpose_a: bool,
+        transpose_b: bool,
+    }
+
+    /// Checks every element of a bf16 product on `path` against f64 sums: within f32
+    /// accumulation error of the exact product of the rounded operands (so the operands really
+    /// are rounded to bf16), and within the bf16 bound of the exact product of the f32 ones.
+    fn check(path: Bf16Path, c: &Case, rng: &mut ChaCha8Rng) {
+        let (m, n, k) = (c.m, c.n, c.k);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.random_range(-2.0..2.0)).collect();
+        // Logical A[r][i], B[i][c], stored transposed where asked.
+        let av = if c.transpose_a {
+            View::dense(0, k, m).t()
+        } else {
+            View::dense(0, m, k)
+        };
+        let bv = if c.transpose_b {
+            View::dense(0, n, k).t()
+        } else {
+            View::dense(0, k, n)
+        };
+        let at = |r: usize, i: usize| a[av.offset + r * av.rs + i * av.cs];
+        let bt = |i: usize, col: usize| b[bv.offset + i * bv.rs + col * bv.cs];
+        // Output: every other row of a wider buffer, accumulated onto 1.
+        let w = n + 3;
+        let mut dst = vec![1f32; 2 * m * w];
+        let dv = View::rows(w, m, n, 2 * w);
+        matmul_bf16_on(path, &mut dst, dv, &a, av, &b, bv, true);
+        let u = 2f64.powi(-8); // bf16's unit roundoff
+        let eps32 = 2f64.powi(-24);
+        for r in 0..m {
+            for col in 0..n {
+                let (mut exact, mut exact_rounded, mut size) = (0f64, 0f64, 0f64);
+                for i in 0..k {
+                    let (x, y) = (at(r, i), bt(i, col));
+                    exact += x as f64 * y as f64;
+                    exact_rounded += rounded(x) * rounded(y);
+                    size += (x as f64 * y as f64).abs();
+                }
+                let got = dst[(2 * r + 1) * w + col] as f64 - 1.0;
+                // f32 sums of k exact products, plus the final addition onto 1.
+                let accumulation = (k as f64 + 2.0) * eps32 * (size * (1.0 + 3.0 * u) + 1.0);
+                assert!(
+                    (got - exact_rounded).abs() <= accumulation,
+                    "{} {m}x{n}x{k} ({r}, {col}): {got} vs {exact_rounded} of the rounded operands",
+                    path.name()
+                );
+                let bound = (2.0 * u + u * u) * size + accumulation;
+                assert!(
+                    (got - exact).abs() <= bound,
+                    "{} {m}x{n}x{k} ({r}, {col}): {got} vs {exact}, bound {bound}",
+                    path.name()
+                );
+                assert_eq!(
+                    dst[2 * r * w + col],
+                    1.0,
+                    "a row outside the view was written"
+                );
+            }
+        }
+    }
+
+    /// Every path the machine has, on shapes that exercise partial tiles, odd k, transposed
+    /// operands, strided accumulated outputs and the threaded split; absent paths are skipped
+    /// with the reason.
+    #[test]
+    fn products_match_f64_within_the_bf16_bound_on_every_path() {
+        let cases = [
+            (1, 1, 1, false, false),
+            (7, 5, 3, false, true),
+            (9, 17, 33, true, false),
+            (70, 33, 129, true, true),
+            (33, 70, 64, false, false),
+            (130, 96, 40, false, true),
+            (300, 200, 257, true, false),
+        ];
+        for path in Bf16Path::ALL {
+            if let Err(why) = path.available() {
+                eprintln!("skipping the {} bf16 path: {why}", path.name());
+                continue;
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(7);
+            for &(m, n, k, transpose_a, transpose_b) in &cases {
+                let case = Case {
+                    m,
+                    n,
+                    k,
+                    transpose_a,
+                    transpose_b,
+                };
+                check(path, &case, &mut rng);
+            }
+        }
+    }
+
+    /// The paths the machine has agree with the emulated one within f32 accumulation error
+    /// (they multiply the same rounded operands).
+    #[test]
+    fn hardware_paths_agree_with_the_emulation() {
+        let (m, n, k) = (45, 50, 300);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let run = |path| {
+            let mut d = vec![0f32; m * n];
+            let (av, bv) = (View::dense(0, m, k), View::dense(0, k, n));
+            matmul_bf16_on(path, &mut d, View::dense(0, m, n), &a, av, &b, bv, false);
+            d
+        };
+        let reference = run(Bf16Path::Emulated);
+        for path in [Bf16Path::Amx, Bf16Path::Avx512] {
+            if let Err(why) = path.available() {
+                eprintln!("skipping the {} bf16 path: {why}", path.name());
+                continue;
+            }
+            for (g, e) in run(path).iter().zip(&reference) {
+                assert!(
+                    (g - e).abs() <= 2.0 * k as f32 * f32::EPSILON,
+                    "{}: {g} vs {e}",
+                    path.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for p in Bf16Path::ALL {
+            assert_eq!(p.name().parse::<Bf16Path>().unwrap(), p);
+        }
+        for p in [Precision::F32, Precision::Bf16] {
+            assert_eq!(p.name().parse::<Precision>().unwrap(), p);
+        }
+        assert!("fp16"
+            .parse::<Precision>()
+            .unwrap_err()
+            .contains("f32 or bf16"));
     }
 }

@@ -106,7 +106,15 @@ impl FusedStep {
         // attn = z @ Wo^T.
         let (nq, d) = (plan.rows.n, plan.d());
         let rows = View::dense(0, nq, d);
-        linear_forward(plan.precision, &mut scratch.a, rows, &cache.z, rows, w, plan.w.o);
+        linear_forward(
+            plan.precision,
+            &mut scratch.a,
+            rows,
+            &cache.z,
+            rows,
+            w,
+            plan.w.o,
+        );
         mlp_forward(plan, w, cache, &mut scratch.mo);
         let mlp = plan
             .w
@@ -208,7 +216,15 @@ fn qkv_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>) {
         return;
     }
     let kv = View::rows(d, n, 2 * d, 3 * d);
-    linear_forward(plan.precision, &mut cache.qkv, kv, &cache.h, h, w, plan.w.kv);
+    linear_forward(
+        plan.precision,
+        &mut cache.qkv,
+        kv,
+        &cache.h,
+        h,
+        w,
+        plan.w.kv,
+    );
     let (q, hq) = (plan.rows.view(3 * d, d), plan.rows.view(d, d));
     linear_forward(plan.precision, &mut cache.qkv, q, &cache.h, hq, w, plan.w.q);
 }
@@ -264,7 +280,15 @@ fn mlp_forward(plan: &BlockPlan, w: &[f32], cache: &mut LayerCache<Vec<f32>>, mo
     });
     gelu_forward(&mut cache.g, &mut cache.gp);
     let rows = View::dense(0, nq, d);
-    linear_forward(plan.precision, mo, rows, &cache.g, View::dense(0, nq, m), w, mp.fc_out_w);
+    linear_forward(
+        plan.precision,
+        mo,
+        rows,
+        &cache.g,
+        View::dense(0, nq, m),
+        w,
+        mp.fc_out_w,
+    );
 }
 
 /// next = x + attn * mask_a (+ (mo + b_out) * mask_m) at the block's rows; `mlp` holds the

@@ -104,7 +104,15 @@ pub fn matmul_in(
     accumulate: bool,
 ) {
     let path = (precision == Precision::Bf16).then(Bf16Path::detect);
-    product(dst, d, Mat { data: a, view: av }, Mat { data: b, view: bv }, accumulate, true, path);
+    product(
+        dst,
+        d,
+        Mat { data: a, view: av },
+        Mat { data: b, view: bv },
+        accumulate,
+        true,
+        path,
+    );
 }
 
 /// [`matmul`] with bf16 operands on a given `path` (tests and benchmarks compare paths; the
@@ -120,7 +128,11 @@ pub fn matmul_bf16_on(
     bv: View,
     accumulate: bool,
 ) {
-    assert!(path.available().is_ok(), "bf16 path {} is not available", path.name());
+    assert!(
+        path.available().is_ok(),
+        "bf16 path {} is not available",
+        path.name()
+    );
     let (a, b) = (Mat { data: a, view: av }, Mat { data: b, view: bv });
     product(dst, d, a, b, accumulate, true, Some(path));
 }
@@ -139,7 +151,15 @@ pub fn matmul_serial(
     accumulate: bool,
 ) {
     let path = (precision == Precision::Bf16).then(Bf16Path::detect);
-    product(dst, d, Mat { data: a, view: av }, Mat { data: b, view: bv }, accumulate, false, path);
+    product(
+        dst,
+        d,
+        Mat { data: a, view: av },
+        Mat { data: b, view: bv },
+        accumulate,
+        false,
+        path,
+    );
 }
 
 /// An operand of a product: a view and the buffer it reads.

@@ -18,7 +18,16 @@ pub fn linear_forward(
     w: &[f32],
     weight: View,
 ) {
-    matmul_in(precision, out, out_rows, inp, inp_rows, w, weight.t(), false);
+    matmul_in(
+        precision,
+        out,
+        out_rows,
+        inp,
+        inp_rows,
+        w,
+        weight.t(),
+        false,
+    );
 }
 
 /// The weight gradient of [`linear_forward`]: `dW = dout^T @ inp`, written into the `weight`
@@ -32,7 +41,16 @@ pub fn linear_backward_weight(
     inp: &[f32],
     inp_rows: View,
 ) {
-    matmul_in(precision, grads, weight, dout, dout_rows.t(), inp, inp_rows, false);
+    matmul_in(
+        precision,
+        grads,
+        weight,
+        dout,
+        dout_rows.t(),
+        inp,
+        inp_rows,
+        false,
+    );
 }
 
 /// The input gradient of [`linear_forward`]: `dinp = dout @ W` (added to `dinp` with
@@ -47,5 +65,7 @@ pub fn linear_backward_input(
     weight: View,
     accumulate: bool,
 ) {
-    matmul_in(precision, dinp, dinp_rows, dout, dout_rows, w, weight, accumulate);
+    matmul_in(
+        precision, dinp, dinp_rows, dout, dout_rows, w, weight, accumulate,
+    );
 }
