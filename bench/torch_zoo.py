@@ -1,4 +1,4 @@
-"""PyTorch reference for `ropelab bench train --model formal|toy`: the model zoo's shapes,
+"""PyTorch reference for `ropelab bench train --model formal|toy|gptj`: the model zoo's shapes,
 hand-written in eager PyTorch with its best plain tools (one fused q/k/v Linear,
 `scaled_dot_product_attention`), the same batches' shapes, loss and optimizer step.
 
@@ -7,6 +7,10 @@ Run by hand (not by CI), with the same thread count as ropelab, e.g. on 2 cores:
     python -m venv .venv && .venv/bin/pip install torch
     .venv/bin/python bench/torch_zoo.py --model formal --threads 2
     RAYON_NUM_THREADS=2 cargo run --release -- bench train --model formal --no-peak
+    # the paper preset's shape, f32 and bf16 autocast, beside ropelab's f32 and bf16 products
+    .venv/bin/python bench/torch_zoo.py --model paper --threads 2
+    .venv/bin/python bench/torch_zoo.py --model paper --threads 2 --autocast bf16
+    RAYON_NUM_THREADS=2 cargo run --release -- bench train --preset paper --precision f32,bf16
 
 Shapes (as in crates/cli/src/commands/bench_train.rs):
 - formal: 5 GPT-J blocks (LayerNorm, parallel attention and GELU MLP), d_model 64, 8 heads,
@@ -14,7 +18,12 @@ Shapes (as in crates/cli/src/commands/bench_train.rs):
   2-class linear classifier read at the last (EOS) position; batch 128; lengths bucketed:
   step s uses 40 - (7 s mod 32) tokens (9..=40), every batch one length, no padding;
 - toy: 1 attention-only layer without LayerNorm, d_model 64, 1 head, RoPE on all 64 dims,
-  untied unembedding with bias, cross-entropy at every position; batch 256, length 64.
+  untied unembedding with bias, cross-entropy at every position; batch 256, length 64;
+- paper: the paper preset's GPT-J, 12 blocks, d_model 128, 1 head, MLP 512, RoPE on all 128
+  dims, vocabulary 137 (the number task), cross-entropy at the last position; batch 64, 17
+  tokens (ropelab's preset also has dropout 0.1, which this model leaves out).
+`--autocast bf16` runs forward and loss under `torch.autocast("cpu", torch.bfloat16)`: oneDNN's
+bf16 matrix products (AMX or AVX512-BF16 where the CPU has them), f32 master weights.
 AdamW lr 1e-3, betas (0.9, 0.999), weight decay 1e-4, no dropout. Prints `N steps/s`.
 """
 
@@ -91,11 +100,13 @@ SHAPES = {
                    batch=128, last_only=True),
     "toy": dict(vocab=64, layers=1, d=64, heads=1, mlp=0, layer_norm=False, out=64,
                 batch=256, last_only=False),
+    "paper": dict(vocab=137, layers=12, d=128, heads=1, mlp=512, layer_norm=True, out=137,
+                  batch=64, last_only=True),
 }
 
 
 def seq_of(model, step):
-    return 40 - (7 * step) % 32 if model == "formal" else 64
+    return {"formal": 40 - (7 * step) % 32, "toy": 64, "paper": 17}[model]
 
 
 def main():
@@ -104,6 +115,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--autocast", choices=["bf16"], help="bf16 autocast of forward and loss")
     args = parser.parse_args()
     p = SHAPES[args.model]
     # One cycle of the formal model's lengths before the clock starts (as ropelab does).
@@ -124,8 +136,9 @@ def main():
         shape = (p["batch"],) if p["last_only"] else (p["batch"] * seq,)
         targets = torch.randint(0, p["out"], shape)
         t0 = time.perf_counter()
-        logits = model(ids, p["last_only"])
-        loss = F.cross_entropy(logits.reshape(-1, p["out"]), targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            logits = model(ids, p["last_only"])
+            loss = F.cross_entropy(logits.reshape(-1, p["out"]).float(), targets)
         loss.item()
         t1 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -141,7 +154,7 @@ def main():
     print(f"torch {torch.__version__}, {args.model} ({p['layers']} layers x {p['heads']} heads, "
           f"d_model {p['d']}), batch {p['batch']}, "
           f"{sum(x.numel() for x in model.parameters())} parameters, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads, {args.autocast or 'f32'}")
     print(f"{n / total:.3f} steps/s")
     print(f"ms/step: {1e3 * total / n:.1f} total = forward {1e3 * fwd / n:.1f} + backward "
           f"{1e3 * bwd / n:.1f} + optimizer {1e3 * step_t / n:.1f}")

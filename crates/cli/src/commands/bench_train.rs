@@ -317,7 +317,7 @@ impl Bench<'_> {
             let mut dropout = step_dropout(config.model.dropout, config.seed, step);
             let lr = lr_at(step, &config.optim);
             let (_, t) = stepper.step(
-                &model,
+                model,
                 &mut optimizer,
                 objective,
                 b,

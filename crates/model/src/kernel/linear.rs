@@ -55,6 +55,7 @@ pub fn linear_backward_weight(
 
 /// The input gradient of [`linear_forward`]: `dinp = dout @ W` (added to `dinp` with
 /// `accumulate`, e.g. when two layers read the same input).
+#[allow(clippy::too_many_arguments)]
 pub fn linear_backward_input(
     precision: Precision,
     dinp: &mut [f32],
