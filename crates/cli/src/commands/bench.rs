@@ -424,5 +424,9 @@ fn bench_prefill(args: BenchPrefillArgs) -> Result<()> {
         ids.len() as f64 / cached_median,
         cached_median
     );
+    println!(
+        "  products: f32 through candle (the Llama has no bf16 path yet; this CPU's bf16 path for the training kernel: {})",
+        ropelab_model::kernel::Bf16Path::detect().name()
+    );
     Ok(())
 }
