@@ -20,10 +20,9 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 use std::thread::LocalKey;
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::gemm::View;
+use super::gemm::{split_rows, View};
 
 /// The numeric precision of the fused kernel's matrix products.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -47,15 +46,6 @@ impl Precision {
         match self {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",
-        }
-    }
-
-    /// The default of this machine: bf16 where the CPU has a bf16 unit, f32 elsewhere.
-    pub fn machine_default() -> Self {
-        if Bf16Path::detect().has_unit() {
-            Precision::Bf16
-        } else {
-            Precision::F32
         }
     }
 }
@@ -103,11 +93,6 @@ impl Bf16Path {
             Bf16Path::Avx512 => "avx512-bf16",
             Bf16Path::Emulated => "emulated",
         }
-    }
-
-    /// Whether the path uses a bf16 unit of the CPU.
-    pub fn has_unit(self) -> bool {
-        self != Bf16Path::Emulated
     }
 
     /// `Ok` where this machine can run the path, else why not.
@@ -372,9 +357,6 @@ fn panels(n: usize) -> usize {
     n.div_ceil(2 * NR) * 2
 }
 
-/// Products below this many multiply-adds run on one thread (as the f32 path).
-const PARALLEL_MIN_MACS: usize = 1 << 18;
-
 /// `dst = a @ b` (or `+=` with `accumulate`) with bf16 operands on `path`; the shapes and
 /// bounds were checked by the caller and `k > 0`.
 #[allow(clippy::too_many_arguments)]
@@ -417,24 +399,7 @@ pub(super) fn product(
                 compute(path, pa, pb, kp, rows, n, sink);
             });
         };
-        let macs = m * n * k;
-        let threads = rayon::current_num_threads().max(1);
-        let chunks = if macs < PARALLEL_MIN_MACS || !parallel {
-            1
-        } else {
-            threads.min(m.div_ceil(MR))
-        };
-        if chunks == 1 {
-            run(0, m);
-            return;
-        }
-        let per = m.div_ceil(chunks).div_ceil(MR) * MR;
-        (0..chunks).into_par_iter().for_each(|c| {
-            let start = c * per;
-            if start < m {
-                run(start, per.min(m - start));
-            }
-        });
+        split_rows(m, m * n * k, parallel, MR, run);
     });
 }
 

@@ -103,16 +103,13 @@ pub fn matmul_in(
     bv: View,
     accumulate: bool,
 ) {
-    let path = (precision == Precision::Bf16).then(Bf16Path::detect);
-    product(
-        dst,
-        d,
-        Mat { data: a, view: av },
-        Mat { data: b, view: bv },
-        accumulate,
-        true,
-        path,
-    );
+    let (a, b) = (Mat { data: a, view: av }, Mat { data: b, view: bv });
+    product(dst, d, a, b, accumulate, true, bf16_path(precision));
+}
+
+/// The bf16 path a product in `precision` runs on (`None`: f32).
+fn bf16_path(precision: Precision) -> Option<Bf16Path> {
+    (precision == Precision::Bf16).then(Bf16Path::detect)
 }
 
 /// [`matmul`] with bf16 operands on a given `path` (tests and benchmarks compare paths; the
@@ -150,16 +147,8 @@ pub fn matmul_serial(
     bv: View,
     accumulate: bool,
 ) {
-    let path = (precision == Precision::Bf16).then(Bf16Path::detect);
-    product(
-        dst,
-        d,
-        Mat { data: a, view: av },
-        Mat { data: b, view: bv },
-        accumulate,
-        false,
-        path,
-    );
+    let (a, b) = (Mat { data: a, view: av }, Mat { data: b, view: bv });
+    product(dst, d, a, b, accumulate, false, bf16_path(precision));
 }
 
 /// An operand of a product: a view and the buffer it reads.
@@ -208,13 +197,7 @@ fn product(
         bf16::product(dst, d, a, av, b, bv, accumulate, parallel, path);
         return;
     }
-    let threads = rayon::current_num_threads().max(1);
     let macs = d.rows * d.cols * av.cols;
-    let chunks = if macs < PARALLEL_MIN_MACS || !parallel {
-        1
-    } else {
-        threads.min(d.rows)
-    };
     let dst_ptr = dst.as_mut_ptr() as usize;
     let (a_ptr, b_ptr) = (a.as_ptr() as usize, b.as_ptr() as usize);
     let run = |start: usize, n: usize| {
@@ -245,15 +228,34 @@ fn product(
             );
         }
     };
+    split_rows(d.rows, macs, parallel, 1, run);
+}
+
+/// Runs `run(start, n)` over row ranges covering `rows`: one range below [`PARALLEL_MIN_MACS`]
+/// multiply-adds or when not `parallel`, else one per pool thread, each starting at a multiple
+/// of `align` rows. The ranges are disjoint, so every output row is written by one thread.
+pub(super) fn split_rows(
+    rows: usize,
+    macs: usize,
+    parallel: bool,
+    align: usize,
+    run: impl Fn(usize, usize) + Sync,
+) {
+    let threads = rayon::current_num_threads().max(1);
+    let chunks = if macs < PARALLEL_MIN_MACS || !parallel {
+        1
+    } else {
+        threads.min(rows.div_ceil(align))
+    };
     if chunks == 1 {
-        run(0, d.rows);
+        run(0, rows);
         return;
     }
-    let per = d.rows.div_ceil(chunks);
+    let per = rows.div_ceil(chunks).div_ceil(align) * align;
     (0..chunks).into_par_iter().for_each(|c| {
         let start = c * per;
-        if start < d.rows {
-            run(start, per.min(d.rows - start));
+        if start < rows {
+            run(start, per.min(rows - start));
         }
     });
 }
