@@ -22,28 +22,30 @@ use crate::Result;
 pub const PREFILL_CHUNK: usize = 512;
 
 /// A norm's gain and, for a LayerNorm, its bias: [d_model] each.
-struct NormWeights {
-    weight: Tensor,
-    bias: Option<Tensor>,
+pub(crate) struct NormWeights {
+    pub(crate) weight: Tensor,
+    pub(crate) bias: Option<Tensor>,
 }
 
 /// One block's weights, stored transposed ([in, out], contiguous) so that every projection is
-/// a plain row-major matmul.
-struct Block {
-    attn_norm: NormWeights,
-    q: Tensor, // [d_model, heads * head_dim]
-    k: Tensor, // [d_model, kv_heads * head_dim]
-    v: Tensor, // [d_model, kv_heads * head_dim]
-    o: Tensor, // [heads * head_dim, d_model]
+/// a plain row-major matmul; q, k and v side by side (one product), and SwiGLU's gate and up
+/// side by side (one product). The fused forward ([`crate::fused`]) reads the same buffers.
+pub(crate) struct Block {
+    pub(crate) attn_norm: NormWeights,
+    /// q, k and v: [d_model, (heads + 2 kv_heads) * head_dim].
+    pub(crate) qkv: Tensor,
+    /// Their biases (Qwen2, GPT-NeoX): [(heads + 2 kv_heads) * head_dim].
+    pub(crate) qkv_bias: Option<Tensor>,
+    pub(crate) o: Tensor, // [heads * head_dim, d_model]
+    pub(crate) o_bias: Option<Tensor>,
     /// The MLP's norm (None: GPT-J's one norm serves both).
-    ffn_norm: Option<NormWeights>,
-    /// The SwiGLU gate [d_model, d_ff] (None: a GELU MLP).
-    gate: Option<Tensor>,
-    up: Tensor,   // [d_model, d_ff]
-    down: Tensor, // [d_ff, d_model]
-    /// Each projection's bias where the architecture has one, indexed by [`Proj`]: q/k/v
-    /// (Qwen2, GPT-NeoX), o (GPT-NeoX), up/down (GPT-NeoX, GPT-J).
-    biases: [Option<Tensor>; 7],
+    pub(crate) ffn_norm: Option<NormWeights>,
+    /// The MLP's input projection: gate then up, [d_model, 2 d_ff] (SwiGLU), or up alone,
+    /// [d_model, d_ff] (GELU).
+    pub(crate) up: Tensor,
+    pub(crate) up_bias: Option<Tensor>,
+    pub(crate) down: Tensor, // [d_ff, d_model]
+    pub(crate) down_bias: Option<Tensor>,
     /// The same projections in the file's quantized blocks, when it stores them so (used for
     /// single-token steps, see [`Llama::with_quantized_decode`]).
     quant: Option<QuantBlock>,
@@ -60,63 +62,117 @@ struct QuantBlock {
     down: QuantMatrix,
 }
 
-/// One of a block's projections.
-#[derive(Debug, Clone, Copy)]
-enum Proj {
-    Q,
-    K,
-    V,
-    O,
-    Gate,
-    Up,
-    Down,
+/// x [..., in] times a transposed weight (or its quantized blocks when `quant` is given), plus
+/// `bias`.
+fn affine(
+    x: &Tensor,
+    w: &Tensor,
+    quant: Option<&QuantMatrix>,
+    bias: Option<&Tensor>,
+) -> Result<Tensor> {
+    let y = match quant {
+        Some(q) => quant_linear(x, q)?,
+        None => linear(x, w)?,
+    };
+    match bias {
+        Some(b) => Ok(y.broadcast_add(b)?),
+        None => Ok(y),
+    }
 }
 
 impl Block {
-    /// x [..., in] through projection `p`: from the quantized blocks when `quantized` and the
-    /// file stores them (one-token decoding), else from the f32 weights.
-    fn project(&self, x: &Tensor, p: Proj, quantized: bool) -> Result<Tensor> {
-        let (w, q) = match p {
-            Proj::Q => (&self.q, self.quant.as_ref().map(|b| &b.q)),
-            Proj::K => (&self.k, self.quant.as_ref().map(|b| &b.k)),
-            Proj::V => (&self.v, self.quant.as_ref().map(|b| &b.v)),
-            Proj::O => (&self.o, self.quant.as_ref().map(|b| &b.o)),
-            Proj::Gate => {
-                let gate = self.gate.as_ref().ok_or_else(|| {
-                    crate::PretrainedError::Input("a GELU MLP has no gate projection".into())
-                })?;
-                (gate, self.quant.as_ref().map(|b| &b.gate))
+    /// h [b, t, d_model] through q, k and v, split into heads: [b, heads, t, head_dim],
+    /// [b, kv_heads, t, head_dim] twice. One product of the side-by-side weights, or three
+    /// matrix-vector products from the quantized blocks when `quantized` and stored so.
+    fn qkv(
+        &self,
+        h: &Tensor,
+        c: &LlamaConfig,
+        quantized: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let (b, t, _) = h.dims3()?;
+        let hd = c.head_dim();
+        let (q_out, kv_out) = (c.n_heads * hd, c.n_kv_heads * hd);
+        let bias = |at: usize, n: usize| -> Result<Option<Tensor>> {
+            Ok(match &self.qkv_bias {
+                Some(bias) => Some(bias.narrow(0, at, n)?),
+                None => None,
+            })
+        };
+        let split = |y: Tensor, n: usize| -> Result<Tensor> {
+            Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+        };
+        match self.quant.as_ref().filter(|_| quantized) {
+            Some(qb) => {
+                let q = affine(h, &self.qkv, Some(&qb.q), bias(0, q_out)?.as_ref())?;
+                let k = affine(h, &self.qkv, Some(&qb.k), bias(q_out, kv_out)?.as_ref())?;
+                let v = affine(
+                    h,
+                    &self.qkv,
+                    Some(&qb.v),
+                    bias(q_out + kv_out, kv_out)?.as_ref(),
+                )?;
+                Ok((
+                    split(q, c.n_heads)?,
+                    split(k, c.n_kv_heads)?,
+                    split(v, c.n_kv_heads)?,
+                ))
             }
-            Proj::Up => (&self.up, self.quant.as_ref().map(|b| &b.up)),
-            Proj::Down => (&self.down, self.quant.as_ref().map(|b| &b.down)),
-        };
-        let y = match q {
-            Some(q) if quantized => quant_linear(x, q)?,
-            _ => linear(x, w)?,
-        };
-        match &self.biases[p as usize] {
-            Some(bias) => Ok(y.broadcast_add(bias)?),
-            None => Ok(y),
+            None => {
+                let y = affine(h, &self.qkv, None, self.qkv_bias.as_ref())?; // [b, t, W]
+                let part = |at: usize, n: usize| y.narrow(D::Minus1, at, n)?.contiguous();
+                Ok((
+                    split(part(0, q_out)?, c.n_heads)?,
+                    split(part(q_out, kv_out)?, c.n_kv_heads)?,
+                    split(part(q_out + kv_out, kv_out)?, c.n_kv_heads)?,
+                ))
+            }
         }
     }
 
-    /// h [b, t, d_model] through projection `p`, split into `n` heads: [b, n, t, head_dim].
-    fn heads(&self, h: &Tensor, p: Proj, n: usize, quantized: bool) -> Result<Tensor> {
-        let (b, t, _) = h.dims3()?;
-        let y = self.project(h, p, quantized)?;
-        let hd = y.dim(2)? / n;
-        Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+    /// The output projection of the merged heads z [..., heads * head_dim].
+    fn output(&self, z: &Tensor, quantized: bool) -> Result<Tensor> {
+        let q = self.quant.as_ref().filter(|_| quantized).map(|b| &b.o);
+        affine(z, &self.o, q, self.o_bias.as_ref())
     }
 
     /// The MLP of style `mlp`: down(silu(gate(h)) * up(h)) or down(gelu(up(h))).
-    fn mlp(&self, h: &Tensor, mlp: Mlp, quantized: bool) -> Result<Tensor> {
-        let up = self.project(h, Proj::Up, quantized)?;
+    fn mlp(&self, h: &Tensor, mlp: Mlp, d_ff: usize, quantized: bool) -> Result<Tensor> {
+        let qb = self.quant.as_ref().filter(|_| quantized);
         let hidden = match mlp {
-            Mlp::SwiGlu => (self.project(h, Proj::Gate, quantized)?.silu()? * up)?,
-            Mlp::Gelu => up.gelu_erf()?,
-            Mlp::GeluTanh => up.gelu()?,
+            Mlp::SwiGlu => {
+                let (gate, up) = match qb {
+                    Some(qb) => {
+                        let bias = |at: usize| -> Result<Option<Tensor>> {
+                            Ok(match &self.up_bias {
+                                Some(b) => Some(b.narrow(0, at, d_ff)?),
+                                None => None,
+                            })
+                        };
+                        (
+                            affine(h, &self.up, Some(&qb.gate), bias(0)?.as_ref())?,
+                            affine(h, &self.up, Some(&qb.up), bias(d_ff)?.as_ref())?,
+                        )
+                    }
+                    None => {
+                        let y = affine(h, &self.up, None, self.up_bias.as_ref())?;
+                        (
+                            y.narrow(D::Minus1, 0, d_ff)?,
+                            y.narrow(D::Minus1, d_ff, d_ff)?,
+                        )
+                    }
+                };
+                (gate.silu()? * up)?
+            }
+            Mlp::Gelu | Mlp::GeluTanh => {
+                let up = affine(h, &self.up, qb.map(|b| &b.up), self.up_bias.as_ref())?;
+                match mlp {
+                    Mlp::Gelu => up.gelu_erf()?,
+                    _ => up.gelu()?,
+                }
+            }
         };
-        self.project(&hidden, Proj::Down, quantized)
+        affine(&hidden, &self.down, qb.map(|b| &b.down), self.down_bias.as_ref())
     }
 }
 
@@ -466,22 +522,21 @@ impl Llama {
                 _ => Some(norm_of(&mut t, "ffn_norm")?),
             };
             let (q_out, kv_out) = (c.n_heads * hd, c.n_kv_heads * hd);
-            // Indexed by Proj: q, k, v, o, gate, up, down.
-            let wanted: [(bool, &str, usize); 7] = [
-                (c.qkv_bias, "attn_q.bias", q_out),
-                (c.qkv_bias, "attn_k.bias", kv_out),
-                (c.qkv_bias, "attn_v.bias", kv_out),
-                (style.o_bias, "attn_output.bias", d),
-                (false, "", 0),
-                (style.mlp_bias, "ffn_up.bias", ff),
-                (style.mlp_bias, "ffn_down.bias", d),
-            ];
-            let mut biases: [Option<Tensor>; 7] = Default::default();
-            for (slot, (on, name, n)) in biases.iter_mut().zip(wanted) {
-                if on {
-                    *slot = Some(t(name, &[n])?);
-                }
-            }
+            let mut bias = |on: bool, name: &str, n: usize| match on {
+                true => t(name, &[n]).map(Some),
+                false => Ok(None),
+            };
+            let qkv_bias = match (
+                bias(c.qkv_bias, "attn_q.bias", q_out)?,
+                bias(c.qkv_bias, "attn_k.bias", kv_out)?,
+                bias(c.qkv_bias, "attn_v.bias", kv_out)?,
+            ) {
+                (Some(q), Some(k), Some(v)) => Some(Tensor::cat(&[q, k, v], 0)?),
+                _ => None,
+            };
+            let o_bias = bias(style.o_bias, "attn_output.bias", d)?;
+            let up_bias = bias(style.mlp_bias, "ffn_up.bias", ff)?;
+            let down_bias = bias(style.mlp_bias, "ffn_down.bias", d)?;
             let mut m = |name: &str, rows: usize, cols: usize| {
                 file.matrix(&format!("blk.{i}.{name}"), &[rows, cols], device)
             };
@@ -512,17 +567,28 @@ impl Llama {
                 }
                 _ => None, // some projection is stored otherwise: f32 throughout
             };
+            // Gate and up side by side (the gate has no bias: zeros in its half).
+            let (up, up_bias) = match gate {
+                Some(gate) => (
+                    Tensor::cat(&[gate, up], 0)?,
+                    match up_bias {
+                        Some(b) => Some(Tensor::cat(&[b.zeros_like()?, b], 0)?),
+                        None => None,
+                    },
+                ),
+                None => (up, up_bias),
+            };
             blocks.push(Block {
                 attn_norm,
-                q: transposed(q)?,
-                k: transposed(k)?,
-                v: transposed(v)?,
+                qkv: transposed(Tensor::cat(&[q, k, v], 0)?)?,
+                qkv_bias,
                 o: transposed(o)?,
+                o_bias,
                 ffn_norm,
-                gate: gate.map(transposed).transpose()?,
                 up: transposed(up)?,
+                up_bias,
                 down: transposed(down)?,
-                biases,
+                down_bias,
                 quant,
             });
         }
@@ -679,17 +745,16 @@ impl Llama {
         let blk = &self.blocks[layer];
         let x = path.point(layer, HookKind::ResidPre, x)?;
         let h = self.normalize(&x, &blk.attn_norm)?;
-        let q = blk.heads(&h, Proj::Q, c.n_heads, quantized)?; // [b, nh, t, hd]
-        let k = blk.heads(&h, Proj::K, c.n_kv_heads, quantized)?; // [b, nkv, t, hd]
-        let v = blk.heads(&h, Proj::V, c.n_kv_heads, quantized)?;
+        // q [b, nh, t, hd], k and v [b, nkv, t, hd]
+        let (q, k, v) = blk.qkv(&h, c, quantized)?;
         let merged = path.attend(layer, q, k, v)?; // [b, t, nh * hd]
-        let attn = blk.project(&merged, Proj::O, quantized)?;
+        let attn = blk.output(&merged, quantized)?;
         let attn = path.point(layer, HookKind::AttnOut, attn)?;
         let mlp_norm = |x: &Tensor| match &blk.ffn_norm {
             Some(n) => self.normalize(x, n),
             None => Ok(h.clone()),
         };
-        let mlp = |h: &Tensor| blk.mlp(h, c.block.mlp, quantized);
+        let mlp = |h: &Tensor| blk.mlp(h, c.block.mlp, c.d_ff, quantized);
         match c.block.residual {
             Residual::Sequential => {
                 let x = (x + attn)?;
@@ -933,17 +998,17 @@ impl Llama {
 /// the next token attends to them without recomputing them.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
-    /// Per layer: keys [1, kv_heads, len, head_dim] (rotated) and values, same shape.
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    /// Per layer: rotated keys and values, token-major: [len, kv_heads * head_dim] each.
+    pub(crate) layers: Vec<(Vec<f32>, Vec<f32>)>,
     /// Tokens held.
-    len: usize,
+    pub(crate) len: usize,
 }
 
 impl KvCache {
     /// An empty cache for `n_layers` layers.
     pub fn new(n_layers: usize) -> Self {
         Self {
-            layers: vec![None; n_layers],
+            layers: vec![(Vec::new(), Vec::new()); n_layers],
             len: 0,
         }
     }
@@ -958,14 +1023,49 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Appends `k`, `v` [1, kv_heads, t, hd] to layer `layer`; returns the whole keys and
-    /// values.
-    fn append(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-        let joined = match self.layers[layer].take() {
-            None => (k, v),
-            Some((ck, cv)) => (Tensor::cat(&[&ck, &k], 2)?, Tensor::cat(&[&cv, &v], 2)?),
-        };
-        self.layers[layer] = Some(joined.clone());
-        Ok(joined)
+    /// Layer `layer`'s keys and values as tensors [1, kv_heads, len, head_dim] (None when
+    /// empty).
+    fn tensors(
+        &self,
+        layer: usize,
+        kv_heads: usize,
+        device: &Device,
+    ) -> Result<Option<(Tensor, Tensor)>> {
+        let (k, v) = &self.layers[layer];
+        if k.is_empty() {
+            return Ok(None);
+        }
+        let rows = self.len;
+        let hd = k.len() / rows / kv_heads;
+        Ok(Some((
+            head_major(k, (rows, kv_heads, hd), device)?,
+            head_major(v, (rows, kv_heads, hd), device)?,
+        )))
     }
+
+    /// Appends `k`, `v` [1, kv_heads, t, hd] to layer `layer`; returns the whole keys and
+    /// values, [1, kv_heads, len + t, hd] each.
+    fn append(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        let (_, nkv, _, hd) = k.dims4()?;
+        // [1, nkv, t, hd] -> [t, nkv, hd], flat.
+        let token_major = |x: &Tensor| -> Result<Vec<f32>> {
+            Ok(x.squeeze(0)?.transpose(0, 1)?.flatten_all()?.to_vec1()?)
+        };
+        let (ck, cv) = &mut self.layers[layer];
+        ck.extend(token_major(&k)?);
+        cv.extend(token_major(&v)?);
+        let rows = ck.len() / (nkv * hd);
+        Ok((
+            head_major(ck, (rows, nkv, hd), k.device())?,
+            head_major(cv, (rows, nkv, hd), k.device())?,
+        ))
+    }
+}
+
+/// Token-major rows x [rows, heads, hd] (flat) as a tensor [1, heads, rows, hd].
+fn head_major(x: &[f32], shape: (usize, usize, usize), device: &Device) -> Result<Tensor> {
+    Ok(Tensor::from_slice(x, shape, device)?
+        .transpose(0, 1)?
+        .unsqueeze(0)?
+        .contiguous()?)
 }

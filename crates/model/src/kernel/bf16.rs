@@ -371,36 +371,113 @@ pub(super) fn product(
     parallel: bool,
     path: Bf16Path,
 ) {
+    let kp = padded_pairs(path, bv.rows);
+    with_scratch(&PACKED_B, panels(bv.cols) * kp * NR, |pb| {
+        pack_b(pb, b, bv, kp);
+        product_with_panels(dst, d, a, av, pb, kp, accumulate, parallel, path);
+    });
+}
+
+/// A right-hand operand `[k, n]` rounded to bf16 and packed once for a path, for products that
+/// reuse it (a model's weights): [`product_packed`] skips the packing [`product`] does per call.
+#[derive(Debug, Clone)]
+pub struct PackedB {
+    path: Bf16Path,
+    k: usize,
+    n: usize,
+    kp: usize,
+    /// `[panels, kp, 16]` bf16 pairs.
+    panels: Vec<u32>,
+}
+
+impl PackedB {
+    /// Packs `bv` over `data` for `path` (the caller checked [`Bf16Path::available`]).
+    pub fn new(path: Bf16Path, data: &[f32], bv: View) -> Self {
+        assert!(bv.end() <= data.len(), "packed operand outside its buffer");
+        let kp = padded_pairs(path, bv.rows);
+        let mut panels_buf = vec![0u32; panels(bv.cols) * kp * NR];
+        pack_b(&mut panels_buf, data, bv, kp);
+        Self {
+            path,
+            k: bv.rows,
+            n: bv.cols,
+            kp,
+            panels: panels_buf,
+        }
+    }
+
+    /// Rows (the depth of the product).
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+
+    /// The path the operand was packed for.
+    pub fn path(&self) -> Bf16Path {
+        self.path
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.panels.len() * 4
+    }
+}
+
+/// [`product`] with a pre-packed right operand, on the path it was packed for.
+pub(super) fn product_packed(
+    dst: &mut [f32],
+    d: View,
+    a: &[f32],
+    av: View,
+    b: &PackedB,
+    accumulate: bool,
+    parallel: bool,
+) {
+    product_with_panels(dst, d, a, av, &b.panels, b.kp, accumulate, parallel, b.path);
+}
+
+/// The tiles of `a @ B` for B already in panels (`kp` pairs deep): rows split over threads,
+/// each packing its rows of A once.
+#[allow(clippy::too_many_arguments)]
+fn product_with_panels(
+    dst: &mut [f32],
+    d: View,
+    a: &[f32],
+    av: View,
+    pb: &[u32],
+    kp: usize,
+    accumulate: bool,
+    parallel: bool,
+    path: Bf16Path,
+) {
     let (m, n, k) = (d.rows, d.cols, av.cols);
-    let kp = padded_pairs(path, k);
-    let np = panels(n);
     let dst_ptr = dst.as_mut_ptr() as usize;
     let dst_len = dst.len();
-    with_scratch(&PACKED_B, np * kp * NR, |pb| {
-        pack_b(pb, b, bv, kp);
-        let pb: &[u32] = pb;
-        let run = |start: usize, rows: usize| {
-            let strip = if path == Bf16Path::Amx {
-                2 * AMX_ROWS
-            } else {
-                MR
-            };
-            let padded = rows.div_ceil(strip) * strip;
-            with_scratch(&PACKED_A, padded * kp, |pa| {
-                pack_a(pa, a, av, start, kp);
-                let sink = Sink {
-                    dst: dst_ptr as *mut f32,
-                    len: dst_len,
-                    d,
-                    row0: start,
-                    rows,
-                    accumulate,
-                };
-                compute(path, pa, pb, kp, rows, n, sink);
-            });
+    let run = |start: usize, rows: usize| {
+        let strip = if path == Bf16Path::Amx {
+            2 * AMX_ROWS
+        } else {
+            MR
         };
-        split_rows(m, m * n * k, parallel, MR, run);
-    });
+        let padded = rows.div_ceil(strip) * strip;
+        with_scratch(&PACKED_A, padded * kp, |pa| {
+            pack_a(pa, a, av, start, kp);
+            let sink = Sink {
+                dst: dst_ptr as *mut f32,
+                len: dst_len,
+                d,
+                row0: start,
+                rows,
+                accumulate,
+            };
+            compute(path, pa, pb, kp, rows, n, sink);
+        });
+    };
+    split_rows(m, m * n * k, parallel, MR, run);
 }
 
 /// Where a thread's tiles go: rows `row0 .. row0 + rows` of `d` in `dst`.
@@ -893,6 +970,33 @@ mod tests {
                     "{}: {g} vs {e}",
                     path.name()
                 );
+            }
+        }
+    }
+
+    /// A pre-packed right operand gives exactly the product that packs it per call, on every
+    /// path the machine has, for a plain and a transposed (weight-like) operand.
+    #[test]
+    fn packed_operands_give_the_same_products() {
+        use crate::kernel::gemm::matmul_packed;
+        let (m, n, k) = (37, 70, 130);
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for path in Bf16Path::ALL {
+            if let Err(why) = path.available() {
+                eprintln!("skipping the {} bf16 path: {why}", path.name());
+                continue;
+            }
+            for bv in [View::dense(0, k, n), View::dense(0, n, k).t()] {
+                let av = View::dense(0, m, k);
+                let mut want = vec![0.5f32; m * n];
+                matmul_bf16_on(path, &mut want, View::dense(0, m, n), &a, av, &b, bv, true);
+                let packed = PackedB::new(path, &b, bv);
+                assert_eq!((packed.rows(), packed.cols(), packed.path()), (k, n, path));
+                let mut got = vec![0.5f32; m * n];
+                matmul_packed(&mut got, View::dense(0, m, n), &a, av, &packed, true);
+                assert_eq!(got, want, "{}", path.name());
             }
         }
     }

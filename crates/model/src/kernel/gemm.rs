@@ -5,7 +5,7 @@
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
-use super::bf16::{self, Bf16Path, Precision};
+use super::bf16::{self, Bf16Path, PackedB, Precision};
 
 /// A strided matrix inside a flat buffer: element (r, c) is at `offset + r * rs + c * cs`.
 #[derive(Debug, Clone, Copy)]
@@ -51,7 +51,7 @@ impl View {
     }
 
     /// One past the largest index the view touches.
-    fn end(&self) -> usize {
+    pub(super) fn end(&self) -> usize {
         if self.rows == 0 || self.cols == 0 {
             return self.offset;
         }
@@ -132,6 +132,37 @@ pub fn matmul_bf16_on(
     );
     let (a, b) = (Mat { data: a, view: av }, Mat { data: b, view: bv });
     product(dst, d, a, b, accumulate, true, Some(path));
+}
+
+/// `dst = a @ b` (or `+=` with `accumulate`) with `b` rounded to bf16 and packed beforehand
+/// ([`PackedB`]), on the path it was packed for; `a` is rounded per call. Panics if the shapes
+/// disagree or a view leaves its buffer.
+pub fn matmul_packed(dst: &mut [f32], d: View, a: &[f32], av: View, b: &PackedB, accumulate: bool) {
+    assert!(
+        d.rows == av.rows && d.cols == b.cols() && av.cols == b.rows(),
+        "matmul shapes {}x{} = {}x{} @ {}x{} (packed)",
+        d.rows,
+        d.cols,
+        av.rows,
+        av.cols,
+        b.rows(),
+        b.cols()
+    );
+    assert!(d.end() <= dst.len() && av.end() <= a.len());
+    if d.rows == 0 || d.cols == 0 {
+        return;
+    }
+    if av.cols == 0 {
+        if !accumulate {
+            for r in 0..d.rows {
+                for c in 0..d.cols {
+                    dst[d.offset + r * d.rs + c * d.cs] = 0.0;
+                }
+            }
+        }
+        return;
+    }
+    bf16::product_packed(dst, d, a, av, b, accumulate, true);
 }
 
 /// [`matmul_in`] on the calling thread only (for small products inside work that is already
