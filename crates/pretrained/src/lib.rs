@@ -7,11 +7,14 @@
 //! - [`tokenizer`]: the byte-level BPE tokenizer built from the GGUF metadata;
 //! - [`llama`]: the Llama forward with the same hook names and interventions as the GPT-J model,
 //!   its KV cache, batched prompt suffixes and generation;
+//! - [`fused`]: the same forward fused over flat buffers for prefill, cached steps and prompt
+//!   suffixes, in f32 or bf16;
 //! - [`quant`]: the file's Q4_1/Q8_0 blocks kept as they are, with SIMD matrix-vector products
 //!   for decoding;
 //! - [`tasks`]: the prompt tasks' and the index task's accuracy.
 
 pub mod fetch;
+pub mod fused;
 pub mod gguf;
 pub mod hf;
 pub mod llama;

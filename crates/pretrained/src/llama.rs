@@ -13,6 +13,9 @@ use ropelab_model::attention::{attend_in_blocks, blocked_softmax};
 use ropelab_model::ops::softmax_last_dim;
 use ropelab_model::{rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, Rotation};
 
+use ropelab_model::kernel::{Bf16Path, Precision};
+
+use crate::fused::PackedWeights;
 use crate::gguf::{GgufFile, LlamaConfig, Mlp, Norm, Residual};
 use crate::quant::QuantMatrix;
 use crate::Result;
@@ -172,7 +175,12 @@ impl Block {
                 }
             }
         };
-        affine(&hidden, &self.down, qb.map(|b| &b.down), self.down_bias.as_ref())
+        affine(
+            &hidden,
+            &self.down,
+            qb.map(|b| &b.down),
+            self.down_bias.as_ref(),
+        )
     }
 }
 
@@ -381,21 +389,28 @@ impl Weights for GgufFile {
 
 /// A Llama-family model (Llama, Qwen2) with f32 weights.
 pub struct Llama {
-    config: LlamaConfig,
-    embed: Tensor, // [vocab, d_model]
-    blocks: Vec<Block>,
-    norm: NormWeights,
-    unembed: Tensor, // [d_model, vocab] (transposed)
+    pub(crate) config: LlamaConfig,
+    pub(crate) embed: Tensor, // [vocab, d_model]
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) norm: NormWeights,
+    pub(crate) unembed: Tensor, // [d_model, vocab] (transposed)
     /// The unembedding's bias [vocab] (GPT-J).
-    unembed_bias: Option<Tensor>,
-    position: PositionEncoding,
-    device: Device,
+    pub(crate) unembed_bias: Option<Tensor>,
+    pub(crate) position: PositionEncoding,
+    pub(crate) device: Device,
     /// Keys per block of the attention ([`ATTENTION_BLOCK`] by default).
     attention_block: usize,
     /// The unembedding [vocab, d_model] in quantized blocks, when the file stores it so.
     unembed_quant: Option<QuantMatrix>,
     /// Whether single-token cached steps use the quantized blocks.
     quantized_decode: bool,
+    /// Whether prefill, cached steps and prompt suffixes run the fused forward
+    /// ([`crate::fused`]; CPU only).
+    fused: bool,
+    /// The precision of the fused forward's products.
+    pub(crate) precision: Precision,
+    /// The matrices packed for bf16 products (with [`Precision::Bf16`]).
+    pub(crate) packed: Option<PackedWeights>,
 }
 
 /// Keys per block of the attention (cached and hooked paths): scores are computed block by
@@ -620,6 +635,9 @@ impl Llama {
             attention_block: ATTENTION_BLOCK,
             unembed_quant,
             quantized_decode: true,
+            fused: true,
+            precision: Precision::F32,
+            packed: None,
         })
     }
 
@@ -631,6 +649,42 @@ impl Llama {
     pub fn with_quantized_decode(mut self, on: bool) -> Self {
         self.quantized_decode = on;
         self
+    }
+
+    /// The same model with prefill, cached steps and prompt suffixes computed by the fused
+    /// forward (`true`, the default on the CPU) or by the candle ops of the hooked path
+    /// (`false`; the reference the tests compare against). Off the CPU the candle ops run.
+    pub fn with_fused(mut self, on: bool) -> Self {
+        self.fused = on;
+        self
+    }
+
+    /// The same model with the fused forward's matrix products in `precision`: bf16 rounds
+    /// and packs every matrix once (on this machine's fastest [`Bf16Path`]; about half the f32
+    /// weights' memory more) and rounds activations per product, with f32 accumulation; norms,
+    /// RoPE, softmax, activations and the residual stay f32. The hooked forward stays f32.
+    pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
+        self.packed = match precision {
+            Precision::F32 => None,
+            Precision::Bf16 => Some(PackedWeights::new(&self, Bf16Path::detect())?),
+        };
+        self.precision = precision;
+        Ok(self)
+    }
+
+    /// The precision of the fused forward's products.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Bytes of the bf16-packed matrices (0 in f32).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(0, PackedWeights::bytes)
+    }
+
+    /// Whether a call of `quantized` single-token steps runs fused.
+    fn runs_fused(&self, quantized: bool) -> bool {
+        self.fused && self.device.is_cpu() && !quantized
     }
 
     /// Whether single-token steps run from quantized blocks (asked for and available).
@@ -785,7 +839,16 @@ impl Llama {
     pub fn forward_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let x = self.trunk_cached(ids, cache)?; // [1, new, d_model]
         let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
-        self.unembed(&last, x.dim(1)? == 1 && self.decodes_quantized())
+        self.unembed_cached(&last, x.dim(1)? == 1 && self.decodes_quantized())
+    }
+
+    /// Logits of residual rows x [n, d_model] of a cached or suffix call: fused unless the
+    /// call runs from quantized blocks (or off the CPU): [n, vocab].
+    fn unembed_cached(&self, x: &Tensor, quantized: bool) -> Result<Tensor> {
+        if self.runs_fused(quantized) {
+            return crate::fused::logits(self, &x.flatten_all()?.to_vec1()?);
+        }
+        self.unembed(x, quantized)
     }
 
     /// Logits at every position of `ids` [1, new] given the tokens in `cache` (which gains
@@ -793,7 +856,7 @@ impl Llama {
     /// new positions.
     pub fn forward_cached_all(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let x = self.trunk_cached(ids, cache)?.squeeze(0)?; // [new, d_model]
-        self.unembed(&x, false)
+        self.unembed_cached(&x, false)
     }
 
     /// The residual stream after the last block at the positions of `ids` [1, new], attending
@@ -810,10 +873,20 @@ impl Llama {
             *cache = KvCache::new(c.n_layers);
         }
         let start = cache.len;
-        let positions: Vec<usize> = (start..start + t).collect();
         // One new token: every projection is a matrix-vector product, bound by reading the
         // weights, so it runs from the file's smaller quantized blocks.
         let quantized = t == 1 && self.decodes_quantized();
+        if self.runs_fused(quantized) {
+            let ids: Vec<u32> = ids.flatten_all()?.to_vec1()?;
+            let (x, new_kv) = crate::fused::trunk(self, &[&ids], cache, true)?;
+            for (layer, (k, v)) in cache.layers.iter_mut().zip(new_kv) {
+                layer.0.extend(k);
+                layer.1.extend(v);
+            }
+            cache.len = start + t;
+            return Ok(Tensor::from_vec(x, (1, t, c.d_model), &self.device)?);
+        }
+        let positions: Vec<usize> = (start..start + t).collect();
         let mut path = Cached {
             cache,
             rotary: Rotary::at(&self.position, &positions, &self.device)?,
@@ -863,20 +936,41 @@ impl Llama {
                 suffixes[r].len()
             ));
         }
-        let b = suffixes.len();
-        let s = suffixes.iter().map(|ids| ids.len()).max().unwrap_or(1);
-        let start = head.len;
-        let head_layers = if head.layers.len() == c.n_layers {
-            head.layers.clone()
-        } else if head.is_empty() {
-            vec![None; c.n_layers]
-        } else {
+        if !head.is_empty() && head.layers.len() != c.n_layers {
             return bad(format!(
                 "the head cache has {} layers, the model {}",
                 head.layers.len(),
                 c.n_layers
             ));
-        };
+        }
+        if self.runs_fused(false) {
+            // Rows back to back, no padding.
+            let (x, _) = crate::fused::trunk(self, suffixes, head, false)?;
+            let d = c.d_model;
+            let mut picked = Vec::with_capacity(tails.iter().sum::<usize>() * d);
+            let mut at = 0;
+            for (ids, &tail) in suffixes.iter().zip(tails) {
+                picked.extend_from_slice(&x[(at + ids.len() - tail) * d..(at + ids.len()) * d]);
+                at += ids.len();
+            }
+            let logits = crate::fused::logits(self, &picked)?; // [sum of tails, vocab]
+            let mut out = Vec::with_capacity(tails.len());
+            let mut at = 0;
+            for &tail in tails {
+                out.push(logits.narrow(0, at, tail)?);
+                at += tail;
+            }
+            return Ok(out);
+        }
+        let b = suffixes.len();
+        let s = suffixes.iter().map(|ids| ids.len()).max().unwrap_or(1);
+        let start = head.len;
+        let head_layers = (0..c.n_layers)
+            .map(|l| match head.is_empty() {
+                true => Ok(None),
+                false => head.tensors(l, c.n_kv_heads, &self.device),
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut ids = vec![0u32; b * s];
         for (r, row) in suffixes.iter().enumerate() {
             ids[r * s..r * s + row.len()].copy_from_slice(row);

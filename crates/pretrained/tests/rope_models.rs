@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
+use ropelab_model::kernel::{Bf16Path, Precision};
 use ropelab_model::{rope, HookKind, HookPoint, Hooks};
+use ropelab_pretrained::llama::{KvCache, Llama};
 use ropelab_pretrained::load_model;
 
 fn fixtures() -> PathBuf {
@@ -132,7 +134,61 @@ fn check(model_path: &Path, reference: &str) {
          {d_logits:e}, rotated q/k within {d_qk:e}",
         c.arch, c.n_layers, c.n_heads, c.n_kv_heads
     );
+    check_fused(model, &ids, &floats(&r["logits"]), reference);
 }
+
+/// The fused forward (prefill in chunks of 3, logits at every position) against transformers'
+/// logits `want` and against the candle ops it replaces; in bf16 against transformers within
+/// the bf16 tolerance of docs/performance.md, and really rounded (not the f32 numbers).
+fn check_fused(model: Llama, ids: &[u32], want: &[f32], reference: &str) {
+    let prefill = |m: &Llama| -> Vec<f32> {
+        let mut cache = KvCache::new(m.config().n_layers);
+        m.prefill(ids, &mut cache, 3, ids.len())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let fused = prefill(&model);
+    let d_fused = worst(&fused, want);
+    assert!(
+        d_fused < 1e-4,
+        "{reference}: fused logits differ by {d_fused}"
+    );
+    let model = model.with_fused(false);
+    let d_ops = worst(&fused, &prefill(&model));
+    assert!(
+        d_ops < 1e-5,
+        "{reference}: fused and candle ops differ by {d_ops}"
+    );
+    let model = model
+        .with_fused(true)
+        .with_precision(Precision::Bf16)
+        .unwrap();
+    let bf16 = prefill(&model);
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d_bf16 = worst(&bf16, want);
+    assert!(
+        d_bf16 <= BF16_LOGIT_TOLERANCE * scale,
+        "{reference}: bf16 logits differ by {d_bf16} (largest logit {scale})"
+    );
+    assert!(
+        worst(&bf16, &fused) > 0.0,
+        "{reference}: bf16 gave the f32 logits"
+    );
+    eprintln!(
+        "{reference}: fused f32 within {d_fused:e} of transformers ({d_ops:e} of the candle \
+         ops), bf16 ({}) within {:.4} of the largest logit",
+        Bf16Path::detect().name(),
+        d_bf16 / scale
+    );
+}
+
+/// bf16 logits within this fraction of the largest |logit| of f32 transformers (2^-8 rounding
+/// of every product's operands, compounded over the tiny models' 2-4 blocks; measured up to
+/// the value each run prints).
+const BF16_LOGIT_TOLERANCE: f32 = 0.03;
 
 #[test]
 fn hugging_face_llama_matches_transformers() {
