@@ -1,11 +1,12 @@
 """PyTorch reference for `ropelab bench prefill` and `ropelab bench decode`: transformers' Llama
-loaded (f32) from the same GGUF file, the same text, the same thread count.
+loaded (f32, or bf16 with --dtype bf16) from the same GGUF file, the same text, the same thread count.
 
 Run by hand (not by CI):
 
-    python -m venv .venv && .venv/bin/pip install torch transformers gguf
+    python -m venv .venv && .venv/bin/pip install torch transformers gguf accelerate
     cargo run --release -- pretrained fetch                 # prints the GGUF path
     .venv/bin/python bench/torch_llama.py PATH/TO/SmolLM2-135M-Instruct.Q4_1.gguf --threads 2
+    .venv/bin/python bench/torch_llama.py PATH/TO/...gguf --dtype bf16 --no-decode  # bf16 weights
     cargo run --release -- bench prefill --tokens 128
     cargo run --release -- bench decode
 
@@ -35,13 +36,17 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--prompt", type=int, default=128, help="decode: prompt tokens")
     parser.add_argument("--new", type=int, default=128, help="decode: new tokens")
+    parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+                        help="the weights' and activations' dtype (bf16: oneDNN's bf16 kernels)")
+    parser.add_argument("--no-decode", action="store_true", help="prefill only")
     args = parser.parse_args()
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     torch.set_num_threads(args.threads)
     folder, name = os.path.split(os.path.abspath(args.gguf))
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=name, torch_dtype=torch.float32
-    ).eval()
+    ).to(dtype).eval()
     ids = tokenizer(TEXT, add_special_tokens=False, return_tensors="pt").input_ids
     with torch.inference_mode():
         for n in args.tokens:
@@ -53,8 +58,10 @@ def main():
                 model(x, logits_to_keep=1, use_cache=False)
                 times.append(time.perf_counter() - start)
             median = statistics.median(times)
-            print(f"torch prefill: {n} tokens, {args.threads} threads: "
+            print(f"torch prefill ({args.dtype}): {n} tokens, {args.threads} threads: "
                   f"{n / median:.1f} tokens/s (median of {args.repeats}, {median:.3f} s)")
+        if args.no_decode:
+            return
         x = ids[:, : args.prompt]
         model.generate(x, max_new_tokens=4, do_sample=False)  # warm-up
         start = time.perf_counter()

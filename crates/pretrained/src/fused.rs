@@ -19,7 +19,7 @@
 use candle_core::{Storage, StorageRef, Tensor};
 use rayon::prelude::*;
 use ropelab_model::kernel::{
-    matmul, matmul_packed, matmul_serial, Bf16Path, PackedB, Precision, View,
+    exp, matmul, matmul_packed, matmul_serial, Bf16Path, PackedB, Precision, View,
 };
 use ropelab_model::rope::rotate_planes;
 
@@ -365,96 +365,41 @@ pub(crate) fn trunk(
                 });
         }
 
-        // Attention per (row, query head): [t, hd] outputs, scattered into z afterwards.
+        // Attention per (row, kv head, block of queries), spread over the pool; each task's
+        // output [group * queries, hd] is scattered into z afterwards.
         let (ck, cv): (&[f32], &[f32]) = match cache.layers.get(layer) {
             Some((k, v)) if start > 0 => (k, v),
             _ => (&[], &[]),
         };
-        let len = start;
-        let tasks: Vec<(usize, usize)> = (0..rows.len())
-            .flat_map(|r| (0..nh).map(move |hh| (r, hh)))
-            .collect();
+        let shape = AttentionShape {
+            width,
+            q_out,
+            kv_out,
+            hd,
+            group,
+            shared: start,
+            scale,
+            precision,
+        };
+        let mut tasks: Vec<(usize, usize, usize)> = vec![];
+        for (r, &t) in lens.iter().enumerate() {
+            for g in 0..nkv {
+                tasks.extend((0..t).step_by(QUERY_BLOCK).map(|q0| (r, g, q0)));
+            }
+        }
         let outputs: Vec<Vec<f32>> = tasks
             .par_iter()
-            .map(|&(r, hh)| {
-                let (t, o) = (lens[r], offsets[r]);
-                let g = hh / group;
-                let keys = len + t;
-                // [t, len + t]: shared keys first, then the row's own.
-                let mut s = vec![0f32; t * keys];
-                let q = View::rows(o * width + hh * hd, t, hd, width);
-                if len > 0 {
-                    let kh = View::rows(g * hd, len, hd, kv_out).t();
-                    matmul_serial(
-                        precision,
-                        &mut s,
-                        View::rows(0, t, len, keys),
-                        &qkv,
-                        q,
-                        ck,
-                        kh,
-                        false,
-                    );
-                }
-                let ko = View::rows(o * width + q_out + g * hd, t, hd, width).t();
-                matmul_serial(
-                    precision,
-                    &mut s,
-                    View::rows(len, t, t, keys),
-                    &qkv,
-                    q,
-                    &qkv,
-                    ko,
-                    false,
-                );
-                // Causal softmax in f32: query i sees the shared keys and own keys 0..=i.
-                for (i, row) in s.chunks_exact_mut(keys).enumerate() {
-                    let seen = len + i + 1;
-                    let (live, dead) = row.split_at_mut(seen);
-                    let m = live
-                        .iter()
-                        .fold(f32::NEG_INFINITY, |m, &v| m.max(v * scale));
-                    let mut sum = 0f32;
-                    for v in live.iter_mut() {
-                        *v = (*v * scale - m).exp();
-                        sum += *v;
-                    }
-                    live.iter_mut().for_each(|v| *v /= sum);
-                    dead.iter_mut().for_each(|v| *v = 0.0);
-                }
-                let mut out = vec![0f32; t * hd];
-                let dv = View::dense(0, t, hd);
-                if len > 0 {
-                    let vh = View::rows(g * hd, len, hd, kv_out);
-                    matmul_serial(
-                        precision,
-                        &mut out,
-                        dv,
-                        &s,
-                        View::rows(0, t, len, keys),
-                        cv,
-                        vh,
-                        false,
-                    );
-                }
-                let vo = View::rows(o * width + q_out + kv_out + g * hd, t, hd, width);
-                matmul_serial(
-                    precision,
-                    &mut out,
-                    dv,
-                    &s,
-                    View::rows(len, t, t, keys),
-                    &qkv,
-                    vo,
-                    len > 0,
-                );
-                out
+            .map(|&(r, g, q0)| {
+                let queries = QUERY_BLOCK.min(lens[r] - q0);
+                shape.attend(&qkv, (ck, cv), offsets[r], g, q0, queries)
             })
             .collect();
-        for (&(r, hh), out) in tasks.iter().zip(&outputs) {
-            for (i, src) in out.chunks_exact(hd).enumerate() {
-                let at = (offsets[r] + i) * q_out + hh * hd;
-                z[at..at + hd].copy_from_slice(src);
+        for (&(r, g, q0), out) in tasks.iter().zip(&outputs) {
+            let queries = QUERY_BLOCK.min(lens[r] - q0);
+            for (at, src) in out.chunks_exact(hd).enumerate() {
+                let (j, i) = (at / queries, at % queries);
+                let dst = (offsets[r] + q0 + i) * q_out + (g * group + j) * hd;
+                z[dst..dst + hd].copy_from_slice(src);
             }
         }
         if keep_kv {
@@ -516,9 +461,7 @@ pub(crate) fn trunk(
         up.par_chunks_mut(up_width).for_each(|row| match mlp {
             Mlp::SwiGlu => {
                 let (gate, u) = row.split_at_mut(ff);
-                for (g, u) in gate.iter_mut().zip(u.iter()) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
-                }
+                swiglu(gate, u);
             }
             Mlp::Gelu => row.iter_mut().for_each(|v| {
                 *v = (candle_core::cpu::erf::erf_f32(*v * std::f32::consts::FRAC_1_SQRT_2) + 1.0)
@@ -548,6 +491,109 @@ pub(crate) fn trunk(
         }
     }
     Ok((x, new_kv))
+}
+
+/// Queries per attention task: a row's queries are split into blocks of this many, so that
+/// one sequence still spreads over the pool and each block computes scores only up to its own
+/// last (causal) key.
+const QUERY_BLOCK: usize = 128;
+
+thread_local! {
+    /// Per thread: a task's stacked queries and its scores.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The shapes one layer's attention tasks share.
+struct AttentionShape {
+    /// Columns of a token's q/k/v row (q heads, then k, then v).
+    width: usize,
+    q_out: usize,
+    kv_out: usize,
+    hd: usize,
+    /// Query heads per kv head.
+    group: usize,
+    /// Shared keys (the cache) before each row's own.
+    shared: usize,
+    scale: f32,
+    precision: Precision,
+}
+
+impl AttentionShape {
+    /// Attention of queries `q0 .. q0 + queries` of the row starting at token `offset`, for the
+    /// query heads of kv head `g` stacked: scores against the shared keys `cache` (token-major
+    /// keys and values, [shared, kv_out] each) and the row's own keys 0 .. q0 + queries, a
+    /// causal softmax in f32, then the values: [group * queries, hd] (head-major).
+    fn attend(
+        &self,
+        qkv: &[f32],
+        cache: (&[f32], &[f32]),
+        offset: usize,
+        g: usize,
+        q0: usize,
+        queries: usize,
+    ) -> Vec<f32> {
+        let (w, hd, len) = (self.width, self.hd, self.shared);
+        let rows = self.group * queries;
+        let own = q0 + queries;
+        let keys = len + own;
+        let mut out = vec![0f32; rows * hd];
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            let (q, s) = &mut *scratch;
+            // The group's queries stacked: [group, queries, hd].
+            q.clear();
+            for j in 0..self.group {
+                let head = g * self.group + j;
+                for i in 0..queries {
+                    let at = (offset + q0 + i) * w + head * hd;
+                    q.extend_from_slice(&qkv[at..at + hd]);
+                }
+            }
+            s.clear();
+            s.resize(rows * keys, 0.0);
+            let qv = View::dense(0, rows, hd);
+            let p = self.precision;
+            if len > 0 {
+                let kh = View::rows(g * hd, len, hd, self.kv_out).t();
+                matmul_serial(
+                    p,
+                    s,
+                    View::rows(0, rows, len, keys),
+                    q,
+                    qv,
+                    cache.0,
+                    kh,
+                    false,
+                );
+            }
+            let ko = View::rows(offset * w + self.q_out + g * hd, own, hd, w).t();
+            matmul_serial(
+                p,
+                s,
+                View::rows(len, rows, own, keys),
+                q,
+                qv,
+                qkv,
+                ko,
+                false,
+            );
+            // Query i of the block sees the shared keys and own keys 0 ..= q0 + i.
+            for (at, row) in s.chunks_exact_mut(keys).enumerate() {
+                softmax_prefix(row, len + q0 + at % queries + 1, self.scale);
+            }
+            let dv = View::dense(0, rows, hd);
+            if len > 0 {
+                let vh = View::rows(g * hd, len, hd, self.kv_out);
+                let pv = View::rows(0, rows, len, keys);
+                matmul_serial(p, &mut out, dv, s, pv, cache.1, vh, false);
+            }
+            let vo = View::rows(offset * w + self.q_out + self.kv_out + g * hd, own, hd, w);
+            let pv = View::rows(len, rows, own, keys);
+            matmul_serial(p, &mut out, dv, s, pv, qkv, vo, len > 0);
+        });
+        out
+    }
 }
 
 /// Logits of residual rows `x` ([rows, d_model], flat): the final norm, then the unembedding in
@@ -581,5 +627,90 @@ pub fn describe(precision: Precision) -> String {
     match precision {
         Precision::F32 => "f32".into(),
         Precision::Bf16 => format!("bf16 ({})", Bf16Path::detect().name()),
+    }
+}
+
+/// `row[..live]` <- softmax(scale * row[..live]) in f32, `row[live..]` <- 0 (a causal row),
+/// vectorised for AVX-512 where the CPU has it.
+fn softmax_prefix(row: &mut [f32], live: usize, scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked above).
+        return unsafe { softmax_prefix_avx512(row, live, scale) };
+    }
+    softmax_prefix_body(row, live, scale)
+}
+
+/// [`softmax_prefix`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn softmax_prefix_avx512(row: &mut [f32], live: usize, scale: f32) {
+    softmax_prefix_body(row, live, scale)
+}
+
+#[inline(always)]
+fn softmax_prefix_body(row: &mut [f32], live: usize, scale: f32) {
+    let (live, dead) = row.split_at_mut(live);
+    let m = max(live) * scale;
+    for v in live.iter_mut() {
+        *v = exp(*v * scale - m);
+    }
+    let inv = 1.0 / sum(live);
+    live.iter_mut().for_each(|v| *v *= inv);
+    dead.iter_mut().for_each(|v| *v = 0.0);
+}
+
+/// The largest value, with 16 independent accumulators (so the loop vectorises).
+#[inline(always)]
+fn max(a: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = a.chunks_exact(16);
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    for x in chunks {
+        for l in 0..16 {
+            acc[l] = if x[l] > acc[l] { x[l] } else { acc[l] };
+        }
+    }
+    acc.iter().fold(tail, |m, &v| if v > m { v } else { m })
+}
+
+/// Sum with 16 independent accumulators (so the loop vectorises).
+#[inline(always)]
+fn sum(a: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = a.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for x in chunks {
+        for l in 0..16 {
+            acc[l] += x[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `gate` <- SiLU(gate) * up, vectorised for AVX-512 where the CPU has it.
+fn swiglu(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked above).
+        return unsafe { swiglu_avx512(gate, up) };
+    }
+    swiglu_body(gate, up)
+}
+
+/// [`swiglu`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) {
+    swiglu_body(gate, up)
+}
+
+#[inline(always)]
+fn swiglu_body(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + exp(-*g)) * u;
     }
 }

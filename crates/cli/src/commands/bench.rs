@@ -63,6 +63,9 @@ pub struct BenchPrefillArgs {
     /// Timed repetitions (after one warm-up); the median is reported.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub repeats: u64,
+    /// Time only the fused prefill in this precision (for profiling); default: every path.
+    #[arg(long)]
+    pub only: Option<ropelab_model::kernel::Precision>,
 }
 
 /// Arguments of `ropelab bench rope`.
@@ -382,51 +385,84 @@ fn bench_decode(args: BenchDecodeArgs) -> Result<()> {
 
 fn bench_prefill(args: BenchPrefillArgs) -> Result<()> {
     use candle_core::{Device, Tensor};
+    use ropelab_model::kernel::Precision;
     use ropelab_model::Hooks;
+    use ropelab_pretrained::llama::{KvCache, Llama, PREFILL_CHUNK};
     let (model, ids) = smollm2_and_text(args.tokens as usize)?;
+    let repeats = args.repeats as usize;
+    // The median of `repeats` timed runs after one warm-up.
+    let median = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?;
+        let mut times = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let start = Instant::now();
+            f()?;
+            times.push(start.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    };
+    // The cached path: the prompt fed PREFILL_CHUNK tokens at a time into the KV cache (what
+    // generate and the prompt tasks run), logits at the last position.
+    let prefill = |m: &Llama| -> Result<f64> {
+        median(&mut || {
+            let mut cache = KvCache::new(m.config().n_layers);
+            black_box(m.prefill(&ids, &mut cache, PREFILL_CHUNK, 1)?);
+            Ok(())
+        })
+    };
+    if let Some(precision) = args.only {
+        let model = model.with_precision(precision)?;
+        let secs = prefill(&model)?;
+        println!(
+            "ropelab bench prefill: fused {}, {} tokens: {:.1} tokens/s ({secs:.3} s)",
+            ropelab_pretrained::fused::describe(precision),
+            ids.len(),
+            ids.len() as f64 / secs
+        );
+        return Ok(());
+    }
     let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu)?;
-    model.forward_last(&input, &mut Hooks::new())?;
-    let mut times = vec![];
-    for _ in 0..args.repeats {
-        let start = Instant::now();
+    let hooked = median(&mut || {
         black_box(model.forward_last(&input, &mut Hooks::new())?);
-        times.push(start.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    // The cached path: prompt fed PREFILL_CHUNK tokens at a time into the KV cache, grouped-query
-    // attention against the 3 kv heads (what generate and the prompt tasks run).
-    let mut cached = vec![];
-    for _ in 0..args.repeats {
-        let mut cache = ropelab_pretrained::llama::KvCache::new(model.config().n_layers);
-        let start = Instant::now();
-        black_box(model.prefill(
-            &ids,
-            &mut cache,
-            ropelab_pretrained::llama::PREFILL_CHUNK,
-            1,
-        )?);
-        cached.push(start.elapsed().as_secs_f64());
-    }
-    cached.sort_by(f64::total_cmp);
-    let cached_median = cached[cached.len() / 2];
+        Ok(())
+    })?;
+    let fused_f32 = prefill(&model)?;
+    let model = model.with_fused(false);
+    let ops = prefill(&model)?;
+    let model = model.with_fused(true).with_precision(Precision::Bf16)?;
+    let fused_bf16 = prefill(&model)?;
+    let n = ids.len() as f64;
     println!(
-        "ropelab bench prefill: SmolLM2-135M (f32), {} tokens, {} threads: {:.1} tokens/s (median of {}, {:.3} s)",
+        "ropelab bench prefill: SmolLM2-135M, {} tokens, {} threads, median of {repeats}",
         ids.len(),
-        candle_core::utils::get_num_threads(),
-        ids.len() as f64 / median,
-        args.repeats,
-        median
+        rayon::current_num_threads(),
     );
     println!(
-        "  cached prefill ({} tokens per call): {:.1} tokens/s ({:.3} s)",
-        ropelab_pretrained::llama::PREFILL_CHUNK,
-        ids.len() as f64 / cached_median,
-        cached_median
+        "{:<44} {:>10} {:>10} {:>8}",
+        "path", "tokens/s", "seconds", "vs ops"
     );
+    for (name, secs) in [
+        ("hooked forward (candle ops, f32)", hooked),
+        ("cached prefill, candle ops (f32)", ops),
+        ("cached prefill, fused f32", fused_f32),
+        (
+            &*format!(
+                "cached prefill, fused {}",
+                ropelab_pretrained::fused::describe(Precision::Bf16)
+            ),
+            fused_bf16,
+        ),
+    ] {
+        println!(
+            "{name:<44} {:>10.1} {secs:>10.3} {:>7.2}x",
+            n / secs,
+            ops / secs
+        );
+    }
     println!(
-        "  products: f32 through candle (the Llama has no bf16 path yet; this CPU's bf16 path for the training kernel: {})",
-        ropelab_model::kernel::Bf16Path::detect().name()
+        "  bf16 packs the matrices once ({:.0} MB); products in bf16 with f32 accumulation",
+        model.packed_bytes() as f64 / 1e6
     );
     Ok(())
 }

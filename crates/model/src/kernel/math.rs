@@ -123,7 +123,11 @@ pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let x = x.clamp(-87.3, 88.3);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    // n as an integer from t's low mantissa bits (t is in [2^23, 2^24), where its ulp is 1):
+    // no saturating float-to-int conversion, so the loop stays in vector registers.
+    let ni = t.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
     let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_2e-3;
@@ -132,7 +136,7 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    y * f32::from_bits((ni.wrapping_add(127) as u32) << 23)
 }
 
 /// The standard normal CDF Phi(u) and density phi(u) (Abramowitz & Stegun 7.1.26 for erfc;
@@ -326,6 +330,33 @@ mod tests {
             let x = i as f32 * 0.01;
             let (got, want) = (exp(x), x.exp());
             assert!(((got - want) / want).abs() < 2.5e-7, "{x}: {got} vs {want}");
+        }
+    }
+
+    /// The exponent taken from the mantissa bits is the saturating cast's value: `exp` gives
+    /// the same bits as with `n as i32` on a dense grid, the clamps, and every 4099th f32.
+    #[test]
+    fn exp_exponent_bits_equal_the_cast() {
+        let with_cast = |x: f32| {
+            const LOG2E: f32 = std::f32::consts::LOG2_E;
+            const ROUND: f32 = 12_582_912.0;
+            let x = x.clamp(-87.3, 88.3);
+            let n = (x * LOG2E + ROUND) - ROUND;
+            let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+            let mut p = 1.987_569_1e-4f32;
+            p = p * r + 1.398_2e-3;
+            p = p * r + 8.333_452e-3;
+            p = p * r + 4.166_579_6e-2;
+            p = p * r + 1.666_666_5e-1;
+            p = p * r + 0.5;
+            let y = p * r * r + r + 1.0;
+            y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+        };
+        let grid = (-100_000..=100_000).map(|i| i as f32 * 0.001);
+        let extremes = [f32::MIN, f32::MAX, f32::INFINITY, f32::NEG_INFINITY, -87.3, 88.3];
+        let bits = (0..u32::MAX / 4099).map(|i| f32::from_bits(i * 4099));
+        for x in grid.chain(extremes).chain(bits).filter(|x| !x.is_nan()) {
+            assert_eq!(exp(x).to_bits(), with_cast(x).to_bits(), "{x}");
         }
     }
 

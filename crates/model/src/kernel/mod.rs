@@ -23,6 +23,7 @@ mod plan;
 
 pub use bf16::{from_bf16, to_bf16, Bf16Path, PackedB, Precision};
 pub use gemm::{matmul, matmul_bf16_on, matmul_in, matmul_packed, matmul_serial, View};
+pub use math::exp;
 pub use params::FlatParams;
 
 use crate::layout::OuterParams;
