@@ -209,8 +209,9 @@ thread_local! {
     static PACKED_B: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on `len` zeroed scratch values of this thread (a fresh buffer if the scratch is in
-/// use: a rayon thread can start another product while it waits).
+/// Runs `f` on `len` scratch values of this thread, holding whatever an earlier product left
+/// (the packing writes every value a product reads), or a fresh buffer if the scratch is in
+/// use: a rayon thread can start another product while it waits.
 fn with_scratch<R>(
     key: &'static LocalKey<RefCell<Vec<u32>>>,
     len: usize,
@@ -218,16 +219,18 @@ fn with_scratch<R>(
 ) -> R {
     key.with(|cell| match cell.try_borrow_mut() {
         Ok(mut v) => {
-            v.clear();
-            v.resize(len, 0);
-            f(&mut v[..])
+            if v.len() < len {
+                v.resize(len, 0);
+            }
+            f(&mut v[..len])
         }
         Err(_) => f(&mut vec![0; len]),
     })
 }
 
-/// Packs rows `r0 .. r0 + rows` of `av` over `data` into `out` (`[rows_padded, kp]` pairs,
-/// zeroed by the caller: padding stays zero), vectorised for AVX-512 where the CPU has it.
+/// Packs rows `r0 .. r0 + rows` of `av` over `data` into `out` (`[rows_padded, kp]` pairs),
+/// zero past k in every packed row; rows past the view are left as they are (they only feed
+/// output rows that are never written). Vectorised for AVX-512 where the CPU has it.
 fn pack_a(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
@@ -248,6 +251,9 @@ unsafe fn pack_a_avx512(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: 
 fn pack_a_body(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
     let k = av.cols;
     let rows = av.rows.saturating_sub(r0).min(out.len() / kp);
+    for i in 0..rows {
+        out[i * kp + k.div_ceil(2)..(i + 1) * kp].fill(0);
+    }
     if av.cs == 1 {
         // Rows contiguous over k.
         for i in 0..rows {
@@ -262,15 +268,35 @@ fn pack_a_body(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
         }
     } else if av.rs == 1 {
         // A transposed view: one source row per k index, contiguous over the rows of A.
-        for p in 0..k.div_ceil(2) {
-            let lo = &data[av.offset + 2 * p * av.cs + r0..][..rows];
-            let hi = if 2 * p + 1 < k {
-                Some(&data[av.offset + (2 * p + 1) * av.cs + r0..][..rows])
-            } else {
-                None
-            };
-            for i in 0..rows {
-                out[i * kp + p] = pair(lo[i], hi.map_or(0.0, |h| h[i]));
+        // Blocks of 16 rows x 16 pairs: pairs built along the source rows (vectorised), then
+        // written transposed, 16 contiguous pairs per packed row.
+        const BLOCK: usize = 16;
+        let pairs = k.div_ceil(2);
+        let mut tile = [[0u32; BLOCK]; BLOCK]; // [pair][row]
+        for i0 in (0..rows).step_by(BLOCK) {
+            let ib = BLOCK.min(rows - i0);
+            for p0 in (0..pairs).step_by(BLOCK) {
+                let pb = BLOCK.min(pairs - p0);
+                for (pp, t) in tile.iter_mut().enumerate().take(pb) {
+                    let p = p0 + pp;
+                    let lo = &data[av.offset + 2 * p * av.cs + r0 + i0..][..ib];
+                    if 2 * p + 1 < k {
+                        let hi = &data[av.offset + (2 * p + 1) * av.cs + r0 + i0..][..ib];
+                        for ((t, &l), &h) in t.iter_mut().zip(lo).zip(hi) {
+                            *t = pair(l, h);
+                        }
+                    } else {
+                        for (t, &l) in t.iter_mut().zip(lo) {
+                            *t = pair(l, 0.0);
+                        }
+                    }
+                }
+                for ii in 0..ib {
+                    let dst = &mut out[(i0 + ii) * kp + p0..][..pb];
+                    for (pp, o) in dst.iter_mut().enumerate() {
+                        *o = tile[pp][ii];
+                    }
+                }
             }
         }
     } else {
@@ -284,8 +310,34 @@ fn pack_a_body(out: &mut [u32], data: &[f32], av: View, r0: usize, kp: usize) {
     }
 }
 
-/// Packs `bv` over `data` into panels of 16 columns (`out`: `[panels, kp, 16]` pairs, zeroed
-/// by the caller), vectorised for AVX-512 where the CPU has it.
+/// Operands with at least this many values are packed by every pool thread (a share of the
+/// panels each) when the product is parallel.
+const PARALLEL_PACK_MIN: usize = 1 << 16;
+
+/// [`pack_b`], split by panel pairs over the pool when `parallel` and the operand is large.
+fn pack_b_split(out: &mut [u32], data: &[f32], bv: View, kp: usize, parallel: bool) {
+    let pairs = out.len() / (2 * kp * NR); // panel pairs: 32 columns each
+    let threads = rayon::current_num_threads().max(1);
+    if !parallel || threads == 1 || bv.rows * bv.cols < PARALLEL_PACK_MIN || pairs < 2 {
+        return pack_b(out, data, bv, kp);
+    }
+    use rayon::prelude::*;
+    let per = pairs.div_ceil(threads);
+    out.par_chunks_mut(per * 2 * kp * NR)
+        .enumerate()
+        .for_each(|(i, o)| {
+            let c0 = i * per * 2 * NR;
+            let part = View {
+                offset: bv.offset + c0 * bv.cs,
+                cols: (per * 2 * NR).min(bv.cols - c0),
+                ..bv
+            };
+            pack_b(o, data, part, kp);
+        });
+}
+
+/// Packs `bv` over `data` into panels of 16 columns (`out`: `[panels, kp, 16]` pairs), zero
+/// past k and past n; vectorised for AVX-512 where the CPU has it.
 fn pack_b(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
@@ -306,6 +358,15 @@ unsafe fn pack_b_avx512(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
 fn pack_b_body(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
     let (k, n) = (bv.rows, bv.cols);
     let at = |p: usize, c: usize| (c / NR) * kp * NR + p * NR + c % NR;
+    // Padding: pair-rows past k in every panel, columns past n in the last panels.
+    for panel in out.chunks_exact_mut(kp * NR) {
+        panel[k.div_ceil(2) * NR..].fill(0);
+    }
+    for c in n..out.len() / (kp * NR) * NR {
+        for p in 0..k.div_ceil(2) {
+            out[at(p, c)] = 0;
+        }
+    }
     if bv.cs == 1 {
         // Rows contiguous over n: interleave rows 2p and 2p + 1.
         for p in 0..k.div_ceil(2) {
@@ -331,14 +392,24 @@ fn pack_b_body(out: &mut [u32], data: &[f32], bv: View, kp: usize) {
             }
         }
     } else if bv.rs == 1 {
-        // Columns contiguous over k (B = W^T of a row-major weight).
-        for c in 0..n {
-            let src = &data[bv.offset + c * bv.cs..][..k];
-            for (p, x) in src.chunks_exact(2).enumerate() {
-                out[at(p, c)] = pair(x[0], x[1]);
-            }
-            if k % 2 == 1 {
-                out[at(k / 2, c)] = pair(src[k - 1], 0.0);
+        // Columns contiguous over k (B = W^T of a row-major weight): a panel's 16 columns read
+        // side by side, so that each packed pair-row is written whole.
+        for c0 in (0..n).step_by(NR) {
+            let w = NR.min(n - c0);
+            let cols: Vec<&[f32]> = (c0..c0 + w)
+                .map(|c| &data[bv.offset + c * bv.cs..][..k])
+                .collect();
+            for p in 0..k.div_ceil(2) {
+                let dst = &mut out[at(p, c0)..][..w];
+                if 2 * p + 1 < k {
+                    for (o, src) in dst.iter_mut().zip(&cols) {
+                        *o = pair(src[2 * p], src[2 * p + 1]);
+                    }
+                } else {
+                    for (o, src) in dst.iter_mut().zip(&cols) {
+                        *o = pair(src[2 * p], 0.0);
+                    }
+                }
             }
         }
     } else {
@@ -373,7 +444,7 @@ pub(super) fn product(
 ) {
     let kp = padded_pairs(path, bv.rows);
     with_scratch(&PACKED_B, panels(bv.cols) * kp * NR, |pb| {
-        pack_b(pb, b, bv, kp);
+        pack_b_split(pb, b, bv, kp, parallel);
         product_with_panels(dst, d, a, av, pb, kp, accumulate, parallel, path);
     });
 }
@@ -477,7 +548,12 @@ fn product_with_panels(
             compute(path, pa, pb, kp, rows, n, sink);
         });
     };
-    split_rows(m, m * n * k, parallel, MR, run);
+    let strip = if path == Bf16Path::Amx {
+        2 * AMX_ROWS
+    } else {
+        MR
+    };
+    split_rows(m, m * n * k, parallel, strip, run);
 }
 
 /// Where a thread's tiles go: rows `row0 .. row0 + rows` of `d` in `dst`.
@@ -493,6 +569,19 @@ struct Sink {
 }
 
 impl Sink {
+    /// The address of output element (local row `r`, column `c`) when the whole `rows x cols`
+    /// block from there lies inside the product with unit column stride (so tiles can be
+    /// loaded from and stored to the output directly), with the row stride in elements.
+    fn direct(&self, r: usize, c: usize, rows: usize, cols: usize) -> Option<(*mut f32, usize)> {
+        if self.d.cs != 1 || r + rows > self.rows || c + cols > self.d.cols {
+            return None;
+        }
+        let base = self.d.offset + (self.row0 + r) * self.d.rs + c;
+        assert!(base + (rows - 1) * self.d.rs + cols <= self.len);
+        // SAFETY: in bounds (above).
+        Some((unsafe { self.dst.add(base) }, self.d.rs))
+    }
+
     /// Writes `tile` (`[tile_rows, width]`, row stride `width`) at local row `r`, column `c`,
     /// clipped to the product.
     fn put(&mut self, tile: &[f32], width: usize, r: usize, c: usize) {
@@ -733,7 +822,7 @@ mod amx {
         assert!(pb.len() >= n.div_ceil(2 * NR) * 2 * panel);
         let mut block = [0f32; 4 * AMX_ROWS * NR]; // [32, 32]
         let a_stride = kp * 4; // bytes per packed A row
-        let (b_stride, c_stride) = (64usize, 2 * NR * 4);
+        let b_stride = 64usize;
         asm!("ldtilecfg [{}]", in(reg) &CONFIG as *const Config, options(nostack, readonly));
         for c0 in (0..n).step_by(2 * NR) {
             let p0 = c0 / NR;
@@ -744,13 +833,30 @@ mod amx {
             for br in 0..blocks_r {
                 let a0 = pa.as_ptr().add(br * 2 * AMX_ROWS * kp);
                 let a1 = a0.add(AMX_ROWS * kp);
-                asm!(
-                    "tilezero tmm0",
-                    "tilezero tmm1",
-                    "tilezero tmm2",
-                    "tilezero tmm3",
-                    options(nostack, nomem)
-                );
+                // A block inside the output goes straight to it (accumulating onto it when
+                // asked); edge blocks go through `block`.
+                let direct = sink.direct(br * 2 * AMX_ROWS, c0, 2 * AMX_ROWS, 2 * NR);
+                match direct {
+                    Some((out, rs)) if sink.accumulate => asm!(
+                        "tileloadd tmm0, [{c0} + {sc}*1]",
+                        "tileloadd tmm1, [{c1} + {sc}*1]",
+                        "tileloadd tmm2, [{c2} + {sc}*1]",
+                        "tileloadd tmm3, [{c3} + {sc}*1]",
+                        c0 = in(reg) out,
+                        c1 = in(reg) out.add(NR),
+                        c2 = in(reg) out.add(AMX_ROWS * rs),
+                        c3 = in(reg) out.add(AMX_ROWS * rs + NR),
+                        sc = in(reg) rs * 4,
+                        options(nostack, readonly)
+                    ),
+                    _ => asm!(
+                        "tilezero tmm0",
+                        "tilezero tmm1",
+                        "tilezero tmm2",
+                        "tilezero tmm3",
+                        options(nostack, nomem)
+                    ),
+                }
                 for kc in 0..kp / AMX_ROWS {
                     // 16 pairs of k per A tile row; 16 pair-rows per B tile.
                     let off_a = kc * AMX_ROWS;
@@ -773,7 +879,7 @@ mod amx {
                         options(nostack, readonly)
                     );
                 }
-                let out = block.as_mut_ptr();
+                let (out, rs) = direct.unwrap_or((block.as_mut_ptr(), 2 * NR));
                 asm!(
                     "tilestored [{c0} + {sc}*1], tmm0",
                     "tilestored [{c1} + {sc}*1], tmm1",
@@ -781,12 +887,14 @@ mod amx {
                     "tilestored [{c3} + {sc}*1], tmm3",
                     c0 = in(reg) out,
                     c1 = in(reg) out.add(NR),
-                    c2 = in(reg) out.add(AMX_ROWS * 2 * NR),
-                    c3 = in(reg) out.add(AMX_ROWS * 2 * NR + NR),
-                    sc = in(reg) c_stride,
+                    c2 = in(reg) out.add(AMX_ROWS * rs),
+                    c3 = in(reg) out.add(AMX_ROWS * rs + NR),
+                    sc = in(reg) rs * 4,
                     options(nostack)
                 );
-                sink.put(&block, 2 * NR, br * 2 * AMX_ROWS, c0);
+                if direct.is_none() {
+                    sink.put(&block, 2 * NR, br * 2 * AMX_ROWS, c0);
+                }
             }
         }
         asm!("tilerelease", options(nostack, nomem));

@@ -353,7 +353,14 @@ mod tests {
             y * f32::from_bits(((n as i32 + 127) as u32) << 23)
         };
         let grid = (-100_000..=100_000).map(|i| i as f32 * 0.001);
-        let extremes = [f32::MIN, f32::MAX, f32::INFINITY, f32::NEG_INFINITY, -87.3, 88.3];
+        let extremes = [
+            f32::MIN,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -87.3,
+            88.3,
+        ];
         let bits = (0..u32::MAX / 4099).map(|i| f32::from_bits(i * 4099));
         for x in grid.chain(extremes).chain(bits).filter(|x| !x.is_nan()) {
             assert_eq!(exp(x).to_bits(), with_cast(x).to_bits(), "{x}");
