@@ -25,6 +25,7 @@ use ropelab_model::rope::rotate_planes;
 
 use crate::gguf::{Mlp, Norm, Residual};
 use crate::llama::{KvCache, Llama, NormWeights};
+use crate::quant::QuantMatrix;
 use crate::{PretrainedError, Result};
 
 /// A block's matrices rounded to bf16 and packed once (the bf16 path).
@@ -144,14 +145,23 @@ impl<'a> F32Tensor<'a> {
 enum Weight<'a> {
     F32(F32Tensor<'a>),
     Bf16(&'a PackedB),
+    /// The file's quantized [out, in] blocks, side by side (q, k, v; gate, up): one
+    /// matrix-vector product per row and part (single-token steps).
+    Quant(Vec<&'a QuantMatrix>),
 }
 
 impl<'a> Weight<'a> {
-    /// The f32 tensor, or its packed copy when there is one.
-    fn of(t: &'a Tensor, packed: Option<&'a PackedB>) -> Result<Self> {
-        Ok(match packed {
-            Some(p) => Weight::Bf16(p),
-            None => Weight::F32(F32Tensor::new(t)?),
+    /// The quantized parts when given, else the packed copy when there is one, else the f32
+    /// tensor.
+    fn of(
+        t: &'a Tensor,
+        packed: Option<&'a PackedB>,
+        quant: Option<Vec<&'a QuantMatrix>>,
+    ) -> Result<Self> {
+        Ok(match (quant, packed) {
+            (Some(parts), _) => Weight::Quant(parts),
+            (None, Some(p)) => Weight::Bf16(p),
+            (None, None) => Weight::F32(F32Tensor::new(t)?),
         })
     }
 
@@ -160,6 +170,7 @@ impl<'a> Weight<'a> {
         match self {
             Weight::F32(w) => w.cols,
             Weight::Bf16(p) => p.cols(),
+            Weight::Quant(parts) => parts.iter().map(|q| q.rows()).sum(),
         }
     }
 
@@ -171,6 +182,25 @@ impl<'a> Weight<'a> {
                 matmul(dst, d, a, av, w.slice(), bv, accumulate)
             }
             Weight::Bf16(p) => matmul_packed(dst, d, a, av, p, accumulate),
+            Weight::Quant(parts) => {
+                let mut x = vec![0f32; av.cols];
+                let mut y = vec![];
+                for r in 0..av.rows {
+                    for (c, v) in x.iter_mut().enumerate() {
+                        *v = a[av.offset + r * av.rs + c * av.cs];
+                    }
+                    let mut col = 0;
+                    for q in parts {
+                        y.resize(q.rows(), 0.0);
+                        q.matvec(&x, &mut y);
+                        for (j, v) in y.iter().enumerate() {
+                            let o = &mut dst[d.offset + r * d.rs + (col + j) * d.cs];
+                            *o = if accumulate { *o + v } else { *v };
+                        }
+                        col += q.rows();
+                    }
+                }
+            }
         }
     }
 }
@@ -238,12 +268,14 @@ pub(crate) type NewKv = Vec<(Vec<f32>, Vec<f32>)>;
 /// attending to the keys and values in `cache` (a shared prefix at positions 0 .. cache.len())
 /// and, causally, to its own tokens at positions cache.len() onwards: [sum of row lengths,
 /// d_model], rows one after another. With `keep_kv` (one row only), also the row's keys and
-/// values per layer, for the caller to append to the cache.
+/// values per layer, for the caller to append to the cache. With `quantized`, the projections
+/// run from the file's quantized blocks (single-token steps; the caller checked they exist).
 pub(crate) fn trunk(
     model: &Llama,
     rows: &[&[u32]],
     cache: &KvCache,
     keep_kv: bool,
+    quantized: bool,
 ) -> Result<(Vec<f32>, NewKv)> {
     let c = &model.config;
     let (d, hd) = (c.d_model, c.head_dim());
@@ -328,11 +360,16 @@ pub(crate) fn trunk(
 
     for (layer, blk) in model.blocks.iter().enumerate() {
         let pb = packed.map(|p| &p.blocks[layer]);
+        let qb = blk.quant.as_ref().filter(|_| quantized);
         let attn_norm = FlatNorm::of(&blk.attn_norm)?;
         attn_norm.apply(style.norm, c.rms_eps, &x, &mut h);
 
         // q, k, v for every token: [n, width], biased, q and k rotated.
-        let w_qkv = Weight::of(&blk.qkv, pb.map(|p| &p.qkv))?;
+        let w_qkv = Weight::of(
+            &blk.qkv,
+            pb.map(|p| &p.qkv),
+            qb.map(|q| vec![&q.q, &q.k, &q.v]),
+        )?;
         debug_assert_eq!(w_qkv.cols(), width);
         w_qkv.apply(
             &mut qkv,
@@ -422,7 +459,7 @@ pub(crate) fn trunk(
                 None => h2.copy_from_slice(&h), // GPT-J: the attention's norm serves both
             }
         }
-        let w_o = Weight::of(&blk.o, pb.map(|p| &p.o))?;
+        let w_o = Weight::of(&blk.o, pb.map(|p| &p.o), qb.map(|q| vec![&q.o]))?;
         w_o.apply(
             &mut x,
             View::dense(0, n, d),
@@ -445,7 +482,14 @@ pub(crate) fn trunk(
         };
 
         // The MLP: [n, up_width], activation in place, then x += hidden @ Wdown.
-        let w_up = Weight::of(&blk.up, pb.map(|p| &p.up))?;
+        let w_up = Weight::of(
+            &blk.up,
+            pb.map(|p| &p.up),
+            qb.map(|q| match style.mlp {
+                Mlp::SwiGlu => vec![&q.gate, &q.up],
+                Mlp::Gelu | Mlp::GeluTanh => vec![&q.up],
+            }),
+        )?;
         w_up.apply(
             &mut up,
             View::dense(0, n, up_width),
@@ -476,7 +520,7 @@ pub(crate) fn trunk(
                         + ((2.0 / std::f32::consts::PI).sqrt() * (u + 0.044715 * u * u * u)).tanh())
             }),
         });
-        let w_down = Weight::of(&blk.down, pb.map(|p| &p.down))?;
+        let w_down = Weight::of(&blk.down, pb.map(|p| &p.down), qb.map(|q| vec![&q.down]))?;
         // The hidden values: the gate half of each row (SwiGLU) or the whole row.
         w_down.apply(
             &mut x,
@@ -597,15 +641,24 @@ impl AttentionShape {
 }
 
 /// Logits of residual rows `x` ([rows, d_model], flat): the final norm, then the unembedding in
-/// the model's precision: [rows, vocab].
-pub(crate) fn logits(model: &Llama, x: &[f32]) -> Result<Tensor> {
+/// the model's precision (from its quantized blocks with `quantized` where the file has them):
+/// [rows, vocab].
+pub(crate) fn logits(model: &Llama, x: &[f32], quantized: bool) -> Result<Tensor> {
     let c = &model.config;
     let d = c.d_model;
     let n = x.len() / d;
     let mut h = vec![0f32; n * d];
     FlatNorm::of(&model.norm)?.apply(c.block.norm, c.rms_eps, x, &mut h);
     let packed = model.packed.as_ref();
-    let w = Weight::of(&model.unembed, packed.map(|p| &p.unembed))?;
+    let w = Weight::of(
+        &model.unembed,
+        packed.map(|p| &p.unembed),
+        model
+            .unembed_quant
+            .as_ref()
+            .filter(|_| quantized)
+            .map(|q| vec![q]),
+    )?;
     let vocab = w.cols();
     let mut out = vec![0f32; n * vocab];
     w.apply(

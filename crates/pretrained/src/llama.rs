@@ -51,18 +51,18 @@ pub(crate) struct Block {
     pub(crate) down_bias: Option<Tensor>,
     /// The same projections in the file's quantized blocks, when it stores them so (used for
     /// single-token steps, see [`Llama::with_quantized_decode`]).
-    quant: Option<QuantBlock>,
+    pub(crate) quant: Option<QuantBlock>,
 }
 
 /// One block's projections as [out, in] matrices in quantized blocks.
-struct QuantBlock {
-    q: QuantMatrix,
-    k: QuantMatrix,
-    v: QuantMatrix,
-    o: QuantMatrix,
-    gate: QuantMatrix,
-    up: QuantMatrix,
-    down: QuantMatrix,
+pub(crate) struct QuantBlock {
+    pub(crate) q: QuantMatrix,
+    pub(crate) k: QuantMatrix,
+    pub(crate) v: QuantMatrix,
+    pub(crate) o: QuantMatrix,
+    pub(crate) gate: QuantMatrix,
+    pub(crate) up: QuantMatrix,
+    pub(crate) down: QuantMatrix,
 }
 
 /// x [..., in] times a transposed weight (or its quantized blocks when `quant` is given), plus
@@ -401,7 +401,7 @@ pub struct Llama {
     /// Keys per block of the attention ([`ATTENTION_BLOCK`] by default).
     attention_block: usize,
     /// The unembedding [vocab, d_model] in quantized blocks, when the file stores it so.
-    unembed_quant: Option<QuantMatrix>,
+    pub(crate) unembed_quant: Option<QuantMatrix>,
     /// Whether single-token cached steps use the quantized blocks.
     quantized_decode: bool,
     /// Whether prefill, cached steps and prompt suffixes run the fused forward
@@ -682,9 +682,9 @@ impl Llama {
         self.packed.as_ref().map_or(0, PackedWeights::bytes)
     }
 
-    /// Whether a call of `quantized` single-token steps runs fused.
-    fn runs_fused(&self, quantized: bool) -> bool {
-        self.fused && self.device.is_cpu() && !quantized
+    /// Whether cached and suffix calls run fused.
+    fn runs_fused(&self) -> bool {
+        self.fused && self.device.is_cpu()
     }
 
     /// Whether single-token steps run from quantized blocks (asked for and available).
@@ -845,8 +845,8 @@ impl Llama {
     /// Logits of residual rows x [n, d_model] of a cached or suffix call: fused unless the
     /// call runs from quantized blocks (or off the CPU): [n, vocab].
     fn unembed_cached(&self, x: &Tensor, quantized: bool) -> Result<Tensor> {
-        if self.runs_fused(quantized) {
-            return crate::fused::logits(self, &x.flatten_all()?.to_vec1()?);
+        if self.runs_fused() {
+            return crate::fused::logits(self, &x.flatten_all()?.to_vec1()?, quantized);
         }
         self.unembed(x, quantized)
     }
@@ -876,9 +876,9 @@ impl Llama {
         // One new token: every projection is a matrix-vector product, bound by reading the
         // weights, so it runs from the file's smaller quantized blocks.
         let quantized = t == 1 && self.decodes_quantized();
-        if self.runs_fused(quantized) {
+        if self.runs_fused() {
             let ids: Vec<u32> = ids.flatten_all()?.to_vec1()?;
-            let (x, new_kv) = crate::fused::trunk(self, &[&ids], cache, true)?;
+            let (x, new_kv) = crate::fused::trunk(self, &[&ids], cache, true, quantized)?;
             for (layer, (k, v)) in cache.layers.iter_mut().zip(new_kv) {
                 layer.0.extend(k);
                 layer.1.extend(v);
@@ -943,9 +943,9 @@ impl Llama {
                 c.n_layers
             ));
         }
-        if self.runs_fused(false) {
+        if self.runs_fused() {
             // Rows back to back, no padding.
-            let (x, _) = crate::fused::trunk(self, suffixes, head, false)?;
+            let (x, _) = crate::fused::trunk(self, suffixes, head, false, false)?;
             let d = c.d_model;
             let mut picked = Vec::with_capacity(tails.iter().sum::<usize>() * d);
             let mut at = 0;
@@ -953,7 +953,7 @@ impl Llama {
                 picked.extend_from_slice(&x[(at + ids.len() - tail) * d..(at + ids.len()) * d]);
                 at += ids.len();
             }
-            let logits = crate::fused::logits(self, &picked)?; // [sum of tails, vocab]
+            let logits = crate::fused::logits(self, &picked, false)?; // [sum of tails, vocab]
             let mut out = Vec::with_capacity(tails.len());
             let mut at = 0;
             for &tail in tails {
