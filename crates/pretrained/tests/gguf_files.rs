@@ -752,3 +752,108 @@ fn a_prompt_beyond_the_context_is_refused_in_one_line() {
     }
     assert!(shared.answers("a b", "a").is_ok());
 }
+
+/// Logits as a flat vector.
+fn flat(t: &Tensor) -> Vec<f32> {
+    t.flatten_all().unwrap().to_vec1().unwrap()
+}
+
+/// Within `tol` relative to (1 + |w|) everywhere.
+fn close(got: &[f32], want: &[f32], tol: f32) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= tol * (1.0 + w.abs()))
+}
+
+/// The fused forward against the candle ops it replaces on every cached path: a prefill in
+/// chunks, single-token steps from the quantized blocks and from the f32 weights, and a batch of
+/// suffixes after a shared head; the caches they leave continue each other's calls.
+#[test]
+fn the_fused_forward_equals_the_candle_ops_on_every_cached_path() {
+    use ropelab_pretrained::llama::KvCache;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quantized.gguf");
+    write_model_with(&path, GgmlDType::Q8_0);
+    let n = tokens().len() as u32;
+    let ids: Vec<u32> = (0..15).map(|i| (i * 5 + 2) % n).collect();
+    let suffixes: Vec<Vec<u32>> = (0..3)
+        .map(|r| (0..r + 2).map(|i| (i * 3 + r * 7 + 1) % n).collect())
+        .collect();
+    let refs: Vec<&[u32]> = suffixes.iter().map(Vec::as_slice).collect();
+    let run = |fused: bool, quantized: bool| -> Vec<Vec<f32>> {
+        let model = Llama::load(&path, &Device::Cpu)
+            .unwrap()
+            .with_fused(fused)
+            .with_quantized_decode(quantized);
+        let mut cache = KvCache::new(model.config().n_layers);
+        let mut out = vec![flat(&model.prefill(&ids[..9], &mut cache, 4, 3).unwrap())];
+        for &id in &ids[9..] {
+            let one = Tensor::from_vec(vec![id], (1, 1), &Device::Cpu).unwrap();
+            out.push(flat(&model.forward_cached(&one, &mut cache).unwrap()));
+        }
+        for l in model.forward_suffixes(&cache, &refs, &[2, 1, 3]).unwrap() {
+            out.push(flat(&l));
+        }
+        out
+    };
+    for quantized in [true, false] {
+        let (ops, fused) = (run(false, quantized), run(true, quantized));
+        assert_eq!(ops.len(), fused.len());
+        for (i, (o, f)) in ops.iter().zip(&fused).enumerate() {
+            let worst = f.iter().zip(o).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            // f32 rounding only: other summation orders, a polynomial exp (1 ulp) in the
+            // softmax; measured up to 2.4e-5 against logits of order 1.
+            assert!(
+                close(f, o, 5e-5),
+                "quantized {quantized}, call {i}: {worst}"
+            );
+        }
+    }
+}
+
+/// In bf16 a batch of suffixes gives each suffix's own bf16 prefill (the same rounded operands;
+/// only the f32 sums are split differently), and the bf16 logits differ from f32 ones by the
+/// rounding of the operands, not more.
+#[test]
+fn bf16_suffix_batches_equal_bf16_prefills() {
+    use ropelab_model::kernel::Precision;
+    use ropelab_pretrained::llama::KvCache;
+    let (_dir, f32_model, _) = tiny_model();
+    let (_dir2, model, _) = tiny_model();
+    let model = model.with_precision(Precision::Bf16).unwrap();
+    assert_eq!(model.precision(), Precision::Bf16);
+    assert!(model.packed_bytes() > 0);
+    let n = tokens().len() as u32;
+    let head: Vec<u32> = (0..9).map(|i| (i * 5 + 1) % n).collect();
+    let suffixes: Vec<Vec<u32>> = [1usize, 6, 3]
+        .iter()
+        .enumerate()
+        .map(|(r, &len)| {
+            (0..len as u32)
+                .map(|i| (i * 3 + r as u32 * 7 + 2) % n)
+                .collect()
+        })
+        .collect();
+    let tails = [1usize, 4, 2];
+    let refs: Vec<&[u32]> = suffixes.iter().map(Vec::as_slice).collect();
+    let mut cache = KvCache::new(model.config().n_layers);
+    model.prefill(&head, &mut cache, 4, 1).unwrap();
+    let batched = model.forward_suffixes(&cache, &refs, &tails).unwrap();
+    let mut f32_cache = KvCache::new(model.config().n_layers);
+    f32_model.prefill(&head, &mut f32_cache, 4, 1).unwrap();
+    for ((suffix, &tail), got) in suffixes.iter().zip(&tails).zip(&batched) {
+        let mut own = cache.clone();
+        let want = flat(&model.prefill(suffix, &mut own, 5, tail).unwrap());
+        assert!(close(&flat(got), &want, 1e-4), "{suffix:?}");
+        let mut own = f32_cache.clone();
+        let exact = flat(&f32_model.prefill(suffix, &mut own, 5, tail).unwrap());
+        let scale = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = exact
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst > 0.0 && worst <= 0.03 * scale, "{worst} of {scale}");
+    }
+}

@@ -13,6 +13,7 @@ use ropelab_analysis::lens::pretrained::{
 use ropelab_analysis::lens::swap::Tau;
 use ropelab_analysis::measure::dynamics::{Gamma, HeadKind};
 use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
+use ropelab_model::kernel::Precision;
 use ropelab_pretrained::fetch::ensure_model;
 use ropelab_pretrained::llama::Llama;
 use ropelab_pretrained::llama::PREFILL_CHUNK;
@@ -153,12 +154,18 @@ pub struct ModelArg {
     /// GPTNeoXForCausalLM or GPTJForCausalLM.
     #[arg(long = "model", value_name = "GGUF_OR_DIR")]
     pub path: Option<PathBuf>,
+    /// Precision of the fused forward's matrix products (prompt prefills and suffixes, cached
+    /// steps): f32, or bf16 (weights rounded and packed once, activations rounded per
+    /// product, f32 accumulation; docs/performance.md). Hooked analyses stay f32.
+    #[arg(long, default_value_t = Precision::F32)]
+    pub precision: Precision,
 }
 
 impl ModelArg {
     /// The model and its tokenizer.
     fn load(&self) -> Result<(Llama, GgufTokenizer)> {
-        Ok(load_model(self.path.as_deref(), &Device::Cpu)?)
+        let (model, tokenizer) = load_model(self.path.as_deref(), &Device::Cpu)?;
+        Ok((model.with_precision(self.precision)?, tokenizer))
     }
 
     /// The model's name in printed lines: the file or directory name, or SmolLM2.
@@ -290,9 +297,10 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             print!("{table}");
             write_csv(&a.out, &rows)?;
             println!(
-                "{} prompts in {:.1} s; wrote {}",
+                "{} prompts in {:.1} s ({} products); wrote {}",
                 total,
                 start.elapsed().as_secs_f64(),
+                ropelab_pretrained::fused::describe(model.precision()),
                 a.out.display()
             );
             Ok(())
