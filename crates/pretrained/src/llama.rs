@@ -1039,14 +1039,18 @@ impl Llama {
         }
         let chunk = chunk.max(1);
         let head = ids.len() - tail;
-        for part in ids[..head].chunks(chunk) {
-            let input = Tensor::from_vec(part.to_vec(), (1, part.len()), &self.device)?;
-            self.trunk_cached(&input, cache)?;
-        }
         let mut logits = vec![];
-        for part in ids[head..].chunks(chunk) {
+        for (i, part) in ids.chunks(chunk).enumerate() {
             let input = Tensor::from_vec(part.to_vec(), (1, part.len()), &self.device)?;
-            logits.push(self.forward_cached_all(&input, cache)?);
+            // One token alone is a decoding step (quantized where the file allows it).
+            let x = self.trunk_cached(&input, cache)?.squeeze(0)?; // [t, d_model]
+                                                                   // Only the chunk's rows among the last `tail` positions are unembedded.
+            let first = head.max(i * chunk) - i * chunk;
+            if first < part.len() {
+                let rows = x.narrow(0, first, part.len() - first)?;
+                let quantized = part.len() == 1 && self.decodes_quantized();
+                logits.push(self.unembed_cached(&rows, quantized)?);
+            }
         }
         Ok(Tensor::cat(&logits, 0)?)
     }
