@@ -450,7 +450,7 @@ pub(super) fn product(
 }
 
 /// A right-hand operand `[k, n]` rounded to bf16 and packed once for a path, for products that
-/// reuse it (a model's weights): [`product_packed`] skips the packing [`product`] does per call.
+/// reuse it (a model's weights): `matmul_packed` skips the packing every other product does.
 #[derive(Debug, Clone)]
 pub struct PackedB {
     path: Bf16Path,
