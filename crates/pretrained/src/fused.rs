@@ -174,6 +174,25 @@ impl<'a> Weight<'a> {
         }
     }
 
+    /// `dst (+)= a[av] @ self + bias` into the first `av.rows` dense rows of `dst`, then
+    /// releases the weight (its read lock).
+    fn affine(
+        self,
+        dst: &mut [f32],
+        a: &[f32],
+        av: View,
+        accumulate: bool,
+        bias: Option<&Tensor>,
+    ) -> Result<()> {
+        let cols = self.cols();
+        self.apply(dst, View::dense(0, av.rows, cols), a, av, accumulate);
+        drop(self);
+        if let Some(b) = bias {
+            add_bias(&mut dst[..av.rows * cols], &values(b)?);
+        }
+        Ok(())
+    }
+
     /// `dst[d] (+)= a[av] @ self`.
     fn apply(&self, dst: &mut [f32], d: View, a: &[f32], av: View, accumulate: bool) {
         match self {
@@ -371,14 +390,8 @@ pub(crate) fn trunk(
             qb.map(|q| vec![&q.q, &q.k, &q.v]),
         )?;
         debug_assert_eq!(w_qkv.cols(), width);
-        w_qkv.apply(
-            &mut qkv,
-            View::dense(0, n, width),
-            &h,
-            View::dense(0, n, d),
-            false,
-        );
-        drop(w_qkv);
+        // The biases are added in the RoPE pass below.
+        w_qkv.affine(&mut qkv, &h, View::dense(0, n, d), false, None)?;
         let qkv_bias = blk.qkv_bias.as_ref().map(values).transpose()?;
         {
             let offsets = &offsets;
@@ -459,18 +472,13 @@ pub(crate) fn trunk(
                 None => h2.copy_from_slice(&h), // GPT-J: the attention's norm serves both
             }
         }
-        let w_o = Weight::of(&blk.o, pb.map(|p| &p.o), qb.map(|q| vec![&q.o]))?;
-        w_o.apply(
+        Weight::of(&blk.o, pb.map(|p| &p.o), qb.map(|q| vec![&q.o]))?.affine(
             &mut x,
-            View::dense(0, n, d),
             &z,
             View::dense(0, n, q_out),
             true,
-        );
-        drop(w_o);
-        if let Some(b) = &blk.o_bias {
-            add_bias(&mut x, &values(b)?);
-        }
+            blk.o_bias.as_ref(),
+        )?;
         let mlp_in: &[f32] = if style.residual == Residual::Sequential {
             let norm = ffn_norm.as_ref().ok_or_else(|| {
                 PretrainedError::Input("a sequential block without its MLP norm".into())
@@ -490,17 +498,13 @@ pub(crate) fn trunk(
                 Mlp::Gelu | Mlp::GeluTanh => vec![&q.up],
             }),
         )?;
-        w_up.apply(
+        w_up.affine(
             &mut up,
-            View::dense(0, n, up_width),
             mlp_in,
             View::dense(0, n, d),
             false,
-        );
-        drop(w_up);
-        if let Some(b) = &blk.up_bias {
-            add_bias(&mut up, &values(b)?);
-        }
+            blk.up_bias.as_ref(),
+        )?;
         let mlp = style.mlp;
         up.par_chunks_mut(up_width).for_each(|row| match mlp {
             Mlp::SwiGlu => {
@@ -520,19 +524,14 @@ pub(crate) fn trunk(
                         + ((2.0 / std::f32::consts::PI).sqrt() * (u + 0.044715 * u * u * u)).tanh())
             }),
         });
-        let w_down = Weight::of(&blk.down, pb.map(|p| &p.down), qb.map(|q| vec![&q.down]))?;
         // The hidden values: the gate half of each row (SwiGLU) or the whole row.
-        w_down.apply(
+        Weight::of(&blk.down, pb.map(|p| &p.down), qb.map(|q| vec![&q.down]))?.affine(
             &mut x,
-            View::dense(0, n, d),
             &up,
             View::rows(0, n, ff, up_width),
             true,
-        );
-        drop(w_down);
-        if let Some(b) = &blk.down_bias {
-            add_bias(&mut x, &values(b)?);
-        }
+            blk.down_bias.as_ref(),
+        )?;
     }
     Ok((x, new_kv))
 }
@@ -661,17 +660,13 @@ pub(crate) fn logits(model: &Llama, x: &[f32], quantized: bool) -> Result<Tensor
     )?;
     let vocab = w.cols();
     let mut out = vec![0f32; n * vocab];
-    w.apply(
+    w.affine(
         &mut out,
-        View::dense(0, n, vocab),
         &h,
         View::dense(0, n, d),
         false,
-    );
-    drop(w);
-    if let Some(b) = &model.unembed_bias {
-        add_bias(&mut out, &values(b)?);
-    }
+        model.unembed_bias.as_ref(),
+    )?;
     Ok(Tensor::from_vec(out, (n, vocab), &model.device)?)
 }
 

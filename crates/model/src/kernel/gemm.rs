@@ -153,13 +153,7 @@ pub fn matmul_packed(dst: &mut [f32], d: View, a: &[f32], av: View, b: &PackedB,
         return;
     }
     if av.cols == 0 {
-        if !accumulate {
-            for r in 0..d.rows {
-                for c in 0..d.cols {
-                    dst[d.offset + r * d.rs + c * d.cs] = 0.0;
-                }
-            }
-        }
+        empty_sum(dst, d, accumulate);
         return;
     }
     bf16::product_packed(dst, d, a, av, b, accumulate, true);
@@ -215,13 +209,7 @@ fn product(
         return;
     }
     if av.cols == 0 {
-        if !accumulate {
-            for r in 0..d.rows {
-                for c in 0..d.cols {
-                    dst[d.offset + r * d.rs + c * d.cs] = 0.0;
-                }
-            }
-        }
+        empty_sum(dst, d, accumulate);
         return;
     }
     if let Some(path) = bf16_path {
@@ -260,6 +248,17 @@ fn product(
         }
     };
     split_rows(d.rows, macs, parallel, 1, run);
+}
+
+/// A product of depth 0: `dst[d]` becomes 0, or stays as it is when accumulating.
+fn empty_sum(dst: &mut [f32], d: View, accumulate: bool) {
+    if !accumulate {
+        for r in 0..d.rows {
+            for c in 0..d.cols {
+                dst[d.offset + r * d.rs + c * d.cs] = 0.0;
+            }
+        }
+    }
 }
 
 /// Runs `run(start, n)` over row ranges covering `rows`: one range below [`PARALLEL_MIN_MACS`]
