@@ -80,7 +80,11 @@ def test_hf_score_heads_equals_ropelab_pretrained_score(name, tmp_path, run_rope
         assert (g["layer"], g["head"]) == (w["layer"], w["head"])
         worst = max(worst, abs(g["s_pos"] - w["s_pos"]), abs(g["s_sym"] - w["s_sym"]))
         assert g["pure_0_1"] == w["pure_0_1"]
-    assert worst < 1e-5, worst
+    # Two f32 implementations (transformers vs ropelab's candle forward) sum in different
+    # orders: attention probabilities differ by f32 rounding, which the swap weights
+    # alpha = softmax(|d_i - d_j| / tau), tau = 1e-4, amplify 10^4-fold in their exponents. Most
+    # heads agree within 4e-7; a head with near-tied pairs moves by up to 1.2e-5 (measured).
+    assert worst < 5e-5, worst
     print(f"{name}: ropelab.hf.score_heads vs ropelab pretrained score within {worst:.1e}")
 
 
