@@ -518,7 +518,7 @@ mod tests {
             ("lr = 0.0003", "lr = -1.0", "lr"),
             ("dropout = 0.1", "n_heads = 3\ndropout = 0.1", "[train]"),
             (
-                "extras = [0, 16, 32, 64, 128, 256, 512, 850]",
+                "extras = [0, 16, 32, 64, 128, 256, 512, 783, 833, 850]",
                 "extras = []",
                 "[lengthgen]",
             ),
