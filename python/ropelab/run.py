@@ -87,8 +87,10 @@ class Run:
         return pd.read_csv(self._file("lengthgen.csv", "run `ropelab lengthgen --run` first"))
 
     def claims(self) -> pd.DataFrame:
-        """The claims table of the study this run belongs to (its claims.json: id, paper,
-        threshold, measured, holding, measured_count, verdict)."""
+        """The claims table of the study this run belongs to (its claims.json: id, category
+        (empirical or exact_check), paper, threshold, measured, n, holding, failing,
+        undetermined, verdict (holds, does_not_hold or undetermined) and reason (what an
+        undetermined claim misses))."""
         here = os.path.abspath(self.path)
         for _ in range(3):
             path = os.path.join(here, "claims.json")

@@ -46,7 +46,7 @@ fn canonical_verdicts_follow_the_files() {
     assert!(CanonicalFiles::load(dir.path()).unwrap().is_none());
     let none = verdicts(None, &t);
     assert_eq!(none.len(), 4);
-    assert!(none.iter().all(|c| c.verdict == Verdict::NotMeasured));
+    assert!(none.iter().all(|c| c.verdict == Verdict::Undetermined));
 
     let (pos, sym, mixed) = ((1.0, 0.0), (0.0, 1.0), (0.15, 0.85));
     write(

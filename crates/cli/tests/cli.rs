@@ -278,12 +278,26 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
             "offset_linear_fails"
         ]
     );
-    assert_eq!(claims[12]["measured_count"], 1);
-    assert_eq!(claims[14]["verdict"], "not_measured");
-    // The number model's hop map is measured and judged (as measured: this model learned
-    // nothing, so no layer reads a hop).
+    assert_eq!(claims[12]["n"], 1);
+    assert_eq!(claims[14]["verdict"], "undetermined");
+    assert!(claims[14]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("not measured"));
+    // The number model's hop map is measured, but a model that learned nothing cannot answer
+    // the question: undetermined, saying why.
     assert_eq!(claims[5]["id"], "number_hops_composed");
-    assert_eq!(claims[5]["measured_count"], 1);
+    assert_eq!(claims[5]["n"], 1);
+    assert_eq!(claims[5]["verdict"], "undetermined");
+    assert!(claims[5]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("the number model did not learn its task"));
+    // The theory rows are exact checks, counted apart.
+    for i in [10, 11] {
+        assert_eq!(claims[i]["category"], "exact_check", "{}", claims[i]);
+    }
+    assert_eq!(claims[0]["category"], "empirical");
     assert!(!Path::new(&run.join("seed-3/letter/hops.csv")).exists());
     assert!(
         stdout.contains("implicit bias: fixed-offset retrieval"),
@@ -302,10 +316,10 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         "report lacks the canonical section"
     );
     assert_eq!(claims[18]["id"], "partial_two_angles");
-    assert_eq!(claims[18]["measured_count"], 1);
-    assert_eq!(claims[15]["verdict"], "not_measured");
-    // 5 steps of a tiny model learn nothing: the claims that need a learned model fail, with
-    // their numbers, and none is marked as holding without them.
+    assert_eq!(claims[18]["n"], 1);
+    assert_eq!(claims[15]["verdict"], "undetermined");
+    // 5 steps of a tiny model learn nothing: "learned" does not hold, the claims that need a
+    // learned model are undetermined, and none is marked as holding without its numbers.
     for c in claims.as_array().unwrap() {
         assert!(!c["measured"].as_array().unwrap().is_empty(), "{c}");
     }

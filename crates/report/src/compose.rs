@@ -522,17 +522,24 @@ pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Sectio
     };
     let claims: Vec<Claim> = serde_json::from_str(&text)
         .map_err(|e| ReportError::Input(format!("{}: {e}", path.display())))?;
-    let holding = claims
-        .iter()
-        .filter(|c| c.verdict == ropelab_analysis::claims::Verdict::Holds)
-        .count();
-    s.text(&format!("{holding} of {} claims hold.", claims.len()));
+    s.text(&format!(
+        "{}. A claim holds when every measurement meets its threshold, does not hold when one \
+         is a counterexample, and is undetermined when the evidence cannot decide (the reason \
+         says what is missing); exact checks of hand-built constructions are counted apart.",
+        ropelab_analysis::claims::counts_text(&claims)
+    ));
     let rows: Vec<Vec<String>> = claims
         .iter()
         .map(|c| {
+            let verdict = match &c.reason {
+                Some(why) => format!("{} ({why})", c.verdict),
+                None => c.verdict.to_string(),
+            };
             vec![
                 c.id.clone(),
-                c.verdict.to_string(),
+                c.category.to_string(),
+                verdict,
+                format!("{} of {}", c.holding, c.n),
                 c.paper.clone(),
                 c.threshold.clone(),
                 c.measured.join("; "),
@@ -540,7 +547,15 @@ pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Sectio
         })
         .collect();
     s.table(
-        &["claim", "verdict", "the paper", "threshold", "measured"],
+        &[
+            "claim",
+            "kind",
+            "verdict",
+            "holding",
+            "the paper",
+            "threshold",
+            "measured",
+        ],
         &rows,
     );
     Ok(s)
@@ -674,9 +689,10 @@ fn hops_section(id: &str, title: &str, rows: &[HopRow]) -> Option<Section> {
     );
     let route = HopRoute::of(rows, CARRY_MASS);
     s.text(&format!(
-        "Verdict: {}. (A layer reads hop j when a head puts >= {CARRY_MASS} of every \
-         position's attention on its own hop_j; one hop per layer lets a layer read at most 1 + \
-         the hops read below it.)",
+        "Hop map: {}. (A layer reads hop j when its heads together put >= {CARRY_MASS} of \
+         every position's attention on its own hop_j; one hop per layer lets a layer read at \
+         most 1 + the number of reading layers below it. Attention mass that no layer \
+         concentrates is not seen: \"no composition detected\" is not \"no composition\".)",
         route.summary()
     ));
     s.figures(&[

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{claim, Claim, Thresholds};
+use super::{Category, Claim, Outcome, Tally, Thresholds};
 use crate::lens::purity::{purity, HeadKind};
 use crate::lens::swap::SwapScores;
 use crate::measure::canonical::BandSummary;
@@ -46,47 +46,75 @@ impl CanonicalFiles {
     }
 }
 
-/// The four verdicts (not measured when the study has no `canonical/`).
+/// The margin of scores to the purity boundaries at tolerance `gamma`, for a head expected to
+/// be of `kind`: positive inside that kind's region (a pure kind) or outside both pure regions
+/// (neither), negative on the wrong side; its size is the distance to the nearest boundary.
+pub fn purity_margin(s: SwapScores, gamma: f64, kind: HeadKind) -> f64 {
+    let pos = (s.s_pos - (1.0 - gamma)).min(gamma - s.s_sym);
+    let sym = (s.s_sym - (1.0 - gamma)).min(gamma - s.s_pos);
+    match kind {
+        HeadKind::Positional => pos,
+        HeadKind::Symbolic => sym,
+        HeadKind::Mixed => -pos.max(sym),
+    }
+}
+
+/// The four verdicts (undetermined when the study has no `canonical/`).
 pub fn verdicts(files: Option<&CanonicalFiles>, t: &Thresholds) -> Vec<Claim> {
     let empty = CanonicalFiles::default();
     let f = files.unwrap_or(&empty);
     let acc = |task: &str, band: &str| f.band(task, band).map(|b| b.accuracy);
     let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.4}"));
+    let not_run = |task: &str| {
+        Outcome::undetermined(format!(
+            "not measured: canonical/{task} has no run of the bands needed"
+        ))
+    };
     let needs = |task: &str, own: &str, wrong: &str| {
         let (all, mine, other) = (acc(task, "all"), acc(task, own), acc(task, wrong));
-        let ok = match (all, mine, other) {
-            (Some(a), Some(m), Some(o)) => Some(
-                a >= t.learned_accuracy && m >= t.learned_accuracy && o < t.canonical_fail_accuracy,
-            ),
-            _ => None,
+        let outcome = match (all, mine, other) {
+            (Some(a), _, _) if a < t.learned_accuracy => Outcome::undetermined(format!(
+                "the all-planes {task} head did not learn its task ({a:.4} < {})",
+                t.learned_accuracy
+            )),
+            (Some(_), Some(m), Some(o)) => {
+                Outcome::of(m >= t.learned_accuracy && o < t.canonical_fail_accuracy)
+            }
+            _ => not_run(task),
         };
-        (
-            vec![format!(
+        let mut tally = Tally::default();
+        tally.push(
+            "",
+            format!(
                 "{task}: all {}, {own} {}, {wrong} {}",
                 pct(all),
                 pct(mine),
                 pct(other)
-            )],
-            usize::from(ok == Some(true)),
-            usize::from(ok.is_some()),
-        )
+            ),
+            outcome,
+        );
+        tally
     };
     let mut out = vec![];
-    out.push(claim(
+    out.push(Claim::new(
         "index_needs_high_frequencies",
+        Category::Empirical,
         "Index is solvable with high RoPE frequencies and not with low ones only.",
         format!(
-            "Index accuracy >= {} with all and with high planes, < {} with low planes",
+            "Index accuracy >= {} with all and with high planes, < {} with low planes \
+             (undetermined when the all-planes head did not learn)",
             t.learned_accuracy, t.canonical_fail_accuracy
         ),
         needs("index", "high", "low"),
         1,
     ));
-    out.push(claim(
+    out.push(Claim::new(
         "retrieval_needs_low_frequencies",
+        Category::Empirical,
         "Retrieval is solvable with low RoPE frequencies and not with high ones only.",
         format!(
-            "Retrieval accuracy >= {} with all and with low planes, < {} with high planes",
+            "Retrieval accuracy >= {} with all and with low planes, < {} with high planes \
+             (undetermined when the all-planes head did not learn)",
             t.learned_accuracy, t.canonical_fail_accuracy
         ),
         needs("retrieval", "low", "high"),
@@ -97,70 +125,100 @@ pub fn verdicts(files: Option<&CanonicalFiles>, t: &Thresholds) -> Vec<Claim> {
         ("retrieval", HeadKind::Symbolic),
         ("partial", HeadKind::Mixed),
     ];
-    let types: Vec<(String, Option<bool>)> = expected
-        .iter()
-        .map(|(task, want)| match f.band(task, "all") {
+    let mut types = Tally::default();
+    for (task, want) in expected {
+        match f.band(task, "all") {
             Some(b) => {
-                let kind = purity(
-                    SwapScores {
-                        s_pos: b.s_pos,
-                        s_sym: b.s_sym,
-                    },
-                    t.gamma,
-                );
-                (
+                let scores = SwapScores {
+                    s_pos: b.s_pos,
+                    s_sym: b.s_sym,
+                };
+                let kind = purity(scores, t.gamma);
+                let margin = purity_margin(scores, t.gamma.get(), want);
+                let outcome = if b.accuracy < t.learned_accuracy {
+                    Outcome::undetermined(format!(
+                        "the {task} head did not learn its task (accuracy {:.4} < {}): an \
+                         unlearned head is neither",
+                        b.accuracy, t.learned_accuracy
+                    ))
+                } else {
+                    Outcome::of(kind == want)
+                };
+                types.push(
+                    "",
                     format!(
-                        "{task}: s_pos {:.3}, s_sym {:.3} ({kind})",
-                        b.s_pos, b.s_sym
+                        "{task}: s_pos {:.3}, s_sym {:.3} ({kind}; margin to gamma {margin:+.3}, \
+                         accuracy {:.4}, {} seeds)",
+                        b.s_pos,
+                        b.s_sym,
+                        b.accuracy,
+                        b.per_seed.len()
                     ),
-                    Some(kind == *want),
-                )
+                    outcome,
+                );
             }
-            None => (format!("{task}: not run"), None),
-        })
-        .collect();
-    let measured = types.iter().filter(|(_, ok)| ok.is_some()).count();
-    let holding = types.iter().filter(|(_, ok)| *ok == Some(true)).count();
-    out.push(claim(
+            None => types.push("", format!("{task}: not run"), not_run(task)),
+        }
+    }
+    out.push(Claim::new(
         "canonical_head_types",
+        Category::Empirical,
         "Trained Index heads are positional, Retrieval heads symbolic, Partial Induction heads \
          neither.",
         format!(
-            "the all-planes head's swap scores (mean over seeds) at gamma {}",
-            t.gamma
+            "the all-planes head's swap scores (mean over seeds) at gamma {}, in a head that \
+             learned its task (accuracy >= {}); the margin to gamma is the distance to the \
+             nearest purity boundary (positive on the expected side)",
+            t.gamma, t.learned_accuracy
         ),
-        (
-            types.into_iter().map(|(s, _)| s).collect(),
-            holding,
-            measured,
-        ),
+        types,
         expected.len(),
     ));
-    let two = f.band("partial", "all").and_then(|b| b.two_angles.clone());
-    out.push(claim(
+    let partial = f.band("partial", "all");
+    let mut two = Tally::default();
+    match partial {
+        Some(b) if b.accuracy < t.learned_accuracy => two.push(
+            "",
+            format!("partial: accuracy {:.4}", b.accuracy),
+            Outcome::undetermined(format!(
+                "the Partial Induction head did not learn its task ({:.4} < {})",
+                b.accuracy, t.learned_accuracy
+            )),
+        ),
+        Some(b) => match &b.two_angles {
+            Some(a) => two.push(
+                "",
+                format!(
+                    "content {:.2} at theta {:.4}, recency {:.2} at theta {:.4}",
+                    a.content, a.content_mean_theta, a.recency, a.recency_mean_theta
+                ),
+                Outcome::of(a.holds()),
+            ),
+            None => two.push(
+                "",
+                "no two-angle measurement".into(),
+                Outcome::undetermined("not measured: the summary has no two-angle measurement"),
+            ),
+        },
+        None => two.push(
+            "",
+            "no Partial Induction run with all planes".into(),
+            not_run("partial"),
+        ),
+    }
+    out.push(Claim::new(
         "partial_two_angles",
+        Category::Empirical,
         "Partial Induction needs a head with a near-zero angle (content) and a moderate angle \
          (recency).",
         format!(
-            "content and recency margins > 0, recency on planes >= {}x faster than content \
-             (margin-weighted mean angles, all planes, mean over seeds)",
+            "in a head that learned the task (accuracy >= {}): content and recency margins > 0, \
+             recency on planes >= {}x faster than content (margin-weighted mean angles, all \
+             planes, mean over seeds)",
+            t.learned_accuracy,
             crate::measure::partial::TWO_ANGLE_RATIO
         ),
-        match &two {
-            Some(a) => (
-                vec![format!(
-                    "content {:.2} at theta {:.4}, recency {:.2} at theta {:.4}",
-                    a.content, a.content_mean_theta, a.recency, a.recency_mean_theta
-                )],
-                usize::from(a.holds()),
-                1,
-            ),
-            None => (
-                vec!["no Partial Induction run with all planes".into()],
-                0,
-                0,
-            ),
-        },
+        two,
         1,
     ));
     out

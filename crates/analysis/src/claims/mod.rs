@@ -14,6 +14,7 @@ pub mod files;
 pub mod multi_hop;
 pub mod offset;
 pub mod theory;
+pub mod verdict;
 
 use std::fmt::Write as _;
 
@@ -23,6 +24,7 @@ use crate::measure::dynamics::Gamma;
 
 pub use files::{load_curve, Curve, RunFiles, SeedFiles, StudyFiles};
 pub use multi_hop::{grid_letters, head_grid, heads_of, kind_letter, layer_types, layers_with};
+pub use verdict::{accuracy_at_least, decide, wilson, Category, Outcome, Tally, Verdict};
 
 /// The thresholds every verdict uses (config keys of the study's `[claims]` table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +76,8 @@ pub struct Thresholds {
     /// Hop map: a head reads hop j when it puts at least this attention mass on every
     /// position's own hop_j.
     pub hop_mass: f64,
+    /// Fewest seeds a claim over seeds needs to hold (fewer is undetermined).
+    pub min_seeds: usize,
 }
 
 impl Default for Thresholds {
@@ -97,6 +101,7 @@ impl Default for Thresholds {
             linear_fail_accuracy: 0.5,
             canonical_fail_accuracy: 0.95,
             hop_mass: crate::measure::hop_route::CARRY_MASS,
+            min_seeds: 3,
         }
     }
 }
@@ -143,6 +148,7 @@ impl Thresholds {
             ("letter_length", self.letter_length),
             ("retrieval_n", self.retrieval_n),
             ("offset_factor", self.offset_factor),
+            ("min_seeds", self.min_seeds),
         ] {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));
@@ -152,90 +158,128 @@ impl Thresholds {
     }
 }
 
-/// Whether a claim holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// Every measured seed meets the threshold.
-    Holds,
-    /// At least one measured seed does not.
-    DoesNotHold,
-    /// The files needed are missing.
-    NotMeasured,
-}
-
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Verdict::Holds => "holds",
-            Verdict::DoesNotHold => "does not hold",
-            Verdict::NotMeasured => "not measured",
-        })
-    }
-}
-
 /// One claim's row of `claims.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Claim {
     /// Short identifier.
     pub id: String,
+    /// Empirical, or an exact check of a construction (counted apart).
+    pub category: Category,
     /// What the paper says.
     pub paper: String,
     /// The threshold this verdict used, in words and numbers.
     pub threshold: String,
     /// What this study measured, per seed (or once, for the theory).
     pub measured: Vec<String>,
-    /// Seeds (or single measurements) meeting the threshold.
+    /// Measurements (seeds, runs, curves) looked at.
+    pub n: usize,
+    /// Measurements meeting the threshold.
     pub holding: usize,
-    /// Seeds (or single measurements) measured.
-    pub measured_count: usize,
-    /// The verdict: holds only when every measurement does.
+    /// Measurements failing it.
+    pub failing: usize,
+    /// Measurements that could not decide.
+    pub undetermined: usize,
+    /// Holds, does not hold, or undetermined (docs/study.md, "The verdict per claim").
     pub verdict: Verdict,
+    /// Why the claim is undetermined (what is missing); None otherwise.
+    pub reason: Option<String>,
 }
 
-/// One per-seed measurement: its text and whether it meets the threshold (None: not measured).
-pub(crate) type Measure = (String, Option<bool>);
-
-pub(crate) fn per_seed(
-    files: &StudyFiles,
-    f: impl Fn(&SeedFiles) -> Measure,
-) -> (Vec<String>, usize, usize) {
-    let mut measured = vec![];
-    let (mut holding, mut count) = (0, 0);
-    for s in &files.seeds {
-        let (text, ok) = f(s);
-        measured.push(format!("seed {}: {text}", s.seed));
-        if let Some(ok) = ok {
-            count += 1;
-            holding += usize::from(ok);
+impl Claim {
+    /// A claim from its tallied measurements, needing at least `min_n` of them ([`decide`]).
+    pub(crate) fn new(
+        id: &str,
+        category: Category,
+        paper: &str,
+        threshold: String,
+        tally: Tally,
+        min_n: usize,
+    ) -> Self {
+        let (verdict, reason) = decide(&tally, min_n);
+        Claim {
+            id: id.into(),
+            category,
+            paper: paper.into(),
+            threshold,
+            n: tally.n(),
+            holding: tally.holding,
+            failing: tally.failing,
+            undetermined: tally.undetermined.len(),
+            measured: tally.measured,
+            verdict,
+            reason,
         }
     }
-    (measured, holding, count)
 }
 
-pub(crate) fn claim(
+/// One per-seed measurement: its text and its outcome.
+pub(crate) type Measure = (String, Outcome);
+
+/// Tallies `f` over the study's seeds, each labelled `seed S`.
+pub(crate) fn per_seed(files: &StudyFiles, f: impl Fn(&SeedFiles) -> Measure) -> Tally {
+    let mut tally = Tally::default();
+    for s in &files.seeds {
+        let (text, outcome) = f(s);
+        tally.push(&format!("seed {}", s.seed), text, outcome);
+    }
+    tally
+}
+
+/// An empirical claim over the study's seeds: a seed whose files are missing is undetermined
+/// (so every seed of the study counts), and it needs at least `min_seeds` holding seeds.
+pub(crate) fn seed_claim(
     id: &str,
     paper: &str,
     threshold: String,
-    (measured, holding, measured_count): (Vec<String>, usize, usize),
-    expected: usize,
+    tally: Tally,
+    t: &Thresholds,
 ) -> Claim {
-    let verdict = if measured_count == 0 || measured_count < expected {
-        Verdict::NotMeasured
-    } else if holding == measured_count {
-        Verdict::Holds
-    } else {
-        Verdict::DoesNotHold
-    };
-    Claim {
-        id: id.into(),
-        paper: paper.into(),
+    Claim::new(
+        id,
+        Category::Empirical,
+        paper,
         threshold,
-        measured,
-        holding,
-        measured_count,
-        verdict,
+        tally,
+        t.min_seeds,
+    )
+}
+
+/// The counts of a claims list: (holding, not holding, undetermined) among the claims of
+/// `category`.
+pub fn counts(claims: &[Claim], category: Category) -> (usize, usize, usize) {
+    let of = |v: Verdict| {
+        claims
+            .iter()
+            .filter(|c| c.category == category && c.verdict == v)
+            .count()
+    };
+    (
+        of(Verdict::Holds),
+        of(Verdict::DoesNotHold),
+        of(Verdict::Undetermined),
+    )
+}
+
+/// The counts in words: `12 empirical claims: 8 hold, 2 do not hold, 2 undetermined; 2 exact
+/// checks: 2 hold`.
+pub fn counts_text(claims: &[Claim]) -> String {
+    let mut parts = vec![];
+    for (category, name) in [
+        (Category::Empirical, "empirical claim"),
+        (Category::ExactCheck, "exact check"),
+    ] {
+        let all = claims.iter().filter(|c| c.category == category).count();
+        if all == 0 {
+            continue;
+        }
+        let (h, f, u) = counts(claims, category);
+        parts.push(format!(
+            "{all} {name}{}: {h} hold, {f} do{} not hold, {u} undetermined",
+            if all == 1 { "" } else { "s" },
+            if f == 1 { "es" } else { "" }
+        ));
     }
+    parts.join("; ")
 }
 
 /// Every verdict of the study from its files, in the order of docs/study.md's table.
@@ -265,12 +309,16 @@ pub fn table(claims: &[Claim]) -> String {
     for c in claims {
         let _ = writeln!(
             s,
-            "{:<32} {:<14} {}/{}",
+            "{:<32} {:<14} {} of {} hold ({})",
             c.id,
             c.verdict.to_string(),
             c.holding,
-            c.measured_count
+            c.n,
+            c.category
         );
+        if let Some(why) = &c.reason {
+            let _ = writeln!(s, "    why:       {why}");
+        }
         let _ = writeln!(s, "    paper:     {}", c.paper);
         let _ = writeln!(s, "    threshold: {}", c.threshold);
         for m in &c.measured {

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use ropelab_train::Accuracy;
 
-use super::{claim, per_seed, Claim, RunFiles, StudyFiles, Thresholds};
+use super::{
+    accuracy_at_least, per_seed, seed_claim, Claim, Measure, Outcome, RunFiles, StudyFiles,
+    Thresholds,
+};
 use crate::measure::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
 use crate::measure::hop_route::HopRoute;
 use crate::measure::hops::Source;
@@ -120,20 +123,61 @@ fn hop_steps(val: &[(usize, Accuracy)], threshold: f64) -> BTreeMap<usize, Optio
     out
 }
 
-/// When each hop count of a run is learned: (description, every hop count learned, learned in
-/// order of hop count, spread of the learned steps as a fraction of the run's steps).
-fn hop_timing(r: &RunFiles, threshold: f64) -> (String, bool, bool, f64) {
+/// When each hop count of a run is learned.
+struct HopTiming {
+    /// In words.
+    text: String,
+    /// Why the timing cannot be read (a hop count never learned, every hop count learned by
+    /// the first evaluation); None when it can.
+    unreadable: Option<String>,
+    /// The learned steps are non-decreasing in the hop count.
+    ordered: bool,
+    /// Spread of the learned steps as a fraction of the run's steps.
+    spread: f64,
+    /// The coarsest gap between evaluations as a fraction of the run's steps.
+    resolution: f64,
+}
+
+/// When each hop count of `r` is learned (validation accuracy >= `threshold`).
+fn hop_timing(r: &RunFiles, threshold: f64) -> HopTiming {
     let steps = hop_steps(&r.val, threshold);
     let learned: Vec<usize> = steps.values().filter_map(|s| *s).collect();
-    let all = learned.len() == steps.len();
+    let never: Vec<String> = steps
+        .iter()
+        .filter(|(_, s)| s.is_none())
+        .map(|(h, _)| h.to_string())
+        .collect();
+    let first_eval = r.val.iter().map(|v| v.0).min();
+    let unreadable = if !never.is_empty() {
+        Some(format!(
+            "hop count {} never reaches {threshold} validation accuracy, so its learning step \
+             is unknown",
+            never.join(", ")
+        ))
+    } else if learned.len() > 1 && learned.iter().all(|&s| Some(s) == first_eval) {
+        Some(
+            "every hop count is learned by the first evaluation, so their order cannot be seen"
+                .into(),
+        )
+    } else {
+        None
+    };
     let ordered = learned.windows(2).all(|w| w[0] <= w[1]);
     let spread = learned.iter().max().unwrap_or(&0) - learned.iter().min().unwrap_or(&0);
+    let gap = r.val.windows(2).map(|w| w[1].0 - w[0].0).max().unwrap_or(0);
     let text = format!(
         "learned at {} (spread {spread} of {} steps)",
         fmt_steps(&steps),
         r.steps
     );
-    (text, all, ordered, spread as f64 / r.steps.max(1) as f64)
+    let total = r.steps.max(1) as f64;
+    HopTiming {
+        text,
+        unreadable,
+        ordered,
+        spread: spread as f64 / total,
+        resolution: gap as f64 / total,
+    }
 }
 
 fn fmt_steps(steps: &BTreeMap<usize, Option<usize>>) -> String {
@@ -147,10 +191,41 @@ fn fmt_steps(steps: &BTreeMap<usize, Option<usize>>) -> String {
         .join(" ")
 }
 
+/// Why a run cannot carry a claim about a learned model: its test evaluation is missing, or
+/// its test accuracy is below the threshold (a point estimate: heads of a model that did not
+/// learn say nothing about the task). None when it learned.
+fn not_learned(r: &RunFiles, task: &str, t: &Thresholds) -> Option<String> {
+    match &r.test {
+        None => Some(format!("the {task} model has no test evaluation")),
+        Some(a) if a.accuracy < t.learned_accuracy => Some(format!(
+            "the {task} model did not learn its task (test accuracy {:.3} < {})",
+            a.accuracy, t.learned_accuracy
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Combines outcomes that must all hold: any failure fails, else any undetermined one makes
+/// the whole undetermined (reasons joined), else it holds.
+fn all_of(outcomes: impl IntoIterator<Item = Outcome>) -> Outcome {
+    let mut why = vec![];
+    for o in outcomes {
+        match o {
+            Outcome::Fails => return Outcome::Fails,
+            Outcome::Undetermined(w) => why.push(w),
+            Outcome::Holds => {}
+        }
+    }
+    if why.is_empty() {
+        Outcome::Holds
+    } else {
+        Outcome::Undetermined(why.join("; "))
+    }
+}
+
 /// A run's length generalisation: the first tested length below the threshold (None: never),
 /// and the longest tested length; None without `lengthgen.csv`.
-fn length_drop(r: &Option<RunFiles>, t: &Thresholds) -> Option<(Option<usize>, usize)> {
-    let r = r.as_ref().filter(|r| !r.lengths.is_empty())?;
+fn length_drop(r: &RunFiles, t: &Thresholds) -> Option<(Option<usize>, usize)> {
     let longest = r.lengths.iter().map(|l| l.length).max()?;
     Some((first_length_below(&r.lengths, t.length_accuracy), longest))
 }
@@ -163,96 +238,159 @@ fn fmt_drop(d: (Option<usize>, usize), t: &Thresholds) -> String {
     }
 }
 
+/// The run of `task` that learned it, or the seed's measurement saying why it cannot be used.
+fn learned_run<'a>(
+    run: &'a Option<RunFiles>,
+    task: &str,
+    t: &Thresholds,
+) -> std::result::Result<&'a RunFiles, Measure> {
+    let Some(r) = run.as_ref() else {
+        return Err((
+            format!("no {task} run"),
+            Outcome::undetermined(format!("not measured: the {task} run is missing")),
+        ));
+    };
+    match not_learned(r, task, t) {
+        Some(why) => Err((why.clone(), Outcome::Undetermined(why))),
+        None => Ok(r),
+    }
+}
+
 /// `both_tasks_learned`: Both tasks learned: each model's test accuracy reaches the threshold.
 pub fn both_tasks_learned(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "both_tasks_learned",
         "Both tasks are learned to about 100% test accuracy.",
-        format!("test accuracy >= {} on both tasks", t.learned_accuracy),
+        format!(
+            "test accuracy >= {} on both tasks, decided by the 95% Wilson interval over the \
+             test samples (undetermined when it contains the threshold)",
+            t.learned_accuracy
+        ),
         per_seed(files, |s| {
-            let acc =
-                |r: &Option<RunFiles>| r.as_ref().and_then(|r| r.test.as_ref()).map(|a| a.accuracy);
+            fn acc(r: &Option<RunFiles>) -> Option<&Accuracy> {
+                r.as_ref().and_then(|r| r.test.as_ref())
+            }
             match (acc(&s.number), acc(&s.letter)) {
                 (Some(a), Some(b)) => (
-                    format!("number {a:.4}, letter {b:.4}"),
-                    Some(a >= t.learned_accuracy && b >= t.learned_accuracy),
+                    format!(
+                        "number {:.4} (n {}), letter {:.4} (n {})",
+                        a.accuracy, a.n, b.accuracy, b.n
+                    ),
+                    all_of([
+                        accuracy_at_least(a.accuracy, a.n, t.learned_accuracy),
+                        accuracy_at_least(b.accuracy, b.n, t.learned_accuracy),
+                    ]),
                 ),
-                _ => ("no test evaluation".into(), None),
+                _ => (
+                    "no test evaluation".into(),
+                    Outcome::undetermined("not measured: a test evaluation is missing"),
+                ),
             }
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
-/// `number_positional_then_symbolic`: The number model's layers: pure positional layers before pure symbolic ones.
+/// `number_positional_then_symbolic`: The number model's layers: pure positional layers before
+/// pure symbolic ones.
 pub fn number_positional_then_symbolic(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "number_positional_then_symbolic",
         "Number task: the early layers end as pure positional heads (they perform the hops), \
          the later layers as pure symbolic heads.",
         format!(
-            "at the last checkpoint, gamma {}: >= {} layers with a pure positional head, >= 1 \
-             pure symbolic head, every pure positional head in a layer below every pure \
-             symbolic head (head types: P positional, S symbolic, - neither; one letter per \
-             layer, or per head with the layers separated by | when a layer has several)",
-            t.gamma, t.min_positional_layers
+            "in a number model that learned its task (test accuracy >= {}), at the last \
+             checkpoint, gamma {}: >= {} layers with a pure positional head, >= 1 pure symbolic \
+             head, every pure positional head in a layer below every pure symbolic head (head \
+             types: P positional, S symbolic, - neither; one letter per layer, or per head \
+             with the layers separated by | when a layer has several)",
+            t.learned_accuracy, t.gamma, t.min_positional_layers
         ),
-        per_seed(files, |s| match &s.number {
-            Some(r) if !r.scores.is_empty() => {
-                let grid = head_grid(&r.scores, t.gamma);
-                let p = layers_with(&grid, HeadKind::Positional);
-                let s = layers_with(&grid, HeadKind::Symbolic);
-                let ok = p.len() >= t.min_positional_layers
-                    && matches!((p.last(), s.first()), (Some(p), Some(s)) if p < s);
-                (grid_text(&grid), Some(ok))
+        per_seed(files, |s| {
+            let r = match learned_run(&s.number, "number", t) {
+                Ok(r) => r,
+                Err(m) => return m,
+            };
+            if r.scores.is_empty() {
+                return (
+                    "no scores".into(),
+                    Outcome::undetermined("not measured: no scores.jsonl"),
+                );
             }
-            _ => ("no scores".into(), None),
+            let grid = head_grid(&r.scores, t.gamma);
+            let p = layers_with(&grid, HeadKind::Positional);
+            let s = layers_with(&grid, HeadKind::Symbolic);
+            let ok = p.len() >= t.min_positional_layers
+                && matches!((p.last(), s.first()), (Some(p), Some(s)) if p < s);
+            (grid_text(&grid), Outcome::of(ok))
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
 /// `letter_all_symbolic`: The letter model: pure symbolic heads and no positional one.
 pub fn letter_all_symbolic(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "letter_all_symbolic",
         "Letter task: the heads that become pure are all symbolic; there is no positional head.",
         format!(
-            "at the last checkpoint, gamma {}: no pure positional head and >= 1 pure symbolic head",
-            t.gamma
+            "in a letter model that learned its task (test accuracy >= {}), at the last \
+             checkpoint, gamma {}: no pure positional head and >= 1 pure symbolic head",
+            t.learned_accuracy, t.gamma
         ),
-        per_seed(files, |s| match &s.letter {
-            Some(r) if !r.scores.is_empty() => {
-                let grid = head_grid(&r.scores, t.gamma);
-                let ok = heads_of(&grid, HeadKind::Positional) == 0
-                    && heads_of(&grid, HeadKind::Symbolic) > 0;
-                (grid_text(&grid), Some(ok))
+        per_seed(files, |s| {
+            let r = match learned_run(&s.letter, "letter", t) {
+                Ok(r) => r,
+                Err(m) => return m,
+            };
+            if r.scores.is_empty() {
+                return (
+                    "no scores".into(),
+                    Outcome::undetermined("not measured: no scores.jsonl"),
+                );
             }
-            _ => ("no scores".into(), None),
+            let grid = head_grid(&r.scores, t.gamma);
+            let ok = heads_of(&grid, HeadKind::Positional) == 0
+                && heads_of(&grid, HeadKind::Symbolic) > 0;
+            (grid_text(&grid), Outcome::of(ok))
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
 /// `pure_before_accuracy_peak`: Accuracy peaks only once the heads are pure (both tasks).
 pub fn pure_before_accuracy_peak(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "pure_before_accuracy_peak",
         "Test accuracy peaks only once the heads are pure.",
         format!(
-            "per task, the last step at which a head that ends pure (gamma {}) becomes pure for \
-             good is <= the first checkpoint whose test accuracy is within {} of the run's best",
-            t.gamma, t.peak_tolerance
+            "per task, in models that learned it (test accuracy >= {}): the last step at which \
+             a head that ends pure (gamma {}) becomes pure for good is <= the first checkpoint \
+             whose test accuracy is within {} of the run's best (a model with no pure head \
+             fails: its accuracy peaked without one)",
+            t.learned_accuracy, t.gamma, t.peak_tolerance
         ),
         per_seed(files, |s| {
             let mut parts = vec![];
-            let mut ok = Some(true);
+            let mut outcomes = vec![];
             for (name, run) in [("number", &s.number), ("letter", &s.letter)] {
-                let Some(r) = run.as_ref().filter(|r| !r.scores.is_empty()) else {
-                    return ("no scores".into(), None);
+                let r = match learned_run(run, name, t) {
+                    Ok(r) => r,
+                    Err((text, o)) => {
+                        parts.push(text);
+                        outcomes.push(o);
+                        continue;
+                    }
                 };
+                if r.scores.is_empty() {
+                    parts.push(format!("{name}: no scores"));
+                    outcomes.push(Outcome::undetermined("not measured: no scores.jsonl"));
+                    continue;
+                }
                 let Ok(summary) = summarize_heads(&r.scores, t.gamma) else {
-                    return ("bad gamma".into(), None);
+                    parts.push(format!("{name}: bad gamma"));
+                    outcomes.push(Outcome::undetermined("gamma out of range"));
+                    continue;
                 };
                 let pure_step = summary.iter().filter_map(|h| h.pure_from).max();
                 let mut acc: BTreeMap<usize, f64> = BTreeMap::new();
@@ -267,125 +405,189 @@ pub fn pure_before_accuracy_peak(files: &StudyFiles, t: &Thresholds) -> Claim {
                 match (pure_step, peak) {
                     (Some(p), Some(k)) => {
                         parts.push(format!("{name}: heads pure by {p}, accuracy peaks at {k}"));
-                        if p > k {
-                            ok = Some(false);
-                        }
+                        outcomes.push(Outcome::of(p <= k));
                     }
                     _ => {
                         parts.push(format!("{name}: no pure head"));
-                        ok = Some(false);
+                        outcomes.push(Outcome::Fails);
                     }
                 }
             }
-            (parts.join("; "), ok)
+            (parts.join("; "), all_of(outcomes))
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
 /// `number_hops_in_order`: Number task: hop counts learned one after another, in order.
 pub fn number_hops_in_order(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "number_hops_in_order",
         "Number task: hop counts are learned one after another, 1 hop first.",
         format!(
             "step at which each hop count's validation accuracy first reaches {}: \
-             non-decreasing in the hop count, spanning more than {} of the training steps",
+             non-decreasing in the hop count, spanning more than {} of the training steps \
+             (undetermined when a hop count never reaches it or all reach it by the first \
+             evaluation)",
             t.hop_accuracy, t.hop_spread
         ),
         per_seed(files, |s| match &s.number {
             Some(r) if !r.val.is_empty() => {
-                let (text, all, ordered, spread) = hop_timing(r, t.hop_accuracy);
-                (text, Some(all && ordered && spread > t.hop_spread))
+                let h = hop_timing(r, t.hop_accuracy);
+                let outcome = match h.unreadable {
+                    Some(why) => Outcome::Undetermined(why),
+                    None => Outcome::of(h.ordered && h.spread > t.hop_spread),
+                };
+                (h.text, outcome)
             }
-            _ => ("no validation metrics".into(), None),
+            _ => (
+                "no validation metrics".into(),
+                Outcome::undetermined("not measured: no validation lines in metrics.jsonl"),
+            ),
         }),
-        files.seeds.len(),
+        t,
     )
+}
+
+/// The largest hop count a number model answers: the largest in its test evaluation (4 when
+/// it has none).
+fn largest_hop(r: &RunFiles) -> usize {
+    r.test
+        .as_ref()
+        .and_then(|a| a.per_hop.keys().max().copied())
+        .unwrap_or(crate::measure::hops::MAX_HOP)
 }
 
 /// `number_hops_composed`: the main paper's open question (shortcuts): does a layer of the
 /// number model compose hops, reading further along the chain than one hop per layer allows
-/// (pointer doubling)? Reported as measured from the hop map ([`HopRoute`]).
+/// (pointer doubling)? Three-valued from the hop map ([`HopRoute`]): composes (holds), one hop
+/// per layer that accounts for every hop count (does not hold), or undetermined when the
+/// layers' reads do not account for the largest hop count the model answers (the rest is
+/// carried where the attention mass cannot see it).
 pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "number_hops_composed",
         "Open question (shortcuts): the number model composes hops, a layer reading further \
          along a position's own chain than one hop per layer allows (e.g. pointer doubling: \
          hop 1, then 2, then 4).",
         format!(
-            "hop map of the last checkpoint (hops.csv, every position): a layer reads hop j \
-             when a head puts >= {} of the attention on hop_j; holds when some layer reads a \
-             hop past 1 + the hops its lower layers read",
+            "hop map of the last checkpoint of a number model that learned its task (hops.csv): \
+             a layer reads hop j when its heads together put >= {} of the attention on hop_j \
+             (mass summed over the layer's heads); holds when some layer reads a hop past 1 + \
+             the hops the layers below account for (one per reading layer); does not hold when \
+             no layer does and the reading layers account for the largest hop count; \
+             undetermined when they account for fewer (attention mass does not show where the \
+             other hops are carried)",
             t.hop_mass
         ),
-        per_seed(files, |s| match &s.number {
-            Some(r) if !r.hops.is_empty() => {
-                let route = HopRoute::of(&r.hops, t.hop_mass);
-                let (drop, layer) = route.layers.iter().map(|l| (l.drop, l.layer)).fold(
-                    ((f64::NEG_INFINITY, 0, Source::Last, 0), 0),
-                    |a, b| {
-                        if b.0 .0 > a.0 .0 {
-                            b
-                        } else {
-                            a
-                        }
-                    },
+        per_seed(files, |s| {
+            let r = match learned_run(&s.number, "number", t) {
+                Ok(r) => r,
+                Err(m) => return m,
+            };
+            if r.hops.is_empty() {
+                return (
+                    "no hop map (hops.csv)".into(),
+                    Outcome::undetermined("not measured: no hops.csv"),
                 );
-                let from = match drop.2 {
-                    Source::Last => "last",
-                    Source::Every => "every",
-                };
-                let text = format!(
-                    "{}; largest knock-out drop {:.3} (L{layer}H{} from {from}, j = {})",
-                    route.summary(),
-                    drop.0,
-                    drop.1,
-                    drop.3
-                );
-                (text, Some(route.composes()))
             }
-            _ => ("no hop map (hops.csv)".into(), None),
+            let route = HopRoute::of(&r.hops, t.hop_mass);
+            let (drop, layer) = route.layers.iter().map(|l| (l.drop, l.layer)).fold(
+                ((f64::NEG_INFINITY, 0, Source::Last, 0), 0),
+                |a, b| {
+                    if b.0 .0 > a.0 .0 {
+                        b
+                    } else {
+                        a
+                    }
+                },
+            );
+            let from = match drop.2 {
+                Source::Last => "last",
+                Source::Every => "every",
+            };
+            let largest = largest_hop(r);
+            let accounted = route.accounted();
+            let text = format!(
+                "{}; reading layers account for {accounted} of {largest} hops; largest \
+                 knock-out drop {:.3} (L{layer}H{} from {from}, j = {})",
+                route.summary(),
+                drop.0,
+                drop.1,
+                drop.3
+            );
+            let outcome = if route.composes() {
+                Outcome::Holds
+            } else if accounted >= largest {
+                Outcome::Fails
+            } else {
+                Outcome::undetermined(format!(
+                    "no layer composes, but the reading layers account for {accounted} of the \
+                     {largest} hops the model answers: the rest is not visible as attention \
+                     mass >= {} (nothing detected is not no composition)",
+                    t.hop_mass
+                ))
+            };
+            (text, outcome)
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
 /// `letter_hops_together`: Letter task: hop counts learned together.
 pub fn letter_hops_together(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "letter_hops_together",
         "Letter task: hop counts are learned almost together.",
         format!(
             "step at which each hop count's validation accuracy first reaches {}: all within {} \
-             of the training steps",
-            t.hop_accuracy, t.hop_spread
+             of the training steps (undetermined when a hop count never reaches it, all reach \
+             it by the first evaluation, or evaluations are too far apart to resolve {})",
+            t.hop_accuracy, t.hop_spread, t.hop_spread
         ),
         per_seed(files, |s| match &s.letter {
             Some(r) if !r.val.is_empty() => {
-                let (text, all, _, spread) = hop_timing(r, t.hop_accuracy);
-                (text, Some(all && spread <= t.hop_spread))
+                let h = hop_timing(r, t.hop_accuracy);
+                let outcome = match h.unreadable {
+                    Some(why) => Outcome::Undetermined(why),
+                    None if h.spread > t.hop_spread => Outcome::Fails,
+                    None if h.resolution > t.hop_spread => Outcome::undetermined(format!(
+                        "evaluations {:.3} of the training apart cannot resolve a spread of {}",
+                        h.resolution, t.hop_spread
+                    )),
+                    None => Outcome::Holds,
+                };
+                (h.text, outcome)
             }
-            _ => ("no validation metrics".into(), None),
+            _ => (
+                "no validation metrics".into(),
+                Outcome::undetermined("not measured: no validation lines in metrics.jsonl"),
+            ),
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
 /// `frequency_use`: Positional heads use lower plane ids (higher frequencies) than symbolic heads.
 pub fn frequency_use(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "frequency_use",
         "Positional heads use high RoPE frequencies (low plane ids), symbolic heads low \
          frequencies (high plane ids).",
         format!(
-            "at the last checkpoint of both models, the mean over pure positional heads (gamma \
-             {}) of the frequency-weighted mean plane id is below the mean over pure symbolic heads",
-            t.gamma
+            "at the last checkpoint of both models (each learned: test accuracy >= {}), the \
+             mean over pure positional heads (gamma {}) of the frequency-weighted mean plane id \
+             is below the mean over pure symbolic heads (undetermined without a head of each \
+             kind)",
+            t.learned_accuracy, t.gamma
         ),
         per_seed(files, |s| {
             let (mut p, mut q) = (vec![], vec![]);
-            for r in [&s.number, &s.letter].into_iter().flatten() {
+            for (name, run) in [("number", &s.number), ("letter", &s.letter)] {
+                let r = match learned_run(run, name, t) {
+                    Ok(r) => r,
+                    Err(m) => return m,
+                };
                 for l in last_step(&r.scores) {
                     match pure(l, t.gamma) {
                         HeadKind::Positional => p.push(l.freq_mean_plane),
@@ -401,7 +603,18 @@ pub fn frequency_use(files: &StudyFiles, t: &Thresholds) -> Claim {
                 format!("{lo:.1}..{hi:.1}")
             };
             if p.is_empty() || q.is_empty() {
-                return ("no pure positional or no pure symbolic head".into(), None);
+                let what = if p.is_empty() {
+                    "positional"
+                } else {
+                    "symbolic"
+                };
+                return (
+                    format!("no pure {what} head"),
+                    Outcome::undetermined(format!(
+                        "no pure {what} head at gamma {}: nothing to compare",
+                        t.gamma
+                    )),
+                );
             }
             (
                 format!(
@@ -413,65 +626,134 @@ pub fn frequency_use(files: &StudyFiles, t: &Thresholds) -> Claim {
                     q.len(),
                     range(&q)
                 ),
-                Some(mean(&p) < mean(&q)),
+                Outcome::of(mean(&p) < mean(&q)),
             )
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
 /// `length_contrast`: The letter model's first failing length against the number model's.
 pub fn length_contrast(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "length_contrast",
         "Length generalisation: the letter model stays accurate far beyond its training length \
          while the number model collapses almost at once.",
         format!(
-            "the first tested length where the letter model's accuracy falls below {} is >= {} \
-             times the number model's (a model that never falls counts with its longest tested \
-             length)",
-            t.length_accuracy, t.length_ratio
+            "in models that learned their tasks (test accuracy >= {}): the first tested length \
+             where the letter model's accuracy falls below {} is >= {} times the number \
+             model's; a number model that never falls does not hold; a letter model that never \
+             falls is undetermined unless its longest tested length already reaches the ratio",
+            t.learned_accuracy, t.length_accuracy, t.length_ratio
         ),
         per_seed(files, |s| {
-            match (length_drop(&s.number, t), length_drop(&s.letter, t)) {
+            let number = match learned_run(&s.number, "number", t) {
+                Ok(r) => r,
+                Err(m) => return m,
+            };
+            let letter = match learned_run(&s.letter, "letter", t) {
+                Ok(r) => r,
+                Err(m) => return m,
+            };
+            match (length_drop(number, t), length_drop(letter, t)) {
                 (Some(a), Some(b)) => {
-                    let letter = b.0.unwrap_or(b.1) as f64;
-                    let ok = match a.0 {
-                        Some(num) => letter >= t.length_ratio * num as f64,
-                        None => false,
+                    let text = format!("number {}; letter {}", fmt_drop(a, t), fmt_drop(b, t));
+                    let outcome = match (a.0, b.0) {
+                        (None, _) => Outcome::Fails,
+                        (Some(num), Some(let_)) => {
+                            Outcome::of(let_ as f64 >= t.length_ratio * num as f64)
+                        }
+                        (Some(num), None) if b.1 as f64 >= t.length_ratio * num as f64 => {
+                            Outcome::Holds
+                        }
+                        (Some(num), None) => Outcome::undetermined(format!(
+                            "the letter model never falls below {} up to length {}, short of \
+                             {} x the number model's {num}: the ratio is not reached by any \
+                             tested length",
+                            t.length_accuracy, b.1, t.length_ratio
+                        )),
                     };
-                    (
-                        format!("number {}; letter {}", fmt_drop(a, t), fmt_drop(b, t)),
-                        Some(ok),
-                    )
+                    (text, outcome)
                 }
-                _ => ("no lengthgen.csv".into(), None),
+                _ => (
+                    "no lengthgen.csv".into(),
+                    Outcome::undetermined("not measured: no lengthgen.csv"),
+                ),
             }
         }),
-        files.seeds.len(),
+        t,
     )
 }
 
 /// `letter_50x_context`: The letter model stays accurate to 50 times its context.
 pub fn letter_50x_context(files: &StudyFiles, t: &Thresholds) -> Claim {
-    claim(
+    seed_claim(
         "letter_50x_context",
         "A letter-task model stays above 90% accuracy up to length about 850, about 53 times \
          its 16-token context.",
         format!(
-            "letter accuracy >= {} at every tested length up to {} tokens (50 x 16), with a \
-             length of at least {} tested",
-            t.length_accuracy, t.letter_length, t.letter_length
+            "in a letter model that learned its task (test accuracy >= {}): accuracy >= {} at \
+             every tested length up to {} tokens (50 x 16), each decided by its 95% Wilson \
+             interval, and the length {} itself tested (undetermined when it is not, or when an \
+             interval contains the threshold)",
+            t.learned_accuracy, t.length_accuracy, t.letter_length, t.letter_length
         ),
-        per_seed(files, |s| match length_drop(&s.letter, t) {
-            Some(d) if d.1 >= t.letter_length => {
-                let ok = d.0.is_none_or(|l| l > t.letter_length);
-                (fmt_drop(d, t), Some(ok))
+        per_seed(files, |s| {
+            let r = match learned_run(&s.letter, "letter", t) {
+                Ok(r) => r,
+                Err(m) => return m,
+            };
+            if r.lengths.is_empty() {
+                return (
+                    "no lengthgen.csv".into(),
+                    Outcome::undetermined("not measured: no lengthgen.csv"),
+                );
             }
-            Some(d) => (format!("longest tested length {} is too short", d.1), None),
-            None => ("no lengthgen.csv".into(), None),
+            let mut rows: Vec<_> = r
+                .lengths
+                .iter()
+                .filter(|l| l.length <= t.letter_length)
+                .collect();
+            rows.sort_by_key(|l| l.length);
+            let tested: Vec<String> = rows.iter().map(|l| l.length.to_string()).collect();
+            let text = format!(
+                "{}; lengths tested up to {}: {}",
+                fmt_drop(length_drop(r, t).unwrap_or((None, 0)), t),
+                t.letter_length,
+                if tested.is_empty() {
+                    "none".into()
+                } else {
+                    rows.iter()
+                        .map(|l| format!("{} ({:.3})", l.length, l.accuracy))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+            let per_length = all_of(rows.iter().map(|l| {
+                match accuracy_at_least(l.accuracy, l.n, t.length_accuracy) {
+                    Outcome::Undetermined(why) => {
+                        Outcome::Undetermined(format!("at length {}: {why}", l.length))
+                    }
+                    o => o,
+                }
+            }));
+            let claimed = rows.iter().any(|l| l.length == t.letter_length);
+            let outcome = match per_length {
+                Outcome::Fails => Outcome::Fails,
+                _ if !claimed => Outcome::undetermined(format!(
+                    "length {} was not tested (tested up to it: {})",
+                    t.letter_length,
+                    if tested.is_empty() {
+                        "none".into()
+                    } else {
+                        tested.join(", ")
+                    }
+                )),
+                o => o,
+            };
+            (text, outcome)
         }),
-        files.seeds.len(),
+        t,
     )
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{claim, Claim, Thresholds};
+use super::{accuracy_at_least, Category, Claim, Outcome, Tally, Thresholds};
 use crate::measure::offset::{OffsetAccuracyRow, OffsetRunRow};
 use crate::{AnalysisError, Result};
 
@@ -30,7 +30,7 @@ impl OffsetFiles {
         }))
     }
 
-    /// A run's accuracy at `times` x its training length.
+    /// A run's accuracy at `times` x its training length, with its samples.
     fn accuracy_at(
         &self,
         pe: &str,
@@ -38,7 +38,7 @@ impl OffsetFiles {
         k: usize,
         seed: u64,
         times: usize,
-    ) -> Option<f64> {
+    ) -> Option<(f64, usize)> {
         self.accuracy
             .iter()
             .find(|r| {
@@ -48,7 +48,7 @@ impl OffsetFiles {
                     && r.seed == seed
                     && r.test_len == times * r.train_len
             })
-            .map(|r| r.accuracy)
+            .map(|r| (r.accuracy, r.n))
     }
 
     /// The (k, seed) pairs of the runs, in file order, each once.
@@ -68,43 +68,67 @@ fn read_file<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     ropelab_io::read_csv_file(path).map_err(|e| AnalysisError::Invalid(e.to_string()))
 }
 
-/// Measurements of one claim: texts, how many hold, how many were measured.
-type Tally = (Vec<String>, usize, usize);
-
-fn tally(items: impl IntoIterator<Item = (String, Option<bool>)>) -> Tally {
-    let (mut texts, mut holding, mut count) = (vec![], 0, 0);
-    for (text, ok) in items {
-        texts.push(text);
-        if let Some(ok) = ok {
-            count += 1;
-            holding += usize::from(ok);
+/// An accuracy at most `threshold`, decided by its 95% Wilson interval (the mirror of
+/// [`accuracy_at_least`]).
+fn accuracy_at_most(accuracy: f64, n: usize, threshold: f64) -> Outcome {
+    match accuracy_at_least(1.0 - accuracy, n, 1.0 - threshold) {
+        Outcome::Undetermined(_) => {
+            let (lo, hi) = super::wilson((accuracy * n as f64).round() as usize, n);
+            Outcome::undetermined(format!(
+                "accuracy {accuracy:.3} on {n} samples: its 95% interval [{lo:.3}, {hi:.3}] \
+                 contains the threshold {threshold}"
+            ))
         }
+        o => o,
     }
-    if texts.is_empty() {
-        texts.push("no runs of this kind in offset/".into());
-    }
-    (texts, holding, count)
 }
 
-/// The three verdicts (not measured when the study has no `offset/`).
+/// Tallies labelled measurements; a claim with none is undetermined, naming `none`.
+fn tally(items: impl IntoIterator<Item = (String, Outcome)>, none: &str) -> Tally {
+    let mut t = Tally::default();
+    for (text, outcome) in items {
+        t.push("", text, outcome);
+    }
+    if t.n() == 0 {
+        t.push(
+            "",
+            none.into(),
+            Outcome::undetermined(format!("not measured: {none}")),
+        );
+    }
+    t
+}
+
+/// The three verdicts (undetermined when the study has no `offset/`).
 pub fn verdicts(files: Option<&OffsetFiles>, t: &Thresholds) -> Vec<Claim> {
     let empty = OffsetFiles::default();
     let f = files.unwrap_or(&empty);
-    let missing = || {
-        (
-            vec!["no offset/ tables (the study has no [offset] table)".into()],
-            0,
-            0,
-        )
-    };
-    let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.3}"));
+    let pct = |x: Option<(f64, usize)>| x.map_or("-".into(), |v| format!("{:.3}", v.0));
+    let missing = "no runs of this kind in offset/";
 
     let extrapolates = f.pairs().into_iter().map(|(k, seed)| {
         let rope = f.accuracy_at("rope", "softmax", k, seed, t.offset_factor);
         let ape = f.accuracy_at("ape", "softmax", k, seed, 2);
         let ok = match (rope, ape) {
-            (Some(r), Some(a)) => Some(r >= t.offset_accuracy && a <= t.offset_fail_accuracy),
-            _ => None,
+            (Some(r), Some(a)) => {
+                let both = [
+                    accuracy_at_least(r.0, r.1, t.offset_accuracy),
+                    accuracy_at_most(a.0, a.1, t.offset_fail_accuracy),
+                ];
+                if both.contains(&Outcome::Fails) {
+                    Outcome::Fails
+                } else if let Some(Outcome::Undetermined(why)) =
+                    both.iter().find(|o| matches!(o, Outcome::Undetermined(_)))
+                {
+                    Outcome::Undetermined(format!("k {k}, seed {seed}: {why}"))
+                } else {
+                    Outcome::Holds
+                }
+            }
+            _ => Outcome::undetermined(format!(
+                "k {k}, seed {seed}: no rotary run at {}x or no APE run at 2x",
+                t.offset_factor
+            )),
         };
         (
             format!(
@@ -126,12 +150,20 @@ pub fn verdicts(files: Option<&OffsetFiles>, t: &Thresholds) -> Vec<Claim> {
                     "k {}, seed {}: largest |p_L - w_L| {}{}",
                     r.k,
                     r.seed,
-                    pct(r.dilution_error),
+                    r.dilution_error.map_or("-".into(), |v| format!("{v:.3}")),
                     r.per_sequence_error.map_or(String::new(), |e| format!(
                         " (the law per sequence: {e:.3}, docs/fidelity.md)"
                     ))
                 ),
-                r.dilution_error.map(|e| e <= t.dilution_error),
+                r.dilution_error.map_or_else(
+                    || {
+                        Outcome::undetermined(format!(
+                            "k {}, seed {}: no dilution measurement",
+                            r.k, r.seed
+                        ))
+                    },
+                    |e| Outcome::of(e <= t.dilution_error),
+                ),
             )
         });
     let linear = f
@@ -150,26 +182,47 @@ pub fn verdicts(files: Option<&OffsetFiles>, t: &Thresholds) -> Vec<Claim> {
                     pct(inside),
                     pct(beyond)
                 ),
-                beyond.map(|b| b <= t.linear_fail_accuracy),
+                match beyond {
+                    Some((b, n)) => match accuracy_at_most(b, n, t.linear_fail_accuracy) {
+                        Outcome::Undetermined(why) => Outcome::Undetermined(format!(
+                            "{} k {}, seed {}: {why}",
+                            r.pe, r.k, r.seed
+                        )),
+                        o => o,
+                    },
+                    None => Outcome::undetermined(format!(
+                        "{} k {}, seed {}: no test at 2x",
+                        r.pe, r.k, r.seed
+                    )),
+                },
             )
         });
-    let or_missing = |x: Tally| if files.is_some() { x } else { missing() };
+    let absent = "no offset/ tables (the study has no [offset] table)";
+    let or_missing = |x: Tally| {
+        if files.is_some() {
+            x
+        } else {
+            tally([], absent)
+        }
+    };
     vec![
-        claim(
+        Claim::new(
             "offset_rotary_extrapolates",
+            Category::Empirical,
             "Fixed-offset retrieval: rotary attention trained at short lengths stays correct far \
              beyond them, while a learned absolute encoding fails right after its training range \
              (the paper: 1.00 against 0.07 at test length 48).",
             format!(
                 "per (k, seed): rotary softmax accuracy >= {} at {} x the training length and APE \
-                 softmax accuracy <= {} at 2 x",
+                 softmax accuracy <= {} at 2 x, each decided by its 95% Wilson interval",
                 t.offset_accuracy, t.offset_factor, t.offset_fail_accuracy
             ),
-            or_missing(tally(extrapolates)),
+            or_missing(tally(extrapolates, missing)),
             1,
         ),
-        claim(
+        Claim::new(
             "offset_dilution_law",
+            Category::Empirical,
             "Rotary accuracy decays by attention dilution: with the logits fixed by training, the \
              target weight at length L is e^{s(k)} / sum_{r < L} e^{s(r)}.",
             format!(
@@ -177,17 +230,19 @@ pub fn verdicts(files: Option<&OffsetFiles>, t: &Thresholds) -> Vec<Claim> {
                  of the measured mean target weight at every test length",
                 t.dilution_error
             ),
-            or_missing(tally(dilution)),
+            or_missing(tally(dilution, missing)),
             1,
         ),
-        claim(
+        Claim::new(
             "offset_linear_fails",
+            Category::Empirical,
             "Linear attention (no softmax) learns an interpolant that does not extrapolate.",
             format!(
-                "per rotary or APE linear-attention run: accuracy <= {} at 2 x the training length",
+                "per rotary or APE linear-attention run: accuracy <= {} at 2 x the training \
+                 length, decided by its 95% Wilson interval",
                 t.linear_fail_accuracy
             ),
-            or_missing(tally(linear)),
+            or_missing(tally(linear, missing)),
             1,
         ),
     ]
@@ -242,9 +297,9 @@ mod tests {
         let t = Thresholds::default();
         let files = OffsetFiles {
             accuracy: vec![
-                acc("rope", "softmax", 1, 0, 64, 0.95),
+                acc("rope", "softmax", 1, 0, 64, 1.0),
                 acc("ape", "softmax", 1, 0, 32, 0.06),
-                acc("rope", "softmax", 2, 0, 64, 0.85),
+                acc("rope", "softmax", 2, 0, 64, 0.5),
                 acc("ape", "softmax", 2, 0, 32, 0.05),
                 acc("rope", "linear", 1, 0, 16, 0.9),
                 acc("rope", "linear", 1, 0, 32, 0.2),
@@ -258,25 +313,29 @@ mod tests {
         };
         let v = verdicts(Some(&files), &t);
         assert_eq!(v.len(), 3);
-        // k 2 reaches only 0.85 at 4x: one of two pairs holds.
+        // k 2 reaches only 0.5 at 4x: one of two pairs holds.
         assert_eq!(
-            (v[0].holding, v[0].measured_count, v[0].verdict),
+            (v[0].holding, v[0].n, v[0].verdict),
             (1, 2, Verdict::DoesNotHold)
         );
         assert!(
-            v[0].measured[1].contains("rotary 0.850 at 4x, APE 0.050 at 2x"),
+            v[0].measured[1].contains("rotary 0.500 at 4x, APE 0.050 at 2x"),
             "{:?}",
             v[0].measured
         );
-        assert_eq!((v[1].holding, v[1].measured_count), (1, 2));
-        assert_eq!(
-            (v[2].holding, v[2].measured_count, v[2].verdict),
-            (1, 1, Verdict::Holds)
-        );
+        assert_eq!((v[1].holding, v[1].n), (1, 2));
+        assert_eq!((v[2].holding, v[2].n, v[2].verdict), (1, 1, Verdict::Holds));
         assert!(v[2].measured[0].contains("0.900 at 1x, 0.200 at 2x"));
-        // No offset/ at all: not measured.
+        // No offset/ at all: undetermined, saying so.
         for c in verdicts(None, &t) {
-            assert_eq!(c.verdict, Verdict::NotMeasured);
+            assert_eq!(c.verdict, Verdict::Undetermined);
+            assert!(c.reason.unwrap().contains("no offset/ tables"));
         }
+        // 0.85 of 100 at 4x: the interval [0.767, 0.907] contains 0.9.
+        let mut files = files;
+        files.accuracy[2].accuracy = 0.85;
+        let c = &verdicts(Some(&files), &t)[0];
+        assert_eq!(c.verdict, Verdict::Undetermined, "{c:?}");
+        assert!(c.reason.as_ref().unwrap().contains("k 2, seed 0"), "{c:?}");
     }
 }

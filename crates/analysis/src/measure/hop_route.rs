@@ -1,14 +1,16 @@
 //! The hop map's verdict (docs/multihead.md, "Hop map"): which layer carries which hop, and
 //! whether a layer composes hops.
 //!
-//! A layer *reads* hop j when one of its heads puts at least [`CARRY_MASS`] of every
-//! position's attention on that position's own hop_j (the `every` rows). To attend hop_j a
+//! A layer *reads* hop j when its heads together put at least [`CARRY_MASS`] of every
+//! position's attention on that position's own hop_j (the `every` rows, mass summed over the
+//! layer's heads: two heads that split the read between them still read it). To attend hop_j a
 //! position must know where it is, that is the offsets at hops 0..j-1. Its own token gives
-//! hop_1; a layer that reads hop_j one token at a time adds hop_(j+1), so with one hop per
-//! layer the furthest hop a layer can read is 1 + the hops its lower layers read. A layer that
-//! reads further **composes** hops: the key it read below already knew more than its own
-//! offset (pointer doubling reads hop_1, hop_2, then hop_4). The causal side is each layer's
-//! largest knock-out drop in accuracy.
+//! hop_1; each layer that reads adds (at least) one hop to what every position knows, since the
+//! position it reads carries what that position's own lower layers read. With one hop per
+//! layer the furthest hop a layer can read is therefore 1 + the number of reading layers below
+//! it (its *reach*), and the reading layers *account* for one hop each. A layer that reads past
+//! its reach **composes** hops (pointer doubling reads hop_1, hop_2, then hop_4). The causal
+//! side is each layer's largest knock-out drop in accuracy.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -23,11 +25,12 @@ pub const CARRY_MASS: f64 = 0.5;
 pub struct LayerRoute {
     /// Block.
     pub layer: usize,
-    /// Hops j a head of the layer reads from every position, with the largest mass on each.
+    /// Hops j the layer reads from every position, with the mass its heads put on each
+    /// (summed over the layer's heads).
     pub reads: Vec<(usize, f64)>,
-    /// Hops j a head reads from the last token, with the largest mass on each.
+    /// Hops j the layer reads from the last token, with the summed mass on each.
     pub reads_last: Vec<(usize, f64)>,
-    /// The furthest hop one-hop-per-layer reading allows here (1 + what the layers below read).
+    /// The furthest hop one-hop-per-layer reading allows here (1 + the reading layers below).
     pub reach: usize,
     /// The largest accuracy drop of one knock-out in the layer, and its (head, from, j).
     pub drop: (f64, usize, Source, usize),
@@ -53,15 +56,16 @@ impl HopRoute {
         let layers = by_layer
             .into_iter()
             .map(|(layer, rows)| {
+                // The mass on each hop summed over the layer's heads, kept where it reaches
+                // the threshold.
                 let reads_from = |source: Source| {
-                    let mut best: BTreeMap<usize, f64> = BTreeMap::new();
+                    let mut sum: BTreeMap<usize, f64> = BTreeMap::new();
                     for r in rows.iter().filter(|r| r.source == source) {
-                        if r.mass >= threshold {
-                            let m = best.entry(r.j).or_insert(r.mass);
-                            *m = m.max(r.mass);
-                        }
+                        *sum.entry(r.j).or_insert(0.0) += r.mass;
                     }
-                    best.into_iter().collect::<Vec<_>>()
+                    sum.into_iter()
+                        .filter(|&(_, m)| m >= threshold)
+                        .collect::<Vec<_>>()
                 };
                 let reads = reads_from(Source::Every);
                 let drop = rows
@@ -81,9 +85,11 @@ impl HopRoute {
                     drop,
                     reads: reads.clone(),
                 };
-                // Reading hop j tells the position (at least) where hop j+1 is.
+                // A reading layer adds one hop to what every position knows; a composing
+                // layer (reading past its reach) tells the position where the hop after the
+                // one it read is.
                 if let Some(&(j, _)) = reads.last() {
-                    reach = reach.max(j + 1);
+                    reach = (reach + 1).max(j + 1);
                 }
                 route
             })
@@ -107,6 +113,12 @@ impl HopRoute {
     /// Whether some layer composes hops.
     pub fn composes(&self) -> bool {
         !self.composing().is_empty()
+    }
+
+    /// The hops that one hop per reading layer accounts for: the number of layers that read a
+    /// hop from every position.
+    pub fn accounted(&self) -> usize {
+        self.layers.iter().filter(|l| !l.reads.is_empty()).count()
     }
 
     /// Which layer reads which hop (from every position), `L0:1 L1:1,2 L2:-`.
@@ -143,10 +155,11 @@ impl HopRoute {
             match furthest {
                 Some(j) => write!(
                     s,
-                    "; no layer reads past one hop per layer (furthest hop read: {j}): no \
-                     composition"
+                    "; no layer reads past one hop per layer (furthest hop read: {j}; {} \
+                     reading layers): no composition detected",
+                    self.accounted()
                 ),
-                None => write!(s, "; no layer reads any hop: no composition"),
+                None => write!(s, "; no layer reads any hop: no composition detected"),
             }
             .ok();
         } else {
@@ -197,7 +210,10 @@ mod tests {
         let route = HopRoute::of(&map(&[Some(1), Some(1), Some(1), None]), CARRY_MASS);
         assert_eq!(route.reads_text(), "L0:1 L1:1 L2:1 L3:-");
         assert!(!route.composes());
-        assert_eq!(route.layers[3].reach, 2);
+        // Each reading layer adds one hop: three layers account for three hops, and the fourth
+        // layer could read hop 4.
+        assert_eq!(route.layers[3].reach, 4);
+        assert_eq!(route.accounted(), 3);
         assert_eq!(route.layers[0].drop.3, 4, "the largest drop is found");
         assert!(route.summary().contains("furthest hop read: 1"));
     }
@@ -207,8 +223,14 @@ mod tests {
         // Hop 3 right after hop 1: the key at hop_1 must have told the query two offsets.
         let route = HopRoute::of(&map(&[Some(1), Some(3)]), CARRY_MASS);
         assert_eq!(route.composing(), vec![(1, 3, 2)]);
-        // Hop 2 after hop 1 is within one hop per layer.
+        // Hop 2 after hop 1 is within one hop per layer, and so is hop 3 after two reads.
         assert!(!HopRoute::of(&map(&[Some(1), Some(2)]), CARRY_MASS).composes());
+        assert!(!HopRoute::of(&map(&[Some(1), Some(1), Some(3)]), CARRY_MASS).composes());
+        // Pointer doubling: hop 4 in the third layer is past its reach of 3.
+        assert_eq!(
+            HopRoute::of(&map(&[Some(1), Some(2), Some(4)]), CARRY_MASS).composing(),
+            vec![(2, 4, 3)]
+        );
         // Hop 2 in the first layer cannot be reached from the own token alone.
         assert_eq!(
             HopRoute::of(&map(&[Some(2)]), CARRY_MASS).composing(),
@@ -217,5 +239,25 @@ mod tests {
         assert!(HopRoute::of(&map(&[None, None]), CARRY_MASS)
             .summary()
             .contains("no layer reads any hop"));
+    }
+
+    #[test]
+    fn a_read_split_over_a_layers_heads_is_summed() {
+        // Two heads put 0.3 each on hop 1: neither alone reads it, the layer does.
+        let mut rows = vec![];
+        for head in 0..2 {
+            for j in 1..=4 {
+                let mass = if j == 1 { 0.3 } else { 0.05 };
+                let mut r = row(0, Source::Every, j, mass, 1.0);
+                r.head = head;
+                rows.push(r);
+            }
+        }
+        let route = HopRoute::of(&rows, CARRY_MASS);
+        assert_eq!(route.reads_text(), "L0:1");
+        assert!((route.layers[0].reads[0].1 - 0.6).abs() < 1e-12);
+        assert_eq!(route.accounted(), 1);
+        // Below the threshold together, nothing is read.
+        assert_eq!(HopRoute::of(&rows[..4], CARRY_MASS).reads_text(), "L0:-");
     }
 }

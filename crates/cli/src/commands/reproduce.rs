@@ -98,13 +98,9 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
         );
         println!("{}", head_count_table(&outcome.rows));
         for (h, verdicts) in &outcome.verdicts {
-            let holding = verdicts
-                .iter()
-                .filter(|c| c.verdict == claims::Verdict::Holds)
-                .count();
             println!(
-                "{h} heads: {holding} of {} claims hold ({})",
-                verdicts.len(),
+                "{h} heads: {} ({})",
+                claims::counts_text(verdicts),
                 study.heads(*h).claims().display()
             );
         }
@@ -119,13 +115,9 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
         ropelab_study::reproduce(&config, &args.out, &options, &Bars::default(), |stage| {
             print_milestone(stage, &config, &args.out, &mut report)
         })?;
-    let holding = verdicts
-        .iter()
-        .filter(|c| c.verdict == claims::Verdict::Holds)
-        .count();
     println!(
-        "{holding} of {} claims hold; wrote {} and {} ({:.0} s in all)",
-        verdicts.len(),
+        "{}; wrote {} and {} ({:.0} s in all)",
+        claims::counts_text(&verdicts),
         StudyDir::new(&args.out).claims().display(),
         report.display(),
         start.elapsed().as_secs_f64()
