@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use ropelab_analysis::claims::files::Expected;
 use ropelab_analysis::claims::{verdicts, Claim, StudyFiles, Thresholds, Verdict};
 use ropelab_analysis::measure::dynamics::{HeadKind, HeadStep};
 use ropelab_analysis::measure::lengthgen::{to_csv, HeadMargin, LengthRow};
@@ -781,4 +782,132 @@ fn head_claims_read_every_head_of_a_layer() {
         c.measured[1].contains("1 positional head in 1 layer, "),
         "{c:#?}"
     );
+}
+
+/// Records `file` of `dir` in `dir`'s ledger under `key`, as the study's measurement does.
+fn record(dir: &Path, file: &str, key: &str) {
+    ropelab_io::Ledger::finish(dir, file, key).unwrap();
+}
+
+/// Gives seed 1's number model a latest checkpoint at step 300 and a ledger recording its
+/// files as a study job measuring it with `expected` would.
+fn ledgered_number_model(root: &Path, expected: &Expected) -> std::path::PathBuf {
+    use ropelab_analysis::measure::keys;
+    let run = root.join("seed-1/number");
+    write(&run.join("checkpoints/step-000300/state.json"), "{}");
+    record(&run, "scores.jsonl", expected.scores.as_deref().unwrap());
+    record(&run, "lengthgen.csv", expected.lengths.as_deref().unwrap());
+    record(&run, "metrics.jsonl", &keys::training_log(300));
+    record(
+        &run,
+        "eval/step-000300-extra-0.json",
+        &keys::test_split(300),
+    );
+    record(&run, "hops.csv", &keys::hop_map(300, 256));
+    run
+}
+
+fn study_expected() -> Expected {
+    Expected {
+        scores: Some("scores key".into()),
+        lengths: Some("lengths key".into()),
+        hop_samples: Some(256),
+        tables_recorded: true,
+    }
+}
+
+/// Records every table of the holding study in its folder's ledger, as the study writes them.
+fn record_tables(root: &Path) {
+    use ropelab_analysis::measure::keys::study_table;
+    for (folder, files, stage) in [
+        (
+            "theory",
+            &["discrepancy-index.csv", "discrepancy-retrieval.csv"][..],
+            "theory",
+        ),
+        ("offset", &["accuracy.csv", "runs.csv"][..], "offset"),
+        ("canonical/index", &["summary.json"][..], "canonical"),
+        ("canonical/retrieval", &["summary.json"][..], "canonical"),
+        ("canonical/partial", &["summary.json"][..], "canonical"),
+    ] {
+        for f in files {
+            record(&root.join(folder), f, &study_table(stage));
+        }
+    }
+}
+
+#[test]
+fn the_verdicts_read_only_files_vouched_for_under_the_expected_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    holding_study(root);
+    let expected = study_expected();
+    let run = ledgered_number_model(root, &expected);
+    record_tables(root);
+    let load = || StudyFiles::load_expecting(root, &[0, 1], &expected);
+    let files = load().unwrap();
+    assert_eq!(verdicts(&files, &thresholds())[1].verdict, Verdict::Holds);
+
+    // `ropelab hops --step 100 --n 8` records its map in the ledger under its own settings:
+    // the verdicts, which read the last checkpoint's map on 256 samples, refuse it by name.
+    record(
+        &run,
+        "hops.csv",
+        &ropelab_analysis::measure::keys::hop_map(100, 8),
+    );
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("seed-1/number/hops.csv") && err.contains("other settings"),
+        "{err}"
+    );
+    // Even a reader without the study's settings refuses a map of another checkpoint.
+    let err = StudyFiles::load(root, &[0, 1]).unwrap_err().to_string();
+    assert!(err.contains("hop map of step 300"), "{err}");
+    record(
+        &run,
+        "hops.csv",
+        &ropelab_analysis::measure::keys::hop_map(300, 256),
+    );
+    load().unwrap();
+
+    // Scores measured with other settings, and a training log that changed since it was
+    // recorded, are refused by name.
+    record(&run, "scores.jsonl", "swap scores with other settings");
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("scores.jsonl") && err.contains("other settings"),
+        "{err}"
+    );
+    record(&run, "scores.jsonl", "scores key");
+    let log = run.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(&log, text.replace("\"lr\":0.001", "\"lr\":0.002")).unwrap();
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("metrics.jsonl") && err.contains("replaced"),
+        "{err}"
+    );
+    std::fs::write(&log, text).unwrap();
+    load().unwrap();
+
+    // A replaced offset/ table, and a theory table no ledger lists, are refused by name.
+    let runs = root.join("offset/runs.csv");
+    let text = std::fs::read_to_string(&runs).unwrap();
+    std::fs::write(&runs, text.replace("0.05", "0.01")).unwrap();
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("offset/runs.csv") && err.contains("replaced"),
+        "{err}"
+    );
+    std::fs::write(&runs, text).unwrap();
+    load().unwrap();
+    std::fs::remove_file(root.join("theory/measured.json")).unwrap();
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("theory/discrepancy-index.csv") && err.contains("not listed"),
+        "{err}"
+    );
+    // A reader that does not require recorded tables (a study assembled by hand) reads a
+    // table whose folder has no ledger.
+    StudyFiles::load(root, &[0, 1]).unwrap();
 }

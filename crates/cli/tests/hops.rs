@@ -41,7 +41,7 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
     ]));
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("hop map, which layer reads which hop"));
-    assert!(html.contains("Verdict: hops read from every position"));
+    assert!(html.contains("Hop map: hops read from every position"));
     assert!(html.contains("hop map from every position"));
     let letter = run("letter");
     refused(

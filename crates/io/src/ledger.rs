@@ -33,6 +33,38 @@ pub struct Ledger {
     pub files: BTreeMap<String, Entry>,
 }
 
+/// The settings a reader of a measured file expects it was made with ([`Ledger::vouch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect<'a> {
+    /// Whatever made it (an integrity scan that checks only the checksum).
+    Any,
+    /// Exactly this key.
+    Key(&'a str),
+    /// A key that starts with this (settings known in part, e.g. the checkpoint step).
+    Prefix(&'a str),
+}
+
+impl Expect<'_> {
+    /// Whether `key` is one this reader accepts.
+    pub fn allows(&self, key: &str) -> bool {
+        match self {
+            Expect::Any => true,
+            Expect::Key(k) => key == *k,
+            Expect::Prefix(p) => key.starts_with(p),
+        }
+    }
+}
+
+impl std::fmt::Display for Expect<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expect::Any => f.write_str("any key"),
+            Expect::Key(k) => write!(f, "{k:?}"),
+            Expect::Prefix(p) => write!(f, "a key starting {p:?}"),
+        }
+    }
+}
+
 /// Whether a file may be reused under a key (see [`Ledger::check`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Standing {
@@ -137,14 +169,24 @@ impl Ledger {
         Ok(Standing::Own)
     }
 
-    /// Checks that `file` is vouched for under whatever key made it (for a reader that does
-    /// not know the key): Ok(true) when it is, Ok(false) when the ledger does not list it, an
-    /// error naming the file when it is pending or was replaced.
-    pub fn vouch(&self, dir: &Path, file: &str) -> io::Result<bool> {
+    /// Checks that `file` is vouched for under the settings the reader expects: Ok(true) when
+    /// it is, Ok(false) when the ledger does not list it, an error naming the file when it is
+    /// pending, was replaced, or was measured with other settings than `expect` allows.
+    pub fn vouch(&self, dir: &Path, file: &str, expect: Expect) -> io::Result<bool> {
         let Some(entry) = self.files.get(file) else {
             return Ok(false);
         };
         let path = dir.join(file);
+        if !expect.allows(&entry.key) {
+            return Err(invalid(
+                &path,
+                format!(
+                    "measured with other settings ({:?} in {LEDGER}, {} expected by the reader); \
+                     move it away and rerun to measure it again",
+                    entry.key, expect
+                ),
+            ));
+        }
         let Some(want) = &entry.sha256 else {
             return Err(invalid(
                 &path,
@@ -227,8 +269,20 @@ mod tests {
         Ledger::finish(d, "a.csv", "k").unwrap();
         assert_eq!(Ledger::check(d, "a.csv", "k").unwrap(), Standing::Own);
         let ledger = Ledger::load(d).unwrap().unwrap();
-        assert!(ledger.vouch(d, "a.csv").unwrap());
-        assert!(!ledger.vouch(d, "b.csv").unwrap());
+        assert!(ledger.vouch(d, "a.csv", Expect::Any).unwrap());
+        assert!(ledger.vouch(d, "a.csv", Expect::Key("k")).unwrap());
+        assert!(ledger.vouch(d, "a.csv", Expect::Prefix("")).unwrap());
+        assert!(!ledger.vouch(d, "b.csv", Expect::Key("k")).unwrap());
+        // A reader expecting other settings refuses it by name.
+        let err = ledger
+            .vouch(d, "a.csv", Expect::Key("other"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("a.csv") && err.contains("other settings"),
+            "{err}"
+        );
+        assert!(ledger.vouch(d, "a.csv", Expect::Prefix("kk")).is_err());
         match Ledger::check(d, "a.csv", "other").unwrap() {
             Standing::Foreign(why) => assert!(why.contains("other settings"), "{why}"),
             s => panic!("{s:?}"),
@@ -238,7 +292,7 @@ mod tests {
             Standing::Foreign(why) => assert!(why.contains("replaced"), "{why}"),
             s => panic!("{s:?}"),
         }
-        assert!(ledger.vouch(d, "a.csv").is_err());
+        assert!(ledger.vouch(d, "a.csv", Expect::Any).is_err());
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         DirKind::Pretrained => sections.extend(pretrained),
         DirKind::Heads => sections.extend(crate::heads::sections(dir)?),
         DirKind::Study { collected } => {
+            let gamma = configured_gamma(dir)?;
             let study = StudyDir::new(dir);
             let seeds = study.seeds().map_err(|e| ReportError::io(dir, e))?;
             let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
@@ -67,12 +68,12 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
                 "claims",
                 "Claims of the paper, as measured",
             )?);
-            sections.push(seeds_section(&files));
+            sections.push(seeds_section(&files, gamma));
             if collected {
                 sections.push(sweep_section(dir)?);
             }
             for seed in &files.seeds {
-                sections.extend(seed_sections(seed));
+                sections.extend(seed_sections(seed, gamma));
             }
             sections.push(theory_section(dir)?);
             if is_offset(&study.offset()) {
@@ -95,7 +96,8 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         }
         DirKind::Run => {
             let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
-            sections.extend(run_sections("run", "this run", &files));
+            let gamma = configured_gamma(dir)?;
+            sections.extend(run_sections("run", "this run", &files, gamma));
             sections.extend(pretrained);
         }
     }
@@ -512,6 +514,36 @@ pub(crate) fn read_text(path: &Path) -> Result<Option<String>> {
     }
 }
 
+/// The purity tolerance the figures of `dir` use: the `[claims] gamma` of the study config in
+/// `dir` or in the study above it (a study's model is two folders down, a head-count study's
+/// part one), so that a study run at gamma 0.05 draws what it judges; the default 0.1 where no
+/// study config sets one. A study config whose gamma is out of range is an error naming it.
+pub fn configured_gamma(dir: &Path) -> Result<Gamma> {
+    for up in dir.ancestors().take(4) {
+        let path = up.join("config.toml");
+        let Some(text) = read_text(&path)? else {
+            continue;
+        };
+        let Ok(value) = text.parse::<toml::Table>() else {
+            continue;
+        };
+        let Some(claims) = value.get("claims").and_then(|c| c.as_table()) else {
+            continue;
+        };
+        return match claims.get("gamma") {
+            None => Ok(Gamma::DEFAULT),
+            Some(g) => g
+                .as_float()
+                .ok_or_else(|| "must be a number".to_string())
+                .and_then(|g| Gamma::new(g).map_err(|e| e.to_string()))
+                .map_err(|e| {
+                    ReportError::Input(format!("{}: [claims] gamma: {e}", path.display()))
+                }),
+        };
+    }
+    Ok(Gamma::DEFAULT)
+}
+
 /// The verdict per claim of the study in `dir` (`claims.json`) as a table.
 pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Section> {
     let mut s = Section::new(id, title);
@@ -561,13 +593,13 @@ pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Sectio
     Ok(s)
 }
 
-fn seed_sections(seed: &SeedFiles) -> Vec<Section> {
+fn seed_sections(seed: &SeedFiles, gamma: Gamma) -> Vec<Section> {
     let mut out = vec![];
     for task in TaskKind::ALL {
         let id = format!("seed-{}-{task}", seed.seed);
         let title = format!("seed {}, {task} task", seed.seed);
         match seed.run(task) {
-            Some(files) => out.extend(run_sections(&id, &title, files)),
+            Some(files) => out.extend(run_sections(&id, &title, files, gamma)),
             None => {
                 let mut s = Section::new(id, title);
                 s.not_run("the run directory is missing");
@@ -580,7 +612,7 @@ fn seed_sections(seed: &SeedFiles) -> Vec<Section> {
 
 /// Each task over seeds: accuracy, pure-head counts and length generalisation as the mean with
 /// a band of one standard deviation.
-fn seeds_section(files: &StudyFiles) -> Section {
+fn seeds_section(files: &StudyFiles, gamma: Gamma) -> Section {
     let mut s = Section::new("seeds", "Over seeds: mean and one standard deviation");
     if files.seeds.len() < 2 {
         s.not_run("one seed only (run `reproduce --seeds 0,1,2` for bands over seeds)");
@@ -598,7 +630,7 @@ fn seeds_section(files: &StudyFiles) -> Section {
             .collect();
         if scores.len() == seeds && seeds >= 2 {
             svgs.push(figures::accuracy_over_seeds(&scores, &title));
-            svgs.push(figures::purity_over_seeds(&scores, &title, Gamma::DEFAULT));
+            svgs.push(figures::purity_over_seeds(&scores, &title, gamma));
         } else {
             s.not_run(&format!("{task} task: scores.jsonl of every seed"));
         }
@@ -619,7 +651,7 @@ fn seeds_section(files: &StudyFiles) -> Section {
 
 /// Learning dynamics, purity, length generalisation, attention and (number models) the hop map
 /// of one run.
-fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
+fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Section> {
     let mut dynamics = Section::new(
         format!("{id}-dynamics"),
         format!("{title}: learning dynamics"),
@@ -635,12 +667,12 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
     } else {
         dynamics.figures(&[
             figures::accuracy_by_hop(&files.scores, title),
-            figures::purity_counts(&files.scores, title, Gamma::DEFAULT),
-            figures::head_scores(&files.scores, title, Score::Positional),
-            figures::head_scores(&files.scores, title, Score::Symbolic),
+            figures::purity_counts(&files.scores, title, gamma),
+            figures::head_scores(&files.scores, title, Score::Positional, gamma),
+            figures::head_scores(&files.scores, title, Score::Symbolic, gamma),
             figures::frequency_use(&files.scores, title),
-            crate::types::type_grid(&files.scores, title, Gamma::DEFAULT),
-            crate::types::types_over_training(&files.scores, title, Gamma::DEFAULT),
+            crate::types::type_grid(&files.scores, title, gamma),
+            crate::types::types_over_training(&files.scores, title, gamma),
         ]);
     }
     let mut length = Section::new(
@@ -663,7 +695,7 @@ fn run_sections(id: &str, title: &str, files: &RunFiles) -> Vec<Section> {
         attention.not_run("attention/*.json is missing (run `ropelab attention`)");
     }
     for (i, view) in files.attention.iter().enumerate() {
-        attention.viewer(view, &format!("{id}-{i}"));
+        attention.viewer(view, &format!("{id}-{i}"), gamma);
     }
     let mut out = vec![dynamics, length, attention];
     out.extend(hops_section(id, title, &files.hops));
@@ -984,11 +1016,12 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             .scores)
     };
     let csv = |file: &str| need(file).map(|text| (text, dir.join(file).display().to_string()));
+    let gamma = configured_gamma(dir)?;
     Ok(match kind {
         PlotKind::Accuracy => figures::accuracy_by_hop(&scores()?, &title),
-        PlotKind::Purity => figures::purity_counts(&scores()?, &title, Gamma::DEFAULT),
-        PlotKind::SPos => figures::head_scores(&scores()?, &title, Score::Positional),
-        PlotKind::SSym => figures::head_scores(&scores()?, &title, Score::Symbolic),
+        PlotKind::Purity => figures::purity_counts(&scores()?, &title, gamma),
+        PlotKind::SPos => figures::head_scores(&scores()?, &title, Score::Positional, gamma),
+        PlotKind::SSym => figures::head_scores(&scores()?, &title, Score::Symbolic, gamma),
         PlotKind::Frequency => figures::frequency_use(&scores()?, &title),
         PlotKind::Length => {
             need("lengthgen.csv")?;

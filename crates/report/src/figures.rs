@@ -74,8 +74,8 @@ pub fn accuracy_by_hop(lines: &[HeadStep], title: &str) -> String {
 
 /// One score of every head versus step (the paper's Fig. 2, bottom): `which` picks s_pos or
 /// s_sym; one line per (layer, head), named `L{layer}H{head}`, with a dot at the step from
-/// which a head that ends pure stays pure.
-pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
+/// which a head that ends pure (at tolerance `gamma`) stays pure.
+pub fn head_scores(lines: &[HeadStep], title: &str, which: Score, gamma: Gamma) -> String {
     let mut heads: BTreeMap<(usize, usize), Vec<(f64, f64)>> = BTreeMap::new();
     for l in lines {
         let v = match which {
@@ -87,8 +87,8 @@ pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
             .or_default()
             .push((l.step as f64, v));
     }
-    // A dot where each head that ends pure becomes pure for good (gamma 0.1).
-    let pure_from: BTreeMap<(usize, usize), usize> = summarize_heads(lines, Gamma::DEFAULT)
+    // A dot where each head that ends pure becomes pure for good.
+    let pure_from: BTreeMap<(usize, usize), usize> = summarize_heads(lines, gamma)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|h| h.pure_from.map(|s| ((h.layer, h.head), s)))
@@ -106,7 +106,7 @@ pub fn head_scores(lines: &[HeadStep], title: &str, which: Score) -> String {
         title: format!(
             "{title}: {} of every head (dot: pure from here, gamma {})",
             which.name(),
-            Gamma::DEFAULT
+            gamma
         ),
         x_label: "training step".into(),
         y_label: which.name().into(),

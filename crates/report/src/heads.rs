@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use ropelab_analysis::claims::StudyFiles;
-use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::multihead::HeadCountRow;
 use ropelab_analysis::StudyDir;
 use ropelab_io::read_csv;
@@ -20,11 +19,12 @@ use crate::{ReportError, Result};
 /// Every section of the report of the study per head count in `dir`.
 pub fn sections(dir: &Path) -> Result<Vec<Section>> {
     let study = StudyDir::new(dir);
+    let gamma = crate::compose::configured_gamma(dir)?;
     let mut compare = Section::new("heads", "Heads per layer: every model compared");
     compare.text(
         "Each head count ran as its own study, identical but for n_heads (d_head = d_model / \
          n_heads), in heads-H/ (its full report: heads-H/report.html). Head types at the last \
-         checkpoint, gamma 0.1 (P pure positional, S pure symbolic, - neither; one letter per \
+         checkpoint at the study's gamma (P pure positional, S pure symbolic, - neither; one letter per \
          head, layers separated by |, layer 0 first); the first tested length whose accuracy \
          falls below the study's length threshold.",
     );
@@ -60,8 +60,8 @@ pub fn sections(dir: &Path) -> Result<Vec<Section>> {
                     continue;
                 };
                 let title = format!("{h} heads, seed {}, {task}", seed.seed);
-                svgs.push(type_grid(&run.scores, &title, Gamma::DEFAULT));
-                svgs.push(types_over_training(&run.scores, &title, Gamma::DEFAULT));
+                svgs.push(type_grid(&run.scores, &title, gamma));
+                svgs.push(types_over_training(&run.scores, &title, gamma));
             }
         }
         grids.figures(&svgs);

@@ -66,8 +66,13 @@ impl Section {
     }
 
     /// Appends an attention viewer (see [`crate::viewer`]); `id` is unique within the page.
-    pub fn viewer(&mut self, view: &ropelab_analysis::lens::attention::AttentionView, id: &str) {
-        self.body.push_str(&crate::viewer::viewer(view, id));
+    pub fn viewer(
+        &mut self,
+        view: &ropelab_analysis::lens::attention::AttentionView,
+        id: &str,
+        gamma: ropelab_analysis::measure::dynamics::Gamma,
+    ) {
+        self.body.push_str(&crate::viewer::viewer(view, id, gamma));
     }
 
     /// Appends preformatted text (a config, a command).

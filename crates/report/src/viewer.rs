@@ -18,8 +18,13 @@ fn colour(w: f64) -> String {
     format!("rgb({},{},{})", c.0, c.1, c.2)
 }
 
-/// The viewer of `view` as an HTML fragment; `id` must be unique within the page.
-pub fn viewer(view: &AttentionView, id: &str) -> String {
+/// The viewer of `view` as an HTML fragment; `id` must be unique within the page; each head's
+/// type is read from its swap scores at tolerance `gamma`.
+pub fn viewer(
+    view: &AttentionView,
+    id: &str,
+    gamma: ropelab_analysis::measure::dynamics::Gamma,
+) -> String {
     let n = view.tokens.len();
     let mut html = String::new();
     if n == 0 || view.heads.iter().any(|h| h.pattern.len() != n) {
@@ -95,14 +100,13 @@ pub fn viewer(view: &AttentionView, id: &str) -> String {
                 format!("L{} H{}", h.layer, h.head),
                 format!("{:.3}", h.scores.s_pos),
                 format!("{:.3}", h.scores.s_sym),
-                h.kind.to_string(),
+                ropelab_analysis::lens::purity::purity(h.scores, gamma).to_string(),
             ]
         })
         .collect();
     html.push_str("<details><summary>swap scores of this input at its query</summary><table>\n");
     html.push_str(&format!(
-        "<tr><th>head</th><th>s_pos</th><th>s_sym</th><th>type (gamma {})</th></tr>\n",
-        ropelab_analysis::measure::dynamics::Gamma::DEFAULT
+        "<tr><th>head</th><th>s_pos</th><th>s_sym</th><th>type (gamma {gamma})</th></tr>\n"
     ));
     for row in rows {
         html.push_str("<tr>");

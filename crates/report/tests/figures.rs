@@ -151,7 +151,12 @@ fn run_figures_draw_one_line_per_hop_and_per_head() {
             "hop {i}"
         );
     }
-    let heads = figures::head_scores(&lines, "run", figures::Score::Positional);
+    let heads = figures::head_scores(
+        &lines,
+        "run",
+        figures::Score::Positional,
+        ropelab_analysis::measure::dynamics::Gamma::DEFAULT,
+    );
     assert_eq!(
         lines_of(&heads, &hex(0))
             .iter()

@@ -5,6 +5,7 @@
 use ropelab_analysis::lens::attention::{AttentionView, HeadAttention};
 use ropelab_analysis::lens::purity::HeadKind;
 use ropelab_analysis::lens::swap::SwapScores;
+use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_report::html::{page, Section};
 use ropelab_report::viewer::{viewer, SCRIPT};
 
@@ -56,7 +57,7 @@ fn row_colours(html: &str, h: usize) -> Vec<String> {
 #[test]
 fn the_viewer_is_drawn_for_the_query_and_keeps_its_data_inside_its_script() {
     let tokens = ["b3", "</script><b>", "a1", "c2"];
-    let html = viewer(&view(&tokens), "t");
+    let html = viewer(&view(&tokens), "t", Gamma::DEFAULT);
     // Initial state: the last position is the query; head 0 puts all weight on key 0.
     assert!(html.contains("data-query=\"3\""));
     let dark = "rgb(8,48,107)";
@@ -82,12 +83,12 @@ fn the_viewer_is_drawn_for_the_query_and_keeps_its_data_inside_its_script() {
 fn a_malformed_view_is_a_note_and_the_script_comes_only_with_a_viewer() {
     let mut bad = view(&["a", "b", "c"]);
     bad.heads[1].pattern.pop();
-    let html = viewer(&bad, "bad");
+    let html = viewer(&bad, "bad", Gamma::DEFAULT);
     assert!(html.contains("class=\"missing\""), "{html}");
     assert!(!html.contains("attn-data"));
 
     let mut with = Section::new("attention", "attention");
-    with.viewer(&view(&["a", "b", "c"]), "ok");
+    with.viewer(&view(&["a", "b", "c"]), "ok", Gamma::DEFAULT);
     let plain = Section::new("other", "other");
     assert!(page("t", "s", &[with, plain.clone()]).contains(SCRIPT));
     assert!(!page("t", "s", &[plain]).contains("<script"));

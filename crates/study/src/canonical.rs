@@ -408,8 +408,10 @@ pub fn run(
         )?;
     }
     write_csv(&out.join("per_position.csv"), &rows)?;
-    write_atomic(
+    // The summary the verdicts read is recorded in the ledger of `out`.
+    ropelab_analysis::claims::files::record_table(
         &out.join("summary.json"),
+        "canonical",
         serde_json::to_string_pretty(&summary)?.as_bytes(),
     )?;
     Ok(summary)

@@ -50,7 +50,11 @@ pub fn reproduce_heads(
         let claims = reproduce(&config.for_heads(h), sub.root(), options, progress, |m| {
             report(h, m)
         })?;
-        let files = StudyFiles::load(sub.root(), &config.seeds)?;
+        let files = StudyFiles::load_expecting(
+            sub.root(),
+            &config.seeds,
+            &crate::job::expected_files(&config.for_heads(h)),
+        )?;
         table.extend(rows(
             &files,
             h,

@@ -92,7 +92,21 @@ pub fn measure_options(config: &StudyConfig) -> MeasureOptions {
         length: config.length_options(),
         attention_view: true,
         hop_samples: Some(ropelab_analysis::measure::hops::DEFAULT_SAMPLES),
+        gamma: config.claims.gamma,
         ..MeasureOptions::default()
+    }
+}
+
+/// The settings the verdicts expect each model's measured files were made with: the keys of
+/// [`measure_options`] (so a file measured by hand with other settings is refused by name).
+pub fn expected_files(config: &StudyConfig) -> ropelab_analysis::claims::files::Expected {
+    use ropelab_analysis::measure::keys;
+    let m = measure_options(config);
+    ropelab_analysis::claims::files::Expected {
+        scores: Some(keys::scores(&m.score)),
+        lengths: Some(keys::lengths(&m.length)),
+        hop_samples: m.hop_samples,
+        tables_recorded: true,
     }
 }
 

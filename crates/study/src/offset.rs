@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
+use ropelab_analysis::claims::files::record_table;
 pub use ropelab_analysis::measure::offset::{
     attention_name, parse_attention, CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetPe,
     OffsetRunRow,
@@ -382,8 +383,17 @@ pub fn run(
             }));
         outcome.runs.push(run_row);
     }
-    write_csv(&out.join("accuracy.csv"), &outcome.accuracy)?;
-    write_csv(&out.join("runs.csv"), &outcome.runs)?;
+    // The tables the verdicts read are recorded in the ledger of `out` (docs/study.md).
+    record_table(
+        &out.join("accuracy.csv"),
+        "offset",
+        ropelab_io::to_csv(&outcome.accuracy)?.as_bytes(),
+    )?;
+    record_table(
+        &out.join("runs.csv"),
+        "offset",
+        ropelab_io::to_csv(&outcome.runs)?.as_bytes(),
+    )?;
     write_csv(&out.join("mechanism.csv"), &outcome.mechanisms)?;
     Ok(outcome)
 }

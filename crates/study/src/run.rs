@@ -132,7 +132,7 @@ pub fn reproduce(
 
     // The verdicts read only what the study measured (each model's ledger was checked when
     // its files were read back after training; StudyFiles::load verifies them again).
-    let files = StudyFiles::load(out, &config.seeds)?;
+    let files = StudyFiles::load_expecting(out, &config.seeds, &job::expected_files(config))?;
     let verdicts = claims::verdicts(&files, &config.claims);
     write_json(
         &study.claims(),

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::Result;
+use ropelab_analysis::claims::files::record_table;
 use ropelab_io::write_csv;
 use ropelab_theory::discrepancy::{curve, DiscrepancyRow, Mechanism};
 use ropelab_theory::failures::{failure_table, FailureConfig, FailureRow};
@@ -31,9 +32,11 @@ pub fn run(config: &StudyConfig, out: &Path, progress: &dyn Progress) -> Result<
         (Mechanism::Retrieval, t.retrieval_theta),
     ] {
         let rows = curve(mechanism, theta, t.alphabet, t.max_n)?;
-        write_csv(
+        // The curves the verdicts read are recorded in the ledger of `theory/`.
+        record_table(
             &out.join(format!("theory/discrepancy-{mechanism}.csv")),
-            &rows,
+            "theory",
+            ropelab_io::to_csv(&rows)?.as_bytes(),
         )?;
         curves.push((mechanism, theta, rows));
     }

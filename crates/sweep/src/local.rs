@@ -275,7 +275,9 @@ pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
     })
 }
 
-/// Whether every file in the run's ledger is there and unchanged (true without a ledger).
+/// Whether every file in the run's ledger is there and unchanged, and the ledger records the
+/// training log (`metrics.jsonl`) the verdicts read (true without a ledger). A run measured
+/// before the log was recorded goes back to its measurement, which records it.
 fn measurement_intact(run: &Path) -> Result<bool> {
     let io = |e| SweepError::Io {
         path: run.join(ropelab_io::LEDGER),
@@ -284,10 +286,13 @@ fn measurement_intact(run: &Path) -> Result<bool> {
     let Some(ledger) = ropelab_io::Ledger::load(run).map_err(io)? else {
         return Ok(true);
     };
-    Ok(ledger
-        .files
-        .keys()
-        .all(|f| matches!(ledger.vouch(run, f), Ok(true))))
+    let log_recorded =
+        !run.join("metrics.jsonl").exists() || ledger.files.contains_key("metrics.jsonl");
+    Ok(log_recorded
+        && ledger
+            .files
+            .keys()
+            .all(|f| matches!(ledger.vouch(run, f, ropelab_io::Expect::Any), Ok(true))))
 }
 
 /// A job's result, when it has one.

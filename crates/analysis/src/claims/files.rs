@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ropelab_io::{Ledger, LEDGER};
+use ropelab_io::{Expect, Ledger, LEDGER};
 use ropelab_tasks::TaskKind;
 use ropelab_train::Accuracy;
 use serde::Deserialize;
@@ -111,22 +111,75 @@ struct EvalFile {
     per_hop: BTreeMap<usize, f64>,
 }
 
+/// The settings a reader expects a run's measured files were made with (the study's measure
+/// options, [`crate::measure::keys`]); None: whatever the ledger recorded. Whatever they are,
+/// the files of a checkpoint (the test split, the hop map, the attention file) must be of the
+/// run's latest checkpoint, and its training log must be recorded to that step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Expected {
+    /// The key of `scores.jsonl`.
+    pub scores: Option<String>,
+    /// The key of `lengthgen.csv`.
+    pub lengths: Option<String>,
+    /// The hop map's test samples.
+    pub hop_samples: Option<usize>,
+    /// The study recorded its own tables (`theory/`, `offset/`, `canonical/TASK/`) in their
+    /// folders' ledgers: a table there that no ledger lists is refused. Without it (a study
+    /// assembled by hand) a table is read when its folder has no ledger.
+    pub tables_recorded: bool,
+}
+
 impl RunFiles {
+    /// [`RunFiles::load_expecting`] with no expected settings beyond the run's latest
+    /// checkpoint.
+    pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_expecting(dir, &Expected::default())
+    }
+
     /// Reads the files of the run directory `dir` (missing files stay empty). When the run was
     /// measured by a study or sweep job (it has a ledger, `measured.json`), only the files the
-    /// ledger vouches for are read: a listed file that changed since, or a measurement file the
-    /// ledger does not list (another command's), is an error naming it. Without a ledger (a
-    /// run measured by hand), the full test-split evaluation of the latest step is read, never
-    /// a partial one (`eval --n N`).
-    pub fn load(dir: &Path) -> Result<Self> {
+    /// ledger vouches for under the expected settings are read: a listed file that changed
+    /// since, was measured with other settings (e.g. a hop map of another checkpoint, or on
+    /// other samples), or a measurement file the ledger does not list (another command's), is
+    /// an error naming it. Without a ledger (a run measured by hand), the full test-split
+    /// evaluation of the latest step is read, never a partial one (`eval --n N`).
+    pub fn load_expecting(dir: &Path, expected: &Expected) -> Result<Self> {
+        use crate::measure::keys;
         let ledger = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))?;
+        let latest = ropelab_train::RunDir::new(dir).latest_checkpoint().ok();
+        let (test_key, attention_key, hop_key, hop_prefix, log_key) = match latest {
+            Some(step) => (
+                Some(keys::test_split(step)),
+                Some(keys::attention(step)),
+                expected.hop_samples.map(|n| keys::hop_map(step, n)),
+                Some(keys::hop_map_prefix(step)),
+                Some(keys::training_log(step)),
+            ),
+            None => (None, None, None, None, None),
+        };
+        // What a reader of `file` expects it was made with.
+        let expect_of = |file: &str| -> Expect<'_> {
+            let found = match file {
+                "scores.jsonl" => expected.scores.as_deref().map(Expect::Key),
+                "lengthgen.csv" => expected.lengths.as_deref().map(Expect::Key),
+                "metrics.jsonl" => log_key.as_deref().map(Expect::Key),
+                "hops.csv" => hop_key
+                    .as_deref()
+                    .map(Expect::Key)
+                    .or(hop_prefix.as_deref().map(Expect::Prefix)),
+                f if f.starts_with("eval/") => test_key.as_deref().map(Expect::Key),
+                f if f.starts_with("attention/") => attention_key.as_deref().map(Expect::Key),
+                _ => None,
+            };
+            found.unwrap_or(Expect::Any)
+        };
         // Whether to read `file`: it exists and, under a ledger, is vouched for by it.
         let wanted = |file: &str| -> Result<bool> {
             let path = dir.join(file);
             match &ledger {
                 None => Ok(path.exists()),
                 Some(l) => {
-                    if l.vouch(dir, file)
+                    if l.vouch(dir, file, expect_of(file))
                         .map_err(|e| AnalysisError::Invalid(e.to_string()))?
                     {
                         Ok(true)
@@ -183,7 +236,12 @@ impl RunFiles {
             }
         }
         let metrics = dir.join("metrics.jsonl");
-        if let Some(text) = read(&metrics)? {
+        let log = if wanted("metrics.jsonl")? {
+            read(&metrics)?
+        } else {
+            None
+        };
+        if let Some(text) = log {
             for (i, line) in text.lines().enumerate() {
                 let m: MetricsLine = serde_json::from_str(line)
                     .map_err(|e| invalid(&metrics, format!("line {}: {e}", i + 1)))?;
@@ -247,14 +305,24 @@ pub fn load_curve(path: &Path) -> Result<Option<Curve>> {
 }
 
 impl StudyFiles {
-    /// Reads a study directory: `seed-S/{number,letter}/` for each seed,
-    /// `theory/discrepancy-{index,retrieval}.csv`, `offset/` and `canonical/`.
+    /// [`StudyFiles::load_expecting`] with no expected settings beyond each run's latest
+    /// checkpoint (a report of a study whose config it does not read).
     pub fn load(root: &Path, seeds: &[u64]) -> Result<Self> {
+        Self::load_expecting(root, seeds, &Expected::default())
+    }
+
+    /// Reads a study directory: `seed-S/{number,letter}/` for each seed (each run's files as
+    /// [`RunFiles::load_expecting`] reads them), `theory/discrepancy-{index,retrieval}.csv`,
+    /// `offset/` and `canonical/`. The study's own tables are read only when the ledger of the
+    /// folder holding them (`theory/`, `offset/`, `canonical/TASK/`) vouches for them: a table
+    /// replaced after the study wrote it, or written by another command, is refused by name.
+    pub fn load_expecting(root: &Path, seeds: &[u64], expected: &Expected) -> Result<Self> {
         let study = crate::StudyDir::new(root);
+        let required = expected.tables_recorded;
         let run = |seed: u64, task: TaskKind| -> Result<Option<RunFiles>> {
             let dir: PathBuf = study.model(seed, task);
             if dir.is_dir() {
-                Ok(Some(RunFiles::load(&dir)?))
+                Ok(Some(RunFiles::load_expecting(&dir, expected)?))
             } else {
                 Ok(None)
             }
@@ -270,10 +338,77 @@ impl StudyFiles {
                     })
                 })
                 .collect::<Result<_>>()?,
-            index: load_curve(&study.theory("discrepancy-index.csv"))?,
-            retrieval: load_curve(&study.theory("discrepancy-retrieval.csv"))?,
-            offset: super::offset::OffsetFiles::load(&study.offset())?,
-            canonical: super::canonical::CanonicalFiles::load(&study.canonical_root())?,
+            index: {
+                let path = study.theory("discrepancy-index.csv");
+                vouched_table(&path, "theory", required)?;
+                load_curve(&path)?
+            },
+            retrieval: {
+                let path = study.theory("discrepancy-retrieval.csv");
+                vouched_table(&path, "theory", required)?;
+                load_curve(&path)?
+            },
+            offset: {
+                for file in ["accuracy.csv", "runs.csv"] {
+                    vouched_table(&study.offset().join(file), "offset", required)?;
+                }
+                super::offset::OffsetFiles::load(&study.offset())?
+            },
+            canonical: {
+                for task in ["index", "retrieval", "partial"] {
+                    let path = study.canonical_root().join(task).join("summary.json");
+                    vouched_table(&path, "canonical", required)?;
+                }
+                super::canonical::CanonicalFiles::load(&study.canonical_root())?
+            },
         })
     }
+}
+
+/// Checks that the study table at `path` (when it exists) is vouched for by the ledger of the
+/// folder holding it, as written by the study's `stage` ([`crate::measure::keys::study_table`]):
+/// an error naming the file when the ledger does not list it or it changed since, or when the
+/// folder has no ledger and one is `required`.
+pub fn vouched_table(path: &Path, stage: &str, required: bool) -> Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(invalid(path, "not a file in a folder"));
+    };
+    let key = crate::measure::keys::study_table(stage);
+    let ledger = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))?;
+    let listed = match &ledger {
+        Some(l) => l
+            .vouch(dir, name, Expect::Key(&key))
+            .map_err(|e| AnalysisError::Invalid(e.to_string()))?,
+        None if !required => return Ok(()),
+        None => false,
+    };
+    if listed {
+        Ok(())
+    } else {
+        Err(invalid(
+            path,
+            format!(
+                "not listed in {} (the study did not write it, or wrote it before its tables \
+                 were recorded): rerun the study to write it again",
+                dir.join(LEDGER).display()
+            ),
+        ))
+    }
+}
+
+/// Writes a study table (`bytes`, atomically) and records it in the ledger of its folder under
+/// the key of the study's `stage`, so that [`vouched_table`] reads it.
+pub fn record_table(path: &Path, stage: &str, bytes: &[u8]) -> Result<()> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err(invalid(path, "not a file in a folder"));
+    };
+    let key = crate::measure::keys::study_table(stage);
+    let ledger = |e| invalid(&dir.join(LEDGER), e);
+    std::fs::create_dir_all(dir).map_err(|e| invalid(dir, e))?;
+    Ledger::begin(dir, name, &key).map_err(ledger)?;
+    ropelab_io::write_atomic(path, bytes).map_err(|e| invalid(path, e))?;
+    Ledger::finish(dir, name, &key).map_err(ledger)
 }

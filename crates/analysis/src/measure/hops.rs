@@ -24,7 +24,7 @@ pub const DEFAULT_SAMPLES: usize = 256;
 /// The settings a run's `hops.csv` is recorded under in its ledger (`measured.json`): a study
 /// job and `ropelab hops` write the same key for the same map.
 pub fn ledger_key(step: usize, samples: usize) -> String {
-    format!("hop map of step {step}: samples {samples}")
+    super::keys::hop_map(step, samples)
 }
 
 /// Where the edges start: the query (last token) only, or every position with a chain.

@@ -12,6 +12,7 @@ pub mod dynamics;
 pub mod hop_chain;
 pub mod hop_route;
 pub mod hops;
+pub mod keys;
 pub mod languages;
 pub mod lengthgen;
 pub mod mask;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{bail, ensure, Result};
+use ropelab_analysis::claims::{Outcome as Judged, Verdict};
 use ropelab_io::{read_csv_file, write_csv};
 use ropelab_model::{Head, ModelConfig, PlaneMask, PositionEncoding, RopeLayout};
 use ropelab_sweep::measure::ambiguous::{letters, read_conflict, AmbiguousHead};
@@ -627,12 +628,40 @@ pub struct BiasClaim {
     pub threshold: String,
     /// What the run measured.
     pub measured: String,
-    /// `holds`, `fails`, or `not computed` (the grid lacks what the claim needs).
-    pub verdict: String,
+    /// Holds, does not hold, or undetermined (the grid lacks what the claim needs, or too few
+    /// models to decide).
+    pub verdict: Verdict,
+    /// What an undetermined claim misses (empty otherwise).
+    pub reason: String,
+}
+
+impl BiasClaim {
+    fn new(id: &str, statement: &str, threshold: String, measured: String, o: Judged) -> Self {
+        let (verdict, reason) = match o {
+            Judged::Holds => (Verdict::Holds, String::new()),
+            Judged::Fails => (Verdict::DoesNotHold, String::new()),
+            Judged::Undetermined(why) => (Verdict::Undetermined, why),
+        };
+        Self {
+            id: id.into(),
+            statement: statement.into(),
+            threshold,
+            measured,
+            verdict,
+            reason,
+        }
+    }
 }
 
 /// The smallest rank correlation the discrepancy claim accepts: 0.5.
 pub const RHO: f64 = 0.5;
+
+/// A number or letter model enters the discrepancy claim only when its test accuracy reaches
+/// this (a model that never learned fails at the training length whatever its heads).
+pub const LEARNED: f64 = 0.99;
+
+/// Fewest learned models of a task for its rank correlation to be judged.
+pub const MIN_MODELS: usize = 6;
 
 /// The claims' verdicts on the ambiguous runs' `rows` and the transfer stage (docs/bias.md,
 /// "Claims").
@@ -642,7 +671,7 @@ pub fn claims(
 ) -> Vec<BiasClaim> {
     let s = summary(rows);
     let none = s.iter().find(|(b, _)| b == "none").map(|(_, c)| *c);
-    let verdict = |holds: bool| if holds { "holds" } else { "fails" }.to_string();
+    let verdict = Judged::of;
     let mut out = vec![];
     // 1. Keeping high frequencies unrotated moves the choice toward content.
     let keep: Vec<&(String, [(f64, f64); 4])> = s
@@ -668,18 +697,17 @@ pub fn claims(
         }
         _ => (
             "the grid needs `none` and a keep-high bias".into(),
-            "not computed".into(),
+            Judged::undetermined("the grid needs `none` and a keep-high bias"),
         ),
     };
-    out.push(BiasClaim {
-        id: "high_frequencies_toward_content".into(),
-        statement: "dropping high frequencies (planes kept unrotated) moves the ambiguous task \
-                    toward the content mechanism"
-            .into(),
-        threshold: format!("mean symbolic fraction of the keep-high biases >= none's + {MOVE}"),
+    out.push(BiasClaim::new(
+        "high_frequencies_toward_content",
+        "dropping high frequencies (planes kept unrotated) moves the ambiguous task toward the \
+         content mechanism",
+        format!("mean symbolic fraction of the keep-high biases >= none's + {MOVE}"),
         measured,
-        verdict: v,
-    });
+        v,
+    ));
     // 2. A bias that moves the model toward content raises its length-split accuracy.
     let (measured, v) = match none {
         Some(n) => {
@@ -688,13 +716,11 @@ pub fn claims(
                 .filter(|(b, c)| b != "none" && c[1].0 - n[1].0 >= MOVE)
                 .collect();
             if movers.is_empty() {
-                (
-                    format!(
-                        "no bias raised the symbolic fraction by {MOVE} over none's {:.3}",
-                        n[1].0
-                    ),
-                    "not computed".into(),
-                )
+                let why = format!(
+                    "no bias raised the symbolic fraction by {MOVE} over none's {:.3}",
+                    n[1].0
+                );
+                (why.clone(), Judged::Undetermined(why))
             } else {
                 let each: Vec<String> = movers
                     .iter()
@@ -711,74 +737,145 @@ pub fn claims(
                 )
             }
         }
-        None => ("the grid needs `none`".into(), "not computed".into()),
+        None => (
+            "the grid needs `none`".into(),
+            Judged::undetermined("the grid needs `none`"),
+        ),
     };
-    out.push(BiasClaim {
-        id: "symbolic_bias_raises_length".into(),
-        statement: "a bias that makes the model symbolic raises its length-split accuracy".into(),
-        threshold: format!(
+    out.push(BiasClaim::new(
+        "symbolic_bias_raises_length",
+        "a bias that makes the model symbolic raises its length-split accuracy",
+        format!(
             "every bias whose symbolic fraction is >= none's + {MOVE} has a longest-length \
              accuracy >= none's + {RAISE}"
         ),
         measured,
-        verdict: v,
-    });
+        v,
+    ));
     out.push(discrepancy_claim(transfer));
     out
 }
 
 /// "The discrepancy of the heads the answer depends on, measured at the training length,
-/// predicts the length at which accuracy first falls below 0.9": Spearman's rho over every
-/// number and letter model of the transfer stage and of the studies given (a model that never
-/// falls below 0.9 ranks above every one that does, ties sharing their rank).
+/// predicts the length at which accuracy first falls below 0.9", judged within each task on the
+/// models that learned it (test accuracy >= [`LEARNED`]): pooling tasks, or counting models
+/// that never learned (whose "first length below 0.9" is the training length), would let task
+/// and learnability make the correlation. Per task, Spearman's rho of the transfer stage's and
+/// the given studies' models (a model that never falls below 0.9 ranks above every one that
+/// does, ties sharing their rank) with its 95% interval ([`transfer::spearman_interval`]):
+/// the task holds when rho >= [`RHO`] and the interval excludes 0, does not hold when the
+/// interval lies below [`RHO`], and is undetermined otherwise or with fewer than
+/// [`MIN_MODELS`] learned models. The claim holds when both tasks hold, does not hold when
+/// one does not, and is undetermined otherwise.
 fn discrepancy_claim(transfer: Option<&transfer::TransferOutcome>) -> BiasClaim {
-    let mut points: Vec<(f64, f64)> = vec![];
-    let mut censored = 0;
-    if let Some(t) = transfer {
-        let from_runs = t.runs.iter().map(|r| (r.margin, r.first_below));
-        let from_studies = t.study.iter().map(|p| (p.margin, p.first_below));
-        for (margin, first) in from_runs.chain(from_studies) {
-            censored += usize::from(first.is_none());
-            points.push((margin, first.map_or(f64::INFINITY, |n| n as f64)));
-        }
-    }
-    let rho = transfer::spearman(&points);
-    let (measured, verdict) = match (transfer, rho) {
-        (None, _) => (
-            "the transfer stage did not run".to_string(),
-            "not computed".to_string(),
-        ),
-        (Some(_), None) => (
-            format!(
-                "{} models, too few or one side constant ({censored} never below 0.9)",
-                points.len()
-            ),
-            "not computed".to_string(),
-        ),
-        (Some(t), Some(rho)) => (
-            format!(
-                "rho {rho:+.3} over {} models ({} transfer runs, {} study models; {censored}                  never below 0.9 in the tested lengths)",
-                points.len(),
-                t.runs.len(),
-                t.study.len()
-            ),
-            if rho >= RHO { "holds" } else { "fails" }.to_string(),
-        ),
+    let statement = "the discrepancy of the heads the answer depends on, measured at the \
+                     training length, predicts the length at which accuracy first falls below 0.9";
+    let threshold = format!(
+        "within each task, over the number (or letter) models of the transfer stage and the \
+         studies given that learned it (test accuracy >= {LEARNED}), Spearman's rho of the \
+         weakest pure head's discrepancy at the training length against the first tested \
+         length below {}: >= {RHO} with a 95% interval excluding 0 (Fisher z, variance 1.06 / \
+         (n - 3)); undetermined with fewer than {MIN_MODELS} learned models or an interval \
+         reaching {RHO} from below; both tasks must hold",
+        transfer::FAIL
+    );
+    let Some(t) = transfer else {
+        return BiasClaim::new(
+            "discrepancy_predicts_length",
+            statement,
+            threshold,
+            "the transfer stage did not run".into(),
+            Judged::undetermined("the transfer stage did not run"),
+        );
     };
-    BiasClaim {
-        id: "discrepancy_predicts_length".into(),
-        statement: "the discrepancy of the heads the answer depends on, measured at the \
-                    training length, predicts the length at which accuracy first falls below 0.9"
-            .into(),
-        threshold: format!(
-            "Spearman rank correlation over every number and letter model of the transfer \
-             stage and the studies given, of the weakest pure head's discrepancy at the training \
-             length against the first tested length below {}, >= {RHO}",
+    let mut parts = vec![];
+    let mut outcomes = vec![];
+    for task in transfer::TASKS {
+        let name = task.as_str();
+        // (margin, first length below, test accuracy) of every model of the task.
+        let models: Vec<(f64, Option<usize>, Option<f64>)> = t
+            .runs
+            .iter()
+            .filter(|r| r.task == name)
+            .map(|r| (r.margin, r.first_below, Some(r.test_accuracy)))
+            .chain(
+                t.study
+                    .iter()
+                    .filter(|p| p.task == name)
+                    .map(|p| (p.margin, p.first_below, p.test_accuracy)),
+            )
+            .collect();
+        let learned: Vec<&(f64, Option<usize>, Option<f64>)> = models
+            .iter()
+            .filter(|m| m.2.is_some_and(|a| a >= LEARNED))
+            .collect();
+        let censored = learned.iter().filter(|m| m.1.is_none()).count();
+        let points: Vec<(f64, f64)> = learned
+            .iter()
+            .map(|m| (m.0, m.1.map_or(f64::INFINITY, |n| n as f64)))
+            .collect();
+        let n = points.len();
+        let head = format!(
+            "{name}: {n} of {} models learned ({censored} never below {} in the tested lengths)",
+            models.len(),
             transfer::FAIL
-        ),
-        measured,
-        verdict,
+        );
+        let rho = transfer::spearman(&points);
+        let (text, outcome) = match rho {
+            _ if n < MIN_MODELS => (
+                head.clone(),
+                Judged::undetermined(format!(
+                    "{name}: {n} learned models, fewer than the {MIN_MODELS} needed"
+                )),
+            ),
+            None => (
+                format!("{head}; rho undefined (one side constant)"),
+                Judged::undetermined(format!(
+                    "{name}: the rank correlation is undefined (one side constant)"
+                )),
+            ),
+            Some(rho) => {
+                let (lo, hi) = transfer::spearman_interval(rho, n);
+                let text = format!("{head}; rho {rho:+.3}, 95% interval [{lo:+.3}, {hi:+.3}]");
+                let outcome = if rho >= RHO && lo > 0.0 {
+                    Judged::Holds
+                } else if hi < RHO {
+                    Judged::Fails
+                } else {
+                    Judged::undetermined(format!(
+                        "{name}: rho {rho:+.3} on {n} models, its interval [{lo:+.3}, \
+                         {hi:+.3}] cannot separate it from {RHO} and 0"
+                    ))
+                };
+                (text, outcome)
+            }
+        };
+        parts.push(text);
+        outcomes.push(outcome);
     }
+    let outcome = if outcomes.contains(&Judged::Fails) {
+        Judged::Fails
+    } else if outcomes.iter().all(|o| *o == Judged::Holds) {
+        Judged::Holds
+    } else {
+        Judged::undetermined(
+            outcomes
+                .iter()
+                .filter_map(|o| match o {
+                    Judged::Undetermined(w) => Some(w.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    };
+    BiasClaim::new(
+        "discrepancy_predicts_length",
+        statement,
+        threshold,
+        parts.join("; "),
+        outcome,
+    )
 }
 
 /// One row per bias (the CLI's table and the report's): the bias, mean ± sd of the positional,
@@ -885,7 +982,11 @@ pub fn report_sections(
             .map(|c| {
                 vec![
                     c.statement.clone(),
-                    c.verdict.clone(),
+                    if c.reason.is_empty() {
+                        c.verdict.to_string()
+                    } else {
+                        format!("{} ({})", c.verdict, c.reason)
+                    },
                     c.threshold.clone(),
                     c.measured.clone(),
                 ]
@@ -1047,5 +1148,85 @@ mod tests {
         assert!((s[0].1[1].0 - 0.3).abs() < 1e-12);
         assert!((s[0].1[1].1 - 0.02f64.sqrt()).abs() < 1e-12);
         assert_eq!(s[1].1[1], (1.0, 0.0));
+    }
+
+    /// A transfer outcome of `(task, test accuracy, margin, first length below)` runs.
+    fn transfer_of(models: &[(&str, f64, f64, Option<usize>)]) -> transfer::TransferOutcome {
+        transfer::TransferOutcome {
+            runs: models
+                .iter()
+                .enumerate()
+                .map(|(i, &(task, acc, margin, first))| transfer::TransferRow {
+                    task: task.into(),
+                    bias: "none".into(),
+                    seed: i as u64,
+                    test_accuracy: acc,
+                    types: String::new(),
+                    first_below: first,
+                    margin,
+                    train_seconds: 0.0,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_discrepancy_claim_is_judged_within_each_task_on_learned_models() {
+        // Within each task, eight learned models whose first failing length rises with their
+        // margin (rho = 1), and three unlearned number models that would reverse it if pooled.
+        let mut models: Vec<(&str, f64, f64, Option<usize>)> = vec![];
+        for i in 0..8 {
+            let m = i as f64;
+            models.push(("number", 1.0, m, Some(17 + 16 * i)));
+            models.push(("letter", 1.0, 10.0 + m, Some(273 + 16 * i)));
+        }
+        for i in 0..3 {
+            models.push(("number", 0.1, 20.0 + i as f64, Some(17)));
+        }
+        let c = discrepancy_claim(Some(&transfer_of(&models)));
+        assert_eq!(c.verdict, Verdict::Holds, "{c:?}");
+        assert!(
+            c.measured.contains("number: 8 of 11 models learned"),
+            "{c:?}"
+        );
+        assert!(c.measured.contains("rho +1.000"), "{c:?}");
+        // Pooled, task alone would correlate (letter margins and lengths are both higher):
+        // within each task, 30 models with no relation (rho about 0) do not hold.
+        let mut flat = vec![];
+        for i in 0..30 {
+            let m = i as f64;
+            let first = 17 + 16 * ((i * 7) % 30);
+            let scramble = if i % 2 == 0 { first } else { 500 - first };
+            flat.push(("number", 1.0, m, Some(scramble)));
+            flat.push(("letter", 1.0, 100.0 + m, Some(1000 + scramble)));
+        }
+        let pooled: Vec<(f64, f64)> = flat.iter().map(|m| (m.2, m.3.unwrap() as f64)).collect();
+        assert!(transfer::spearman(&pooled).unwrap() > RHO);
+        let c = discrepancy_claim(Some(&transfer_of(&flat)));
+        assert_eq!(c.verdict, Verdict::DoesNotHold, "{c:?}");
+        // Too few learned models, or no transfer stage: undetermined, saying why.
+        let c = discrepancy_claim(Some(&transfer_of(&models[..8])));
+        assert_eq!(c.verdict, Verdict::Undetermined, "{c:?}");
+        assert!(
+            c.reason.contains("4 learned models, fewer than the 6"),
+            "{c:?}"
+        );
+        let c = discrepancy_claim(None);
+        assert_eq!(c.verdict, Verdict::Undetermined);
+        assert!(c.reason.contains("did not run"));
+    }
+
+    #[test]
+    fn the_spearman_interval_narrows_with_n_and_stays_in_range() {
+        let (lo, hi) = transfer::spearman_interval(0.662, 30);
+        // z = atanh(0.662) = 0.7966, half-width 1.96 * sqrt(1.06 / 27) = 0.3884.
+        assert!((lo - (0.7966f64 - 0.3884).tanh()).abs() < 1e-3, "{lo}");
+        assert!((hi - (0.7966f64 + 0.3884).tanh()).abs() < 1e-3, "{hi}");
+        let (lo8, hi8) = transfer::spearman_interval(0.662, 8);
+        assert!(lo8 < lo && hi8 > hi);
+        assert_eq!(transfer::spearman_interval(1.0, 4), (-1.0, 1.0));
+        let (lo, hi) = transfer::spearman_interval(1.0, 10);
+        assert!(lo > 0.9 && hi <= 1.0);
     }
 }

@@ -7,11 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ropelab_analysis::claims::head_grid;
+use ropelab_analysis::claims::{head_grid, RunFiles};
 use ropelab_analysis::lens::purity::HeadKind;
-use ropelab_analysis::measure::lengthgen::{self, LengthOptions, LengthRow};
+use ropelab_analysis::measure::lengthgen::{LengthOptions, LengthRow};
 use ropelab_analysis::StudyDir;
-use ropelab_sweep::measure::read_scores;
 use ropelab_sweep::measure::GAMMA;
 use ropelab_sweep::{Job, MeasureOptions};
 use ropelab_tasks::TaskKind;
@@ -209,15 +208,31 @@ pub struct ModelPoint {
 /// Reads a number/letter model's `lengthgen.csv` and `scores.jsonl` into its point: the heads
 /// the answer depends on are its pure heads (P or S at gamma 0.1) at the last checkpoint, every
 /// head when none is, and the point's discrepancy is the smallest of theirs at the shortest
-/// tested length (the training length).
+/// tested length (the training length). The files are read as the verdicts read them
+/// ([`RunFiles::load`]): a measured run's files only when its ledger vouches for them, so a
+/// replaced or foreign file is refused by name.
 pub fn model_point(run: &Path) -> Result<ModelPoint> {
+    let files = RunFiles::load(run)?;
+    model_point_of(run, &files)
+}
+
+/// [`model_point`] of files already read.
+fn model_point_of(run: &Path, files: &RunFiles) -> Result<ModelPoint> {
     let path = run.join("lengthgen.csv");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let lengths = lengthgen::from_csv(&text, &path.display().to_string())?;
-    let scores = read_scores(&run.join("scores.jsonl"))?;
-    let grid = head_grid(&scores, GAMMA);
-    let types = ropelab_analysis::claims::layer_types(&scores, GAMMA);
+    anyhow::ensure!(
+        !files.lengths.is_empty(),
+        "{} is missing or has no rows",
+        path.display()
+    );
+    anyhow::ensure!(
+        !files.scores.is_empty(),
+        "{} is missing or empty",
+        run.join("scores.jsonl").display()
+    );
+    let lengths = &files.lengths;
+    let scores = &files.scores;
+    let grid = head_grid(scores, GAMMA);
+    let types = ropelab_analysis::claims::layer_types(scores, GAMMA);
     let shortest = lengths
         .iter()
         .min_by_key(|r| r.length)
@@ -271,6 +286,8 @@ pub struct StudyPoint {
     pub margin: f64,
     /// The first tested length below [`FAIL`] (None: none is).
     pub first_below: Option<usize>,
+    /// Test accuracy of its last checkpoint (None: the study has no test evaluation).
+    pub test_accuracy: Option<f64>,
 }
 
 /// Trains (or reuses) every transfer run in `out/transfer/...`, measures each, and writes
@@ -352,13 +369,15 @@ pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
                 if !model.join("lengthgen.csv").exists() {
                     continue;
                 }
-                let p = model_point(&model)?;
+                let files = RunFiles::load(&model)?;
+                let p = model_point_of(&model, &files)?;
                 out.push(StudyPoint {
                     study: dir.root().display().to_string(),
                     task: task.as_str().to_string(),
                     seed,
                     margin: p.margin,
                     first_below: p.first_below,
+                    test_accuracy: files.test.as_ref().map(|a| a.accuracy),
                 });
             }
         }
@@ -495,6 +514,17 @@ pub fn spearman(points: &[(f64, f64)]) -> Option<f64> {
     (vx > 0.0 && vy > 0.0).then(|| cov / (vx * vy).sqrt())
 }
 
+/// The 95% interval of Spearman's rho on `n` points: Fisher's z with the variance 1.06 / (n - 3)
+/// of Fieller, Hartley and Pearson (1957); (-1, 1) with 4 or fewer points.
+pub fn spearman_interval(rho: f64, n: usize) -> (f64, f64) {
+    if n <= 4 {
+        return (-1.0, 1.0);
+    }
+    let z = rho.clamp(-0.999_999, 0.999_999).atanh();
+    let half = 1.959_963_984_540_054 * (1.06 / (n as f64 - 3.0)).sqrt();
+    ((z - half).tanh(), (z + half).tanh())
+}
+
 /// 1-based ranks, ties sharing their mean rank.
 fn ranks(v: &[f64]) -> Vec<f64> {
     let mut order: Vec<usize> = (0..v.len()).collect();
@@ -575,5 +605,71 @@ mod tests {
         ];
         assert_eq!(movers(&e, &rows), vec![Bias::Nope(0)]);
         assert!(movers(&e, &rows[1..]).is_empty());
+    }
+
+    #[test]
+    fn another_studys_files_are_read_only_when_its_ledger_vouches_for_them() {
+        use ropelab_analysis::measure::lengthgen::{self, HeadMargin};
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("seed-0/number");
+        std::fs::create_dir_all(&model).unwrap();
+        let line = ropelab_analysis::measure::dynamics::HeadStep {
+            step: 100,
+            layer: 0,
+            head: 0,
+            s_pos: 0.99,
+            s_sym: 0.01,
+            entropy: 1.0,
+            entropy_norm: 0.5,
+            pure_0_1: HeadKind::Positional,
+            pure_0_05: HeadKind::Positional,
+            freq_use: vec![],
+            freq_mean_plane: 0.0,
+            accuracy: 1.0,
+            accuracy_per_hop: Default::default(),
+            block: None,
+            planes: vec![],
+        };
+        let scores = serde_json::to_string(&line).unwrap() + "\n";
+        std::fs::write(model.join("scores.jsonl"), scores).unwrap();
+        let row = |length: usize, accuracy: f64| LengthRow {
+            step: 100,
+            extra: length - 17,
+            length,
+            n: 100,
+            accuracy,
+            loss: 0.1,
+            per_hop: Default::default(),
+            heads: vec![HeadMargin {
+                layer: 0,
+                head: 0,
+                margin: 2.0,
+                top_weight: 0.9,
+            }],
+            seconds: 0.0,
+        };
+        let csv = lengthgen::to_csv(&[row(17, 1.0), row(33, 0.5)]).unwrap();
+        std::fs::write(model.join("lengthgen.csv"), &csv).unwrap();
+        // Measured by hand (no ledger): read.
+        let points = study_points(dir.path()).unwrap();
+        assert_eq!((points[0].margin, points[0].first_below), (2.0, Some(33)));
+        assert_eq!(points[0].test_accuracy, None);
+        // Under a ledger that lists only the scores, the length test is another command's:
+        // refused by name, never read.
+        ropelab_io::Ledger::finish(&model, "scores.jsonl", "k").unwrap();
+        let err = format!("{:#}", study_points(dir.path()).unwrap_err());
+        assert!(
+            err.contains("seed-0/number/lengthgen.csv") && err.contains("not listed"),
+            "{err}"
+        );
+        // Listed, then replaced: refused too.
+        ropelab_io::Ledger::finish(&model, "lengthgen.csv", "k").unwrap();
+        study_points(dir.path()).unwrap();
+        std::fs::write(model.join("lengthgen.csv"), csv.replace(",0.5,", ",0.95,")).unwrap();
+        let err = format!("{:#}", study_points(dir.path()).unwrap_err());
+        assert!(
+            err.contains("lengthgen.csv") && err.contains("replaced"),
+            "{err}"
+        );
     }
 }

@@ -47,7 +47,7 @@ pub const LANGUAGE_REACH: usize = 2;
 /// Multiples of the longest training length an offset job is tested at.
 pub const OFFSET_SCALES: [usize; 4] = [1, 2, 4, 8];
 
-/// The purity tolerance of the layer types in results.
+/// The default purity tolerance of the layer types in results ([`MeasureOptions::gamma`]).
 pub const GAMMA: ropelab_analysis::measure::dynamics::Gamma =
     ropelab_analysis::measure::dynamics::Gamma::DEFAULT;
 
@@ -72,6 +72,9 @@ pub struct MeasureOptions {
     pub heads: bool,
     /// Test samples a canonical job's head is scored on (with `heads`).
     pub head_samples: usize,
+    /// Purity tolerance of the layer types a job's result records (a study's `[claims]
+    /// gamma`, so its tables show what its verdicts judge).
+    pub gamma: ropelab_analysis::measure::dynamics::Gamma,
 }
 
 /// Extension tokens of the length test of every number/letter job of a sweep.
@@ -105,6 +108,7 @@ impl Default for MeasureOptions {
             lengths: None,
             heads: false,
             head_samples: HEAD_SAMPLES,
+            gamma: GAMMA,
         }
     }
 }
@@ -139,6 +143,7 @@ pub fn measure(
     progress: &dyn Progress,
 ) -> Result<Measured> {
     let device = Device::Cpu;
+    record_training_log(run)?;
     match config.task {
         TaskKind::Number | TaskKind::Letter => {
             multi_hop::multi_hop(run, options, label, progress, &device)
@@ -158,6 +163,33 @@ pub fn measure(
             drop(stage);
             Ok(m)
         }
+    }
+}
+
+/// Records the run's training log (`metrics.jsonl`, which the verdicts read) in its ledger under
+/// the key of its last checkpoint, when the ledger does not list it yet (a run measured before
+/// the log was recorded gets it at its next measurement); a log the ledger lists must be the
+/// one it recorded, else it is refused by name.
+fn record_training_log(run: &Path) -> Result<()> {
+    const LOG: &str = "metrics.jsonl";
+    if !run.join(LOG).exists() {
+        return Ok(());
+    }
+    let ledger_err = |e| io(&run.join(LEDGER), e);
+    let listed = Ledger::load(run)
+        .map_err(ledger_err)?
+        .is_some_and(|l| l.files.get(LOG).is_some_and(|e| e.sha256.is_some()));
+    let step = ropelab_train::RunDir::new(run).latest_checkpoint()?;
+    let key = ropelab_analysis::measure::keys::training_log(step);
+    if !listed {
+        return Ledger::finish(run, LOG, &key).map_err(ledger_err);
+    }
+    match Ledger::check(run, LOG, &key).map_err(ledger_err)? {
+        Standing::Foreign(why) => Err(SweepError::Job {
+            id: run.display().to_string(),
+            message: format!("{why}; the verdicts read it, so it is not reused"),
+        }),
+        _ => Ok(()),
     }
 }
 

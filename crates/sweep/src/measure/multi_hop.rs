@@ -10,6 +10,7 @@ use ropelab_analysis::claims::layer_types;
 use ropelab_analysis::lens::attention::{attention_view, write_view, AttentionView};
 use ropelab_analysis::measure::dynamics::{score_run, HeadStep};
 use ropelab_analysis::measure::hops::{hop_run, ledger_key, HopOptions, HopRow};
+use ropelab_analysis::measure::keys;
 use ropelab_analysis::measure::lengthgen::{self, length_generalisation, LengthRow};
 use ropelab_io::{write_atomic, Ledger, Progress, LEDGER};
 use ropelab_tasks::TaskKind;
@@ -17,7 +18,7 @@ use ropelab_train::eval::eval_checkpoint;
 use ropelab_train::RunDir;
 use ropelab_train::EVAL_MEMORY;
 
-use super::{io, owned, read_scores, write_json, MeasureOptions, Measured, GAMMA};
+use super::{io, owned, read_scores, write_json, MeasureOptions, Measured};
 use crate::Result;
 
 /// Measures the number/letter run in `run` (see the module docs), labelled `label` in
@@ -31,17 +32,14 @@ pub fn multi_hop(
 ) -> Result<Measured> {
     let test = eval_checkpoint(run, None, 0, None, EVAL_MEMORY, device)?;
     let eval_file = format!("eval/{}", test.file_name(true));
-    let eval_key = format!("test split of step {}", test.step);
+    let eval_key = keys::test_split(test.step);
     Ledger::begin(run, &eval_file, &eval_key).map_err(|e| io(&run.join(LEDGER), e))?;
     write_json(&run.join(&eval_file), &test)?;
     Ledger::finish(run, &eval_file, &eval_key).map_err(|e| io(&run.join(LEDGER), e))?;
 
     let start = std::time::Instant::now();
     let s = &options.score;
-    let score_key = format!(
-        "swap scores of every checkpoint: samples {}, query {:?}, tau {}, accuracy samples {}, blocks {:?}, planes {}",
-        s.samples, s.query, s.tau, s.eval_samples, s.blocks, s.planes
-    );
+    let score_key = keys::scores(s);
     let scores: Vec<HeadStep> = owned(run, "scores.jsonl", &score_key, read_scores, || {
         let stage = progress.stage(&format!("score {label}"), 0);
         Ok(score_run(run, &options.score, device, |done, total| {
@@ -54,10 +52,7 @@ pub fn multi_hop(
 
     let start = std::time::Instant::now();
     let l = &options.length;
-    let length_key = format!(
-        "length test: extras {:?}, samples {:?}, step {:?}",
-        l.extras, l.samples, l.step
-    );
+    let length_key = keys::lengths(l);
     let read_lengths = |path: &Path| -> Result<Vec<LengthRow>> {
         let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
         Ok(lengthgen::from_csv(&text, &path.display().to_string())?)
@@ -73,7 +68,7 @@ pub fn multi_hop(
 
     if options.attention_view {
         let file = format!("attention/{}", AttentionView::file_name(test.step, 0));
-        let key = format!("attention of step {} on test input 0", test.step);
+        let key = keys::attention(test.step);
         owned(
             run,
             &file,
@@ -92,7 +87,7 @@ pub fn multi_hop(
     Ok(Measured {
         test_accuracy: Some(test.accuracy.accuracy),
         per_hop: test.accuracy.per_hop.clone(),
-        layer_types: Some(layer_types(&scores, GAMMA)),
+        layer_types: Some(layer_types(&scores, options.gamma)),
         length_accuracy: lengths.iter().map(|r| (r.length, r.accuracy)).collect(),
         n_star: None,
         test: Some(test),

@@ -1,0 +1,53 @@
+//! The settings keys a run's ledger (`measured.json`, docs/study.md) records for each measured
+//! file, written by the study and sweep jobs that measure a run and compared by every reader of
+//! its files: one function per file, so a writer and a reader can never spell a key two ways.
+
+use super::dynamics::ScoreOptions;
+use super::lengthgen::LengthOptions;
+
+/// `eval/step-S-extra-0.json`: the test split of checkpoint `step`.
+pub fn test_split(step: usize) -> String {
+    format!("test split of step {step}")
+}
+
+/// `scores.jsonl`: every checkpoint's swap scores under `s`.
+pub fn scores(s: &ScoreOptions) -> String {
+    format!(
+        "swap scores of every checkpoint: samples {}, query {:?}, tau {}, accuracy samples {}, blocks {:?}, planes {}",
+        s.samples, s.query, s.tau, s.eval_samples, s.blocks, s.planes
+    )
+}
+
+/// `lengthgen.csv`: the length test under `l`.
+pub fn lengths(l: &LengthOptions) -> String {
+    format!(
+        "length test: extras {:?}, samples {:?}, step {:?}",
+        l.extras, l.samples, l.step
+    )
+}
+
+/// `attention/step-S-sample-0.json`: the attention viewer's file of checkpoint `step`.
+pub fn attention(step: usize) -> String {
+    format!("attention of step {step} on test input 0")
+}
+
+/// `hops.csv`: the hop map of checkpoint `step` on `samples` test samples.
+pub fn hop_map(step: usize, samples: usize) -> String {
+    format!("{}{samples}", hop_map_prefix(step))
+}
+
+/// The start of every hop-map key of checkpoint `step` (whatever its samples).
+pub fn hop_map_prefix(step: usize) -> String {
+    format!("hop map of step {step}: samples ")
+}
+
+/// `metrics.jsonl`: the training log of a run whose last checkpoint is `step`.
+pub fn training_log(step: usize) -> String {
+    format!("training log to step {step}")
+}
+
+/// A study's own tables (`offset/`, `canonical/TASK/`, `theory/`), recorded in the ledger of
+/// the folder that holds them when the study writes them.
+pub fn study_table(stage: &str) -> String {
+    format!("{stage} tables written by the study")
+}
