@@ -845,10 +845,12 @@ fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
     }
     let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
     let mut svgs = vec![];
+    let gamma = configured_gamma(dir)?;
     for (stem, heads) in &files.scores {
         svgs.push(pretrained::head_type_map(
             heads,
-            &format!("SmolLM2 heads ({stem}; hover a cell)"),
+            &format!("SmolLM2 heads ({stem}; hover a cell, gamma {gamma})"),
+            gamma,
         ));
     }
     if files.scores.is_empty() {
@@ -1078,7 +1080,7 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
                     dir.display()
                 ))
             })?;
-            pretrained::head_type_map(heads, &format!("SmolLM2 heads ({stem})"))
+            pretrained::head_type_map(heads, &format!("SmolLM2 heads ({stem})"), gamma)
         }
         PlotKind::PretrainedTasks => {
             let files = pretrained_files(dir)?;

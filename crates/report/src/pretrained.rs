@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use ropelab_analysis::lens::pretrained::{LayerFailureRow, PromptHead};
-use ropelab_analysis::lens::purity::HeadKind;
+use ropelab_analysis::lens::purity::{purity, Gamma, HeadKind};
+use ropelab_analysis::lens::swap::SwapScores;
 use ropelab_pretrained::tasks::SizeRow;
 
 use crate::chart::{empty_chart, Chart, Series, SIZE};
@@ -25,9 +26,19 @@ fn fill(kind: HeadKind) -> &'static str {
 }
 
 /// Every head of the model as a cell of a layer (rows, layer 0 at the top) x head (columns)
-/// grid, coloured by its type at gamma 0.1; each cell's tooltip (SVG `<title>`, shown on hover)
-/// gives its s_pos, s_sym and entropy. `title` names the prompts scored.
-pub fn head_type_map(heads: &[PromptHead], title: &str) -> String {
+/// grid, coloured by its type at tolerance `gamma` (of its mean scores); each cell's tooltip
+/// (SVG `<title>`, shown on hover) gives its s_pos, s_sym and entropy. `title` names the
+/// prompts scored.
+pub fn head_type_map(heads: &[PromptHead], title: &str, gamma: Gamma) -> String {
+    let kind = |hd: &PromptHead| {
+        purity(
+            SwapScores {
+                s_pos: hd.s_pos,
+                s_sym: hd.s_sym,
+            },
+            gamma,
+        )
+    };
     let layers = heads.iter().map(|h| h.layer + 1).max().unwrap_or(0);
     let cols = heads.iter().map(|h| h.head + 1).max().unwrap_or(0);
     if heads.is_empty() {
@@ -58,10 +69,10 @@ pub fn head_type_map(heads: &[PromptHead], title: &str) -> String {
              s_sym {:.3}, entropy {:.2}</title></rect>",
             cell_w,
             cell_h,
-            fill(hd.pure_0_1),
+            fill(kind(hd)),
             hd.layer,
             hd.head,
-            hd.pure_0_1,
+            kind(hd),
             hd.s_pos,
             hd.s_sym,
             hd.entropy
@@ -84,7 +95,7 @@ pub fn head_type_map(heads: &[PromptHead], title: &str) -> String {
         let x = left + (c as f64 + 0.5) * cell_w;
         label(&mut svg, x, h - legend + 12.0, "middle", &format!("H{c}"));
     }
-    let counts = |k| heads.iter().filter(|h| h.pure_0_1 == k).count();
+    let counts = |k| heads.iter().filter(|h| kind(h) == k).count();
     let mut x = left;
     for kind in [HeadKind::Positional, HeadKind::Symbolic, HeadKind::Mixed] {
         let _ = write!(

@@ -2,6 +2,7 @@
 //! directory of `ropelab pretrained` output.
 
 use ropelab_analysis::lens::pretrained::{LayerFailureRow, PromptHead};
+use ropelab_analysis::lens::purity::Gamma;
 use ropelab_analysis::lens::purity::HeadKind;
 use ropelab_pretrained::tasks::SizeRow;
 use ropelab_report::figures::Rate;
@@ -35,7 +36,7 @@ fn heads() -> Vec<PromptHead> {
 
 #[test]
 fn the_head_map_has_one_cell_per_head_coloured_by_type_with_its_scores_on_hover() {
-    let svg = head_type_map(&heads(), "SmolLM2 heads");
+    let svg = head_type_map(&heads(), "SmolLM2 heads", Gamma::DEFAULT);
     let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
     let cells: Vec<_> = doc
         .descendants()
@@ -64,7 +65,7 @@ fn the_head_map_has_one_cell_per_head_coloured_by_type_with_its_scores_on_hover(
     let at = |i: usize, a: &str| cells[i].attribute(a).unwrap().parse::<f64>().unwrap();
     assert!(at(3, "y") > at(0, "y") && at(1, "x") > at(0, "x"));
     assert!(svg.contains("positional (4)") && svg.contains("neither (4)"));
-    assert!(head_type_map(&[], "none").contains("no data to draw"));
+    assert!(head_type_map(&[], "none", Gamma::DEFAULT).contains("no data to draw"));
 }
 
 #[test]
