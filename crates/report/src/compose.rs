@@ -571,7 +571,10 @@ pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Sectio
                 c.id.clone(),
                 c.category.to_string(),
                 verdict,
-                format!("{} of {}", c.holding, c.n),
+                {
+                    let (lo, hi) = ropelab_analysis::claims::wilson(c.holding, c.n);
+                    format!("{} of {} (95% {lo:.2}-{hi:.2})", c.holding, c.n)
+                },
                 c.paper.clone(),
                 c.threshold.clone(),
                 c.measured.join("; "),

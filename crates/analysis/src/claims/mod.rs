@@ -307,9 +307,10 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
 pub fn table(claims: &[Claim]) -> String {
     let mut s = String::new();
     for c in claims {
+        let (lo, hi) = wilson(c.holding, c.n);
         let _ = writeln!(
             s,
-            "{:<32} {:<14} {} of {} hold ({})",
+            "{:<32} {:<14} {} of {} hold, 95% {lo:.2}-{hi:.2} ({})",
             c.id,
             c.verdict.to_string(),
             c.holding,

@@ -256,6 +256,23 @@ fn learned_run<'a>(
     }
 }
 
+/// The head types at the last checkpoint (gamma `t.gamma`) of the run of `task` that learned
+/// it, or the seed's measurement saying why they cannot be used.
+fn learned_grid(
+    run: &Option<RunFiles>,
+    task: &str,
+    t: &Thresholds,
+) -> std::result::Result<Vec<Vec<HeadKind>>, Measure> {
+    let r = learned_run(run, task, t)?;
+    if r.scores.is_empty() {
+        return Err((
+            "no scores".into(),
+            Outcome::undetermined("not measured: no scores.jsonl"),
+        ));
+    }
+    Ok(head_grid(&r.scores, t.gamma))
+}
+
 /// `both_tasks_learned`: Both tasks learned: each model's test accuracy reaches the threshold.
 pub fn both_tasks_learned(files: &StudyFiles, t: &Thresholds) -> Claim {
     seed_claim(
@@ -307,17 +324,10 @@ pub fn number_positional_then_symbolic(files: &StudyFiles, t: &Thresholds) -> Cl
             t.learned_accuracy, t.gamma, t.min_positional_layers
         ),
         per_seed(files, |s| {
-            let r = match learned_run(&s.number, "number", t) {
-                Ok(r) => r,
+            let grid = match learned_grid(&s.number, "number", t) {
+                Ok(g) => g,
                 Err(m) => return m,
             };
-            if r.scores.is_empty() {
-                return (
-                    "no scores".into(),
-                    Outcome::undetermined("not measured: no scores.jsonl"),
-                );
-            }
-            let grid = head_grid(&r.scores, t.gamma);
             let p = layers_with(&grid, HeadKind::Positional);
             let s = layers_with(&grid, HeadKind::Symbolic);
             let ok = p.len() >= t.min_positional_layers
@@ -339,17 +349,10 @@ pub fn letter_all_symbolic(files: &StudyFiles, t: &Thresholds) -> Claim {
             t.learned_accuracy, t.gamma
         ),
         per_seed(files, |s| {
-            let r = match learned_run(&s.letter, "letter", t) {
-                Ok(r) => r,
+            let grid = match learned_grid(&s.letter, "letter", t) {
+                Ok(g) => g,
                 Err(m) => return m,
             };
-            if r.scores.is_empty() {
-                return (
-                    "no scores".into(),
-                    Outcome::undetermined("not measured: no scores.jsonl"),
-                );
-            }
-            let grid = head_grid(&r.scores, t.gamma);
             let ok = heads_of(&grid, HeadKind::Positional) == 0
                 && heads_of(&grid, HeadKind::Symbolic) > 0;
             (grid_text(&grid), Outcome::of(ok))
