@@ -123,7 +123,7 @@ def score_heads(
     tokenizer,
     prompts: Sequence[str],
     *,
-    tau: float = 1e-4,
+    tau: Optional[float] = None,
     blocks: Optional[int] = None,
     planes: bool = False,
     batch_size: int = 8,

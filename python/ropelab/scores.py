@@ -53,7 +53,7 @@ def swap_scores(
     *,
     rotated: bool = True,
     queries: Optional[Sequence[Sequence[int]]] = None,
-    tau: float = 1e-4,
+    tau: Optional[float] = None,
     blocks: Optional[int] = None,
     planes: bool = False,
 ) -> pd.DataFrame:
@@ -65,7 +65,7 @@ def swap_scores(
     model's attention sees them); the rotation is undone with `rope` to get each position's
     content. `queries[b]`: positions scored in row b (default: the last; a padded batch gives
     each row's own last). Scores are averaged over every (row, query). `tau`: the temperature
-    of the swap weights; `blocks`: also score swaps of that many equal blocks; `planes`: also
+    of the swap weights (default `_core.DEFAULT_TAU`, the CLI's and the study's); `blocks`: also score swaps of that many equal blocks; `planes`: also
     score each RoPE plane alone.
 
     Returns one row per (layer, head): s_pos, s_sym, entropy, pure_0_1, pure_0_05 (the head's
@@ -76,7 +76,8 @@ def swap_scores(
     layout, thetas = ("half_split", []) if rope is None else (rope.layout, rope.angles())
     if queries is not None:
         queries = [[int(n) for n in row] for row in queries]
-    text = _core.swap_scores(qa, ka, layout, thetas, rotated, queries, float(tau), blocks, planes)
+    tau = None if tau is None else float(tau)
+    text = _core.swap_scores(qa, ka, layout, thetas, rotated, queries, tau, blocks, planes)
     rows = json.loads(text)
     for r in rows:
         block = r.pop("block", None)

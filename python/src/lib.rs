@@ -247,7 +247,7 @@ fn per_layer(x: &[f32], dims: &[usize], heads: usize) -> Vec<Vec<f32>> {
 /// positions `queries[b]` of each row (default: each row's last) and averaged over every
 /// (row, query). JSON list, one object per (layer, head), as `ropelab score` writes them.
 #[pyfunction]
-#[pyo3(signature = (q, k, layout, thetas, rotated=true, queries=None, tau=1e-4, blocks=None, planes=false))]
+#[pyo3(signature = (q, k, layout, thetas, rotated=true, queries=None, tau=None, blocks=None, planes=false))]
 #[allow(clippy::too_many_arguments)]
 fn swap_scores(
     py: Python<'_>,
@@ -257,7 +257,7 @@ fn swap_scores(
     thetas: Vec<f64>,
     rotated: bool,
     queries: Option<Vec<Vec<usize>>>,
-    tau: f64,
+    tau: Option<f64>,
     blocks: Option<usize>,
     planes: bool,
 ) -> PyResult<String> {
@@ -278,7 +278,11 @@ fn swap_scores(
             kd[2]
         )));
     }
-    let tau = Tau::new(tau).map_err(err)?;
+    // One default for the CLI, the study and Python: `Tau::DEFAULT`.
+    let tau = match tau {
+        Some(t) => Tau::new(t).map_err(err)?,
+        None => Tau::DEFAULT,
+    };
     let position = encoding(layout, thetas)?;
     let queries = queries.unwrap_or_else(|| vec![vec![pos - 1]; batch]);
     if queries.len() != batch {
@@ -502,6 +506,8 @@ fn flat_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RopelabError", m.py().get_type::<RopelabError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULT_TAU", Tau::DEFAULT.get())?;
+    m.add("DEFAULT_GAMMA", Gamma::DEFAULT.get())?;
     m.add_function(wrap_pyfunction!(swap_scores, m)?)?;
     m.add_function(wrap_pyfunction!(generate, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
