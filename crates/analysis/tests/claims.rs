@@ -889,6 +889,20 @@ fn the_verdicts_read_only_files_vouched_for_under_the_expected_settings() {
     );
     std::fs::write(&log, text).unwrap();
     load().unwrap();
+    // A run measured before the training log was recorded is told to rerun, not to move its
+    // log away.
+    let mut ledger = ropelab_io::Ledger::load(&run).unwrap().unwrap();
+    let entry = ledger.files.remove("metrics.jsonl").unwrap();
+    let path = run.join(ropelab_io::LEDGER);
+    std::fs::write(&path, serde_json::to_string(&ledger).unwrap()).unwrap();
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("metrics.jsonl") && err.contains("training log was not recorded"),
+        "{err}"
+    );
+    ledger.files.insert("metrics.jsonl".into(), entry);
+    std::fs::write(&path, serde_json::to_string(&ledger).unwrap()).unwrap();
+    load().unwrap();
 
     // A replaced offset/ table, and a theory table no ledger lists, are refused by name.
     let runs = root.join("offset/runs.csv");

@@ -184,13 +184,17 @@ impl RunFiles {
                     {
                         Ok(true)
                     } else if path.exists() {
-                        Err(invalid(
-                            &path,
-                            format!(
-                                "not listed in {LEDGER}: another command wrote it, not the \
-                                 measurement of this run; move it away and rerun to measure it"
-                            ),
-                        ))
+                        // The training log is the run's own, recorded when a job measures
+                        // the run: a run measured before that records it on its next rerun.
+                        let why = if file == "metrics.jsonl" {
+                            "the training log was not recorded when this run was measured (a \
+                             ropelab from before it was): rerun the study or sweep into this \
+                             directory, which records it and reuses the rest"
+                        } else {
+                            "another command wrote it, not the measurement of this run; move \
+                             it away and rerun to measure it"
+                        };
+                        Err(invalid(&path, format!("not listed in {LEDGER}: {why}")))
                     } else {
                         Ok(false)
                     }

@@ -205,6 +205,14 @@ fn not_learned(r: &RunFiles, task: &str, t: &Thresholds) -> Option<String> {
     }
 }
 
+/// A seed's measurement when `what` was not measured: its text and the undetermined outcome.
+fn missing(text: &str, what: &str) -> Measure {
+    (
+        text.into(),
+        Outcome::undetermined(format!("not measured: {what}")),
+    )
+}
+
 /// Combines outcomes that must all hold: any failure fails, else any undetermined one makes
 /// the whole undetermined (reasons joined), else it holds.
 fn all_of(outcomes: impl IntoIterator<Item = Outcome>) -> Outcome {
@@ -265,10 +273,7 @@ fn learned_grid(
 ) -> std::result::Result<Vec<Vec<HeadKind>>, Measure> {
     let r = learned_run(run, task, t)?;
     if r.scores.is_empty() {
-        return Err((
-            "no scores".into(),
-            Outcome::undetermined("not measured: no scores.jsonl"),
-        ));
+        return Err(missing("no scores", "no scores.jsonl"));
     }
     Ok(head_grid(&r.scores, t.gamma))
 }
@@ -298,10 +303,7 @@ pub fn both_tasks_learned(files: &StudyFiles, t: &Thresholds) -> Claim {
                         accuracy_at_least(b.accuracy, b.n, t.learned_accuracy),
                     ]),
                 ),
-                _ => (
-                    "no test evaluation".into(),
-                    Outcome::undetermined("not measured: a test evaluation is missing"),
-                ),
+                _ => missing("no test evaluation", "a test evaluation is missing"),
             }
         }),
         t,
@@ -443,9 +445,9 @@ pub fn number_hops_in_order(files: &StudyFiles, t: &Thresholds) -> Claim {
                 };
                 (h.text, outcome)
             }
-            _ => (
-                "no validation metrics".into(),
-                Outcome::undetermined("not measured: no validation lines in metrics.jsonl"),
+            _ => missing(
+                "no validation metrics",
+                "no validation lines in metrics.jsonl",
             ),
         }),
         t,
@@ -489,10 +491,7 @@ pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
                 Err(m) => return m,
             };
             if r.hops.is_empty() {
-                return (
-                    "no hop map (hops.csv)".into(),
-                    Outcome::undetermined("not measured: no hops.csv"),
-                );
+                return missing("no hop map (hops.csv)", "no hops.csv");
             }
             let route = HopRoute::of(&r.hops, t.hop_mass);
             let (drop, layer) = route.layers.iter().map(|l| (l.drop, l.layer)).fold(
@@ -562,9 +561,9 @@ pub fn letter_hops_together(files: &StudyFiles, t: &Thresholds) -> Claim {
                 };
                 (h.text, outcome)
             }
-            _ => (
-                "no validation metrics".into(),
-                Outcome::undetermined("not measured: no validation lines in metrics.jsonl"),
+            _ => missing(
+                "no validation metrics",
+                "no validation lines in metrics.jsonl",
             ),
         }),
         t,
@@ -678,10 +677,7 @@ pub fn length_contrast(files: &StudyFiles, t: &Thresholds) -> Claim {
                     };
                     (text, outcome)
                 }
-                _ => (
-                    "no lengthgen.csv".into(),
-                    Outcome::undetermined("not measured: no lengthgen.csv"),
-                ),
+                _ => missing("no lengthgen.csv", "no lengthgen.csv"),
             }
         }),
         t,
@@ -707,10 +703,7 @@ pub fn letter_50x_context(files: &StudyFiles, t: &Thresholds) -> Claim {
                 Err(m) => return m,
             };
             if r.lengths.is_empty() {
-                return (
-                    "no lengthgen.csv".into(),
-                    Outcome::undetermined("not measured: no lengthgen.csv"),
-                );
+                return missing("no lengthgen.csv", "no lengthgen.csv");
             }
             let mut rows: Vec<_> = r
                 .lengths
