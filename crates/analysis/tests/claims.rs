@@ -114,6 +114,42 @@ fn hops(reads: &[Option<usize>]) -> String {
     s
 }
 
+/// An `ablation.csv` of 1,024 samples: the intact model at 0.999, then each (group, heads,
+/// mean-ablated accuracy), its zero-ablated accuracy 0.01 lower.
+fn ablation(groups: &[(&str, &str, f64)]) -> String {
+    let mut s = String::from("group,heads,ablation,hop,n,correct,accuracy\n");
+    let row = |group: &str, heads: &str, how: &str, a: f64| {
+        let correct = (a * 1024.0).round() as usize;
+        format!(
+            "{group},{heads},{how},all,1024,{correct},{}\n",
+            correct as f64 / 1024.0
+        )
+    };
+    s += &row("none", "", "none", 0.999);
+    for (group, heads, a) in groups {
+        s += &row(group, heads, "mean", *a);
+        s += &row(group, heads, "zero", (a - 0.01).max(0.0));
+    }
+    s
+}
+
+/// The number model's ablations (layers P P - S): positional and symbolic groups
+/// mean-ablated to `p` and `s`.
+fn number_ablation(p: f64, s: f64) -> String {
+    ablation(&[
+        ("positional", "0.0 1.0", p),
+        ("symbolic", "3.0", s),
+        ("mixed", "2.0", 0.98),
+        ("non-symbolic", "0.0 1.0 2.0", 0.02),
+    ])
+}
+
+/// The letter model's ablations (layers S - S S): symbolic and mixed groups mean-ablated to
+/// `s` and `m`.
+fn letter_ablation(s: f64, m: f64) -> String {
+    ablation(&[("symbolic", "0.0 2.0 3.0", s), ("mixed", "1.0", m)])
+}
+
 fn holding_study(root: &Path) {
     for seed in [0, 1] {
         let run = root.join(format!("seed-{seed}"));
@@ -141,7 +177,9 @@ fn holding_study(root: &Path) {
             &number.join("hops.csv"),
             &hops(&[Some(1), Some(2), Some(4), None]),
         );
+        write(&number.join("ablation.csv"), &number_ablation(0.05, 0.1));
         let letter = run.join("letter");
+        write(&letter.join("ablation.csv"), &letter_ablation(0.04, 0.99));
         write(
             &letter.join("scores.jsonl"),
             &scores(
@@ -274,7 +312,7 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     holding_study(dir.path());
     let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
     let claims = verdicts(&files, &thresholds());
-    assert_eq!(claims.len(), 19);
+    assert_eq!(claims.len(), 23);
     for c in &claims {
         assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
         assert!(!c.measured.is_empty() && !c.threshold.is_empty());
@@ -421,6 +459,32 @@ fn each_claim_flips_when_its_numbers_do() {
         ",0.97,",
         ",0.7,",
         "letter_50x_context",
+    );
+    // Knocking out a group leaves the model working (needed), or breaks it (not needed).
+    let (number, letter) = (number_ablation(0.05, 0.1), letter_ablation(0.04, 0.99));
+    flips(
+        "number/ablation.csv",
+        &number,
+        &number_ablation(0.9, 0.1),
+        "number_needs_positional",
+    );
+    flips(
+        "number/ablation.csv",
+        &number,
+        &number_ablation(0.05, 0.95),
+        "number_needs_symbolic",
+    );
+    flips(
+        "letter/ablation.csv",
+        &letter,
+        &letter_ablation(0.7, 0.99),
+        "letter_needs_symbolic",
+    );
+    flips(
+        "letter/ablation.csv",
+        &letter,
+        &letter_ablation(0.04, 0.3),
+        "letter_needs_only_symbolic",
     );
 }
 
@@ -608,6 +672,56 @@ fn each_claim_is_undetermined_when_its_evidence_cannot_decide() {
         &[(letter_lengths, "783,800,100,0.97", "783,800,100,0.93")],
         "letter_50x_context",
         "at length 800: accuracy 0.930 on 100 samples",
+    );
+    // Ablation: 0.5 (or 0.9) on 1,024 samples cannot be separated from the threshold; no
+    // ablation.csv; an unlearned model; a model without the group.
+    let (number, letter) = (number_ablation(0.05, 0.1), letter_ablation(0.04, 0.99));
+    let number_file = "seed-1/number/ablation.csv";
+    let letter_file = "seed-1/letter/ablation.csv";
+    undetermined(
+        &[(number_file, &number, &number_ablation(0.51, 0.1))],
+        "number_needs_positional",
+        "straddles 0.5",
+    );
+    undetermined(
+        &[(number_file, &number, &number_ablation(0.05, 0.49))],
+        "number_needs_symbolic",
+        "straddles 0.5",
+    );
+    undetermined(
+        &[(letter_file, &letter, &letter_ablation(0.5, 0.99))],
+        "letter_needs_symbolic",
+        "straddles 0.5",
+    );
+    undetermined(
+        &[(letter_file, &letter, &letter_ablation(0.04, 0.9))],
+        "letter_needs_only_symbolic",
+        "straddles 0.9",
+    );
+    undetermined(
+        &[(
+            number_file,
+            &number,
+            "group,heads,ablation,hop,n,correct,accuracy\n",
+        )],
+        "number_needs_symbolic",
+        "no ablation.csv",
+    );
+    undetermined(
+        &unlearned_letter,
+        "letter_needs_only_symbolic",
+        "the letter model did not learn its task",
+    );
+    undetermined(
+        &[(number_scores, p0, m0), (number_scores, p1, m1)],
+        "number_needs_positional",
+        "no pure positional head to knock out",
+    );
+    // The heads typed at the study's gamma differ from the file's group.
+    undetermined(
+        &[(number_file, "symbolic,3.0,", "symbolic,2.0 3.0,")],
+        "number_needs_symbolic",
+        "are not the heads typed at gamma",
     );
     // The exact checks: a curve that stops short, or none at all.
     let retrieval = "theory/discrepancy-retrieval.csv";
@@ -804,6 +918,8 @@ fn ledgered_number_model(root: &Path, expected: &Expected) -> std::path::PathBuf
         &keys::test_split(300),
     );
     record(&run, "hops.csv", &keys::hop_map(300, 256));
+    let (n, gamma) = expected.ablation.unwrap();
+    record(&run, "ablation.csv", &keys::ablation(300, n, gamma));
     run
 }
 
@@ -812,6 +928,7 @@ fn study_expected() -> Expected {
         scores: Some("scores key".into()),
         lengths: Some("lengths key".into()),
         hop_samples: Some(256),
+        ablation: Some((1024, 0.1)),
         tables_recorded: true,
     }
 }
@@ -868,6 +985,20 @@ fn the_verdicts_read_only_files_vouched_for_under_the_expected_settings() {
         "hops.csv",
         &ropelab_analysis::measure::keys::hop_map(300, 256),
     );
+    load().unwrap();
+    // `ropelab ablate --gamma 0.05` on a study model records its groups under that gamma: the
+    // verdicts, which type the heads at the study's gamma, refuse it by name.
+    use ropelab_analysis::measure::keys::ablation;
+    record(&run, "ablation.csv", &ablation(300, 1024, 0.05));
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("seed-1/number/ablation.csv") && err.contains("other settings"),
+        "{err}"
+    );
+    record(&run, "ablation.csv", &ablation(100, 1024, 0.1));
+    let err = StudyFiles::load(root, &[0, 1]).unwrap_err().to_string();
+    assert!(err.contains("ablation of step 300"), "{err}");
+    record(&run, "ablation.csv", &ablation(300, 1024, 0.1));
     load().unwrap();
 
     // Scores measured with other settings, and a training log that changed since it was

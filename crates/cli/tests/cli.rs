@@ -234,6 +234,8 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         "seed-3/number/eval/step-000005-extra-0.json",
         "seed-3/letter/lengthgen.csv",
         "seed-3/number/hops.csv",
+        "seed-3/number/ablation.csv",
+        "seed-3/letter/ablation.csv",
         "claims.json",
         "report.html",
         "theory/discrepancy-index.csv",
@@ -262,7 +264,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(stdout.contains("claims of the paper"), "{stdout}");
     let claims: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("claims.json")).unwrap()).unwrap();
-    assert_eq!(claims.as_array().unwrap().len(), 19);
+    assert_eq!(claims.as_array().unwrap().len(), 23);
     // The [offset] table's claims are measured (the third has no linear run to measure).
     let ids: Vec<&str> = claims
         .as_array()
@@ -271,16 +273,16 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert_eq!(
-        ids[12..15],
+        ids[16..19],
         [
             "offset_rotary_extrapolates",
             "offset_dilution_law",
             "offset_linear_fails"
         ]
     );
-    assert_eq!(claims[12]["n"], 1);
-    assert_eq!(claims[14]["verdict"], "undetermined");
-    assert!(claims[14]["reason"]
+    assert_eq!(claims[16]["n"], 1);
+    assert_eq!(claims[18]["verdict"], "undetermined");
+    assert!(claims[18]["reason"]
         .as_str()
         .unwrap()
         .contains("not measured"));
@@ -294,7 +296,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .unwrap()
         .contains("the number model did not learn its task"));
     // The theory rows are exact checks, counted apart.
-    for i in [10, 11] {
+    for i in [14, 15] {
         assert_eq!(claims[i]["category"], "exact_check", "{}", claims[i]);
     }
     assert_eq!(claims[0]["category"], "empirical");
@@ -315,9 +317,9 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         report.contains("Canonical task partial"),
         "report lacks the canonical section"
     );
-    assert_eq!(claims[18]["id"], "partial_two_angles");
-    assert_eq!(claims[18]["n"], 1);
-    assert_eq!(claims[15]["verdict"], "undetermined");
+    assert_eq!(claims[22]["id"], "partial_two_angles");
+    assert_eq!(claims[22]["n"], 1);
+    assert_eq!(claims[19]["verdict"], "undetermined");
     // 5 steps of a tiny model learn nothing: "learned" does not hold, the claims that need a
     // learned model are undetermined, and none is marked as holding without its numbers.
     for c in claims.as_array().unwrap() {

@@ -149,6 +149,16 @@ pub enum Intervention {
         /// Zero or mean.
         ablation: Ablation,
     },
+    /// Replace one head's output (`hook_z`) by a fixed value, the same for every batch row: mean
+    /// ablation over a whole split, whose mean was computed beforehand (`ropelab ablate`).
+    SetHead {
+        /// Block index.
+        layer: usize,
+        /// Head index.
+        head: usize,
+        /// The head's output at every position: [pos, d_head].
+        value: Tensor,
+    },
     /// Keep only the given planes of one head's q and k (zero the other dims), applied before
     /// `hook_q` / `hook_k`, so the hooks show what the head uses.
     RestrictPlanes {
@@ -234,7 +244,8 @@ impl Hooks {
         for i in &self.interventions {
             let (layer, head) = match i {
                 Intervention::Replace { hook, .. } => (hook.layer, 0),
-                Intervention::AblateHead { layer, head, .. } => (*layer, *head),
+                Intervention::AblateHead { layer, head, .. }
+                | Intervention::SetHead { layer, head, .. } => (*layer, *head),
                 Intervention::RestrictPlanes {
                     layer,
                     head,
@@ -284,31 +295,51 @@ impl Hooks {
         Ok(value)
     }
 
-    /// Applies head ablations of `layer` to `z`: [batch, heads, pos, d_head].
+    /// Applies head ablations and head replacements of `layer` to `z`: [batch, heads, pos,
+    /// d_head].
     pub fn ablate(&self, layer: usize, z: Tensor) -> Result<Tensor> {
         let mut z = z;
         for i in &self.interventions {
-            if let Intervention::AblateHead {
-                layer: l,
-                head,
-                ablation,
-            } = *i
-            {
-                if l != layer {
-                    continue;
+            let (head, replacement) = match i {
+                Intervention::AblateHead {
+                    layer: l,
+                    head,
+                    ablation,
+                } if *l == layer => {
+                    let replacement = match ablation {
+                        Ablation::Zero => None,
+                        Ablation::Mean => Some(z.mean_keepdim(0)?), // [1, heads, pos, d_head]
+                    };
+                    (*head, replacement)
                 }
-                let n_heads = z.dim(1)?;
-                let keep = head_mask(n_heads, head, &z)?; // [1, heads, 1, 1]
-                let kept = z.broadcast_mul(&keep)?;
-                z = match ablation {
-                    Ablation::Zero => kept,
-                    Ablation::Mean => {
-                        let mean = z.mean_keepdim(0)?; // [1, heads, pos, d_head]
-                        let drop = keep.affine(-1.0, 1.0)?;
-                        kept.broadcast_add(&mean.broadcast_mul(&drop)?)?
+                Intervention::SetHead {
+                    layer: l,
+                    head,
+                    value,
+                } if *l == layer => {
+                    let (_, _, pos, d_head) = z.dims4()?;
+                    if value.dims() != [pos, d_head] {
+                        return Err(ModelError::Intervention(format!(
+                            "the value set for head {head} of layer {layer} has shape {:?}, \
+                             the head's output [{pos}, {d_head}] per row",
+                            value.dims()
+                        )));
                     }
-                };
-            }
+                    let value = value.to_dtype(z.dtype())?.reshape((1, 1, pos, d_head))?;
+                    (*head, Some(value))
+                }
+                _ => continue,
+            };
+            let n_heads = z.dim(1)?;
+            let keep = head_mask(n_heads, head, &z)?; // [1, heads, 1, 1]
+            let kept = z.broadcast_mul(&keep)?;
+            z = match replacement {
+                None => kept,
+                Some(r) => {
+                    let drop = keep.affine(-1.0, 1.0)?; // 1 at `head` only
+                    kept.broadcast_add(&r.broadcast_mul(&drop)?)?
+                }
+            };
         }
         Ok(z)
     }

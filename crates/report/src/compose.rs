@@ -8,6 +8,7 @@ use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
 use ropelab_analysis::measure::canonical::{BandSummary, PerPositionRow};
 use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
+use ropelab_analysis::measure::ablation::{AblationRow, Knockout};
 use ropelab_analysis::measure::hops::{HopRow, Source};
 use ropelab_analysis::measure::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
 use ropelab_analysis::measure::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
@@ -702,7 +703,49 @@ fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Se
     }
     let mut out = vec![dynamics, length, attention];
     out.extend(hops_section(id, title, &files.hops));
+    out.extend(ablation_section(id, title, &files.ablation));
     out
+}
+
+/// The head groups knocked out (`ablation.csv`, written by `ropelab ablate` or a study job),
+/// when present: a table of every group's accuracy under mean and zero ablation, and the map of
+/// the mean-ablated accuracy per hop count.
+fn ablation_section(id: &str, title: &str, rows: &[AblationRow]) -> Option<Section> {
+    if rows.is_empty() {
+        return None;
+    }
+    let mut s = Section::new(
+        format!("{id}-ablation"),
+        format!("{title}: what the model needs (ablation)"),
+    );
+    s.text(
+        "From `ablation.csv` (docs/ablation.md): the test accuracy with a group of heads \
+         knocked out, by mean ablation (each head's output replaced by its mean over the \
+         evaluated test samples) and by zero ablation; the groups are typed at the study's \
+         gamma. The 95% interval is Wilson's over the samples.",
+    );
+    let overall: Vec<&AblationRow> = rows.iter().filter(|r| r.hop == "all").collect();
+    let mut table = vec![];
+    for r in overall.iter().filter(|r| r.ablation != Knockout::Zero) {
+        let zero = overall
+            .iter()
+            .find(|z| z.group == r.group && z.ablation == Knockout::Zero)
+            .map_or_else(|| "-".to_string(), |z| format!("{:.3}", z.accuracy));
+        let (lo, hi) = ropelab_analysis::claims::wilson(r.correct, r.n);
+        table.push(vec![
+            r.group.clone(),
+            r.heads.clone(),
+            format!("{:.3} ({lo:.3}-{hi:.3})", r.accuracy),
+            zero,
+            r.n.to_string(),
+        ]);
+    }
+    s.table(
+        &["group", "heads (layer.head)", "mean-ablated (95%)", "zero-ablated", "n"],
+        &table,
+    );
+    s.figures(&[figures::ablation_map(rows, Knockout::Mean)]);
+    Some(s)
 }
 
 /// The hop map of a number-task run (`hops.csv`, written by `ropelab hops` or a study job) and

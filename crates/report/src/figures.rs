@@ -573,3 +573,56 @@ pub fn hop_map(
     }
     .to_svg()
 }
+
+/// The ablations of a model (`ablation.csv`, docs/ablation.md): one row per head group knocked
+/// out `how` (the intact model at the bottom), one column per hop count, the test accuracy.
+pub fn ablation_map(
+    rows: &[ropelab_analysis::measure::ablation::AblationRow],
+    how: ropelab_analysis::measure::ablation::Knockout,
+) -> String {
+    use ropelab_analysis::measure::ablation::Knockout;
+    let hops: Vec<String> = {
+        let mut h: Vec<usize> = rows.iter().filter_map(|r| r.hop.parse().ok()).collect();
+        h.sort_unstable();
+        h.dedup();
+        h.into_iter().map(|h| h.to_string()).collect()
+    };
+    let mut groups: Vec<&str> = vec![];
+    for r in rows
+        .iter()
+        .filter(|r| r.ablation == how || r.ablation == Knockout::None)
+    {
+        if !groups.contains(&r.group.as_str()) {
+            groups.push(&r.group);
+        }
+    }
+    let (row_names, cells) = groups
+        .into_iter()
+        .map(|g| {
+            let cells = hops
+                .iter()
+                .map(|h| {
+                    rows.iter()
+                        .find(|r| {
+                            r.group == g
+                                && (r.ablation == how || r.ablation == Knockout::None)
+                                && &r.hop == h
+                        })
+                        .map_or(f64::NAN, |r| r.accuracy)
+                })
+                .collect::<Vec<f64>>();
+            (if g == "none" { "intact".to_string() } else { g.to_string() }, cells)
+        })
+        .unzip();
+    crate::heatmap::Heatmap {
+        title: format!("test accuracy with a group {}-ablated", how.as_str()),
+        x_label: format!(
+            "hop count (columns {}, left to right)",
+            hops.join(", ")
+        ),
+        y_label: "group knocked out".into(),
+        row_names,
+        rows: cells,
+    }
+    .to_svg()
+}

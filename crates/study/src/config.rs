@@ -33,6 +33,9 @@ pub struct StudyConfig {
     pub score: StudyScore,
     /// Length generalisation of every final model.
     pub lengthgen: StudyLengthgen,
+    /// Necessity by ablation of every final model's head groups.
+    #[serde(default)]
+    pub ablation: StudyAblation,
     /// The theory lab's experiments.
     pub theory: StudyTheory,
     /// Thresholds of the verdict per claim.
@@ -61,6 +64,24 @@ impl Default for StudyScore {
     fn default() -> Self {
         Self {
             samples: ropelab_analysis::measure::dynamics::ScoreOptions::default().samples,
+        }
+    }
+}
+
+/// Necessity by ablation (docs/ablation.md): every final model's head groups (pure
+/// positional, pure symbolic, neither, each layer, each head of a multi-head layer) knocked out
+/// by mean and by zero ablation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyAblation {
+    /// Test samples each knock-out is evaluated on (the first of the test split).
+    pub samples: usize,
+}
+
+impl Default for StudyAblation {
+    fn default() -> Self {
+        Self {
+            samples: ropelab_analysis::measure::ablation::DEFAULT_SAMPLES,
         }
     }
 }

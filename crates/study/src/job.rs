@@ -85,13 +85,15 @@ pub fn sweep_jobs(config: &StudyConfig, jobs: &[(u64, TaskKind)]) -> Result<Vec<
 }
 
 /// What every study job measures: the config's scoring and length test, the attention
-/// viewer's file and the number models' hop map (256 test samples).
+/// viewer's file, the number models' hop map (256 test samples) and every model's head-group
+/// ablations (`[ablation] samples`).
 pub fn measure_options(config: &StudyConfig) -> MeasureOptions {
     MeasureOptions {
         score: config.score_options(),
         length: config.length_options(),
         attention_view: true,
         hop_samples: Some(ropelab_analysis::measure::hops::DEFAULT_SAMPLES),
+        ablation_samples: Some(config.ablation.samples),
         gamma: config.claims.gamma,
         ..MeasureOptions::default()
     }
@@ -106,6 +108,7 @@ pub fn expected_files(config: &StudyConfig) -> ropelab_analysis::claims::files::
         scores: Some(keys::scores(&m.score)),
         lengths: Some(keys::lengths(&m.length)),
         hop_samples: m.hop_samples,
+        ablation: m.ablation_samples.map(|n| (n, m.gamma.get())),
         tables_recorded: true,
     }
 }
@@ -156,6 +159,20 @@ pub fn run_jobs(
                 "{}: the measurement's scores.jsonl or lengthgen.csv is missing",
                 dir.display()
             );
+            // A job finished by an older ropelab lacks the ablations: measured now (reused
+            // when the ledger vouches for them).
+            let m = measure_options(config);
+            if let Some(n) = m.ablation_samples {
+                ropelab_sweep::measure::multi_hop::ablation_file(
+                    &dir,
+                    &files.scores,
+                    n,
+                    m.gamma,
+                    &format!("seed {seed} {kind}"),
+                    progress,
+                    &candle_core::Device::Cpu,
+                )?;
+            }
             let (scores, lengths) = (files.scores, files.lengths);
             let test = result.test.map(EvalReport::from).with_context(|| {
                 format!("{}: the job's result has no test evaluation", dir.display())

@@ -25,7 +25,7 @@ pub use config::{
     RunConfig, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, MAX_POSITION_SHIFT,
 };
 pub use data::{
-    batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes, Accuracy,
+    batch, batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes, Accuracy,
     EVAL_BATCH, EVAL_MEMORY,
 };
 pub use error::{Result, TrainError};

@@ -1,5 +1,5 @@
 //! What the verdicts read: a study's run files (scores, metrics, the test evaluation,
-//! length generalisation, attention views, the hop map) per seed and task, the theory curves, and the
+//! length generalisation, attention views, the hop map, the ablations) per seed and task, the theory curves, and the
 //! offset and canonical tables.
 
 use std::collections::BTreeMap;
@@ -11,6 +11,7 @@ use ropelab_train::Accuracy;
 use serde::Deserialize;
 
 use crate::lens::attention::AttentionView;
+use crate::measure::ablation::{AblationRow, ABLATION_FILE};
 use crate::measure::dynamics::HeadStep;
 use crate::measure::hops::HopRow;
 use crate::measure::lengthgen::{from_csv, LengthRow};
@@ -34,6 +35,8 @@ pub struct RunFiles {
     pub attention: Vec<AttentionView>,
     /// `hops.csv` (a number model's hop map), empty when absent.
     pub hops: Vec<HopRow>,
+    /// `ablation.csv` (the head groups knocked out), empty when absent.
+    pub ablation: Vec<AblationRow>,
 }
 
 /// One seed of the study: the number and the letter model.
@@ -123,6 +126,8 @@ pub struct Expected {
     pub lengths: Option<String>,
     /// The hop map's test samples.
     pub hop_samples: Option<usize>,
+    /// The ablations' test samples and the gamma their heads were typed at.
+    pub ablation: Option<(usize, f64)>,
     /// The study recorded its own tables (`theory/`, `offset/`, `canonical/TASK/`) in their
     /// folders' ledgers: a table there that no ledger lists is refused. Without it (a study
     /// assembled by hand) a table is read when its folder has no ledger.
@@ -157,6 +162,15 @@ impl RunFiles {
             ),
             None => (None, None, None, None, None),
         };
+        let (ablation_key, ablation_prefix) = match latest {
+            Some(step) => (
+                expected
+                    .ablation
+                    .map(|(n, gamma)| keys::ablation(step, n, gamma)),
+                Some(keys::ablation_prefix(step)),
+            ),
+            None => (None, None),
+        };
         // What a reader of `file` expects it was made with.
         let expect_of = |file: &str| -> Expect<'_> {
             let found = match file {
@@ -167,6 +181,10 @@ impl RunFiles {
                     .as_deref()
                     .map(Expect::Key)
                     .or(hop_prefix.as_deref().map(Expect::Prefix)),
+                ABLATION_FILE => ablation_key
+                    .as_deref()
+                    .map(Expect::Key)
+                    .or(ablation_prefix.as_deref().map(Expect::Prefix)),
                 f if f.starts_with("eval/") => test_key.as_deref().map(Expect::Key),
                 f if f.starts_with("attention/") => attention_key.as_deref().map(Expect::Key),
                 _ => None,
@@ -286,6 +304,13 @@ impl RunFiles {
         if wanted("hops.csv")? {
             if let Some(text) = read(&hops)? {
                 out.hops = ropelab_io::read_csv(&text, &hops.display().to_string())
+                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
+            }
+        }
+        let ablation = dir.join(ABLATION_FILE);
+        if wanted(ABLATION_FILE)? {
+            if let Some(text) = read(&ablation)? {
+                out.ablation = ropelab_io::read_csv(&text, &ablation.display().to_string())
                     .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
             }
         }

@@ -4,11 +4,13 @@
 //! test evaluation, `lengthgen.csv`, the theory CSVs). A claim without its numbers is "not
 //! measured", never "holds".
 //!
-//! One function per claim: [`multi_hop`] (the trained models' claims), [`theory`] (the
+//! One function per claim: [`multi_hop`] (the trained models' claims), [`ablation`] (what
+//! the trained models need, by knocking heads out), [`theory`] (the
 //! hand-built heads), [`offset`] (the implicit-bias paper), [`canonical`] (the frequency-band
 //! paper); [`files`] reads what they measure; this module holds the thresholds, the verdict
 //! rule and [`verdicts`], the list of them all.
 
+pub mod ablation;
 pub mod canonical;
 pub mod files;
 pub mod multi_hop;
@@ -78,6 +80,12 @@ pub struct Thresholds {
     pub hop_mass: f64,
     /// Fewest seeds a claim over seeds needs to hold (fewer is undetermined).
     pub min_seeds: usize,
+    /// Ablation: a model needs a group of heads when knocking it out (mean ablation) leaves its
+    /// test accuracy below this (the 95% Wilson interval entirely below).
+    pub needed_accuracy: f64,
+    /// Ablation: a model does not need a group when knocking it out leaves its test accuracy at
+    /// or above this (the 95% Wilson interval entirely at or above).
+    pub kept_accuracy: f64,
 }
 
 impl Default for Thresholds {
@@ -102,6 +110,8 @@ impl Default for Thresholds {
             canonical_fail_accuracy: 0.95,
             hop_mass: crate::measure::hop_route::CARRY_MASS,
             min_seeds: 3,
+            needed_accuracy: 0.5,
+            kept_accuracy: 0.9,
         }
     }
 }
@@ -132,6 +142,8 @@ impl Thresholds {
             ("linear_fail_accuracy", self.linear_fail_accuracy),
             ("canonical_fail_accuracy", self.canonical_fail_accuracy),
             ("hop_mass", self.hop_mass),
+            ("needed_accuracy", self.needed_accuracy),
+            ("kept_accuracy", self.kept_accuracy),
         ] {
             within(key, v, 0.0, 1.0, false)?;
         }
@@ -295,6 +307,10 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         multi_hop::frequency_use(files, t),
         multi_hop::length_contrast(files, t),
         multi_hop::letter_50x_context(files, t),
+        ablation::number_needs_positional(files, t),
+        ablation::number_needs_symbolic(files, t),
+        ablation::letter_needs_symbolic(files, t),
+        ablation::letter_needs_only_symbolic(files, t),
         theory::index_discrepancy_decays(files),
         theory::retrieval_discrepancy_holds(files, t),
     ];

@@ -206,7 +206,7 @@ fn not_learned(r: &RunFiles, task: &str, t: &Thresholds) -> Option<String> {
 }
 
 /// A seed's measurement when `what` was not measured: its text and the undetermined outcome.
-fn missing(text: &str, what: &str) -> Measure {
+pub(crate) fn missing(text: &str, what: &str) -> Measure {
     (
         text.into(),
         Outcome::undetermined(format!("not measured: {what}")),
@@ -266,7 +266,7 @@ fn learned_run<'a>(
 
 /// The head types at the last checkpoint (gamma `t.gamma`) of the run of `task` that learned
 /// it, or the seed's measurement saying why they cannot be used.
-fn learned_grid(
+pub(crate) fn learned_grid(
     run: &Option<RunFiles>,
     task: &str,
     t: &Thresholds,

@@ -41,6 +41,17 @@ pub fn hop_map_prefix(step: usize) -> String {
     format!("hop map of step {step}: samples ")
 }
 
+/// `ablation.csv`: the head groups of checkpoint `step` (typed at `gamma`) knocked out on
+/// `samples` test samples.
+pub fn ablation(step: usize, samples: usize, gamma: f64) -> String {
+    format!("{}samples {samples}, gamma {gamma}", ablation_prefix(step))
+}
+
+/// The start of every ablation key of checkpoint `step` (whatever its samples and gamma).
+pub fn ablation_prefix(step: usize) -> String {
+    format!("ablation of step {step}: ")
+}
+
 /// `metrics.jsonl`: the training log of a run whose last checkpoint is `step`.
 pub fn training_log(step: usize) -> String {
     format!("training log to step {step}")

@@ -1,4 +1,5 @@
-//! Measurements of the experiments, from their runs and files: the learning dynamics of a run
+//! Measurements of the experiments, from their runs and files: necessity by ablation
+//! ([`ablation`]), the learning dynamics of a run
 //! ([`dynamics`]: every checkpoint scored), length generalisation ([`lengthgen`]), summaries over
 //! seeds ([`seeds`]), the formal languages' N* ([`languages`]) and MOD heads ([`modular`]),
 //! studies per head count
@@ -6,6 +7,7 @@
 //! ([`canonical`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
 //! Partial Induction's head ([`partial`]).
 
+pub mod ablation;
 pub mod band;
 pub mod canonical;
 pub mod dynamics;

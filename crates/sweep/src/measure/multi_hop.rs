@@ -1,12 +1,14 @@
 //! A number/letter job's measurement: the test split, every checkpoint's swap scores and the
 //! layer types, the length test and (on request) the attention viewer's file and a number
-//! model's hop map, each recorded in
+//! model's hop map and the head-group ablations, each recorded in
 //! the run's ledger and reused only when it vouches for it.
 
 use std::path::Path;
 
 use candle_core::Device;
-use ropelab_analysis::claims::layer_types;
+use ropelab_analysis::claims::{head_grid, layer_types};
+use ropelab_analysis::measure::ablation::{ablate_run, AblationOptions, AblationRow, ABLATION_FILE};
+use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::lens::attention::{attention_view, write_view, AttentionView};
 use ropelab_analysis::measure::dynamics::{score_run, HeadStep};
 use ropelab_analysis::measure::hops::{hop_run, ledger_key, HopOptions, HopRow};
@@ -84,6 +86,9 @@ pub fn multi_hop(
     if let Some(n) = options.hop_samples {
         hop_map_file(run, n, label, progress, device)?;
     }
+    if let Some(n) = options.ablation_samples {
+        ablation_file(run, &scores, n, options.gamma, label, progress, device)?;
+    }
     Ok(Measured {
         test_accuracy: Some(test.accuracy.accuracy),
         per_hop: test.accuracy.per_hop.clone(),
@@ -129,6 +134,47 @@ pub fn hop_map_file(
             stage.set(done as u64);
         })?;
         ropelab_io::write_csv(&run.join("hops.csv"), &report.rows)?;
+        Ok(())
+    })
+}
+
+/// Knocks out the head groups of the number/letter run in `run` at its latest checkpoint on `n`
+/// test samples into `ablation.csv` (`ropelab ablate`), the heads typed at `gamma` from the
+/// run's `scores` at that checkpoint; recorded in the run's ledger and reused when it vouches for
+/// it (so calling this on a finished job only measures what it lacks).
+pub fn ablation_file(
+    run: &Path,
+    scores: &[HeadStep],
+    n: usize,
+    gamma: Gamma,
+    label: &str,
+    progress: &dyn Progress,
+    device: &Device,
+) -> Result<()> {
+    let step = RunDir::new(run).latest_checkpoint()?;
+    if !scores.iter().any(|l| l.step == step) {
+        return Err(crate::SweepError::Job {
+            id: run.display().to_string(),
+            message: format!("scores.jsonl has no line of step {step}, whose heads are ablated"),
+        });
+    }
+    let key = keys::ablation(step, n, gamma.get());
+    let read = |path: &Path| -> Result<()> {
+        ropelab_io::read_csv_file::<AblationRow>(path)?;
+        Ok(())
+    };
+    owned(run, ABLATION_FILE, &key, read, || {
+        let stage = progress.stage(&format!("ablate {label}"), 0);
+        let grid = head_grid(scores, gamma);
+        let options = AblationOptions {
+            samples: n,
+            memory: EVAL_MEMORY,
+        };
+        let report = ablate_run(run, &grid, &options, device, |done, total| {
+            stage.set_total(total as u64);
+            stage.set(done as u64);
+        })?;
+        ropelab_io::write_csv(&run.join(ABLATION_FILE), &report.rows)?;
         Ok(())
     })
 }
