@@ -108,10 +108,19 @@ fn knockouts_match_their_twins() {
         let a = model.forward_last(&b.ids, &mut hooks, None).unwrap();
         let t = twin.forward_last(&b.ids, &mut Hooks::new(), None).unwrap();
         assert!(max_diff(&a, &t) < 1e-5, "{}", group.name);
-        assert!(max_diff(&plain, &t) > 1e-4, "{}: changed nothing", group.name);
+        assert!(
+            max_diff(&plain, &t) > 1e-4,
+            "{}: changed nothing",
+            group.name
+        );
         let counts = tally(&twin, &data, 1 << 20, &[]).unwrap();
         let correct: usize = counts.values().map(|c| c.0).sum();
-        assert_eq!(row(&group.name, Knockout::Zero).correct, correct, "{}", group.name);
+        assert_eq!(
+            row(&group.name, Knockout::Zero).correct,
+            correct,
+            "{}",
+            group.name
+        );
         for (h, (c, n)) in &counts {
             let per_hop = report
                 .rows
@@ -120,7 +129,12 @@ fn knockouts_match_their_twins() {
                     x.group == group.name && x.ablation == Knockout::Zero && x.hop == h.to_string()
                 })
                 .unwrap();
-            assert_eq!((per_hop.correct, per_hop.n), (*c, *n), "{} hop {h}", group.name);
+            assert_eq!(
+                (per_hop.correct, per_hop.n),
+                (*c, *n),
+                "{} hop {h}",
+                group.name
+            );
         }
     }
 

@@ -202,6 +202,7 @@ const SMALL_STUDY: &str =
      [train]\npreset = \"tiny\"\nsteps = 5\n\
      [score]\nsamples = 10\n\
      [lengthgen]\nextras = [0, 20]\nsamples = 8\n\
+     [ablation]\nsamples = 16\n\
      [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n\
      [offset]\npe = [\"rope\", \"ape\"]\nattention = [\"softmax\"]\nk = [1]\nseeds = [0]\n\
      steps = 5\ntrain_len = 4\ntest_lens = [4, 8, 16]\nper_length = 8\n\
@@ -374,6 +375,22 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(
         ledger.contains("hop map of step 5: samples 256"),
         "{ledger}"
+    );
+    // `ropelab ablate` with another gamma does not replace the study's ablations either.
+    let other = ropelab(&[
+        "ablate",
+        "--run",
+        number.to_str().unwrap(),
+        "--n",
+        "16",
+        "--gamma",
+        "0.2",
+    ]);
+    assert!(!other.status.success());
+    assert!(
+        stderr(&other).contains("ablation.csv"),
+        "{}",
+        stderr(&other)
     );
 
     // A second reproduce reuses the finished runs.

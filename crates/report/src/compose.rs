@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
+use ropelab_analysis::measure::ablation::{AblationRow, Knockout};
 use ropelab_analysis::measure::canonical::{BandSummary, PerPositionRow};
 use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
-use ropelab_analysis::measure::ablation::{AblationRow, Knockout};
 use ropelab_analysis::measure::hops::{HopRow, Source};
 use ropelab_analysis::measure::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
 use ropelab_analysis::measure::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
@@ -741,7 +741,13 @@ fn ablation_section(id: &str, title: &str, rows: &[AblationRow]) -> Option<Secti
         ]);
     }
     s.table(
-        &["group", "heads (layer.head)", "mean-ablated (95%)", "zero-ablated", "n"],
+        &[
+            "group",
+            "heads (layer.head)",
+            "mean-ablated (95%)",
+            "zero-ablated",
+            "n",
+        ],
         &table,
     );
     s.figures(&[figures::ablation_map(rows, Knockout::Mean)]);

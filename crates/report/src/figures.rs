@@ -611,15 +611,19 @@ pub fn ablation_map(
                         .map_or(f64::NAN, |r| r.accuracy)
                 })
                 .collect::<Vec<f64>>();
-            (if g == "none" { "intact".to_string() } else { g.to_string() }, cells)
+            (
+                if g == "none" {
+                    "intact".to_string()
+                } else {
+                    g.to_string()
+                },
+                cells,
+            )
         })
         .unzip();
     crate::heatmap::Heatmap {
         title: format!("test accuracy with a group {}-ablated", how.as_str()),
-        x_label: format!(
-            "hop count (columns {}, left to right)",
-            hops.join(", ")
-        ),
+        x_label: format!("hop count (columns {}, left to right)", hops.join(", ")),
         y_label: "group knocked out".into(),
         row_names,
         rows: cells,

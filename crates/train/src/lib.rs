@@ -25,8 +25,8 @@ pub use config::{
     RunConfig, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, MAX_POSITION_SHIFT,
 };
 pub use data::{
-    batch, batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes, Accuracy,
-    EVAL_BATCH, EVAL_MEMORY,
+    batch, batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes,
+    Accuracy, EVAL_BATCH, EVAL_MEMORY,
 };
 pub use error::{Result, TrainError};
 pub use resources::{forward_flops, inference_need, training_memory, training_need};

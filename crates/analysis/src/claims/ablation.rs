@@ -4,7 +4,9 @@
 //! decides; zero ablation is shown beside it).
 
 use super::multi_hop::{learned_grid, missing};
-use super::{per_seed, seed_claim, wilson, Claim, Measure, Outcome, RunFiles, StudyFiles, Thresholds};
+use super::{
+    per_seed, seed_claim, wilson, Claim, Measure, Outcome, RunFiles, StudyFiles, Thresholds,
+};
 use crate::measure::ablation::{groups, overall, Knockout, NON_SYMBOLIC};
 use crate::measure::dynamics::HeadKind;
 
@@ -60,8 +62,10 @@ fn knockout(
             )),
         );
     }
-    let zero = overall(&r.ablation, group, Knockout::Zero)
-        .map_or_else(|| "not measured".to_string(), |z| format!("{:.3}", z.accuracy));
+    let zero = overall(&r.ablation, group, Knockout::Zero).map_or_else(
+        || "not measured".to_string(),
+        |z| format!("{:.3}", z.accuracy),
+    );
     let (lo, hi) = wilson(mean.correct, mean.n);
     let text = format!(
         "{what} ({}) mean-ablated: {:.3} (95% {lo:.3}-{hi:.3}, n {}; zero-ablated {zero}), intact {:.3}",

@@ -370,7 +370,16 @@ mod tests {
         let names: Vec<&str> = g.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(
             names,
-            ["positional", "mixed", "layer 0", "layer 1", "head 0.0", "head 0.1", "head 1.0", "head 1.1"]
+            [
+                "positional",
+                "mixed",
+                "layer 0",
+                "layer 1",
+                "head 0.0",
+                "head 0.1",
+                "head 1.0",
+                "head 1.1"
+            ]
         );
         assert_eq!(g[1].heads, vec![(0, 1), (1, 0), (1, 1)]);
     }
@@ -380,7 +389,10 @@ mod tests {
         let counts = BTreeMap::from([(1, (9, 10)), (2, (5, 10))]);
         let rows = rows_of("symbolic", &[(3, 0), (4, 1)], Knockout::Mean, &counts);
         assert_eq!(rows.len(), 3);
-        assert_eq!((rows[0].hop.as_str(), rows[0].correct, rows[0].n), ("all", 14, 20));
+        assert_eq!(
+            (rows[0].hop.as_str(), rows[0].correct, rows[0].n),
+            ("all", 14, 20)
+        );
         assert_eq!(rows[0].heads, "3.0 4.1");
         assert!((rows[0].accuracy - 0.7).abs() < 1e-12);
         assert_eq!(rows[2].accuracy, 0.5);

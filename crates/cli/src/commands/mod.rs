@@ -1,5 +1,6 @@
 //! One file per subcommand; each parses its arguments and calls the library crates.
 
+mod ablate;
 mod attention;
 mod bench;
 mod bench_train;
@@ -46,6 +47,10 @@ pub enum Command {
     /// position j hops along each query position's chain, and the accuracy with that edge
     /// knocked out (hops.csv).
     Hops(hops::HopsArgs),
+    /// Necessity by ablation: a number/letter model's accuracy per hop count with each group of
+    /// heads (pure positional, pure symbolic, neither, each layer) knocked out by mean and by
+    /// zero ablation (ablation.csv).
+    Ablate(ablate::AblateArgs),
     /// Positional/symbolic scores of every head at every checkpoint of a run (scores.jsonl).
     Score(score::ScoreArgs),
     /// The expressivity experiment: EOS classifiers on formal languages per position
@@ -101,6 +106,7 @@ impl Command {
             Command::Lengthgen(args) => lengthgen::run(args, guard),
             Command::Mask(args) => mask::run(args, guard),
             Command::Hops(args) => hops::run(args, guard),
+            Command::Ablate(args) => ablate::run(args, guard),
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
             Command::Bias(args) => bias::run_command(args, guard),

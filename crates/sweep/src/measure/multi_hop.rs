@@ -7,9 +7,11 @@ use std::path::Path;
 
 use candle_core::Device;
 use ropelab_analysis::claims::{head_grid, layer_types};
-use ropelab_analysis::measure::ablation::{ablate_run, AblationOptions, AblationRow, ABLATION_FILE};
-use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::lens::attention::{attention_view, write_view, AttentionView};
+use ropelab_analysis::measure::ablation::{
+    ablate_run, AblationOptions, AblationRow, ABLATION_FILE,
+};
+use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::dynamics::{score_run, HeadStep};
 use ropelab_analysis::measure::hops::{hop_run, ledger_key, HopOptions, HopRow};
 use ropelab_analysis::measure::keys;

@@ -1,0 +1,172 @@
+//! `ropelab ablate`: necessity by ablation (docs/ablation.md). A trained number/letter model's
+//! test accuracy, overall and per hop count, with each group of heads knocked out (pure
+//! positional, pure symbolic, neither, each layer, each head of a multi-head layer) by mean
+//! and by zero ablation; the heads typed from the run's `scores.jsonl` at its last checkpoint.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use clap::Args;
+use ropelab_analysis::claims::{head_grid, wilson, RunFiles};
+use ropelab_analysis::measure::ablation::{
+    ablate_run, groups, AblationOptions, AblationRow, Knockout, ABLATION_FILE, DEFAULT_SAMPLES,
+};
+use ropelab_analysis::measure::dynamics::Gamma;
+use ropelab_analysis::measure::keys;
+use ropelab_io::resources::bytes;
+use ropelab_io::{write_csv, Align::Left, Align::Right, Ledger, Standing, Table};
+use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
+
+use super::{progress, Guard};
+use crate::output::parse_memory_mib;
+
+/// Arguments of `ropelab ablate`.
+#[derive(Debug, Args)]
+pub struct AblateArgs {
+    /// Run directory of a number or letter model, scored at its last checkpoint (`ropelab
+    /// train` then `ropelab score`, or `seed-S/<task>` of a study).
+    #[arg(long)]
+    pub run: PathBuf,
+    /// Test samples (the first of the run's test split).
+    #[arg(long, default_value_t = DEFAULT_SAMPLES as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: u64,
+    /// Purity tolerance the heads are typed at, in (0, 0.5) (default: the study's `[claims]
+    /// gamma` when the run is in a study, else 0.1).
+    #[arg(long)]
+    pub gamma: Option<Gamma>,
+    /// Memory budget of one forward pass in MiB.
+    #[arg(long = "memory-mb", default_value_t = EVAL_MEMORY >> 20, value_parser = parse_memory_mib)]
+    pub memory: usize,
+    /// CSV output (default: RUN/ablation.csv; a study's own file is never replaced).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `ropelab ablate`.
+pub fn run(args: AblateArgs, guard: Guard) -> Result<()> {
+    let (dir, config) = RunDir::open(&args.run)?;
+    let step = dir.latest_checkpoint()?;
+    let gamma = match args.gamma {
+        Some(g) => g,
+        None => ropelab_report::compose::configured_gamma(&args.run)?,
+    };
+    let files = RunFiles::load(&args.run)?;
+    let last: Vec<_> = files
+        .scores
+        .iter()
+        .filter(|l| l.step == step)
+        .cloned()
+        .collect();
+    anyhow::ensure!(
+        !last.is_empty(),
+        "{}: scores.jsonl has no line of the last checkpoint (step {step}), whose heads are \
+         typed for the groups; run `ropelab score --run {}` first",
+        args.run.display(),
+        args.run.display()
+    );
+    let grid = head_grid(&last, gamma);
+    let n = args.n as usize;
+    let m = &config.model;
+    let passes = bytes(&[groups(&grid).len(), 2]).saturating_add(2);
+    let need = inference_need(m, config.layout.core_len(), args.memory).compute(
+        forward_flops(m, n, config.layout.core_len()).saturating_mul(passes),
+        format!("{passes} passes over {n} samples"),
+    );
+    guard.check("ablate", &need)?;
+    let bar = progress(passes, "ablate");
+    let start = Instant::now();
+    let options = AblationOptions {
+        samples: n,
+        memory: args.memory,
+    };
+    let report = ablate_run(&args.run, &grid, &options, &Device::Cpu, |done, _| {
+        bar.set_position(done as u64)
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "step {}, {n} test samples; heads typed at gamma {gamma}",
+        report.step
+    );
+    print!("{}", table(&report.rows));
+    let out = args.out.unwrap_or_else(|| args.run.join(ABLATION_FILE));
+    // A study job's ablations (listed in the run's ledger) are its verdicts' input: not
+    // replaced by other settings' file.
+    let text = ropelab_io::to_csv(&report.rows)?;
+    ropelab_io::refuse_owned(&args.run, &out, Some(text.as_bytes()))?;
+    // In a measured run the file is recorded in its ledger under the key a study job uses for
+    // the same settings, so the run's report and verdicts read it (and refuse other settings).
+    let recorded = out == args.run.join(ABLATION_FILE) && Ledger::load(&args.run)?.is_some();
+    let key = keys::ablation(report.step, n, gamma.get());
+    if recorded {
+        // A file the ledger lists under other settings (another gamma or sample count) is the
+        // study's: the same bytes under another key would change what its verdicts read.
+        if let Standing::Foreign(why) = Ledger::check(&args.run, ABLATION_FILE, &key)? {
+            anyhow::bail!(
+                "{}: {why}; it is the measured run's own, so it is not replaced (write this one \
+                 elsewhere with --out)",
+                out.display()
+            );
+        }
+        Ledger::begin(&args.run, ABLATION_FILE, &key)?;
+    }
+    write_csv(&out, &report.rows).with_context(|| format!("cannot write {}", out.display()))?;
+    if recorded {
+        Ledger::finish(&args.run, ABLATION_FILE, &key)?;
+    }
+    println!(
+        "{} evaluations in {:.1} s; wrote {}",
+        passes,
+        start.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// One line per group: its heads, the mean-ablated accuracy with its 95% interval, the
+/// zero-ablated one, and the mean-ablated accuracy per hop count.
+pub fn table(rows: &[AblationRow]) -> Table {
+    let hops: Vec<String> = {
+        let mut h: Vec<usize> = rows.iter().filter_map(|r| r.hop.parse().ok()).collect();
+        h.sort_unstable();
+        h.dedup();
+        h.into_iter().map(|h| h.to_string()).collect()
+    };
+    let names: Vec<String> = hops.iter().map(|h| format!("hop {h}")).collect();
+    let mut cols = vec![
+        ("group", Left),
+        ("heads", Left),
+        ("mean-ablated (95%)", Right),
+        ("zero", Right),
+    ];
+    cols.extend(names.iter().map(|n| (n.as_str(), Right)));
+    let mut table = Table::new(&cols);
+    let find = |group: &str, how: Knockout, hop: &str| {
+        rows.iter()
+            .find(|r| r.group == group && r.ablation == how && r.hop == hop)
+    };
+    for r in rows
+        .iter()
+        .filter(|r| r.hop == "all" && r.ablation != Knockout::Zero)
+    {
+        let (lo, hi) = wilson(r.correct, r.n);
+        let mut cells = vec![
+            if r.group == "none" {
+                "(intact)".to_string()
+            } else {
+                r.group.clone()
+            },
+            r.heads.clone(),
+            format!("{:.3} ({lo:.3}-{hi:.3})", r.accuracy),
+            find(&r.group, Knockout::Zero, "all")
+                .map_or_else(|| "-".into(), |z| format!("{:.3}", z.accuracy)),
+        ];
+        cells.extend(hops.iter().map(|h| {
+            find(&r.group, r.ablation, h)
+                .map_or_else(|| "-".into(), |x| format!("{:.3}", x.accuracy))
+        }));
+        table.row(cells);
+    }
+    table
+}
