@@ -63,9 +63,16 @@ fn metrics(learned: [usize; 4]) -> String {
 }
 
 fn lengths(acc: &[(usize, f64)]) -> String {
+    lengths_with(acc, &[0.0; 4], 0.0)
+}
+
+/// A length test whose layer l's discrepancy is 3 (length / 17)^rates[l], times 1 + wobble at
+/// every other length and 1 - wobble at the rest.
+fn lengths_with(acc: &[(usize, f64)], rates: &[f64], wobble: f64) -> String {
     let rows: Vec<LengthRow> = acc
         .iter()
-        .map(|&(length, accuracy)| LengthRow {
+        .enumerate()
+        .map(|(i, &(length, accuracy))| LengthRow {
             step: 300,
             extra: length - 17,
             length,
@@ -73,17 +80,31 @@ fn lengths(acc: &[(usize, f64)]) -> String {
             accuracy,
             loss: 1.0,
             per_hop: [(1, accuracy)].into_iter().collect(),
-            heads: vec![HeadMargin {
-                layer: 0,
-                head: 0,
-                margin: 1.0,
-                top_weight: 0.5,
-            }],
+            heads: rates
+                .iter()
+                .enumerate()
+                .map(|(layer, r)| HeadMargin {
+                    layer,
+                    head: 0,
+                    margin: 3.0
+                        * (length as f64 / 17.0).powf(*r)
+                        * (1.0 + if i % 2 == 0 { wobble } else { -wobble }),
+                    top_weight: 0.5,
+                })
+                .collect(),
             seconds: 0.0,
         })
         .collect();
     to_csv(&rows).unwrap()
 }
+
+/// The number model's length test: positional layers 0-1 lose their discrepancy like
+/// length^-1.5, the others keep it.
+fn number_lengths(rates: &[f64], wobble: f64) -> String {
+    lengths_with(&[(17, 1.0), (33, 0.5), (881, 0.01)], rates, wobble)
+}
+
+const NUMBER_RATES: [f64; 4] = [-1.5, -1.5, 0.0, 0.0];
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -170,7 +191,7 @@ fn holding_study(root: &Path) {
         write(&number.join("eval/step-000300-extra-0.json"), &eval(0.999));
         write(
             &number.join("lengthgen.csv"),
-            &lengths(&[(17, 1.0), (33, 0.5), (881, 0.01)]),
+            &number_lengths(&NUMBER_RATES, 0.0),
         );
         // Layers read hop 1, 2, 4 from every position: pointer doubling.
         write(
@@ -312,7 +333,7 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     holding_study(dir.path());
     let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
     let claims = verdicts(&files, &thresholds());
-    assert_eq!(claims.len(), 23);
+    assert_eq!(claims.len(), 24);
     for c in &claims {
         assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
         assert!(!c.measured.is_empty() && !c.threshold.is_empty());
@@ -459,6 +480,13 @@ fn each_claim_flips_when_its_numbers_do() {
         ",0.97,",
         ",0.7,",
         "letter_50x_context",
+    );
+    // The positional heads keep their discrepancy better than the symbolic ones.
+    flips(
+        "number/lengthgen.csv",
+        &number_lengths(&NUMBER_RATES, 0.0),
+        &number_lengths(&[0.3, 0.3, 0.0, 0.0], 0.0),
+        "discrepancy_rates",
     );
     // Knocking out a group leaves the model working (needed), or breaks it (not needed).
     let (number, letter) = (number_ablation(0.05, 0.1), letter_ablation(0.04, 0.99));
@@ -672,6 +700,22 @@ fn each_claim_is_undetermined_when_its_evidence_cannot_decide() {
         &[(letter_lengths, "783,800,100,0.97", "783,800,100,0.93")],
         "letter_50x_context",
         "at length 800: accuracy 0.930 on 100 samples",
+    );
+    // Discrepancy rates: noisy positional margins whose interval reaches the symbolic one; no
+    // pure positional head.
+    undetermined(
+        &[(
+            "seed-1/number/lengthgen.csv",
+            &number_lengths(&NUMBER_RATES, 0.0),
+            &number_lengths(&[-0.1, -0.1, 0.0, 0.0], 0.4),
+        )],
+        "discrepancy_rates",
+        "intervals overlap",
+    );
+    undetermined(
+        &[(number_scores, p0, m0), (number_scores, p1, m1)],
+        "discrepancy_rates",
+        "number: no pure positional head",
     );
     // Ablation: 0.5 (or 0.9) on 1,024 samples cannot be separated from the threshold; no
     // ablation.csv; an unlearned model; a model without the group.

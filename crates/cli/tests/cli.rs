@@ -265,7 +265,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(stdout.contains("claims of the paper"), "{stdout}");
     let claims: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("claims.json")).unwrap()).unwrap();
-    assert_eq!(claims.as_array().unwrap().len(), 23);
+    assert_eq!(claims.as_array().unwrap().len(), 24);
     // The [offset] table's claims are measured (the third has no linear run to measure).
     let ids: Vec<&str> = claims
         .as_array()
@@ -274,16 +274,16 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert_eq!(
-        ids[16..19],
+        ids[17..20],
         [
             "offset_rotary_extrapolates",
             "offset_dilution_law",
             "offset_linear_fails"
         ]
     );
-    assert_eq!(claims[16]["n"], 1);
-    assert_eq!(claims[18]["verdict"], "undetermined");
-    assert!(claims[18]["reason"]
+    assert_eq!(claims[17]["n"], 1);
+    assert_eq!(claims[19]["verdict"], "undetermined");
+    assert!(claims[19]["reason"]
         .as_str()
         .unwrap()
         .contains("not measured"));
@@ -297,7 +297,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .unwrap()
         .contains("the number model did not learn its task"));
     // The theory rows are exact checks, counted apart.
-    for i in [14, 15] {
+    for i in [15, 16] {
         assert_eq!(claims[i]["category"], "exact_check", "{}", claims[i]);
     }
     assert_eq!(claims[0]["category"], "empirical");
@@ -318,9 +318,9 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         report.contains("Canonical task partial"),
         "report lacks the canonical section"
     );
-    assert_eq!(claims[22]["id"], "partial_two_angles");
-    assert_eq!(claims[22]["n"], 1);
-    assert_eq!(claims[19]["verdict"], "undetermined");
+    assert_eq!(claims[23]["id"], "partial_two_angles");
+    assert_eq!(claims[23]["n"], 1);
+    assert_eq!(claims[20]["verdict"], "undetermined");
     // 5 steps of a tiny model learn nothing: "learned" does not hold, the claims that need a
     // learned model are undetermined, and none is marked as holding without its numbers.
     for c in claims.as_array().unwrap() {

@@ -5,13 +5,15 @@
 //! measured", never "holds".
 //!
 //! One function per claim: [`multi_hop`] (the trained models' claims), [`ablation`] (what
-//! the trained models need, by knocking heads out), [`theory`] (the
+//! the trained models need, by knocking heads out), [`decay`] (the discrepancy law fitted on
+//! the trained heads), [`theory`] (the
 //! hand-built heads), [`offset`] (the implicit-bias paper), [`canonical`] (the frequency-band
 //! paper); [`files`] reads what they measure; this module holds the thresholds, the verdict
 //! rule and [`verdicts`], the list of them all.
 
 pub mod ablation;
 pub mod canonical;
+pub mod decay;
 pub mod files;
 pub mod multi_hop;
 pub mod offset;
@@ -311,6 +313,7 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         ablation::number_needs_symbolic(files, t),
         ablation::letter_needs_symbolic(files, t),
         ablation::letter_needs_only_symbolic(files, t),
+        decay::discrepancy_rates(files, t),
         theory::index_discrepancy_decays(files),
         theory::retrieval_discrepancy_holds(files, t),
     ];

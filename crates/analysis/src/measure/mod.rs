@@ -1,5 +1,5 @@
 //! Measurements of the experiments, from their runs and files: necessity by ablation
-//! ([`ablation`]), the learning dynamics of a run
+//! ([`ablation`]), the discrepancy law fitted ([`decay`]), the learning dynamics of a run
 //! ([`dynamics`]: every checkpoint scored), length generalisation ([`lengthgen`]), summaries over
 //! seeds ([`seeds`]), the formal languages' N* ([`languages`]) and MOD heads ([`modular`]),
 //! studies per head count
@@ -10,6 +10,7 @@
 pub mod ablation;
 pub mod band;
 pub mod canonical;
+pub mod decay;
 pub mod dynamics;
 pub mod hop_chain;
 pub mod hop_route;
