@@ -33,9 +33,16 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
 fn inverse(a: &[Vec<f64>]) -> Vec<Vec<f64>> {
     let n = a.len();
     let cols: Vec<Vec<f64>> = (0..n)
-        .map(|j| solve(a.to_vec(), (0..n).map(|i| f64::from(u8::from(i == j))).collect()))
+        .map(|j| {
+            solve(
+                a.to_vec(),
+                (0..n).map(|i| f64::from(u8::from(i == j))).collect(),
+            )
+        })
         .collect();
-    (0..n).map(|i| (0..n).map(|j| cols[j][i]).collect()).collect()
+    (0..n)
+        .map(|i| (0..n).map(|j| cols[j][i]).collect())
+        .collect()
 }
 
 #[test]
@@ -43,7 +50,9 @@ fn the_within_head_fit_is_the_dummy_variable_regression() {
     // Three heads, noisy power laws of different levels and lengths.
     let mut state = 7u64;
     let mut noise = || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((state >> 33) as f64 / (1u64 << 31) as f64 - 0.5) * 0.4
     };
     let groups: Vec<Vec<(f64, f64)>> = [(2.0, -1.2, 5), (0.5, -0.8, 4), (9.0, -1.0, 6)]
@@ -71,9 +80,15 @@ fn the_within_head_fit_is_the_dummy_variable_regression() {
     }
     let p = k + 1;
     let xtx: Vec<Vec<f64>> = (0..p)
-        .map(|i| (0..p).map(|j| rows.iter().map(|r| r.0[i] * r.0[j]).sum()).collect())
+        .map(|i| {
+            (0..p)
+                .map(|j| rows.iter().map(|r| r.0[i] * r.0[j]).sum())
+                .collect()
+        })
         .collect();
-    let xty: Vec<f64> = (0..p).map(|i| rows.iter().map(|r| r.0[i] * r.1).sum()).collect();
+    let xty: Vec<f64> = (0..p)
+        .map(|i| rows.iter().map(|r| r.0[i] * r.1).sum())
+        .collect();
     let beta = solve(xtx.clone(), xty);
     let rss: f64 = rows
         .iter()
@@ -85,8 +100,15 @@ fn the_within_head_fit_is_the_dummy_variable_regression() {
     let df = rows.len() - p;
     let se = (rss / df as f64 * inverse(&xtx)[0][0]).sqrt();
     let half = t_975(df) * se;
-    assert!((fit.slope - beta[0]).abs() < 1e-10, "{fit:?} vs {}", beta[0]);
-    assert!((fit.hi - fit.slope - half).abs() < 1e-10, "{fit:?} vs +-{half}");
+    assert!(
+        (fit.slope - beta[0]).abs() < 1e-10,
+        "{fit:?} vs {}",
+        beta[0]
+    );
+    assert!(
+        (fit.hi - fit.slope - half).abs() < 1e-10,
+        "{fit:?} vs +-{half}"
+    );
     assert!(half > 0.01, "the noise widens the interval: {half}");
     assert_eq!((fit.points, fit.groups), (15, 3));
 }

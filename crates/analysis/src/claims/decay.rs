@@ -52,7 +52,10 @@ fn rate_of(
     let fit = log_log_fit(&groups).ok_or_else(|| {
         format!("too few tested lengths with a positive discrepancy to fit the {name} heads' rate")
     })?;
-    Ok((fit, heads.iter().map(|(l, h)| format!("L{l}H{h}")).collect()))
+    Ok((
+        fit,
+        heads.iter().map(|(l, h)| format!("L{l}H{h}")).collect(),
+    ))
 }
 
 /// `discrepancy_rates`: positional heads lose their discrepancy with length faster than

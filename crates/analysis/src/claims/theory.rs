@@ -85,8 +85,8 @@ pub fn index_discrepancy_decays(files: &StudyFiles) -> Claim {
                 .collect();
             let slope = log_log_slope(&envelope(c))
                 .map_or("no positive envelope".into(), |s| format!("{s:.2}"));
-            let fit = super::decay::curve_rate(c, 10)
-                .map_or("too few points".into(), |f| f.to_string());
+            let fit =
+                super::decay::curve_rate(c, 10).map_or("too few points".into(), |f| f.to_string());
             (
                 format!(
                     "{}; largest Delta / bound {worst:.3}; fitted slope of Delta (n >= 10) \

@@ -373,6 +373,7 @@ mod tests {
             [
                 "positional",
                 "mixed",
+                "non-symbolic",
                 "layer 0",
                 "layer 1",
                 "head 0.0",

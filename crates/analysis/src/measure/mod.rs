@@ -4,7 +4,7 @@
 //! seeds ([`seeds`]), the formal languages' N* ([`languages`]) and MOD heads ([`modular`]),
 //! studies per head count
 //! ([`multihead`]), the number task's hop map ([`hops`]), its verdict ([`hop_route`]) and hand-built chains that check it ([`hop_chain`]), fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
-//! ([`canonical`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
+//! ([`canonical`]), linear probes of the residual stream ([`probe`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
 //! Partial Induction's head ([`partial`]).
 
 pub mod ablation;
@@ -23,4 +23,5 @@ pub mod modular;
 pub mod multihead;
 pub mod offset;
 pub mod partial;
+pub mod probe;
 pub mod seeds;

@@ -14,6 +14,7 @@ mod lengthgen;
 mod mask;
 mod offset;
 mod pretrained;
+mod probe;
 mod report;
 mod reproduce;
 mod score;
@@ -47,6 +48,10 @@ pub enum Command {
     /// position j hops along each query position's chain, and the accuracy with that edge
     /// knocked out (hops.csv).
     Hops(hops::HopsArgs),
+    /// Linear probes on a number-task model's residual stream: after each layer, whether the
+    /// token at hop j (and its distance) can be read at each position, and what that says of
+    /// how the hops compose (probes.csv).
+    Probe(probe::ProbeArgs),
     /// Necessity by ablation: a number/letter model's accuracy per hop count with each group of
     /// heads (pure positional, pure symbolic, neither, each layer) knocked out by mean and by
     /// zero ablation (ablation.csv).
@@ -107,6 +112,7 @@ impl Command {
             Command::Mask(args) => mask::run(args, guard),
             Command::Hops(args) => hops::run(args, guard),
             Command::Ablate(args) => ablate::run(args, guard),
+            Command::Probe(args) => probe::run(args, guard),
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
             Command::Bias(args) => bias::run_command(args, guard),

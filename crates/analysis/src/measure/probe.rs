@@ -1,0 +1,569 @@
+//! Where each hop lives (`ropelab probe`, docs/multihead.md, "Probes"): linear probes on a
+//! number-task model's residual stream. At every position p whose own chain reaches j hops,
+//! a probe reads, from the stream after each layer, what hop_j(p) is: the **token** there (what
+//! a chain must fetch) and its **distance** p - hop_j(p) (where a chain must look). Each probe
+//! is a least-squares classifier (ridge regression onto one-hot classes, argmax), fitted on the
+//! first half of the samples and scored on the second half.
+//!
+//! One hop per layer predicts that hop j becomes readable at the stream after layer j - 1 and
+//! not before; a model that composes hops (e.g. pointer doubling, 2^(l+1) - 1 hops after layer
+//! l) makes some hop readable earlier ([`ProbeRoute`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::Device;
+use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
+use ropelab_tasks::{Dataset, Split, Task, TaskKind};
+use ropelab_train::{batch, batch_for_budget, RunDir};
+use serde::{Deserialize, Serialize};
+
+use crate::measure::hops::{hop_targets, Source, MAX_HOP};
+use crate::{AnalysisError, Result};
+
+/// Test samples a model is probed on by default (half to fit, half to score).
+pub const DEFAULT_SAMPLES: usize = 512;
+
+/// A probe "reads" its target when its held-out accuracy reaches this.
+pub const READ_ACCURACY: f64 = 0.9;
+
+/// Ridge penalty, relative to the mean diagonal of the centred features' Gram matrix.
+pub const RIDGE: f64 = 1e-3;
+
+/// What a probe reads about hop_j(p).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// The token at hop_j(p).
+    Token,
+    /// The distance p - hop_j(p).
+    Distance,
+}
+
+impl Target {
+    /// Both targets.
+    pub const ALL: [Target; 2] = [Target::Token, Target::Distance];
+}
+
+/// One line of `probes.csv`: a probe of one stream, target and hop count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeRow {
+    /// The positions probed: the last token (the query) or every position whose chain
+    /// reaches j hops.
+    #[serde(rename = "from")]
+    pub source: Source,
+    /// The residual stream: 0 the embeddings, l + 1 the stream after layer l.
+    pub stream: usize,
+    /// What the probe reads.
+    pub target: Target,
+    /// Hops along the position's own chain.
+    pub j: usize,
+    /// Positions it was fitted on.
+    pub n_train: usize,
+    /// Positions it was scored on.
+    pub n_test: usize,
+    /// Held-out accuracy.
+    pub accuracy: f64,
+    /// Held-out accuracy of always answering the training set's most common class.
+    pub chance: f64,
+}
+
+/// The least-squares classifier of `classes` from rows of `x` (each `d` features): centred on
+/// the training mean, ridge-regressed onto one-hot classes by a Cholesky solve of the normal
+/// equations (f64).
+#[derive(Debug, Clone)]
+pub struct Probe {
+    mean: Vec<f64>,
+    /// [d][classes]
+    weights: Vec<Vec<f64>>,
+    classes: Vec<u32>,
+}
+
+impl Probe {
+    /// Fits the probe on `x` (`n` rows of `d`, row-major) and labels `y`; None without rows.
+    pub fn fit(x: &[f32], d: usize, y: &[u32]) -> Option<Probe> {
+        let n = y.len();
+        if n == 0 || x.len() != n * d {
+            return None;
+        }
+        let mut classes: Vec<u32> = y.to_vec();
+        classes.sort_unstable();
+        classes.dedup();
+        let index: BTreeMap<u32, usize> =
+            classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let mut mean = vec![0.0f64; d];
+        for row in x.chunks(d) {
+            for (m, &v) in mean.iter_mut().zip(row) {
+                *m += f64::from(v);
+            }
+        }
+        mean.iter_mut().for_each(|m| *m /= n as f64);
+        let mut gram = vec![vec![0.0f64; d]; d];
+        let mut xty = vec![vec![0.0f64; classes.len()]; d];
+        let mut centred = vec![0.0f64; d];
+        for (row, label) in x.chunks(d).zip(y) {
+            for (c, (&v, m)) in centred.iter_mut().zip(row.iter().zip(&mean)) {
+                *c = f64::from(v) - m;
+            }
+            for i in 0..d {
+                let ci = centred[i];
+                if ci == 0.0 {
+                    continue;
+                }
+                for (g, &cj) in gram[i].iter_mut().zip(&centred) {
+                    *g += ci * cj;
+                }
+                xty[i][index[label]] += ci;
+            }
+        }
+        let scale = (0..d).map(|i| gram[i][i]).sum::<f64>() / d as f64;
+        let lambda = RIDGE * scale.max(1e-12);
+        for (i, row) in gram.iter_mut().enumerate() {
+            row[i] += lambda;
+        }
+        let chol = cholesky(gram)?;
+        let weights_t: Vec<Vec<f64>> = (0..classes.len())
+            .map(|c| {
+                let b: Vec<f64> = xty.iter().map(|r| r[c]).collect();
+                cholesky_solve(&chol, &b)
+            })
+            .collect();
+        let weights = (0..d)
+            .map(|i| weights_t.iter().map(|w| w[i]).collect())
+            .collect();
+        Some(Probe {
+            mean,
+            weights,
+            classes,
+        })
+    }
+
+    /// The predicted class of one row of `d` features.
+    pub fn predict(&self, row: &[f32]) -> u32 {
+        let mut scores = vec![0.0f64; self.classes.len()];
+        for ((&v, m), w) in row.iter().zip(&self.mean).zip(&self.weights) {
+            let c = f64::from(v) - m;
+            for (s, wc) in scores.iter_mut().zip(w) {
+                *s += c * wc;
+            }
+        }
+        let best = scores
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(i, _)| i);
+        self.classes[best]
+    }
+}
+
+/// The lower-triangular Cholesky factor of a symmetric positive definite matrix (None when it
+/// is not).
+fn cholesky(a: Vec<Vec<f64>>) -> Option<Vec<Vec<f64>>> {
+    let n = a.len();
+    let mut l = vec![vec![0.0f64; n]; n];
+    for i in 0..n {
+        for j in 0..=i {
+            let s: f64 = (0..j).map(|k| l[i][k] * l[j][k]).sum();
+            if i == j {
+                let v = a[i][i] - s;
+                if v <= 0.0 {
+                    return None;
+                }
+                l[i][j] = v.sqrt();
+            } else {
+                l[i][j] = (a[i][j] - s) / l[j][j];
+            }
+        }
+    }
+    Some(l)
+}
+
+/// Solves L L' x = b.
+fn cholesky_solve(l: &[Vec<f64>], b: &[f64]) -> Vec<f64> {
+    let n = b.len();
+    let mut y = vec![0.0f64; n];
+    for i in 0..n {
+        let s: f64 = (0..i).map(|k| l[i][k] * y[k]).sum();
+        y[i] = (b[i] - s) / l[i][i];
+    }
+    let mut x = vec![0.0f64; n];
+    for i in (0..n).rev() {
+        let s: f64 = (i + 1..n).map(|k| l[k][i] * x[k]).sum();
+        x[i] = (y[i] - s) / l[i][i];
+    }
+    x
+}
+
+/// Held-out accuracy of a probe fitted on (`x_train`, `y_train`) and scored on (`x_test`,
+/// `y_test`), and that of the training set's most common class; None when either set is empty.
+pub fn probe_accuracy(
+    (x_train, y_train): (&[f32], &[u32]),
+    (x_test, y_test): (&[f32], &[u32]),
+    d: usize,
+) -> Option<(f64, f64)> {
+    if y_test.is_empty() {
+        return None;
+    }
+    let probe = Probe::fit(x_train, d, y_train)?;
+    let right = x_test
+        .chunks(d)
+        .zip(y_test)
+        .filter(|(row, &y)| probe.predict(row) == y)
+        .count();
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for &y in y_train {
+        *counts.entry(y).or_default() += 1;
+    }
+    let common = counts.iter().max_by_key(|(_, &c)| c).map(|(&k, _)| k);
+    let chance = y_test.iter().filter(|&&y| Some(y) == common).count();
+    let n = y_test.len() as f64;
+    Some((right as f64 / n, chance as f64 / n))
+}
+
+/// Every residual stream of `model` on `data`: `streams[s]` is [samples, pos, d_model] (f32,
+/// row-major), s = 0 the embeddings, s = l + 1 the stream after layer l.
+pub fn residual_streams(model: &GptJ, data: &Dataset, memory: usize) -> Result<Vec<Vec<f32>>> {
+    let c = model.config();
+    let points: Vec<HookPoint> = (0..c.n_layers)
+        .map(|l| HookPoint::new(l, HookKind::ResidPre))
+        .collect();
+    let size = batch_for_budget(c, data.seq_len(), memory).max(1);
+    let mut streams: Vec<Vec<f32>> = vec![vec![]; c.n_layers + 1];
+    for start in (0..data.len()).step_by(size) {
+        let indices: Vec<usize> = (start..data.len().min(start + size)).collect();
+        let b = batch(data, &indices, model.device())?;
+        let mut hooks = Hooks::new().capture(points.iter().copied());
+        let last = model.trunk(&b.ids, &mut hooks, None)?; // [batch, pos, d_model]
+        for (l, p) in points.iter().enumerate() {
+            let x = hooks
+                .get(*p)
+                .ok_or_else(|| AnalysisError::Invalid(format!("layer {l}: no residual stream")))?;
+            streams[l].extend(x.flatten_all()?.to_vec1::<f32>()?);
+        }
+        streams[c.n_layers].extend(last.flatten_all()?.to_vec1::<f32>()?);
+    }
+    Ok(streams)
+}
+
+/// (sample, position, target value) of every position whose own chain reaches `j` hops (only
+/// the last position with [`Source::Last`]), per target, over the samples of `data`.
+fn labels(
+    data: &Dataset,
+    j: usize,
+    from: Source,
+) -> Result<BTreeMap<Target, Vec<(usize, usize, u32)>>> {
+    let vocab = data.task().vocab();
+    let mut out: BTreeMap<Target, Vec<(usize, usize, u32)>> = BTreeMap::new();
+    for i in 0..data.len() {
+        let s = data.sample(i)?;
+        let tokens: Vec<&str> = s
+            .ids
+            .iter()
+            .map(|&id| vocab.token(id).unwrap_or_default())
+            .collect();
+        let last = tokens.len().saturating_sub(1);
+        for (p, hops) in hop_targets(&tokens).iter().enumerate() {
+            if from == Source::Last && p != last {
+                continue;
+            }
+            if let Some(at) = hops[j - 1] {
+                out.entry(Target::Token)
+                    .or_default()
+                    .push((i, p, s.ids[at]));
+                out.entry(Target::Distance)
+                    .or_default()
+                    .push((i, p, (p - at) as u32));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Probes every stream of `streams` (from [`residual_streams`], `d` features per position,
+/// `seq_len` positions per sample) for every source, target and hop count on `data`: samples
+/// before `data.len() / 2` fit, the rest score. `progress(done, total)` after each stream.
+pub fn probe_streams(
+    streams: &[Vec<f32>],
+    d: usize,
+    data: &Dataset,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<ProbeRow>> {
+    let t = data.seq_len();
+    let split = data.len() / 2;
+    let mut plans = vec![];
+    for from in Source::ALL {
+        for j in 1..=MAX_HOP {
+            for (target, items) in labels(data, j, from)? {
+                plans.push((from, target, j, items));
+            }
+        }
+    }
+    let mut rows = vec![];
+    for (s, stream) in streams.iter().enumerate() {
+        for (from, target, j, items) in &plans {
+            let (mut xtr, mut ytr, mut xte, mut yte) = (vec![], vec![], vec![], vec![]);
+            for &(i, p, y) in items {
+                let at = (i * t + p) * d;
+                let row = stream.get(at..at + d).ok_or_else(|| {
+                    AnalysisError::Invalid(format!("stream {s} has no position {p} of sample {i}"))
+                })?;
+                if i < split {
+                    xtr.extend_from_slice(row);
+                    ytr.push(y);
+                } else {
+                    xte.extend_from_slice(row);
+                    yte.push(y);
+                }
+            }
+            let Some((accuracy, chance)) = probe_accuracy((&xtr, &ytr), (&xte, &yte), d) else {
+                continue;
+            };
+            rows.push(ProbeRow {
+                source: *from,
+                stream: s,
+                target: *target,
+                j: *j,
+                n_train: ytr.len(),
+                n_test: yte.len(),
+                accuracy,
+                chance,
+            });
+        }
+        progress(s + 1, streams.len());
+    }
+    Ok(rows)
+}
+
+/// Probes the latest checkpoint of the number-task run in `root` on `n` test samples (see the
+/// module docs); an error naming the run for another task.
+pub fn probe_run(
+    root: &Path,
+    n: usize,
+    memory: usize,
+    device: &Device,
+    progress: impl FnMut(usize, usize),
+) -> Result<(usize, Vec<ProbeRow>)> {
+    let (dir, config) = RunDir::open(root)?;
+    if config.task != TaskKind::Number {
+        return Err(AnalysisError::Invalid(format!(
+            "{} is a {} task run: the probes read the number task's chains; train a \
+             number-task model",
+            root.display(),
+            config.task
+        )));
+    }
+    if n < 2 {
+        return Err(AnalysisError::Invalid(
+            "probing needs at least 2 test samples (half fit, half score)".into(),
+        ));
+    }
+    let step = dir.latest_checkpoint()?;
+    let task = Task::new(config.task, config.layout.clone())?;
+    let data = Dataset::new(task, config.seed, Split::Test, n, 0)?;
+    let model = dir.load_model(step, &config, device)?.frozen();
+    let streams = residual_streams(&model, &data, memory)?;
+    let rows = probe_streams(&streams, config.model.d_model, &data, progress)?;
+    Ok((step, rows))
+}
+
+/// What the probes say about how a model composes its hops.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeRoute {
+    /// Per hop count j (index j - 1): the first stream at which a probe reads the token at
+    /// hop j, None when none does.
+    pub token: Vec<Option<usize>>,
+    /// Per hop count j: the first stream at which a probe reads the distance to hop j.
+    pub distance: Vec<Option<usize>>,
+}
+
+/// The three verdicts of the probes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeVerdict {
+    /// Something about hop j is read at stream `stream`, earlier than one hop per layer
+    /// allows (the token at stream < j, the distance at stream < j - 1).
+    Composes {
+        /// The hop count.
+        j: usize,
+        /// What was read.
+        target: Target,
+        /// The stream.
+        stream: usize,
+    },
+    /// Every hop's token is read, none earlier than one hop per layer allows.
+    OneHopPerLayer,
+    /// Some hop's token is never read, so where it is carried is not seen.
+    Undetermined(String),
+}
+
+impl ProbeRoute {
+    /// The route of the `rows` probing from `from`, at read accuracy `threshold` (also above
+    /// chance by 0.1).
+    pub fn of(rows: &[ProbeRow], from: Source, threshold: f64) -> Self {
+        let first = |target: Target| -> Vec<Option<usize>> {
+            (1..=MAX_HOP)
+                .map(|j| {
+                    rows.iter()
+                        .filter(|r| {
+                            r.source == from
+                                && r.j == j
+                                && r.target == target
+                                && r.accuracy >= threshold
+                                && r.accuracy >= r.chance + 0.1
+                        })
+                        .map(|r| r.stream)
+                        .min()
+                })
+                .collect()
+        };
+        ProbeRoute {
+            token: first(Target::Token),
+            distance: first(Target::Distance),
+        }
+    }
+
+    /// The verdict for a model answering up to `max_hop` hops. One hop per layer reads the
+    /// token at hop j after layer j - 1 (stream j) at the earliest and the distance to hop j
+    /// one stream sooner (it sums the offsets of hops 0 .. j - 1; the distance to hop 1 is the
+    /// position's own token).
+    pub fn verdict(&self, max_hop: usize) -> ProbeVerdict {
+        for jm1 in 0..max_hop.min(MAX_HOP) {
+            let j = jm1 + 1;
+            for (target, first, earliest) in [
+                (Target::Token, self.token[jm1], j),
+                (Target::Distance, self.distance[jm1], j - 1),
+            ] {
+                if let Some(stream) = first.filter(|&s| s < earliest) {
+                    return ProbeVerdict::Composes { j, target, stream };
+                }
+            }
+        }
+        let unread: Vec<String> = (0..max_hop.min(MAX_HOP))
+            .filter(|&jm1| self.token[jm1].is_none())
+            .map(|jm1| (jm1 + 1).to_string())
+            .collect();
+        if unread.is_empty() {
+            ProbeVerdict::OneHopPerLayer
+        } else {
+            ProbeVerdict::Undetermined(format!(
+                "no probe reads the token at hop {} at any layer: where it is carried is not \
+                 seen",
+                unread.join(", ")
+            ))
+        }
+    }
+
+    /// In words: where each hop's token is first read (`hop 1 after layer 0, ..., hop 3
+    /// unread`).
+    pub fn text(&self) -> String {
+        self.token
+            .iter()
+            .enumerate()
+            .map(|(jm1, s)| match *s {
+                Some(0) => format!("hop {} in the embeddings", jm1 + 1),
+                Some(s) => format!("hop {} after layer {}", jm1 + 1, s - 1),
+                None => format!("hop {} unread", jm1 + 1),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_linearly_coded_label_is_read_and_noise_is_not() {
+        // 3 classes coded on 2 of 4 features, the other 2 noise.
+        let mut state = 11u64;
+        let mut r = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) as f64 / (1u64 << 31) as f64 - 0.5) as f32
+        };
+        let code = [[1.0f32, 0.0], [0.0, 1.0], [-1.0, -1.0]];
+        let mut make = |n: usize| {
+            let (mut x, mut y) = (vec![], vec![]);
+            for i in 0..n {
+                let c = (i % 3) as u32;
+                let k = code[c as usize];
+                x.extend([k[0] + 0.1 * r(), k[1] + 0.1 * r(), r(), r()]);
+                y.push(c);
+            }
+            (x, y)
+        };
+        let (xtr, ytr) = make(90);
+        let (xte, yte) = make(60);
+        let (acc, chance) = probe_accuracy((&xtr, &ytr), (&xte, &yte), 4).unwrap();
+        assert_eq!(acc, 1.0);
+        assert!((chance - 1.0 / 3.0).abs() < 1e-9);
+        // Labels unrelated to the features: near chance.
+        let shuffled: Vec<u32> = (0..90).map(|i| ((i * 7 + i / 5) % 3) as u32).collect();
+        let (acc, _) = probe_accuracy((&xtr, &shuffled), (&xte, &yte), 4).unwrap();
+        assert!(acc < 0.7, "{acc}");
+    }
+
+    #[test]
+    fn the_route_reads_the_first_stream_of_each_hop() {
+        let row = |stream, j, accuracy| ProbeRow {
+            source: Source::Every,
+            stream,
+            target: Target::Token,
+            j,
+            n_train: 10,
+            n_test: 10,
+            accuracy,
+            chance: 0.1,
+        };
+        // One hop per layer: hop j at stream j.
+        let one: Vec<ProbeRow> = (1..=4).map(|j| row(j, j, 0.95)).collect();
+        assert_eq!(
+            ProbeRoute::of(&one, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::OneHopPerLayer
+        );
+        // Hop 4's token at stream 3: composes.
+        let mut doubling = one.clone();
+        doubling.push(row(3, 4, 0.99));
+        assert_eq!(
+            ProbeRoute::of(&doubling, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::Composes {
+                j: 4,
+                target: Target::Token,
+                stream: 3
+            }
+        );
+        // The distance to hop 1 in the embeddings (the position's own token) and to hop 3
+        // after layer 1 are what one hop per layer allows; to hop 3 in stream 1, not.
+        let distance = |stream, j| ProbeRow {
+            target: Target::Distance,
+            ..row(stream, j, 0.95)
+        };
+        let mut allowed = one.clone();
+        allowed.extend([distance(0, 1), distance(2, 3)]);
+        assert_eq!(
+            ProbeRoute::of(&allowed, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::OneHopPerLayer
+        );
+        allowed.push(distance(1, 3));
+        assert_eq!(
+            ProbeRoute::of(&allowed, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::Composes {
+                j: 3,
+                target: Target::Distance,
+                stream: 1
+            }
+        );
+        // Hop 3 never read.
+        let gap: Vec<ProbeRow> = one.iter().filter(|r| r.j != 3).cloned().collect();
+        let v = ProbeRoute::of(&gap, Source::Every, 0.9).verdict(4);
+        assert!(
+            matches!(v, ProbeVerdict::Undetermined(ref w) if w.contains("hop 3")),
+            "{v:?}"
+        );
+        assert_eq!(
+            ProbeRoute::of(&gap, Source::Every, 0.9).text(),
+            "hop 1 after layer 0, hop 2 after layer 1, hop 3 unread, hop 4 after layer 3"
+        );
+    }
+}
