@@ -2,32 +2,10 @@
 //! its interval equal those of the regression of log y on log x with one indicator column per
 //! head, solved by Gaussian elimination on the normal equations.
 
-use ropelab_analysis::measure::decay::{log_log_fit, t_975};
+mod common;
 
-/// Solves A x = b for a small dense system (partial pivoting).
-fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
-    let n = b.len();
-    for c in 0..n {
-        let p = (c..n)
-            .max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))
-            .unwrap();
-        a.swap(c, p);
-        b.swap(c, p);
-        for r in c + 1..n {
-            let f = a[r][c] / a[c][c];
-            for k in c..n {
-                a[r][k] -= f * a[c][k];
-            }
-            b[r] -= f * b[c];
-        }
-    }
-    let mut x = vec![0.0; n];
-    for r in (0..n).rev() {
-        let s: f64 = (r + 1..n).map(|k| a[r][k] * x[k]).sum();
-        x[r] = (b[r] - s) / a[r][r];
-    }
-    x
-}
+use common::{solve, uniform};
+use ropelab_analysis::measure::decay::{log_log_fit, t_975};
 
 /// Inverts a small dense matrix column by column.
 fn inverse(a: &[Vec<f64>]) -> Vec<Vec<f64>> {
@@ -48,13 +26,8 @@ fn inverse(a: &[Vec<f64>]) -> Vec<Vec<f64>> {
 #[test]
 fn the_within_head_fit_is_the_dummy_variable_regression() {
     // Three heads, noisy power laws of different levels and lengths.
-    let mut state = 7u64;
-    let mut noise = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((state >> 33) as f64 / (1u64 << 31) as f64 - 0.5) * 0.4
-    };
+    let mut next = uniform(7);
+    let mut noise = || next() * 0.4;
     let groups: Vec<Vec<(f64, f64)>> = [(2.0, -1.2, 5), (0.5, -0.8, 4), (9.0, -1.0, 6)]
         .iter()
         .map(|&(c, rate, n)| {

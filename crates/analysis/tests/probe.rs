@@ -4,47 +4,20 @@
 //! embeddings' probe reads the distance to hop 1 (the position's own offset token) and not the
 //! token at hop 1, which only attention can fetch.
 
+mod common;
+
 use candle_core::Device;
+use common::{solve, uniform};
 use ropelab_analysis::measure::hops::Source;
 use ropelab_analysis::measure::probe::{probe_run, Probe, Target, RIDGE};
 use ropelab_tasks::TaskKind;
 use ropelab_train::{Preset, Trainer};
 
-/// Solves A x = b (partial pivoting).
-fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
-    let n = b.len();
-    for c in 0..n {
-        let p = (c..n)
-            .max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))
-            .unwrap();
-        a.swap(c, p);
-        b.swap(c, p);
-        for r in c + 1..n {
-            let f = a[r][c] / a[c][c];
-            for k in c..n {
-                a[r][k] -= f * a[c][k];
-            }
-            b[r] -= f * b[c];
-        }
-    }
-    let mut x = vec![0.0; n];
-    for r in (0..n).rev() {
-        let s: f64 = (r + 1..n).map(|k| a[r][k] * x[k]).sum();
-        x[r] = (b[r] - s) / a[r][r];
-    }
-    x
-}
-
 #[test]
 fn probe_predictions_equal_a_gaussian_elimination_ridge() {
     let (n, d) = (60, 5);
-    let mut state = 3u64;
-    let mut r = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((state >> 33) as f64 / (1u64 << 31) as f64 - 0.5) as f32
-    };
+    let mut next = uniform(3);
+    let mut r = || next() as f32;
     let x: Vec<f32> = (0..n * d).map(|_| r()).collect();
     // Classes 2, 5, 9 from a noisy linear rule.
     let y: Vec<u32> = x
@@ -68,10 +41,19 @@ fn probe_predictions_equal_a_gaussian_elimination_ridge() {
         .collect();
     let centred: Vec<Vec<f64>> = x
         .chunks(d)
-        .map(|row| row.iter().zip(&mean).map(|(&v, m)| f64::from(v) - m).collect())
+        .map(|row| {
+            row.iter()
+                .zip(&mean)
+                .map(|(&v, m)| f64::from(v) - m)
+                .collect()
+        })
         .collect();
     let mut gram: Vec<Vec<f64>> = (0..d)
-        .map(|i| (0..d).map(|j| centred.iter().map(|c| c[i] * c[j]).sum()).collect())
+        .map(|i| {
+            (0..d)
+                .map(|j| centred.iter().map(|c| c[i] * c[j]).sum())
+                .collect()
+        })
         .collect();
     let lambda = RIDGE * (0..d).map(|i| gram[i][i]).sum::<f64>() / d as f64;
     for (i, row) in gram.iter_mut().enumerate() {
@@ -105,7 +87,9 @@ fn probe_predictions_equal_a_gaussian_elimination_ridge() {
                     .sum()
             })
             .collect();
-        let best = (0..3).max_by(|&a, &b| scores[a].total_cmp(&scores[b])).unwrap();
+        let best = (0..3)
+            .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
+            .unwrap();
         agree += usize::from(probe.predict(&row) == classes[best]);
     }
     assert_eq!(agree, 200);

@@ -23,7 +23,10 @@ fn probe_writes_the_table_and_refuses_other_tasks() {
     assert!(out.contains("verdict: "), "{out}");
     let csv = std::fs::read_to_string(std::path::Path::new(&number).join("probes.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "from,stream,target,j,n_train,n_test,accuracy,chance");
+    assert_eq!(
+        lines[0],
+        "from,stream,target,j,n_train,n_test,accuracy,chance"
+    );
     assert!(lines[1].starts_with("last,0,token,1,"), "{csv}");
     let letter = run("letter");
     refused(&["probe", "--run", &letter], "is a letter task run");

@@ -5,9 +5,10 @@
 //! is a least-squares classifier (ridge regression onto one-hot classes, argmax), fitted on the
 //! first half of the samples and scored on the second half.
 //!
-//! One hop per layer predicts that hop j becomes readable at the stream after layer j - 1 and
-//! not before; a model that composes hops (e.g. pointer doubling, 2^(l+1) - 1 hops after layer
-//! l) makes some hop readable earlier ([`ProbeRoute`]).
+//! One hop per layer predicts that the token at hop j becomes readable at the stream after
+//! layer j - 1 and not before; a model that composes hops (e.g. pointer doubling, 2^(l+1) - 1
+//! hops after layer l) makes some hop readable earlier. A control probe fitted on what one hop
+//! per layer knows at each stream says how much an early read exceeds it ([`ProbeRoute`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,6 +67,12 @@ pub struct ProbeRow {
     pub accuracy: f64,
     /// Held-out accuracy of always answering the training set's most common class.
     pub chance: f64,
+    /// Held-out accuracy of the control: what one hop per layer knows at this stream, where that
+    /// does not already determine the target (empty otherwise): the better of the same
+    /// classifier on the one-hot tokens at hops 0 .. stream of the position's chain, and the
+    /// most common target for each (position, position of hop stream + 1), which one hop per
+    /// layer knows from the offsets it has read.
+    pub control: Option<f64>,
 }
 
 /// The least-squares classifier of `classes` from rows of `x` (each `d` features): centred on
@@ -220,6 +227,143 @@ pub fn probe_accuracy(
     Some((right as f64 / n, chance as f64 / n))
 }
 
+/// Held-out accuracy of the least-squares classifier on one-hot features given as the active
+/// indices of each row (below `dim`; an intercept is added), fitted on `train` and scored on
+/// `test`; None when either set is empty or the system is singular.
+pub fn sparse_accuracy(
+    (x_train, y_train): (&[Vec<usize>], &[u32]),
+    (x_test, y_test): (&[Vec<usize>], &[u32]),
+    dim: usize,
+) -> Option<f64> {
+    if y_train.is_empty() || y_test.is_empty() {
+        return None;
+    }
+    let d = dim + 1; // + intercept
+    let mut classes: Vec<u32> = y_train.to_vec();
+    classes.sort_unstable();
+    classes.dedup();
+    let index: BTreeMap<u32, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let mut gram = vec![vec![0.0f64; d]; d];
+    let mut xty = vec![vec![0.0f64; classes.len()]; d];
+    for (row, y) in x_train.iter().zip(y_train) {
+        let active: Vec<usize> = row.iter().copied().chain([dim]).collect();
+        for &a in &active {
+            for &b in &active {
+                gram[a][b] += 1.0;
+            }
+            xty[a][index[y]] += 1.0;
+        }
+    }
+    let scale = (0..d).map(|i| gram[i][i]).sum::<f64>() / d as f64;
+    for (i, row) in gram.iter_mut().enumerate() {
+        row[i] += RIDGE * scale.max(1e-12) + 1e-9;
+    }
+    let chol = cholesky(gram)?;
+    let weights: Vec<Vec<f64>> = (0..classes.len())
+        .map(|c| {
+            let b: Vec<f64> = xty.iter().map(|r| r[c]).collect();
+            cholesky_solve(&chol, &b)
+        })
+        .collect();
+    let right = x_test
+        .iter()
+        .zip(y_test)
+        .filter(|(row, &y)| {
+            let score = |w: &Vec<f64>| row.iter().chain(&[dim]).map(|&a| w[a]).sum::<f64>();
+            let best = weights
+                .iter()
+                .enumerate()
+                .max_by(|a, b| score(a.1).total_cmp(&score(b.1)))
+                .map_or(0, |(i, _)| i);
+            classes[best] == y
+        })
+        .count();
+    Some(right as f64 / y_test.len() as f64)
+}
+
+/// A position's own chain: the ids at hops 0 ..= MAX_HOP (hop 0: the position itself) and
+/// the positions of hops 1 ..= MAX_HOP.
+type Chain = ([Option<u32>; MAX_HOP + 1], [Option<usize>; MAX_HOP]);
+
+/// Every position's own chain, per sample of `data`.
+fn chains(data: &Dataset) -> Result<Vec<Vec<Chain>>> {
+    let vocab = data.task().vocab();
+    (0..data.len())
+        .map(|i| {
+            let s = data.sample(i)?;
+            let tokens: Vec<&str> = s
+                .ids
+                .iter()
+                .map(|&id| vocab.token(id).unwrap_or_default())
+                .collect();
+            Ok(hop_targets(&tokens)
+                .iter()
+                .enumerate()
+                .map(|(p, hops)| {
+                    let mut out = [None; MAX_HOP + 1];
+                    out[0] = Some(s.ids[p]);
+                    for (k, at) in hops.iter().enumerate() {
+                        out[k + 1] = at.map(|q| s.ids[q]);
+                    }
+                    (out, *hops)
+                })
+                .collect())
+        })
+        .collect()
+}
+
+/// Held-out accuracy of answering, for each key, the most common training label of that key
+/// (the training set's most common label for a key it never saw); None without test rows.
+pub fn mode_accuracy<K: Ord + Clone>(
+    (k_train, y_train): (&[K], &[u32]),
+    (k_test, y_test): (&[K], &[u32]),
+) -> Option<f64> {
+    if y_test.is_empty() || y_train.is_empty() {
+        return None;
+    }
+    let mode = |counts: &BTreeMap<u32, usize>| {
+        counts
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(&y, _)| y)
+    };
+    let mut by_key: BTreeMap<K, BTreeMap<u32, usize>> = BTreeMap::new();
+    let mut all: BTreeMap<u32, usize> = BTreeMap::new();
+    for (k, &y) in k_train.iter().zip(y_train) {
+        *by_key.entry(k.clone()).or_default().entry(y).or_default() += 1;
+        *all.entry(y).or_default() += 1;
+    }
+    let fallback = mode(&all);
+    let right = k_test
+        .iter()
+        .zip(y_test)
+        .filter(|(k, &y)| by_key.get(*k).and_then(mode).or(fallback) == Some(y))
+        .count();
+    Some(right as f64 / y_test.len() as f64)
+}
+
+/// What one hop per layer knows at stream `stream` of a position with chain ids `chain`: the
+/// one-hot ids at hops 0 ..= stream (`vocab` ids each, then one "chain ended" index per hop).
+fn control_features(chain: &[Option<u32>; MAX_HOP + 1], stream: usize, vocab: usize) -> Vec<usize> {
+    let known = stream.min(MAX_HOP) + 1;
+    (0..known)
+        .map(|k| match chain[k] {
+            Some(id) => k * vocab + id as usize,
+            None => known * vocab + k,
+        })
+        .collect()
+}
+
+/// Whether one hop per layer already determines `target` of hop `j` at stream `stream`: the
+/// token at hop j is fetched by stream j, the distance is the sum of the offsets at hops
+/// 0 .. j - 1.
+fn determined(target: Target, j: usize, stream: usize) -> bool {
+    match target {
+        Target::Token => j <= stream,
+        Target::Distance => j <= stream + 1,
+    }
+}
+
 /// Every residual stream of `model` on `data`: `streams[s]` is [samples, pos, d_model] (f32,
 /// row-major), s = 0 the embeddings, s = l + 1 the stream after layer l.
 pub fn residual_streams(model: &GptJ, data: &Dataset, memory: usize) -> Result<Vec<Vec<f32>>> {
@@ -290,6 +434,8 @@ pub fn probe_streams(
 ) -> Result<Vec<ProbeRow>> {
     let t = data.seq_len();
     let split = data.len() / 2;
+    let vocab = data.task().vocab().len();
+    let chains = chains(data)?;
     let mut plans = vec![];
     for from in Source::ALL {
         for j in 1..=MAX_HOP {
@@ -318,6 +464,31 @@ pub fn probe_streams(
             let Some((accuracy, chance)) = probe_accuracy((&xtr, &ytr), (&xte, &yte), d) else {
                 continue;
             };
+            let control = if determined(*target, *j, s) {
+                None
+            } else {
+                let (mut ftr, mut fte, mut ktr, mut kte) = (vec![], vec![], vec![], vec![]);
+                for &(i, p, _) in items {
+                    let (ids, positions) = &chains[i][p];
+                    let f = control_features(ids, s, vocab);
+                    // Where the next hop is: known to one hop per layer at this stream.
+                    let key = (p, positions.get(s).copied().flatten());
+                    if i < split {
+                        ftr.push(f);
+                        ktr.push(key);
+                    } else {
+                        fte.push(f);
+                        kte.push(key);
+                    }
+                }
+                let known = s.min(MAX_HOP) + 1;
+                let linear = sparse_accuracy((&ftr, &ytr), (&fte, &yte), known * (vocab + 1));
+                let table = mode_accuracy((&ktr, &ytr), (&kte, &yte));
+                match (linear, table) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                }
+            };
             rows.push(ProbeRow {
                 source: *from,
                 stream: s,
@@ -327,6 +498,7 @@ pub fn probe_streams(
                 n_test: yte.len(),
                 accuracy,
                 chance,
+                control,
             });
         }
         progress(s + 1, streams.len());
@@ -374,68 +546,103 @@ pub struct ProbeRoute {
     pub token: Vec<Option<usize>>,
     /// Per hop count j: the first stream at which a probe reads the distance to hop j.
     pub distance: Vec<Option<usize>>,
+    /// The earliest probe that knows more than one hop per layer can at its stream (see
+    /// [`ProbeRoute::of`]), if any.
+    pub beyond: Option<Beyond>,
+}
+
+/// A probe that reads more about hop j than one hop per layer can know at its stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Beyond {
+    /// The hop count.
+    pub j: usize,
+    /// What was read.
+    pub target: Target,
+    /// The stream.
+    pub stream: usize,
+    /// The probe's held-out accuracy.
+    pub accuracy: f64,
+    /// The control probe's.
+    pub control: f64,
 }
 
 /// The three verdicts of the probes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ProbeVerdict {
-    /// Something about hop j is read at stream `stream`, earlier than one hop per layer
-    /// allows (the token at stream < j, the distance at stream < j - 1).
-    Composes {
-        /// The hop count.
-        j: usize,
-        /// What was read.
-        target: Target,
-        /// The stream.
-        stream: usize,
-    },
-    /// Every hop's token is read, none earlier than one hop per layer allows.
+    /// Something about hop j is read earlier than one hop per layer allows (beyond its control,
+    /// or at the read threshold where no control was fitted): composition, or another route
+    /// than the chain (e.g. a layer's attention spread over several positions, whose tokens a
+    /// probe can partly tell apart). It does not say which.
+    Beyond(Beyond),
+    /// Every hop's token is read, nothing sooner than one hop per layer allows.
     OneHopPerLayer,
     /// Some hop's token is never read, so where it is carried is not seen.
     Undetermined(String),
 }
 
+/// A probe beats its control when it is at least this much more accurate, and their 95%
+/// Wilson intervals do not overlap.
+pub const BEYOND_MARGIN: f64 = 0.1;
+
 impl ProbeRoute {
-    /// The route of the `rows` probing from `from`, at read accuracy `threshold` (also above
-    /// chance by 0.1).
+    /// The route of the `rows` probing from `from`: a probe *reads* when its held-out accuracy
+    /// is >= `threshold` and >= chance + 0.1; a probe knows *beyond* one hop per layer when the
+    /// target is not determined by its stream's chain tokens and it beats its control probe
+    /// (>= [`BEYOND_MARGIN`] more accurate, 95% Wilson intervals apart), or, without a control,
+    /// reads.
     pub fn of(rows: &[ProbeRow], from: Source, threshold: f64) -> Self {
+        let reads = |r: &ProbeRow| r.accuracy >= threshold && r.accuracy >= r.chance + 0.1;
         let first = |target: Target| -> Vec<Option<usize>> {
             (1..=MAX_HOP)
                 .map(|j| {
                     rows.iter()
-                        .filter(|r| {
-                            r.source == from
-                                && r.j == j
-                                && r.target == target
-                                && r.accuracy >= threshold
-                                && r.accuracy >= r.chance + 0.1
-                        })
+                        .filter(|r| r.source == from && r.j == j && r.target == target && reads(r))
                         .map(|r| r.stream)
                         .min()
                 })
                 .collect()
         };
+        let beats = |r: &ProbeRow| -> Option<f64> {
+            if determined(r.target, r.j, r.stream) {
+                return None;
+            }
+            match r.control {
+                Some(c) => {
+                    let k = |a: f64| (a * r.n_test as f64).round() as usize;
+                    let (lo, _) = crate::claims::wilson(k(r.accuracy), r.n_test);
+                    let (_, hi) = crate::claims::wilson(k(c), r.n_test);
+                    (r.accuracy >= c + BEYOND_MARGIN && lo > hi).then_some(c)
+                }
+                None => reads(r).then_some(r.chance),
+            }
+        };
+        let beyond = rows
+            .iter()
+            .filter(|r| r.source == from)
+            .filter_map(|r| {
+                beats(r).map(|control| Beyond {
+                    j: r.j,
+                    target: r.target,
+                    stream: r.stream,
+                    accuracy: r.accuracy,
+                    control,
+                })
+            })
+            .min_by_key(|b| (b.stream, b.j));
         ProbeRoute {
             token: first(Target::Token),
             distance: first(Target::Distance),
+            beyond,
         }
     }
 
     /// The verdict for a model answering up to `max_hop` hops. One hop per layer reads the
     /// token at hop j after layer j - 1 (stream j) at the earliest and the distance to hop j
-    /// one stream sooner (it sums the offsets of hops 0 .. j - 1; the distance to hop 1 is the
+    /// one stream sooner (it sums the offsets at hops 0 .. j - 1; the distance to hop 1 is the
     /// position's own token).
     pub fn verdict(&self, max_hop: usize) -> ProbeVerdict {
-        for jm1 in 0..max_hop.min(MAX_HOP) {
-            let j = jm1 + 1;
-            for (target, first, earliest) in [
-                (Target::Token, self.token[jm1], j),
-                (Target::Distance, self.distance[jm1], j - 1),
-            ] {
-                if let Some(stream) = first.filter(|&s| s < earliest) {
-                    return ProbeVerdict::Composes { j, target, stream };
-                }
-            }
+        if let Some(b) = self.beyond.filter(|b| b.j <= max_hop) {
+            return ProbeVerdict::Beyond(b);
         }
         let unread: Vec<String> = (0..max_hop.min(MAX_HOP))
             .filter(|&jm1| self.token[jm1].is_none())
@@ -445,8 +652,8 @@ impl ProbeRoute {
             ProbeVerdict::OneHopPerLayer
         } else {
             ProbeVerdict::Undetermined(format!(
-                "no probe reads the token at hop {} at any layer: where it is carried is not \
-                 seen",
+                "no probe reads the token at hop {} at any layer and none knows more than one \
+                 hop per layer can: where the hops are carried is not seen",
                 unread.join(", ")
             ))
         }
@@ -515,6 +722,7 @@ mod tests {
             n_test: 10,
             accuracy,
             chance: 0.1,
+            control: None,
         };
         // One hop per layer: hop j at stream j.
         let one: Vec<ProbeRow> = (1..=4).map(|j| row(j, j, 0.95)).collect();
@@ -525,14 +733,40 @@ mod tests {
         // Hop 4's token at stream 3: composes.
         let mut doubling = one.clone();
         doubling.push(row(3, 4, 0.99));
-        assert_eq!(
+        assert!(matches!(
             ProbeRoute::of(&doubling, Source::Every, 0.9).verdict(4),
-            ProbeVerdict::Composes {
+            ProbeVerdict::Beyond(Beyond {
                 j: 4,
                 target: Target::Token,
-                stream: 3
-            }
+                stream: 3,
+                ..
+            })
+        ));
+        // With a control probe: 0.5 against a control of 0.1 on 1,000 positions is beyond one
+        // hop per layer; 0.15 against 0.1 is not.
+        let mut weak = one.clone();
+        weak.push(ProbeRow {
+            n_test: 1000,
+            control: Some(0.1),
+            ..row(2, 4, 0.15)
+        });
+        assert_eq!(
+            ProbeRoute::of(&weak, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::OneHopPerLayer
         );
+        weak.push(ProbeRow {
+            n_test: 1000,
+            control: Some(0.1),
+            ..row(2, 3, 0.5)
+        });
+        assert!(matches!(
+            ProbeRoute::of(&weak, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::Beyond(Beyond {
+                j: 3,
+                stream: 2,
+                ..
+            })
+        ));
         // The distance to hop 1 in the embeddings (the position's own token) and to hop 3
         // after layer 1 are what one hop per layer allows; to hop 3 in stream 1, not.
         let distance = |stream, j| ProbeRow {
@@ -546,14 +780,15 @@ mod tests {
             ProbeVerdict::OneHopPerLayer
         );
         allowed.push(distance(1, 3));
-        assert_eq!(
+        assert!(matches!(
             ProbeRoute::of(&allowed, Source::Every, 0.9).verdict(4),
-            ProbeVerdict::Composes {
+            ProbeVerdict::Beyond(Beyond {
                 j: 3,
                 target: Target::Distance,
-                stream: 1
-            }
-        );
+                stream: 1,
+                ..
+            })
+        ));
         // Hop 3 never read.
         let gap: Vec<ProbeRow> = one.iter().filter(|r| r.j != 3).cloned().collect();
         let v = ProbeRoute::of(&gap, Source::Every, 0.9).verdict(4);

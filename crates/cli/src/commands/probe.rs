@@ -83,19 +83,22 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
 /// A probe verdict in words.
 pub fn verdict_text(v: &ProbeVerdict) -> String {
     match v {
-        ProbeVerdict::Composes { j, target, stream } => {
-            let (what, earliest) = match target {
-                Target::Token => ("the token at", *j),
-                Target::Distance => ("the distance to", j - 1),
+        ProbeVerdict::Beyond(b) => {
+            let (what, earliest) = match b.target {
+                Target::Token => ("the token at", b.j),
+                Target::Distance => ("the distance to", b.j - 1),
             };
-            let at = if *stream == 0 {
+            let at = if b.stream == 0 {
                 "in the embeddings".to_string()
             } else {
-                format!("after layer {}", stream - 1)
+                format!("after layer {}", b.stream - 1)
             };
             format!(
-                "composes: {what} hop {j} is read {at}, before the {earliest} layer(s) one hop \
-                 per layer needs"
+                "beyond one hop per layer: {what} hop {} is read {at} at {:.3} (its control, \
+                 what one hop per layer knows there: {:.3}), before the {earliest} layer(s) one \
+                 hop per layer needs: composition, or a route other than the chain (attention spread over \
+                 several positions)",
+                b.j, b.accuracy, b.control
             )
         }
         ProbeVerdict::OneHopPerLayer => {
@@ -111,6 +114,7 @@ pub fn table(rows: &[ProbeRow]) -> Table {
     let mut cols = vec![("from", Left), ("stream", Left), ("target", Left)];
     cols.extend(names.iter().map(|n| (n.as_str(), Right)));
     cols.push(("chance (j=1..)", Left));
+    cols.push(("control (j=1..)", Left));
     let mut table = Table::new(&cols);
     let streams = rows.iter().map(|r| r.stream).max().map_or(0, |s| s + 1);
     for from in Source::ALL {
@@ -148,6 +152,15 @@ pub fn table(rows: &[ProbeRow]) -> Table {
                 cells.push(
                     of.iter()
                         .map(|r| r.map_or_else(|| "-".into(), |r| format!("{:.2}", r.chance)))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                );
+                cells.push(
+                    of.iter()
+                        .map(|r| match r.and_then(|r| r.control) {
+                            Some(c) => format!("{c:.2}"),
+                            None => "-".into(),
+                        })
                         .collect::<Vec<_>>()
                         .join(" "),
                 );
