@@ -86,6 +86,21 @@ class Run:
         """lengthgen.csv: accuracy and the heads' discrepancy on length-extended inputs."""
         return pd.read_csv(self._file("lengthgen.csv", "run `ropelab lengthgen --run` first"))
 
+    def ablation(self) -> pd.DataFrame:
+        """ablation.csv (docs/ablation.md): the test accuracy with each group of heads knocked
+        out (group, heads, ablation: none / mean / zero, hop: all or the hop count, n, correct,
+        accuracy)."""
+        return pd.read_csv(
+            self._file("ablation.csv", "run `ropelab ablate --run` first"),
+            dtype={"heads": str, "hop": str},
+            keep_default_na=False,
+        )
+
+    def probes(self) -> pd.DataFrame:
+        """probes.csv (docs/multihead.md, "Probes"): one row per linear probe of the residual
+        stream (from, stream, target, j, n_train, n_test, accuracy, chance, control)."""
+        return pd.read_csv(self._file("probes.csv", "run `ropelab probe --run` first"))
+
     def claims(self) -> pd.DataFrame:
         """The claims table of the study this run belongs to (its claims.json: id, category
         (empirical or exact_check), paper, threshold, measured, n, holding, failing,

@@ -44,6 +44,15 @@ def test_open_run_returns_the_files_values(study):
         for got, want in zip(lengthgen[col].tolist(), [r[col] for r in rows]):
             assert str(got) == want or float(got) == pytest.approx(float(want), abs=0, rel=1e-15)
 
+    ablation = run.ablation()
+    with open(study / "seed-3/number/ablation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(ablation) == len(rows) > 0
+    assert ablation["group"].tolist() == [r["group"] for r in rows]
+    assert ablation["heads"].tolist() == [r["heads"] for r in rows]
+    assert ablation["correct"].tolist() == [int(r["correct"]) for r in rows]
+    assert rows[0]["group"] == "none" and ablation["heads"][0] == ""
+
     claims = run.claims()
     with open(study / "claims.json") as f:
         data = json.load(f)
