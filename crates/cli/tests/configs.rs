@@ -1,5 +1,6 @@
 //! Every file in `configs/` is a valid study or sweep file: the configs the README and
-//! docs/fidelity.md point to parse, and a sweep file expands to its jobs.
+//! docs/fidelity.md point to parse, and a sweep file expands to its jobs; every file in
+//! `configs/runs/` is a valid run config (`ropelab train --config`).
 
 use std::path::Path;
 
@@ -30,4 +31,21 @@ fn every_shipped_config_parses() {
         seen += 1;
     }
     assert!(seen >= 6, "only {seen} configs found in {}", dir.display());
+
+    let runs = dir.join("runs");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&runs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let config = ropelab_train::RunConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(config.optim.steps > 0, "{}", path.display());
+        seen += 1;
+    }
+    assert!(
+        seen >= 2,
+        "only {seen} run configs found in {}",
+        runs.display()
+    );
 }

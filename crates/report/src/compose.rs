@@ -733,7 +733,11 @@ fn ablation_section(id: &str, title: &str, rows: &[AblationRow]) -> Option<Secti
             .map_or_else(|| "-".to_string(), |z| format!("{:.3}", z.accuracy));
         let (lo, hi) = ropelab_analysis::claims::wilson(r.correct, r.n);
         table.push(vec![
-            r.group.clone(),
+            if r.group == "none" {
+                "(intact)".to_string()
+            } else {
+                r.group.clone()
+            },
             r.heads.clone(),
             format!("{:.3} ({lo:.3}-{hi:.3})", r.accuracy),
             zero,
