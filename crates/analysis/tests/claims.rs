@@ -488,6 +488,17 @@ fn each_claim_flips_when_its_numbers_do() {
         &number_lengths(&[0.3, 0.3, 0.0, 0.0], 0.0),
         "discrepancy_rates",
     );
+    // The symbolic heads' discrepancy decays too (rate -0.5 in every letter layer).
+    flips(
+        "letter/lengthgen.csv",
+        &lengths(&[(17, 1.0), (81, 0.97), (800, 0.97), (881, 0.93)]),
+        &lengths_with(
+            &[(17, 1.0), (81, 0.97), (800, 0.97), (881, 0.93)],
+            &[-0.5; 4],
+            0.0,
+        ),
+        "discrepancy_rates",
+    );
     // Knocking out a group leaves the model working (needed), or breaks it (not needed).
     let (number, letter) = (number_ablation(0.05, 0.1), letter_ablation(0.04, 0.99));
     flips(
@@ -760,6 +771,21 @@ fn each_claim_is_undetermined_when_its_evidence_cannot_decide() {
         &[(number_scores, p0, m0), (number_scores, p1, m1)],
         "number_needs_positional",
         "no pure positional head to knock out",
+    );
+    // Every letter head pure symbolic: knocking them all out tests attention, not symbolic
+    // heads, and there is no other head to test.
+    let letter_scores = "seed-1/letter/scores.jsonl";
+    let l1 = "\"step\":300,\"layer\":1,\"head\":0,\"s_pos\":0.3,\"s_sym\":0.8";
+    let l1s = "\"step\":300,\"layer\":1,\"head\":0,\"s_pos\":0.02,\"s_sym\":0.99";
+    undetermined(
+        &[(letter_scores, l1, l1s)],
+        "letter_needs_symbolic",
+        "tests the need for attention",
+    );
+    undetermined(
+        &[(letter_scores, l1, l1s)],
+        "letter_needs_only_symbolic",
+        "no other head whose need",
     );
     // The heads typed at the study's gamma differ from the file's group.
     undetermined(

@@ -74,17 +74,24 @@ fn probe_predictions_equal_a_gaussian_elimination_ridge() {
             solve(gram.clone(), b)
         })
         .collect();
+    // The intercept of centred least squares: each class's share of the training rows.
+    let prior: Vec<f64> = classes
+        .iter()
+        .map(|&c| y.iter().filter(|&&l| l == c).count() as f64 / n as f64)
+        .collect();
     let mut agree = 0;
     for _ in 0..200 {
         let row: Vec<f32> = (0..d).map(|_| 2.0 * r()).collect();
         let scores: Vec<f64> = weights
             .iter()
-            .map(|w| {
-                row.iter()
+            .zip(&prior)
+            .map(|(w, b)| {
+                b + row
+                    .iter()
                     .zip(&mean)
                     .zip(w)
                     .map(|((&v, m), wi)| (f64::from(v) - m) * wi)
-                    .sum()
+                    .sum::<f64>()
             })
             .collect();
         let best = (0..3)

@@ -25,7 +25,7 @@ fn probe_writes_the_table_and_refuses_other_tasks() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "from,stream,target,j,n_train,n_test,accuracy,chance,control"
+        "from,stream,target,j,n_train,n_test,test_samples,accuracy,chance,control"
     );
     assert!(lines[1].starts_with("last,0,token,1,"), "{csv}");
     let letter = run("letter");

@@ -38,6 +38,16 @@ fn knockout(
             )),
         );
     };
+    let all_heads: usize = grid.iter().map(Vec::len).sum();
+    if want == Want::Needed && g.heads.len() == all_heads {
+        return (
+            format!("every head is a {what}"),
+            Outcome::undetermined(format!(
+                "every head of the model is a {what}: knocking them all out tests the need for \
+                 attention, not for {what}s in particular"
+            )),
+        );
+    }
     if r.ablation.is_empty() {
         return missing("no ablation", "no ablation.csv");
     }
@@ -94,7 +104,9 @@ fn needs_threshold(task: &str, what: &str, t: &Thresholds) -> String {
         "in a {task} model that learned its task (test accuracy >= {}), at the last checkpoint: \
          every {what} (gamma {}) mean-ablated together (its output replaced by its mean over the \
          evaluated test samples) leaves a test accuracy whose 95% Wilson interval lies below {} \
-         (does not hold: at or above it; a model without such a head is undetermined)",
+         (does not hold: at or above it; a model without such a head, or whose every head is \
+         one, is undetermined: knocking out every head tests the need for attention, not for \
+         that type)",
         t.learned_accuracy, t.gamma, t.needed_accuracy
     )
 }
@@ -173,8 +185,8 @@ pub fn letter_needs_only_symbolic(files: &StudyFiles, t: &Thresholds) -> Claim {
             "in a letter model that learned its task (test accuracy >= {}), at the last \
              checkpoint: every head that is not pure symbolic (gamma {}) mean-ablated together \
              leaves a test accuracy whose 95% Wilson interval lies at or above {} (does not \
-             hold: below it); a model whose heads are all pure symbolic holds (nothing else to \
-             need)",
+             hold: below it); a model whose heads are all pure symbolic is undetermined (no \
+             other head to test)",
             t.learned_accuracy, t.gamma, t.kept_accuracy
         ),
         per_seed(files, |s| {
@@ -188,7 +200,10 @@ pub fn letter_needs_only_symbolic(files: &StudyFiles, t: &Thresholds) -> Claim {
                 (false, false) => {
                     return (
                         "every head is pure symbolic: nothing else to knock out".into(),
-                        Outcome::Holds,
+                        Outcome::undetermined(
+                            "every head is pure symbolic: there is no other head whose need \
+                             could be tested",
+                        ),
                     )
                 }
                 (true, true) => (NON_SYMBOLIC, "non-symbolic head"),

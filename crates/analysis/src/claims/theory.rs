@@ -70,8 +70,8 @@ pub fn index_discrepancy_decays(files: &StudyFiles) -> Claim {
          min(1 - cos theta, 2 pi^2 / n^2)).",
         "checks the bound, not the rate: Delta(n) <= min(1 - cos theta, 2 pi^2 / n^2) at every \
          n of the curve (relative slack 1e-9); the least-squares log-log slope of Delta for \
-         n >= 10 with its 95% interval, and that of the curve's upper envelope, are reported \
-         beside it (the 1/n^2 rate is -2)"
+         n >= 10 (with its t interval, descriptive only: the curve is exact, not sampled) and \
+         that of the curve's upper envelope are reported beside it (the 1/n^2 rate is -2)"
             .into(),
         single(files.index.as_ref().map(|c| {
             let worst = c

@@ -63,24 +63,31 @@ pub struct ProbeRow {
     pub n_train: usize,
     /// Positions it was scored on.
     pub n_test: usize,
+    /// Test samples those positions come from (the intervals count samples, not positions:
+    /// the positions of one sample are not independent).
+    pub test_samples: usize,
     /// Held-out accuracy.
     pub accuracy: f64,
     /// Held-out accuracy of always answering the training set's most common class.
     pub chance: f64,
     /// Held-out accuracy of the control: what one hop per layer knows at this stream, where that
     /// does not already determine the target (empty otherwise): the better of the same
-    /// classifier on the one-hot tokens at hops 0 .. stream of the position's chain, and the
-    /// most common target for each (position, position of hop stream + 1), which one hop per
-    /// layer knows from the offsets it has read.
+    /// classifier on the one-hot tokens at hops 0 ..= stream of the position's chain plus its
+    /// one-hot position, and the most common target for each (position, position of hop
+    /// stream + 1), which one hop per layer knows from the offsets it has read. A partial
+    /// control: neither predictor sees every combination of what one hop per layer knows.
     pub control: Option<f64>,
 }
 
 /// The least-squares classifier of `classes` from rows of `x` (each `d` features): centred on
 /// the training mean, ridge-regressed onto one-hot classes by a Cholesky solve of the normal
-/// equations (f64).
+/// equations (f64), with each class's share of the training rows as its intercept (the
+/// unpenalised intercept of centred least squares).
 #[derive(Debug, Clone)]
 pub struct Probe {
     mean: Vec<f64>,
+    /// Each class's share of the training rows (the intercept of its one-hot column).
+    prior: Vec<f64>,
     /// [d][classes]
     weights: Vec<Vec<f64>>,
     classes: Vec<u32>,
@@ -138,8 +145,13 @@ impl Probe {
         let weights = (0..d)
             .map(|i| weights_t.iter().map(|w| w[i]).collect())
             .collect();
+        let mut prior = vec![0.0f64; classes.len()];
+        for label in y {
+            prior[index[label]] += 1.0 / n as f64;
+        }
         Some(Probe {
             mean,
+            prior,
             weights,
             classes,
         })
@@ -147,7 +159,7 @@ impl Probe {
 
     /// The predicted class of one row of `d` features.
     pub fn predict(&self, row: &[f32]) -> u32 {
-        let mut scores = vec![0.0f64; self.classes.len()];
+        let mut scores = self.prior.clone();
         for ((&v, m), w) in row.iter().zip(&self.mean).zip(&self.weights) {
             let c = f64::from(v) - m;
             for (s, wc) in scores.iter_mut().zip(w) {
@@ -342,16 +354,30 @@ pub fn mode_accuracy<K: Ord + Clone>(
     Some(right as f64 / y_test.len() as f64)
 }
 
-/// What one hop per layer knows at stream `stream` of a position with chain ids `chain`: the
-/// one-hot ids at hops 0 ..= stream (`vocab` ids each, then one "chain ended" index per hop).
-fn control_features(chain: &[Option<u32>; MAX_HOP + 1], stream: usize, vocab: usize) -> Vec<usize> {
+/// What one hop per layer knows at stream `stream` of position `p` (of `seq_len`) with chain ids
+/// `chain`: the one-hot ids at hops 0 ..= stream (`vocab` ids each), one "chain ended" index
+/// per hop, and the one-hot position; [`control_dim`] indices in all.
+fn control_features(
+    chain: &[Option<u32>; MAX_HOP + 1],
+    stream: usize,
+    vocab: usize,
+    p: usize,
+) -> Vec<usize> {
     let known = stream.min(MAX_HOP) + 1;
-    (0..known)
+    let mut out: Vec<usize> = (0..known)
         .map(|k| match chain[k] {
             Some(id) => k * vocab + id as usize,
             None => known * vocab + k,
         })
-        .collect()
+        .collect();
+    out.push(known * (vocab + 1) + p);
+    out
+}
+
+/// The number of control features at `stream` for a vocabulary of `vocab` ids and inputs of
+/// `seq_len` positions.
+fn control_dim(stream: usize, vocab: usize, seq_len: usize) -> usize {
+    (stream.min(MAX_HOP) + 1) * (vocab + 1) + seq_len
 }
 
 /// Whether one hop per layer already determines `target` of hop `j` at stream `stream`: the
@@ -470,7 +496,7 @@ pub fn probe_streams(
                 let (mut ftr, mut fte, mut ktr, mut kte) = (vec![], vec![], vec![], vec![]);
                 for &(i, p, _) in items {
                     let (ids, positions) = &chains[i][p];
-                    let f = control_features(ids, s, vocab);
+                    let f = control_features(ids, s, vocab, p);
                     // Where the next hop is: known to one hop per layer at this stream.
                     let key = (p, positions.get(s).copied().flatten());
                     if i < split {
@@ -481,8 +507,7 @@ pub fn probe_streams(
                         kte.push(key);
                     }
                 }
-                let known = s.min(MAX_HOP) + 1;
-                let linear = sparse_accuracy((&ftr, &ytr), (&fte, &yte), known * (vocab + 1));
+                let linear = sparse_accuracy((&ftr, &ytr), (&fte, &yte), control_dim(s, vocab, t));
                 let table = mode_accuracy((&ktr, &ytr), (&kte, &yte));
                 match (linear, table) {
                     (Some(a), Some(b)) => Some(a.max(b)),
@@ -496,6 +521,15 @@ pub fn probe_streams(
                 j: *j,
                 n_train: ytr.len(),
                 n_test: yte.len(),
+                test_samples: {
+                    let mut ids: Vec<usize> = items
+                        .iter()
+                        .map(|it| it.0)
+                        .filter(|&i| i >= split)
+                        .collect();
+                    ids.dedup();
+                    ids.len()
+                },
                 accuracy,
                 chance,
                 control,
@@ -546,9 +580,9 @@ pub struct ProbeRoute {
     pub token: Vec<Option<usize>>,
     /// Per hop count j: the first stream at which a probe reads the distance to hop j.
     pub distance: Vec<Option<usize>>,
-    /// The earliest probe that knows more than one hop per layer can at its stream (see
-    /// [`ProbeRoute::of`]), if any.
-    pub beyond: Option<Beyond>,
+    /// Every probe that knows more than one hop per layer can at its stream (see
+    /// [`ProbeRoute::of`]), earliest stream first.
+    pub beyond: Vec<Beyond>,
 }
 
 /// A probe that reads more about hop j than one hop per layer can know at its stream.
@@ -608,9 +642,11 @@ impl ProbeRoute {
             }
             match r.control {
                 Some(c) => {
-                    let k = |a: f64| (a * r.n_test as f64).round() as usize;
-                    let (lo, _) = crate::claims::wilson(k(r.accuracy), r.n_test);
-                    let (_, hi) = crate::claims::wilson(k(c), r.n_test);
+                    // Counted over test samples, not positions (conservative for `every`).
+                    let n = r.test_samples.clamp(1, r.n_test.max(1));
+                    let k = |a: f64| (a * n as f64).round() as usize;
+                    let (lo, _) = crate::claims::wilson(k(r.accuracy), n);
+                    let (_, hi) = crate::claims::wilson(k(c), n);
                     (r.accuracy >= c + BEYOND_MARGIN && lo > hi).then_some(c)
                 }
                 None => reads(r).then_some(r.chance),
@@ -628,7 +664,9 @@ impl ProbeRoute {
                     control,
                 })
             })
-            .min_by_key(|b| (b.stream, b.j));
+            .collect::<Vec<_>>();
+        let mut beyond = beyond;
+        beyond.sort_by_key(|b| (b.stream, b.j));
         ProbeRoute {
             token: first(Target::Token),
             distance: first(Target::Distance),
@@ -641,8 +679,8 @@ impl ProbeRoute {
     /// one stream sooner (it sums the offsets at hops 0 .. j - 1; the distance to hop 1 is the
     /// position's own token).
     pub fn verdict(&self, max_hop: usize) -> ProbeVerdict {
-        if let Some(b) = self.beyond.filter(|b| b.j <= max_hop) {
-            return ProbeVerdict::Beyond(b);
+        if let Some(b) = self.beyond.iter().find(|b| b.j <= max_hop) {
+            return ProbeVerdict::Beyond(*b);
         }
         let unread: Vec<String> = (0..max_hop.min(MAX_HOP))
             .filter(|&jm1| self.token[jm1].is_none())
@@ -720,6 +758,7 @@ mod tests {
             j,
             n_train: 10,
             n_test: 10,
+            test_samples: 10,
             accuracy,
             chance: 0.1,
             control: None,
@@ -747,6 +786,7 @@ mod tests {
         let mut weak = one.clone();
         weak.push(ProbeRow {
             n_test: 1000,
+            test_samples: 1000,
             control: Some(0.1),
             ..row(2, 4, 0.15)
         });
@@ -756,14 +796,31 @@ mod tests {
         );
         weak.push(ProbeRow {
             n_test: 1000,
+            test_samples: 1000,
             control: Some(0.1),
             ..row(2, 3, 0.5)
         });
+        // A hit on hop 4 at stream 0 does not hide the hit on hop 3 from a model of 3 hops.
+        weak.push(ProbeRow {
+            n_test: 1000,
+            test_samples: 1000,
+            control: Some(0.0),
+            ..row(0, 4, 0.5)
+        });
         assert!(matches!(
-            ProbeRoute::of(&weak, Source::Every, 0.9).verdict(4),
+            ProbeRoute::of(&weak, Source::Every, 0.9).verdict(3),
             ProbeVerdict::Beyond(Beyond {
                 j: 3,
                 stream: 2,
+                ..
+            })
+        ));
+        // With 4 hops the earlier hit (hop 4 in the embeddings) is the one reported.
+        assert!(matches!(
+            ProbeRoute::of(&weak, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::Beyond(Beyond {
+                j: 4,
+                stream: 0,
                 ..
             })
         ));

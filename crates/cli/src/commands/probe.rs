@@ -102,7 +102,9 @@ pub fn verdict_text(v: &ProbeVerdict) -> String {
             )
         }
         ProbeVerdict::OneHopPerLayer => {
-            "one hop per layer: the token at hop j is read after layer j - 1, nothing sooner".into()
+            "one hop per layer: every hop's token is read, none before one hop per layer could \
+             read it"
+                .into()
         }
         ProbeVerdict::Undetermined(why) => format!("undetermined: {why}"),
     }
