@@ -415,15 +415,14 @@ pub fn residual_streams(model: &GptJ, data: &Dataset, memory: usize) -> Result<V
     Ok(streams)
 }
 
-/// (sample, position, target value) of every position whose own chain reaches `j` hops (only
-/// the last position with [`Source::Last`]), per target, over the samples of `data`.
-fn labels(
-    data: &Dataset,
-    j: usize,
-    from: Source,
-) -> Result<BTreeMap<Target, Vec<(usize, usize, u32)>>> {
+/// One probed item: (sample, position, target value).
+type Item = (usize, usize, u32);
+
+/// The items of every position whose own chain reaches `j` hops (only the last position with
+/// [`Source::Last`]), per target, over the samples of `data`.
+fn labels(data: &Dataset, j: usize, from: Source) -> Result<BTreeMap<Target, Vec<Item>>> {
     let vocab = data.task().vocab();
-    let mut out: BTreeMap<Target, Vec<(usize, usize, u32)>> = BTreeMap::new();
+    let mut out: BTreeMap<Target, Vec<Item>> = BTreeMap::new();
     for i in 0..data.len() {
         let s = data.sample(i)?;
         let tokens: Vec<&str> = s

@@ -12,10 +12,11 @@ pub fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
             .unwrap();
         a.swap(c, p);
         b.swap(c, p);
+        let pivot = a[c].clone();
         for r in c + 1..n {
-            let f = a[r][c] / a[c][c];
-            for k in c..n {
-                a[r][k] -= f * a[c][k];
+            let f = a[r][c] / pivot[c];
+            for (x, p) in a[r][c..].iter_mut().zip(&pivot[c..]) {
+                *x -= f * p;
             }
             b[r] -= f * b[c];
         }
