@@ -724,26 +724,10 @@ fn ablation_section(id: &str, title: &str, rows: &[AblationRow]) -> Option<Secti
          evaluated test samples) and by zero ablation; the groups are typed at the study's \
          gamma. The 95% interval is Wilson's over the samples.",
     );
-    let overall: Vec<&AblationRow> = rows.iter().filter(|r| r.hop == "all").collect();
-    let mut table = vec![];
-    for r in overall.iter().filter(|r| r.ablation != Knockout::Zero) {
-        let zero = overall
-            .iter()
-            .find(|z| z.group == r.group && z.ablation == Knockout::Zero)
-            .map_or_else(|| "-".to_string(), |z| format!("{:.3}", z.accuracy));
-        let (lo, hi) = ropelab_analysis::claims::wilson(r.correct, r.n);
-        table.push(vec![
-            if r.group == "none" {
-                "(intact)".to_string()
-            } else {
-                r.group.clone()
-            },
-            r.heads.clone(),
-            format!("{:.3} ({lo:.3}-{hi:.3})", r.accuracy),
-            zero,
-            r.n.to_string(),
-        ]);
-    }
+    let table: Vec<Vec<String>> = ropelab_analysis::measure::ablation::group_lines(rows, &[])
+        .into_iter()
+        .map(|l| vec![l.label, l.heads, l.mean, l.zero, l.n.to_string()])
+        .collect();
     s.table(
         &[
             "group",

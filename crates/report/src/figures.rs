@@ -581,12 +581,7 @@ pub fn ablation_map(
     how: ropelab_analysis::measure::ablation::Knockout,
 ) -> String {
     use ropelab_analysis::measure::ablation::Knockout;
-    let hops: Vec<String> = {
-        let mut h: Vec<usize> = rows.iter().filter_map(|r| r.hop.parse().ok()).collect();
-        h.sort_unstable();
-        h.dedup();
-        h.into_iter().map(|h| h.to_string()).collect()
-    };
+    let hops = ropelab_analysis::measure::ablation::hop_counts(rows);
     let mut groups: Vec<&str> = vec![];
     for r in rows
         .iter()

@@ -340,6 +340,59 @@ pub fn overall<'a>(rows: &'a [AblationRow], group: &str, how: Knockout) -> Optio
         .find(|r| r.group == group && r.ablation == how && r.hop == "all")
 }
 
+/// One group's line in a table of ablations, as text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupLine {
+    /// The group (`(intact)` for the intact model).
+    pub label: String,
+    /// Its heads, `L.H` space-separated.
+    pub heads: String,
+    /// Mean-ablated accuracy with its 95% Wilson interval.
+    pub mean: String,
+    /// Zero-ablated accuracy (`-` when not measured).
+    pub zero: String,
+    /// Mean-ablated accuracy per hop count asked for.
+    pub per_hop: Vec<String>,
+    /// Test samples.
+    pub n: usize,
+}
+
+/// One line per group of `rows` (the intact model first), with the per-hop accuracies of
+/// `hops`.
+pub fn group_lines(rows: &[AblationRow], hops: &[String]) -> Vec<GroupLine> {
+    rows.iter()
+        .filter(|r| r.hop == "all" && r.ablation != Knockout::Zero)
+        .map(|r| {
+            let (lo, hi) = crate::claims::wilson(r.correct, r.n);
+            let find = |how: Knockout, hop: &str| {
+                rows.iter()
+                    .find(|x| x.group == r.group && x.ablation == how && x.hop == hop)
+                    .map_or_else(|| "-".to_string(), |x| format!("{:.3}", x.accuracy))
+            };
+            GroupLine {
+                label: if r.group == "none" {
+                    "(intact)".to_string()
+                } else {
+                    r.group.clone()
+                },
+                heads: r.heads.clone(),
+                mean: format!("{:.3} ({lo:.3}-{hi:.3})", r.accuracy),
+                zero: find(Knockout::Zero, "all"),
+                per_hop: hops.iter().map(|h| find(r.ablation, h)).collect(),
+                n: r.n,
+            }
+        })
+        .collect()
+}
+
+/// The hop counts of `rows`, in order.
+pub fn hop_counts(rows: &[AblationRow]) -> Vec<String> {
+    let mut h: Vec<usize> = rows.iter().filter_map(|r| r.hop.parse().ok()).collect();
+    h.sort_unstable();
+    h.dedup();
+    h.into_iter().map(|h| h.to_string()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

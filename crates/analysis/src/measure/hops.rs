@@ -119,6 +119,23 @@ pub fn hop_targets(tokens: &[&str]) -> Vec<[Option<usize>; MAX_HOP]> {
         .collect()
 }
 
+/// hop_j of one position, j = 1 ..= MAX_HOP ([`hop_targets`]).
+pub type Hops = [Option<usize>; MAX_HOP];
+
+/// The ids of sample `i` of the number-task dataset `data` and hop_j of each of its positions
+/// ([`hop_targets`]).
+pub fn sample_hops(data: &Dataset, i: usize) -> Result<(Vec<u32>, Vec<Hops>)> {
+    let vocab = data.task().vocab();
+    let s = data.sample(i)?;
+    let tokens: Vec<&str> = s
+        .ids
+        .iter()
+        .map(|&id| vocab.token(id).unwrap_or_default())
+        .collect();
+    let hops = hop_targets(&tokens);
+    Ok((s.ids, hops))
+}
+
 /// The edges (sample, query position, key position) of hop `j` from `from` in a batch whose
 /// samples have the hop targets `targets[b]`.
 pub fn edges(
@@ -228,7 +245,6 @@ struct Chunk {
 fn chunks(model: &impl Routed, data: &Dataset, memory: usize) -> Result<(Vec<Chunk>, Accuracy)> {
     let n_layers = model.layers();
     let size = model.batch_size(data.seq_len(), memory).max(1);
-    let vocab = data.task().vocab();
     let mut out = vec![];
     let mut tally = Tally::default();
     for start in (0..data.len()).step_by(size) {
@@ -236,13 +252,7 @@ fn chunks(model: &impl Routed, data: &Dataset, memory: usize) -> Result<(Vec<Chu
         let b = batch(data, &indices, model.device())?;
         let mut targets = vec![];
         for &i in &indices {
-            let s = data.sample(i)?;
-            let tokens: Vec<&str> = s
-                .ids
-                .iter()
-                .map(|&id| vocab.token(id).unwrap_or_default())
-                .collect();
-            targets.push(hop_targets(&tokens));
+            targets.push(sample_hops(data, i)?.1);
         }
         let points = (0..n_layers).map(|l| HookPoint::new(l, HookKind::Pattern));
         let mut hooks = Hooks::new().capture(points);

@@ -19,7 +19,7 @@ use ropelab_tasks::{Dataset, Split, Task, TaskKind};
 use ropelab_train::{batch, batch_for_budget, RunDir};
 use serde::{Deserialize, Serialize};
 
-use crate::measure::hops::{hop_targets, Source, MAX_HOP};
+use crate::measure::hops::{sample_hops, Source, MAX_HOP};
 use crate::{AnalysisError, Result};
 
 /// Test samples a model is probed on by default (half to fit, half to score).
@@ -79,6 +79,36 @@ pub struct ProbeRow {
     pub control: Option<f64>,
 }
 
+/// The distinct labels of `y`, sorted, and each one's index among them.
+fn class_index(y: &[u32]) -> (Vec<u32>, BTreeMap<u32, usize>) {
+    let mut classes: Vec<u32> = y.to_vec();
+    classes.sort_unstable();
+    classes.dedup();
+    let index = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    (classes, index)
+}
+
+/// Ridge solve of the normal equations `gram` W = `xty` (`gram` [d][d], `xty` [d][classes]):
+/// adds RIDGE x the mean diagonal (and `jitter`) to the diagonal, factors by Cholesky and
+/// returns W per class, `w[class][feature]`; None when `gram` is not positive definite.
+fn ridge_solve(mut gram: Vec<Vec<f64>>, xty: &[Vec<f64>], jitter: f64) -> Option<Vec<Vec<f64>>> {
+    let d = gram.len();
+    let scale = (0..d).map(|i| gram[i][i]).sum::<f64>() / d.max(1) as f64;
+    for (i, row) in gram.iter_mut().enumerate() {
+        row[i] += RIDGE * scale.max(1e-12) + jitter;
+    }
+    let chol = cholesky(gram)?;
+    let classes = xty.first().map_or(0, Vec::len);
+    Some(
+        (0..classes)
+            .map(|c| {
+                let b: Vec<f64> = xty.iter().map(|r| r[c]).collect();
+                cholesky_solve(&chol, &b)
+            })
+            .collect(),
+    )
+}
+
 /// The least-squares classifier of `classes` from rows of `x` (each `d` features): centred on
 /// the training mean, ridge-regressed onto one-hot classes by a Cholesky solve of the normal
 /// equations (f64), with each class's share of the training rows as its intercept (the
@@ -100,11 +130,7 @@ impl Probe {
         if n == 0 || x.len() != n * d {
             return None;
         }
-        let mut classes: Vec<u32> = y.to_vec();
-        classes.sort_unstable();
-        classes.dedup();
-        let index: BTreeMap<u32, usize> =
-            classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let (classes, index) = class_index(y);
         let mut mean = vec![0.0f64; d];
         for row in x.chunks(d) {
             for (m, &v) in mean.iter_mut().zip(row) {
@@ -130,18 +156,7 @@ impl Probe {
                 xty[i][index[label]] += ci;
             }
         }
-        let scale = (0..d).map(|i| gram[i][i]).sum::<f64>() / d as f64;
-        let lambda = RIDGE * scale.max(1e-12);
-        for (i, row) in gram.iter_mut().enumerate() {
-            row[i] += lambda;
-        }
-        let chol = cholesky(gram)?;
-        let weights_t: Vec<Vec<f64>> = (0..classes.len())
-            .map(|c| {
-                let b: Vec<f64> = xty.iter().map(|r| r[c]).collect();
-                cholesky_solve(&chol, &b)
-            })
-            .collect();
+        let weights_t = ridge_solve(gram, &xty, 0.0)?;
         let weights = (0..d)
             .map(|i| weights_t.iter().map(|w| w[i]).collect())
             .collect();
@@ -251,10 +266,7 @@ pub fn sparse_accuracy(
         return None;
     }
     let d = dim + 1; // + intercept
-    let mut classes: Vec<u32> = y_train.to_vec();
-    classes.sort_unstable();
-    classes.dedup();
-    let index: BTreeMap<u32, usize> = classes.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let (classes, index) = class_index(y_train);
     let mut gram = vec![vec![0.0f64; d]; d];
     let mut xty = vec![vec![0.0f64; classes.len()]; d];
     for (row, y) in x_train.iter().zip(y_train) {
@@ -266,17 +278,7 @@ pub fn sparse_accuracy(
             xty[a][index[y]] += 1.0;
         }
     }
-    let scale = (0..d).map(|i| gram[i][i]).sum::<f64>() / d as f64;
-    for (i, row) in gram.iter_mut().enumerate() {
-        row[i] += RIDGE * scale.max(1e-12) + 1e-9;
-    }
-    let chol = cholesky(gram)?;
-    let weights: Vec<Vec<f64>> = (0..classes.len())
-        .map(|c| {
-            let b: Vec<f64> = xty.iter().map(|r| r[c]).collect();
-            cholesky_solve(&chol, &b)
-        })
-        .collect();
+    let weights = ridge_solve(gram, &xty, 1e-9)?;
     let right = x_test
         .iter()
         .zip(y_test)
@@ -299,23 +301,17 @@ type Chain = ([Option<u32>; MAX_HOP + 1], [Option<usize>; MAX_HOP]);
 
 /// Every position's own chain, per sample of `data`.
 fn chains(data: &Dataset) -> Result<Vec<Vec<Chain>>> {
-    let vocab = data.task().vocab();
     (0..data.len())
         .map(|i| {
-            let s = data.sample(i)?;
-            let tokens: Vec<&str> = s
-                .ids
-                .iter()
-                .map(|&id| vocab.token(id).unwrap_or_default())
-                .collect();
-            Ok(hop_targets(&tokens)
+            let (ids, targets) = sample_hops(data, i)?;
+            Ok(targets
                 .iter()
                 .enumerate()
                 .map(|(p, hops)| {
                     let mut out = [None; MAX_HOP + 1];
-                    out[0] = Some(s.ids[p]);
+                    out[0] = Some(ids[p]);
                     for (k, at) in hops.iter().enumerate() {
-                        out[k + 1] = at.map(|q| s.ids[q]);
+                        out[k + 1] = at.map(|q| ids[q]);
                     }
                     (out, *hops)
                 })
@@ -421,24 +417,16 @@ type Item = (usize, usize, u32);
 /// The items of every position whose own chain reaches `j` hops (only the last position with
 /// [`Source::Last`]), per target, over the samples of `data`.
 fn labels(data: &Dataset, j: usize, from: Source) -> Result<BTreeMap<Target, Vec<Item>>> {
-    let vocab = data.task().vocab();
     let mut out: BTreeMap<Target, Vec<Item>> = BTreeMap::new();
     for i in 0..data.len() {
-        let s = data.sample(i)?;
-        let tokens: Vec<&str> = s
-            .ids
-            .iter()
-            .map(|&id| vocab.token(id).unwrap_or_default())
-            .collect();
-        let last = tokens.len().saturating_sub(1);
-        for (p, hops) in hop_targets(&tokens).iter().enumerate() {
+        let (ids, targets) = sample_hops(data, i)?;
+        let last = ids.len().saturating_sub(1);
+        for (p, hops) in targets.iter().enumerate() {
             if from == Source::Last && p != last {
                 continue;
             }
             if let Some(at) = hops[j - 1] {
-                out.entry(Target::Token)
-                    .or_default()
-                    .push((i, p, s.ids[at]));
+                out.entry(Target::Token).or_default().push((i, p, ids[at]));
                 out.entry(Target::Distance)
                     .or_default()
                     .push((i, p, (p - at) as u32));

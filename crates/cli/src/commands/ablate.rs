@@ -9,9 +9,10 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use candle_core::Device;
 use clap::Args;
-use ropelab_analysis::claims::{head_grid, wilson, RunFiles};
+use ropelab_analysis::claims::{head_grid, RunFiles};
 use ropelab_analysis::measure::ablation::{
-    ablate_run, groups, AblationOptions, AblationRow, Knockout, ABLATION_FILE, DEFAULT_SAMPLES,
+    ablate_run, group_lines, groups, hop_counts, AblationOptions, AblationRow, ABLATION_FILE,
+    DEFAULT_SAMPLES,
 };
 use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::keys;
@@ -127,12 +128,7 @@ pub fn run(args: AblateArgs, guard: Guard) -> Result<()> {
 /// One line per group: its heads, the mean-ablated accuracy with its 95% interval, the
 /// zero-ablated one, and the mean-ablated accuracy per hop count.
 pub fn table(rows: &[AblationRow]) -> Table {
-    let hops: Vec<String> = {
-        let mut h: Vec<usize> = rows.iter().filter_map(|r| r.hop.parse().ok()).collect();
-        h.sort_unstable();
-        h.dedup();
-        h.into_iter().map(|h| h.to_string()).collect()
-    };
+    let hops = hop_counts(rows);
     let names: Vec<String> = hops.iter().map(|h| format!("hop {h}")).collect();
     let mut cols = vec![
         ("group", Left),
@@ -142,30 +138,9 @@ pub fn table(rows: &[AblationRow]) -> Table {
     ];
     cols.extend(names.iter().map(|n| (n.as_str(), Right)));
     let mut table = Table::new(&cols);
-    let find = |group: &str, how: Knockout, hop: &str| {
-        rows.iter()
-            .find(|r| r.group == group && r.ablation == how && r.hop == hop)
-    };
-    for r in rows
-        .iter()
-        .filter(|r| r.hop == "all" && r.ablation != Knockout::Zero)
-    {
-        let (lo, hi) = wilson(r.correct, r.n);
-        let mut cells = vec![
-            if r.group == "none" {
-                "(intact)".to_string()
-            } else {
-                r.group.clone()
-            },
-            r.heads.clone(),
-            format!("{:.3} ({lo:.3}-{hi:.3})", r.accuracy),
-            find(&r.group, Knockout::Zero, "all")
-                .map_or_else(|| "-".into(), |z| format!("{:.3}", z.accuracy)),
-        ];
-        cells.extend(hops.iter().map(|h| {
-            find(&r.group, r.ablation, h)
-                .map_or_else(|| "-".into(), |x| format!("{:.3}", x.accuracy))
-        }));
+    for line in group_lines(rows, &hops) {
+        let mut cells = vec![line.label, line.heads, line.mean, line.zero];
+        cells.extend(line.per_hop);
         table.row(cells);
     }
     table
