@@ -200,6 +200,17 @@ pub fn evaluate_intervened(
     memory: usize,
     interventions: &[Intervention],
 ) -> Result<Accuracy> {
+    Ok(tally_intervened(model, dataset, memory, interventions)?.finish())
+}
+
+/// The running counts behind [`evaluate_intervened`] (correct answers per hop count, e.g. for
+/// intervals over the samples).
+pub fn tally_intervened(
+    model: &GptJ,
+    dataset: &Dataset,
+    memory: usize,
+    interventions: &[Intervention],
+) -> Result<Tally> {
     let model = &model.clone().frozen();
     let batch_size = batch_for_budget(model.config(), dataset.seq_len(), memory);
     let mut tally = Tally::default();
@@ -213,7 +224,7 @@ pub fn evaluate_intervened(
         let logits = model.forward_last(&b.ids, &mut hooks, None)?;
         tally.add(&logits, &b)?;
     }
-    Ok(tally.finish())
+    Ok(tally)
 }
 
 /// Running counts of last-token predictions: correct answers overall and per hop count, and
@@ -244,6 +255,11 @@ impl Tally {
         }
         self.n += rows;
         Ok(())
+    }
+
+    /// (correct, samples) per hop count of everything added.
+    pub fn per_hop_counts(&self) -> &BTreeMap<usize, (usize, usize)> {
+        &self.per_hop
     }
 
     /// The accuracy of everything added.

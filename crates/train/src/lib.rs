@@ -26,7 +26,7 @@ pub use config::{
 };
 pub use data::{
     batch, batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes,
-    Accuracy, EVAL_BATCH, EVAL_MEMORY,
+    tally_intervened, Accuracy, EVAL_BATCH, EVAL_MEMORY,
 };
 pub use error::{Result, TrainError};
 pub use resources::{forward_flops, inference_need, training_memory, training_need};

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use ropelab_model::{argmax_last, GptJ, HookKind, HookPoint, Hooks, Intervention};
+use ropelab_model::{GptJ, HookKind, HookPoint, Hooks, Intervention};
 use ropelab_tasks::{Dataset, Split, Task};
-use ropelab_train::{batch, batch_for_budget, RunDir};
+use ropelab_train::{batch, batch_for_budget, tally_intervened, RunDir};
 use serde::{Deserialize, Serialize};
 
 use crate::measure::dynamics::HeadKind;
@@ -220,25 +220,9 @@ pub fn tally(
     memory: usize,
     interventions: &[Intervention],
 ) -> Result<BTreeMap<usize, (usize, usize)>> {
-    let batch_size = batch_for_budget(model.config(), data.seq_len(), memory);
-    let mut out: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
-    for start in (0..data.len()).step_by(batch_size) {
-        let chunk: Vec<usize> = (start..data.len().min(start + batch_size)).collect();
-        let b = batch(data, &chunk, model.device())?;
-        let mut hooks = interventions
-            .iter()
-            .cloned()
-            .fold(Hooks::new(), Hooks::intervene);
-        let logits = model.forward_last(&b.ids, &mut hooks, None)?; // [batch, vocab]
-        let predicted = argmax_last(&logits)?;
-        let targets: Vec<u32> = b.targets.to_vec1()?;
-        for ((p, t), h) in predicted.iter().zip(&targets).zip(&b.hops) {
-            let e = out.entry(*h).or_default();
-            e.0 += usize::from(p == t);
-            e.1 += 1;
-        }
-    }
-    Ok(out)
+    Ok(tally_intervened(model, data, memory, interventions)?
+        .per_hop_counts()
+        .clone())
 }
 
 /// The rows of one (group, knockout): `all` first, then each hop count.
