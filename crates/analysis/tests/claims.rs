@@ -135,6 +135,54 @@ fn hops(reads: &[Option<usize>]) -> String {
     s
 }
 
+/// A `probes.csv` of a 4-layer model that reads the token at hop j from stream j on (0.95),
+/// knowing nothing sooner (0.05 against a control of 0.05), from the last token and every
+/// position.
+fn probes() -> String {
+    let mut s = String::from(
+        "from,stream,target,j,n_train,n_test,unseen,test_samples,accuracy,chance,control\n",
+    );
+    for from in ["last", "every"] {
+        for stream in 0..=4 {
+            for j in 1..=4 {
+                let (acc, control) = if j <= stream {
+                    (0.95, String::new())
+                } else {
+                    (0.05, "0.05".to_string())
+                };
+                s += &format!("{from},{stream},token,{j},500,500,0,500,{acc},0.01,{control}\n");
+            }
+        }
+    }
+    s
+}
+
+/// A `layer_sets.csv` of a 4-layer model: every set of up to `largest` moving layers, each
+/// answering only the hop counts up to its size (1.0; 0.1 beyond).
+fn layer_sets(largest: usize) -> String {
+    let mut s = String::from("moving,size,hop,n,correct,accuracy\n");
+    for mask in 0u32..16 {
+        let set: Vec<String> = (0..4)
+            .filter(|l| mask >> l & 1 == 1)
+            .map(|l| l.to_string())
+            .collect();
+        if set.len() > largest {
+            continue;
+        }
+        let name = if set.is_empty() {
+            "none".to_string()
+        } else {
+            set.join("+")
+        };
+        for hop in 1..=4 {
+            let correct = if hop <= set.len() { 128 } else { 13 };
+            let acc = correct as f64 / 128.0;
+            s += &format!("{name},{},{hop},128,{correct},{acc}\n", set.len());
+        }
+    }
+    s
+}
+
 /// An `ablation.csv` of 1,024 samples: the intact model at 0.999, then each (group, heads,
 /// mean-ablated accuracy), its zero-ablated accuracy 0.01 lower.
 fn ablation(groups: &[(&str, &str, f64)]) -> String {
@@ -199,6 +247,8 @@ fn holding_study(root: &Path) {
             &hops(&[Some(1), Some(2), Some(4), None]),
         );
         write(&number.join("ablation.csv"), &number_ablation(0.05, 0.1));
+        write(&number.join("probes.csv"), &probes());
+        write(&number.join("layer_sets.csv"), &layer_sets(3));
         let letter = run.join("letter");
         write(&letter.join("ablation.csv"), &letter_ablation(0.04, 0.99));
         write(
@@ -353,12 +403,8 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
         ),
         "{c:?}"
     );
-    assert!(
-        c.measured[0].contains("largest knock-out drop 0.400 (L0H0 from last, j = 1)"),
-        "{c:?}"
-    );
-    // Hop 1 at each of four layers is one hop per layer accounting for all four hops: the open
-    // question answered no.
+    // Hop 1 at each of four layers is one hop per layer, and no set of fewer moving layers
+    // than hops answers its chains: the open question answered no.
     write(
         &dir.path().join("seed-1/number/hops.csv"),
         &hops(&[Some(1), Some(1), Some(1), Some(1)]),
@@ -367,10 +413,57 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     assert_eq!((c.holding, c.failing, c.n), (1, 1, 2));
     assert_eq!(c.verdict, Verdict::DoesNotHold);
     assert!(c.measured[1].contains("no composition detected"), "{c:?}");
+    assert!(
+        c.measured[1].contains("every position: one hop per layer"),
+        "{c:?}"
+    );
+    // Three moving layers answering 4-hop chains: composition, found by the layer sets alone.
+    let sets = dir.path().join("seed-1/number/layer_sets.csv");
+    write(
+        &sets,
+        &layer_sets(3).replace("0+1+2,3,4,128,13,0.1015625", "0+1+2,3,4,128,125,0.9765625"),
+    );
+    let c = verdict_of(dir.path(), "number_hops_composed");
+    assert_eq!((c.holding, c.n), (2, 2), "{c:?}");
+    assert!(
+        c.measured[1].contains("4-hop chains answered at 0.977 with 3 moving layer(s) (0+1+2)"),
+        "{c:?}"
+    );
+    // ... or by the probes alone: the token at hop 4 read after layer 1 (stream 2).
+    write(&sets, &layer_sets(3));
+    let probe_file = dir.path().join("seed-1/number/probes.csv");
+    write(
+        &probe_file,
+        &probes().replace(
+            "every,2,token,4,500,500,0,500,0.05,",
+            "every,2,token,4,500,500,0,500,0.95,",
+        ),
+    );
+    let c = verdict_of(dir.path(), "number_hops_composed");
+    assert_eq!((c.holding, c.n), (2, 2), "{c:?}");
+    assert!(
+        c.measured[1].contains("composes (token at hop 4 read after layer 1 at 0.950"),
+        "{c:?}"
+    );
+    // Partial knowledge there (0.5) is reported, not counted: the layer sets decide.
+    write(
+        &probe_file,
+        &probes().replace(
+            "every,2,token,4,500,500,0,500,0.05,",
+            "every,2,token,4,500,500,0,500,0.5,",
+        ),
+    );
+    let c = verdict_of(dir.path(), "number_hops_composed");
+    assert_eq!(c.failing, 1, "{c:?}");
+    assert!(
+        c.measured[1].contains("partly known after layer 1"),
+        "{c:?}"
+    );
+    write(&probe_file, &probes());
     std::fs::remove_file(dir.path().join("seed-1/number/hops.csv")).unwrap();
     let c = verdict_of(dir.path(), "number_hops_composed");
     assert_eq!(c.verdict, Verdict::Undetermined);
-    assert!(c.measured[1].contains("no hop map"), "{c:?}");
+    assert!(c.measured[1].contains("no hops.csv"), "{c:?}");
     assert!(c.reason.unwrap().contains("no hops.csv"));
     write(
         &dir.path().join("seed-1/number/hops.csv"),
@@ -674,13 +767,26 @@ fn each_claim_is_undetermined_when_its_evidence_cannot_decide() {
         "letter_hops_together",
         "by the first evaluation",
     );
-    // Three layers read hop 1: they account for 3 of the 4 hops the model answers.
+    // No composition seen, but the sets of 3 moving layers were not tried for 4 hops.
     let doubling = hops(&[Some(1), Some(2), Some(4), None]);
     let three = hops(&[Some(1), Some(1), Some(1), None]);
+    let (all_sets, small_sets) = (layer_sets(3), layer_sets(2));
     undetermined(
-        &[("seed-1/number/hops.csv", &doubling, &three)],
+        &[
+            ("seed-1/number/hops.csv", &doubling, &three),
+            ("seed-1/number/layer_sets.csv", &all_sets, &small_sets),
+        ],
         "number_hops_composed",
-        "account for 3 of the 4 hops",
+        "not every set of fewer moving layers than hops was tried for 4 hop(s)",
+    );
+    // ... or the intact model answers 4-hop chains below 0.9.
+    undetermined(
+        &[
+            ("seed-1/number/hops.csv", &doubling, &three),
+            (number_eval, "\"4\":0.999", "\"4\":0.8"),
+        ],
+        "number_hops_composed",
+        "answers 4 hop(s) below 0.9",
     );
     // The number model's positional layers end mixed: no pure positional head to compare.
     let number_scores = "seed-1/number/scores.jsonl";
@@ -990,6 +1096,9 @@ fn ledgered_number_model(root: &Path, expected: &Expected) -> std::path::PathBuf
     record(&run, "hops.csv", &keys::hop_map(300, 256));
     let (n, gamma) = expected.ablation.unwrap();
     record(&run, "ablation.csv", &keys::ablation(300, n, gamma));
+    let (p, s) = expected.route.unwrap();
+    record(&run, "probes.csv", &keys::probes(300, p));
+    record(&run, "layer_sets.csv", &keys::layer_sets(300, s));
     run
 }
 
@@ -999,6 +1108,7 @@ fn study_expected() -> Expected {
         lengths: Some("lengths key".into()),
         hop_samples: Some(256),
         ablation: Some((1024, 0.1)),
+        route: Some((2048, 512)),
         tables_recorded: true,
     }
 }

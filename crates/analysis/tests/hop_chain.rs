@@ -2,11 +2,16 @@
 //! a one-hop-per-layer chain (layer l reads hop l+1) and a pointer-doubling chain (layers read
 //! hop 1, 2, 4). Both must solve the task exactly, the map must find each read edge with all
 //! its mass, the knock-out of a read edge must break exactly the samples that need it, and the
-//! verdict must call doubling composing and one hop per layer not.
+//! verdict must call doubling composing and one hop per layer not; so must the probes of their
+//! residual streams and the joint knock-outs of their layers.
 
 use ropelab_analysis::measure::hop_chain::{HopChain, Route};
 use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
 use ropelab_analysis::measure::hops::{hop_map, HopRow, Routed, Source, MAX_HOP};
+use ropelab_analysis::measure::layer_sets::{layer_sets, LayerSetRoute, ANSWER_ACCURACY};
+use ropelab_analysis::measure::probe::{
+    probe_streams, residual_streams, ProbeRoute, ProbeRow, ProbeVerdict, Target, READ_ACCURACY,
+};
 use ropelab_tasks::{Dataset, Layout, Split, Task, TaskKind};
 
 fn data(n: usize) -> Dataset {
@@ -127,4 +132,89 @@ fn a_hop_chain_needs_the_number_tasks_vocabulary() {
     assert!(err.is_err());
     let number = Task::new(TaskKind::Number, Layout::default()).unwrap();
     assert!(HopChain::new(Route::Doubling, number.vocab(), 0).is_err());
+}
+
+/// The probes of a hand-built chain's residual stream (its one-hot subspaces) on `n` samples.
+fn probes(route: Route, n: usize) -> Vec<ProbeRow> {
+    let data = data(n);
+    let chain = HopChain::new(route, data.task().vocab(), MAX_HOP).unwrap();
+    let (streams, width) = residual_streams(&chain, &data, 1 << 24).unwrap();
+    assert_eq!(streams.len(), chain.layers() + 1);
+    probe_streams(&streams, width, &data, |_, _| {}).unwrap()
+}
+
+fn probe(rows: &[ProbeRow], from: Source, stream: usize, target: Target, j: usize) -> f64 {
+    rows.iter()
+        .find(|r| r.source == from && r.stream == stream && r.target == target && r.j == j)
+        .unwrap()
+        .accuracy
+}
+
+#[test]
+fn the_probes_call_one_hop_per_layer_what_it_is() {
+    let rows = probes(Route::OneHopPerLayer, 1024);
+    // Layer l writes the token at hop l + 1: read exactly from stream l + 1 on, not before.
+    for j in 1..=MAX_HOP {
+        let at = probe(&rows, Source::Every, j, Target::Token, j);
+        assert!(at >= READ_ACCURACY, "hop {j} after layer {}: {at}", j - 1);
+        let before = probe(&rows, Source::Every, j - 1, Target::Token, j);
+        assert!(before < 0.5, "hop {j} before layer {}: {before}", j - 1);
+    }
+    for from in Source::ALL {
+        let route = ProbeRoute::of(&rows, from, READ_ACCURACY);
+        assert_eq!(
+            route.verdict(MAX_HOP),
+            ProbeVerdict::OneHopPerLayer,
+            "{from:?}: {route:?}"
+        );
+    }
+}
+
+#[test]
+fn the_probes_call_doubling_composing() {
+    let rows = probes(Route::Doubling, 1024);
+    // After layer 1 every position knows where hop 4 is (two doublings): one hop per layer
+    // knows only where hop 3 is.
+    let at = probe(&rows, Source::Every, 2, Target::Distance, 4);
+    assert!(at >= READ_ACCURACY, "{at}");
+    let route = ProbeRoute::of(&rows, Source::Every, READ_ACCURACY);
+    match route.verdict(MAX_HOP) {
+        ProbeVerdict::Composes(b) => assert!(b.stream <= 2 && b.j >= 3, "{b:?}"),
+        v => panic!("doubling: {v:?}"),
+    }
+}
+
+#[test]
+fn the_layer_sets_call_each_chain_what_it_is() {
+    let data = data(128);
+    let vocab = data.task().vocab();
+    let one = HopChain::new(Route::OneHopPerLayer, vocab, MAX_HOP).unwrap();
+    let rows = layer_sets(&one, &data, MAX_HOP, 1 << 24, |_, _| {}).unwrap();
+    // Every set of fewer than 4 of the 4 layers is tried; j hops with j - 1 moving layers fail.
+    assert_eq!(
+        rows.iter()
+            .map(|r| &r.moving)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        1 + 4 + 6 + 4
+    );
+    let route = LayerSetRoute::of(&rows, ANSWER_ACCURACY);
+    assert!(route.beyond.is_empty(), "{route:?}");
+    // The first j layers answer j hops.
+    for (set, j) in [("0", 1), ("0+1", 2), ("0+1+2", 3)] {
+        let r = rows.iter().find(|r| r.moving == set && r.hop == j).unwrap();
+        assert_eq!(r.accuracy, 1.0, "{r:?}");
+    }
+    let doubling = HopChain::new(Route::Doubling, vocab, MAX_HOP).unwrap();
+    let rows = layer_sets(&doubling, &data, MAX_HOP, 1 << 24, |_, _| {}).unwrap();
+    let route = LayerSetRoute::of(&rows, ANSWER_ACCURACY);
+    // Two doublings reach hop 3, three reach hop 4 (and up to 7).
+    assert_eq!(
+        route.beyond.first().map(|b| (b.0.as_str(), b.1, b.2)),
+        Some(("0+1", 2, 3))
+    );
+    assert!(
+        route.beyond.iter().any(|b| b.0 == "0+1+2" && b.2 == 4),
+        "{route:?}"
+    );
 }

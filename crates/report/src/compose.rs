@@ -11,9 +11,13 @@ use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::hop_route::{HopRoute, CARRY_MASS};
 use ropelab_analysis::measure::hops::{HopRow, Source};
 use ropelab_analysis::measure::languages::{offset_table_cells, LengthRow, NStarRow, OffsetRow};
+use ropelab_analysis::measure::layer_sets::{LayerSetRoute, LayerSetRow, ANSWER_ACCURACY};
 use ropelab_analysis::measure::modular::{strongest_per_run, ModHeadRow, MOD_THRESHOLD};
 use ropelab_analysis::measure::offset::{MechanismLine, OffsetAccuracyRow, OffsetRunRow};
 use ropelab_analysis::measure::partial::{HandReport, TwoAngles, TWO_ANGLE_RATIO};
+use ropelab_analysis::measure::probe::{
+    stream_name, ProbeRoute, ProbeRow, ProbeVerdict, READ_ACCURACY,
+};
 use ropelab_analysis::StudyDir;
 use ropelab_io::read_csv;
 use ropelab_sweep::collect::{ConfigSummary, LengthSummary};
@@ -703,8 +707,76 @@ fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Se
     }
     let mut out = vec![dynamics, length, attention];
     out.extend(hops_section(id, title, &files.hops));
+    out.extend(route_section(id, title, &files.probes, &files.layer_sets));
     out.extend(ablation_section(id, title, &files.ablation));
     out
+}
+
+/// Where each hop lives in a number-task run (`probes.csv`, `layer_sets.csv`, written by
+/// `ropelab probe` or a study job), when present: the probes' and the layer sets' verdicts and
+/// a map of each.
+fn route_section(
+    id: &str,
+    title: &str,
+    probes: &[ProbeRow],
+    sets: &[LayerSetRow],
+) -> Option<Section> {
+    if probes.is_empty() && sets.is_empty() {
+        return None;
+    }
+    let mut s = Section::new(
+        format!("{id}-route"),
+        format!("{title}: where each hop lives (probes and layer sets)"),
+    );
+    s.text(
+        "From `probes.csv` and `layer_sets.csv` (docs/multihead.md, \"Where each hop lives\"): \
+         linear probes of the residual stream after each layer read the token at hop j of \
+         every position's own chain (held-out accuracy; one hop per layer reads hop j after \
+         layer j - 1 at the earliest); the layer sets leave only some layers moving \
+         information (the others' attention held on each query's own position) and measure \
+         the accuracy per hop count (one hop per layer needs j moving layers for j hops).",
+    );
+    let mut words = vec![];
+    if !probes.is_empty() {
+        let max_hop = probes.iter().map(|r| r.j).max().unwrap_or(1);
+        for from in Source::ALL {
+            let route = ProbeRoute::of(probes, from, READ_ACCURACY);
+            let v = match route.verdict(max_hop) {
+                ProbeVerdict::Composes(b) => format!(
+                    "composes: hop {} ({:?}) read {} at {:.3} against a control of {:.3}",
+                    b.j,
+                    b.target,
+                    stream_name(b.stream),
+                    b.accuracy,
+                    b.control
+                ),
+                ProbeVerdict::OneHopPerLayer => "one hop per layer".into(),
+                ProbeVerdict::Undetermined(why) => format!("undetermined: {why}"),
+            };
+            let from = match from {
+                Source::Last => "last token",
+                Source::Every => "every position",
+            };
+            words.push(format!("Probes from the {from}: {}; {v}.", route.text()));
+        }
+    }
+    if !sets.is_empty() {
+        words.push(format!(
+            "Layer sets: {}.",
+            LayerSetRoute::of(sets, ANSWER_ACCURACY).text()
+        ));
+    }
+    s.text(&words.join(" "));
+    let mut svgs = vec![];
+    if !probes.is_empty() {
+        svgs.push(figures::probe_map(probes, Source::Every));
+        svgs.push(figures::probe_map(probes, Source::Last));
+    }
+    if !sets.is_empty() {
+        svgs.push(figures::layer_set_map(sets));
+    }
+    s.figures(&svgs);
+    Some(s)
 }
 
 /// The head groups knocked out (`ablation.csv`, written by `ropelab ablate` or a study job),

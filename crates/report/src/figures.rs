@@ -625,3 +625,99 @@ pub fn ablation_map(
     }
     .to_svg()
 }
+
+/// The probes' held-out accuracy of the token at hop j (columns) per residual stream (rows),
+/// from `from`.
+pub fn probe_map(
+    rows: &[ropelab_analysis::measure::probe::ProbeRow],
+    from: ropelab_analysis::measure::hops::Source,
+) -> String {
+    use ropelab_analysis::measure::probe::{stream_name, Target};
+    let js: Vec<usize> = {
+        let mut j: Vec<usize> = rows.iter().map(|r| r.j).collect();
+        j.sort_unstable();
+        j.dedup();
+        j
+    };
+    let streams = rows.iter().map(|r| r.stream).max().map_or(0, |s| s + 1);
+    let (row_names, cells) = (0..streams)
+        .map(|s| {
+            let cells = js
+                .iter()
+                .map(|&j| {
+                    rows.iter()
+                        .find(|r| {
+                            r.source == from
+                                && r.stream == s
+                                && r.j == j
+                                && r.target == Target::Token
+                        })
+                        .map_or(f64::NAN, |r| r.accuracy)
+                })
+                .collect::<Vec<f64>>();
+            (stream_name(s), cells)
+        })
+        .unzip();
+    let from = match from {
+        ropelab_analysis::measure::hops::Source::Last => "the last token",
+        ropelab_analysis::measure::hops::Source::Every => "every position",
+    };
+    crate::heatmap::Heatmap {
+        title: format!("probe accuracy: token at hop j, from {from}"),
+        x_label: format!(
+            "hop j (columns {}, left to right)",
+            js.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        y_label: "residual stream".into(),
+        row_names,
+        rows: cells,
+    }
+    .to_svg()
+}
+
+/// The test accuracy per hop count (columns) of every set of moving layers (rows).
+pub fn layer_set_map(rows: &[ropelab_analysis::measure::layer_sets::LayerSetRow]) -> String {
+    let hops: Vec<usize> = {
+        let mut h: Vec<usize> = rows.iter().map(|r| r.hop).collect();
+        h.sort_unstable();
+        h.dedup();
+        h
+    };
+    let mut sets: Vec<&str> = vec![];
+    for r in rows {
+        if !sets.contains(&r.moving.as_str()) {
+            sets.push(&r.moving);
+        }
+    }
+    let (row_names, cells) = sets
+        .into_iter()
+        .map(|set| {
+            let cells = hops
+                .iter()
+                .map(|&h| {
+                    rows.iter()
+                        .find(|r| r.moving == set && r.hop == h)
+                        .map_or(f64::NAN, |r| r.accuracy)
+                })
+                .collect::<Vec<f64>>();
+            (format!("moving {set}"), cells)
+        })
+        .unzip();
+    crate::heatmap::Heatmap {
+        title: "test accuracy with only some layers moving information".into(),
+        x_label: format!(
+            "hop count (columns {}, left to right)",
+            hops.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        y_label: "layers left moving".into(),
+        row_names,
+        rows: cells,
+    }
+    .to_svg()
+}

@@ -85,8 +85,8 @@ pub fn sweep_jobs(config: &StudyConfig, jobs: &[(u64, TaskKind)]) -> Result<Vec<
 }
 
 /// What every study job measures: the config's scoring and length test, the attention
-/// viewer's file, the number models' hop map (256 test samples) and every model's head-group
-/// ablations (`[ablation] samples`).
+/// viewer's file, the number models' hop map (256 test samples), probes (2,048) and layer sets
+/// (512 per set), and every model's head-group ablations (`[ablation] samples`).
 pub fn measure_options(config: &StudyConfig) -> MeasureOptions {
     MeasureOptions {
         score: config.score_options(),
@@ -94,6 +94,10 @@ pub fn measure_options(config: &StudyConfig) -> MeasureOptions {
         attention_view: true,
         hop_samples: Some(ropelab_analysis::measure::hops::DEFAULT_SAMPLES),
         ablation_samples: Some(config.ablation.samples),
+        route_samples: Some((
+            ropelab_analysis::measure::probe::DEFAULT_SAMPLES,
+            ropelab_analysis::measure::layer_sets::DEFAULT_SAMPLES,
+        )),
         gamma: config.claims.gamma,
         ..MeasureOptions::default()
     }
@@ -109,6 +113,7 @@ pub fn expected_files(config: &StudyConfig) -> ropelab_analysis::claims::files::
         lengths: Some(keys::lengths(&m.length)),
         hop_samples: m.hop_samples,
         ablation: m.ablation_samples.map(|n| (n, m.gamma.get())),
+        route: m.route_samples,
         tables_recorded: true,
     }
 }
@@ -139,6 +144,17 @@ pub fn run_jobs(
                     &dir,
                     n,
                     &label,
+                    progress,
+                    &candle_core::Device::Cpu,
+                )?;
+            }
+            // ... and the probes and layer sets.
+            if let Some((p, s)) = measure_options(config).route_samples {
+                ropelab_sweep::measure::multi_hop::route_files(
+                    &dir,
+                    p,
+                    s,
+                    &format!("seed {seed} {kind}"),
                     progress,
                     &candle_core::Device::Cpu,
                 )?;

@@ -14,7 +14,9 @@ use crate::lens::attention::AttentionView;
 use crate::measure::ablation::{AblationRow, ABLATION_FILE};
 use crate::measure::dynamics::HeadStep;
 use crate::measure::hops::HopRow;
+use crate::measure::layer_sets::{LayerSetRow, LAYER_SETS_FILE};
 use crate::measure::lengthgen::{from_csv, LengthRow};
+use crate::measure::probe::{ProbeRow, PROBES_FILE};
 use crate::{AnalysisError, Result};
 use ropelab_theory::discrepancy::DiscrepancyRow;
 
@@ -37,6 +39,10 @@ pub struct RunFiles {
     pub hops: Vec<HopRow>,
     /// `ablation.csv` (the head groups knocked out), empty when absent.
     pub ablation: Vec<AblationRow>,
+    /// `probes.csv` (a number model's residual-stream probes), empty when absent.
+    pub probes: Vec<ProbeRow>,
+    /// `layer_sets.csv` (a number model's joint layer knock-outs), empty when absent.
+    pub layer_sets: Vec<LayerSetRow>,
 }
 
 /// One seed of the study: the number and the letter model.
@@ -128,6 +134,8 @@ pub struct Expected {
     pub hop_samples: Option<usize>,
     /// The ablations' test samples and the gamma their heads were typed at.
     pub ablation: Option<(usize, f64)>,
+    /// The test samples of the probes and of each layer set.
+    pub route: Option<(usize, usize)>,
     /// The study recorded its own tables (`theory/`, `offset/`, `canonical/TASK/`) in their
     /// folders' ledgers: a table there that no ledger lists is refused. Without it (a study
     /// assembled by hand) a table is read when its folder has no ledger.
@@ -171,6 +179,15 @@ impl RunFiles {
             ),
             None => (None, None),
         };
+        let (route_keys, route_prefixes) = match latest {
+            Some(step) => (
+                expected
+                    .route
+                    .map(|(p, s)| (keys::probes(step, p), keys::layer_sets(step, s))),
+                Some((keys::probes_prefix(step), keys::layer_sets_prefix(step))),
+            ),
+            None => (None, None),
+        };
         // What a reader of `file` expects it was made with.
         let expect_of = |file: &str| -> Expect<'_> {
             let found = match file {
@@ -185,6 +202,14 @@ impl RunFiles {
                     .as_deref()
                     .map(Expect::Key)
                     .or(ablation_prefix.as_deref().map(Expect::Prefix)),
+                PROBES_FILE => route_keys
+                    .as_ref()
+                    .map(|k| Expect::Key(&k.0))
+                    .or(route_prefixes.as_ref().map(|k| Expect::Prefix(&k.0))),
+                LAYER_SETS_FILE => route_keys
+                    .as_ref()
+                    .map(|k| Expect::Key(&k.1))
+                    .or(route_prefixes.as_ref().map(|k| Expect::Prefix(&k.1))),
                 f if f.starts_with("eval/") => test_key.as_deref().map(Expect::Key),
                 f if f.starts_with("attention/") => attention_key.as_deref().map(Expect::Key),
                 _ => None,
@@ -311,6 +336,20 @@ impl RunFiles {
         if wanted(ABLATION_FILE)? {
             if let Some(text) = read(&ablation)? {
                 out.ablation = ropelab_io::read_csv(&text, &ablation.display().to_string())
+                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
+            }
+        }
+        let probes = dir.join(PROBES_FILE);
+        if wanted(PROBES_FILE)? {
+            if let Some(text) = read(&probes)? {
+                out.probes = ropelab_io::read_csv(&text, &probes.display().to_string())
+                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
+            }
+        }
+        let sets = dir.join(LAYER_SETS_FILE);
+        if wanted(LAYER_SETS_FILE)? {
+            if let Some(text) = read(&sets)? {
+                out.layer_sets = ropelab_io::read_csv(&text, &sets.display().to_string())
                     .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
             }
         }

@@ -13,7 +13,9 @@ use super::{
 use crate::measure::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
 use crate::measure::hop_route::HopRoute;
 use crate::measure::hops::Source;
+use crate::measure::layer_sets::{LayerSetRoute, ANSWER_ACCURACY};
 use crate::measure::lengthgen::first_length_below;
+use crate::measure::probe::{stream_name, ProbeRoute, ProbeVerdict, Target, READ_ACCURACY};
 
 /// The final step's lines of a run.
 fn last_step(scores: &[HeadStep]) -> Vec<&HeadStep> {
@@ -463,26 +465,32 @@ fn largest_hop(r: &RunFiles) -> usize {
         .unwrap_or(crate::measure::hops::MAX_HOP)
 }
 
-/// `number_hops_composed`: the main paper's open question (shortcuts): does a layer of the
-/// number model compose hops, reading further along the chain than one hop per layer allows
-/// (pointer doubling)? Three-valued from the hop map ([`HopRoute`]): composes (holds), one hop
-/// per layer that accounts for every hop count (does not hold), or undetermined when the
-/// layers' reads do not account for the largest hop count the model answers (the rest is
-/// carried where the attention mass cannot see it).
+/// `number_hops_composed`: the main paper's open question (shortcuts): does the number model
+/// compose hops, knowing further along a position's own chain than one hop per layer allows
+/// (pointer doubling)? Three kinds of evidence (docs/multihead.md, "Where each hop lives"):
+/// the hop map's attention mass ([`HopRoute`]), the residual-stream probes ([`ProbeRoute`]) and
+/// the joint layer knock-outs ([`LayerSetRoute`]). Holds when any of them finds composition at
+/// its read level; does not hold when none does and the layer sets tried every set of fewer
+/// moving layers than hops for every hop count the model answers (its answers need one moving
+/// layer per hop); undetermined otherwise.
 pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
     seed_claim(
         "number_hops_composed",
-        "Open question (shortcuts): the number model composes hops, a layer reading further \
-         along a position's own chain than one hop per layer allows (e.g. pointer doubling: \
-         hop 1, then 2, then 4).",
+        "Open question (shortcuts): the number model composes hops, knowing further along a \
+         position's own chain than one hop per layer allows (e.g. pointer doubling: hop 1, \
+         then 2, then 4).",
         format!(
-            "hop map of the last checkpoint of a number model that learned its task (hops.csv): \
-             a layer reads hop j when its heads together put >= {} of the attention on hop_j \
-             (mass summed over the layer's heads); holds when some layer reads a hop past 1 + \
-             the hops the layers below account for (one per reading layer); does not hold when \
-             no layer does and the reading layers account for the largest hop count; \
-             undetermined when they account for fewer (attention mass does not show where the \
-             other hops are carried)",
+            "last checkpoint of a number model that learned its task; holds when (a) a layer's \
+             heads together put >= {} of the attention on a hop past 1 + the hops the layers \
+             below account for (hops.csv), or (b) a linear probe of the residual stream reads \
+             (held-out accuracy >= {READ_ACCURACY}) the token at or distance to a hop that one \
+             hop per layer cannot know at that layer, beating its control (probes.csv), or (c) \
+             with only k layers moving information (the others' attention held on each query's \
+             own position) the model answers chains of j > k hops at >= {ANSWER_ACCURACY} \
+             (layer_sets.csv); does not hold when none does, every hop count the model answers \
+             is answered at >= {ANSWER_ACCURACY} intact and every set of fewer moving layers \
+             than its hops was tried; undetermined otherwise (partial knowledge below the read \
+             level is reported, not counted)",
             t.hop_mass
         ),
         per_seed(files, |s| {
@@ -490,45 +498,99 @@ pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
                 Ok(r) => r,
                 Err(m) => return m,
             };
-            if r.hops.is_empty() {
-                return missing("no hop map (hops.csv)", "no hops.csv");
+            if r.hops.is_empty() || r.probes.is_empty() || r.layer_sets.is_empty() {
+                let lacking: Vec<&str> = [
+                    (r.hops.is_empty(), "hops.csv"),
+                    (r.probes.is_empty(), "probes.csv"),
+                    (r.layer_sets.is_empty(), "layer_sets.csv"),
+                ]
+                .iter()
+                .filter(|x| x.0)
+                .map(|x| x.1)
+                .collect();
+                let lacking = lacking.join(", ");
+                return missing(&format!("no {lacking}"), &format!("no {lacking}"));
             }
-            let route = HopRoute::of(&r.hops, t.hop_mass);
-            let (drop, layer) = route.layers.iter().map(|l| (l.drop, l.layer)).fold(
-                ((f64::NEG_INFINITY, 0, Source::Last, 0), 0),
-                |a, b| {
-                    if b.0 .0 > a.0 .0 {
-                        b
-                    } else {
-                        a
-                    }
-                },
-            );
-            let from = match drop.2 {
-                Source::Last => "last",
-                Source::Every => "every",
-            };
             let largest = largest_hop(r);
-            let accounted = route.accounted();
+            let map = HopRoute::of(&r.hops, t.hop_mass);
+            let probe_verdicts: Vec<(Source, ProbeVerdict)> = Source::ALL
+                .iter()
+                .map(|&from| {
+                    let v = ProbeRoute::of(&r.probes, from, READ_ACCURACY).verdict(largest);
+                    (from, v)
+                })
+                .collect();
+            let sets = LayerSetRoute::of(&r.layer_sets, ANSWER_ACCURACY);
+            let probe_text = probe_verdicts
+                .iter()
+                .map(|(from, v)| {
+                    let from = match from {
+                        Source::Last => "last token",
+                        Source::Every => "every position",
+                    };
+                    let v = match v {
+                        ProbeVerdict::Composes(b) => format!(
+                            "composes ({} hop {} read {} at {:.3}, control {:.3})",
+                            match b.target {
+                                Target::Token => "token at",
+                                Target::Distance => "distance to",
+                            },
+                            b.j,
+                            stream_name(b.stream),
+                            b.accuracy,
+                            b.control
+                        ),
+                        ProbeVerdict::OneHopPerLayer => "one hop per layer".into(),
+                        ProbeVerdict::Undetermined(why) => format!("not decided: {why}"),
+                    };
+                    format!("{from}: {v}")
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
             let text = format!(
-                "{}; reading layers account for {accounted} of {largest} hops; largest \
-                 knock-out drop {:.3} (L{layer}H{} from {from}, j = {})",
-                route.summary(),
-                drop.0,
-                drop.1,
-                drop.3
+                "hop map: {}; probes ({probe_text}); layer sets: {}",
+                map.summary(),
+                sets.text()
             );
-            let outcome = if route.composes() {
-                Outcome::Holds
-            } else if accounted >= largest {
-                Outcome::Fails
-            } else {
+            let probe_composes = probe_verdicts
+                .iter()
+                .any(|(_, v)| matches!(v, ProbeVerdict::Composes(_)));
+            if map.composes() || probe_composes || !sets.beyond.is_empty() {
+                return (text, Outcome::Holds);
+            }
+            let layers = r
+                .layer_sets
+                .iter()
+                .map(|x| x.size)
+                .max()
+                .unwrap_or(0)
+                .max(map.layers.len());
+            let per_hop = r
+                .test
+                .as_ref()
+                .map(|a| a.per_hop.clone())
+                .unwrap_or_default();
+            let unanswered: Vec<String> = (1..=largest)
+                .filter(|j| per_hop.get(j).is_none_or(|&a| a < ANSWER_ACCURACY))
+                .map(|j| j.to_string())
+                .collect();
+            let untried: Vec<String> = (2..=largest)
+                .filter(|j| sets.tried.get(j).is_none_or(|&k| k < (j - 1).min(layers)))
+                .map(|j| j.to_string())
+                .collect();
+            let outcome = if !unanswered.is_empty() {
                 Outcome::undetermined(format!(
-                    "no layer composes, but the reading layers account for {accounted} of the \
-                     {largest} hops the model answers: the rest is not visible as attention \
-                     mass >= {} (nothing detected is not no composition)",
-                    t.hop_mass
+                    "the intact model answers {} hop(s) below {ANSWER_ACCURACY}: fewer moving \
+                     layers failing them says nothing",
+                    unanswered.join(", ")
                 ))
+            } else if !untried.is_empty() {
+                Outcome::undetermined(format!(
+                    "not every set of fewer moving layers than hops was tried for {} hop(s)",
+                    untried.join(", ")
+                ))
+            } else {
+                Outcome::Fails
             };
             (text, outcome)
         }),

@@ -9,7 +9,8 @@
 //! position it must read is p - d) or `Unknown`. Its own token starts it: a letter is
 //! `Letter`, an integer o is `Dist(o)`. A layer's query for `Dist(d)` is rho(-d theta_i) v in
 //! every plane i (keys v everywhere), so the head attends p - d; other states attend p itself
-//! (d = 0, read and ignored). The value is a one-hot of the key's state, decoded by argmax.
+//! (d = 0, read and ignored). The value is a one-hot (of the key's token or state, below),
+//! decoded by argmax.
 //!
 //! - [`Route::OneHopPerLayer`]: the value is the key's *token*, so layer l (from 0) reads
 //!   hop_(l+1)(p), one more offset per layer; 4 layers solve 4 hops.
@@ -133,6 +134,78 @@ impl HopChain {
         }
     }
 
+    /// Runs the layers on ids [batch, pos], through `hooks`: every position's state before
+    /// layer 0 and after each layer, and what each layer's head wrote.
+    fn walk(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Walk> {
+        let (b, t) = ids.dims2()?;
+        let ids: Vec<u32> = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1()?;
+        let tokens: Vec<State> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| self.token_state(id, i % t))
+            .collect();
+        let width = self.letters.len() + t;
+        let mut state = tokens.clone();
+        let mut states = vec![state.clone()];
+        let mut reads = vec![];
+        let device = Device::Cpu;
+        for layer in 0..self.layers {
+            let mut q = vec![0f32; b * t * 2 * PLANES];
+            let mut k = vec![0f32; b * t * 2 * PLANES];
+            let mut v = vec![0f32; b * t * width];
+            for i in 0..b * t {
+                for plane in 0..PLANES {
+                    let theta = std::f64::consts::PI / f64::from(1u32 << plane);
+                    k[(i * PLANES + plane) * 2..][..2].copy_from_slice(&rot(0.0));
+                    let d = match state[i] {
+                        State::Dist(d) => d,
+                        _ => 0,
+                    };
+                    q[(i * PLANES + plane) * 2..][..2].copy_from_slice(&rot(-(d as f64) * theta));
+                }
+                // One hop per layer writes the key's token (its vocabulary id), doubling the
+                // key's state.
+                let value = match self.route {
+                    Route::OneHopPerLayer => ids[i] as usize,
+                    Route::Doubling => self.index(state[i]),
+                };
+                v[i * width + value] = 1.0;
+            }
+            let q = Tensor::from_vec(q, (b, 1, t, 2 * PLANES), &device)?; // [batch, 1, pos, 2 planes]
+            let k = Tensor::from_vec(k, (b, 1, t, 2 * PLANES), &device)?;
+            let v = Tensor::from_vec(v, (b, 1, t, width), &device)?; // [batch, 1, pos, states]
+            let z = attend(
+                layer,
+                q,
+                k,
+                &v,
+                &self.position,
+                AttentionKind::Softmax,
+                BETA,
+                hooks,
+                None,
+            )?; // [batch, 1, pos, states]
+            let read: Vec<u32> = z.squeeze(1)?.argmax_keepdim(2)?.flatten_all()?.to_vec1()?;
+            for (i, s) in state.iter_mut().enumerate() {
+                if let State::Dist(d) = *s {
+                    let p = i % t;
+                    let read = match self.route {
+                        Route::OneHopPerLayer => self.token_state(read[i], usize::MAX),
+                        Route::Doubling => self.state_of(read[i] as usize),
+                    };
+                    *s = match read {
+                        State::Letter(x) => State::Letter(x),
+                        State::Dist(e) if d + e <= p => State::Dist(d + e),
+                        _ => State::Unknown,
+                    };
+                }
+            }
+            states.push(state.clone());
+            reads.push(z.squeeze(1)?); // [batch, pos, states]
+        }
+        Ok(Walk { ids, states, reads })
+    }
+
     fn state_of(&self, index: usize) -> State {
         let n = self.letters.len();
         if index >= n {
@@ -143,6 +216,16 @@ impl HopChain {
             State::Unknown
         }
     }
+}
+
+/// One pass of a hop chain over a batch (positions flattened, sample-major).
+struct Walk {
+    /// Every position's token.
+    ids: Vec<u32>,
+    /// Every position's state before layer 0 (`states[0]`) and after each layer.
+    states: Vec<Vec<State>>,
+    /// What each layer's head wrote, [batch, pos, states] per layer.
+    reads: Vec<Tensor>,
 }
 
 /// rho(angle) v with v = (0, 1), as in the theory lab's heads.
@@ -171,61 +254,9 @@ impl Routed for HopChain {
 
     fn last_logits(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        let ids: Vec<u32> = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1()?;
-        let tokens: Vec<State> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, &id)| self.token_state(id, i % t))
-            .collect();
-        let width = self.letters.len() + t;
-        let mut state = tokens.clone();
+        let walk = self.walk(ids, hooks)?;
+        let state = &walk.states[self.layers];
         let device = Device::Cpu;
-        for layer in 0..self.layers {
-            let mut q = vec![0f32; b * t * 2 * PLANES];
-            let mut k = vec![0f32; b * t * 2 * PLANES];
-            let mut v = vec![0f32; b * t * width];
-            for i in 0..b * t {
-                for plane in 0..PLANES {
-                    let theta = std::f64::consts::PI / f64::from(1u32 << plane);
-                    k[(i * PLANES + plane) * 2..][..2].copy_from_slice(&rot(0.0));
-                    let d = match state[i] {
-                        State::Dist(d) => d,
-                        _ => 0,
-                    };
-                    q[(i * PLANES + plane) * 2..][..2].copy_from_slice(&rot(-(d as f64) * theta));
-                }
-                let value = match self.route {
-                    Route::OneHopPerLayer => tokens[i],
-                    Route::Doubling => state[i],
-                };
-                v[i * width + self.index(value)] = 1.0;
-            }
-            let q = Tensor::from_vec(q, (b, 1, t, 2 * PLANES), &device)?; // [batch, 1, pos, 2 planes]
-            let k = Tensor::from_vec(k, (b, 1, t, 2 * PLANES), &device)?;
-            let v = Tensor::from_vec(v, (b, 1, t, width), &device)?; // [batch, 1, pos, states]
-            let z = attend(
-                layer,
-                q,
-                k,
-                &v,
-                &self.position,
-                AttentionKind::Softmax,
-                BETA,
-                hooks,
-                None,
-            )?; // [batch, 1, pos, states]
-            let read: Vec<u32> = z.squeeze(1)?.argmax_keepdim(2)?.flatten_all()?.to_vec1()?;
-            for (i, s) in state.iter_mut().enumerate() {
-                if let State::Dist(d) = *s {
-                    let p = i % t;
-                    *s = match self.state_of(read[i] as usize) {
-                        State::Letter(x) => State::Letter(x),
-                        State::Dist(e) if d + e <= p => State::Dist(d + e),
-                        _ => State::Unknown,
-                    };
-                }
-            }
-        }
         let vocab = self.letters.len();
         let mut logits = vec![0f32; b * vocab];
         for row in 0..b {
@@ -234,5 +265,43 @@ impl Routed for HopChain {
             }
         }
         Ok(Tensor::from_vec(logits, (b, vocab), &device)?)
+    }
+
+    /// A residual stream of one-hot subspaces, as a trained model's blocks write theirs: the
+    /// token (its vocabulary id), then per layer what its head wrote (the soft one-hot value it read) and
+    /// the state its lookup (a trained model's MLP) made of it; a layer's subspaces are zero
+    /// before it runs. Each subspace has `vocab + pos` entries (one per state).
+    fn residual(&self, ids: &Tensor) -> Result<Vec<Tensor>> {
+        let (b, t) = ids.dims2()?;
+        let walk = self.walk(ids, &mut Hooks::new())?;
+        let width = self.letters.len() + t;
+        let one_hot = |index: &dyn Fn(usize) -> usize| -> Result<Tensor> {
+            let mut x = vec![0f32; b * t * width];
+            for i in 0..b * t {
+                x[i * width + index(i)] = 1.0;
+            }
+            Ok(Tensor::from_vec(x, (b, t, width), &Device::Cpu)?) // [batch, pos, states]
+        };
+        let mut parts = vec![one_hot(&|i| walk.ids[i] as usize)?];
+        for layer in 0..self.layers {
+            parts.push(walk.reads[layer].clone());
+            parts.push(one_hot(&|i| self.index(walk.states[layer + 1][i]))?);
+        }
+        let zero = Tensor::zeros((b, t, width), DType::F32, &Device::Cpu)?;
+        (0..=self.layers)
+            .map(|s| {
+                let written = 1 + 2 * s;
+                let stream: Vec<Tensor> = (0..parts.len())
+                    .map(|k| {
+                        if k < written {
+                            parts[k].clone()
+                        } else {
+                            zero.clone()
+                        }
+                    })
+                    .collect();
+                Ok(Tensor::cat(&stream, 2)?) // [batch, pos, (1 + 2 layers) states]
+            })
+            .collect()
     }
 }

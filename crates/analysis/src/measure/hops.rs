@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor, D};
 use ropelab_model::{GptJ, HookKind, HookPoint, Hooks, Intervention};
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
 use ropelab_train::data::{batch, Tally};
@@ -209,6 +209,10 @@ pub trait Routed {
     fn device(&self) -> &Device;
     /// Last-token logits [batch, vocab] of ids [batch, pos], through `hooks`.
     fn last_logits(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor>;
+    /// The residual stream of ids [batch, pos] at every layer boundary, as what comes next
+    /// reads it: `layers() + 1` tensors [batch, pos, width], the first before layer 0, the
+    /// last after the last layer.
+    fn residual(&self, ids: &Tensor) -> Result<Vec<Tensor>>;
 }
 
 impl Routed for GptJ {
@@ -231,6 +235,34 @@ impl Routed for GptJ {
     fn last_logits(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
         Ok(self.forward_last(ids, hooks, None)?)
     }
+
+    /// Each stream layer-normalised without the affine map (a linear map any probe absorbs):
+    /// every block and the unembedding read the stream through a LayerNorm.
+    fn residual(&self, ids: &Tensor) -> Result<Vec<Tensor>> {
+        let points: Vec<HookPoint> = (0..self.layers())
+            .map(|l| HookPoint::new(l, HookKind::ResidPre))
+            .collect();
+        let mut hooks = Hooks::new().capture(points.iter().copied());
+        let last = self.trunk(ids, &mut hooks, None)?; // [batch, pos, d_model]
+        let mut out = vec![];
+        for (l, p) in points.iter().enumerate() {
+            let x = hooks
+                .get(*p)
+                .ok_or_else(|| AnalysisError::Invalid(format!("layer {l}: no residual stream")))?;
+            out.push(normalise(x)?);
+        }
+        out.push(normalise(&last)?);
+        Ok(out)
+    }
+}
+
+/// Each row of x [.., width] centred and scaled to unit variance (LayerNorm without its affine
+/// map, epsilon 1e-5).
+fn normalise(x: &Tensor) -> Result<Tensor> {
+    let x = x.to_dtype(DType::F32)?;
+    let centred = x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?;
+    let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(centred.broadcast_div(&(var + 1e-5)?.sqrt()?)?)
 }
 
 /// One batch of the samples: ids, answers, hop counts, hop targets, clean patterns per layer.

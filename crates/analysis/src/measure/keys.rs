@@ -52,6 +52,26 @@ pub fn ablation_prefix(step: usize) -> String {
     format!("ablation of step {step}: ")
 }
 
+/// `probes.csv`: the residual-stream probes of checkpoint `step` on `samples` test samples.
+pub fn probes(step: usize, samples: usize) -> String {
+    format!("{}{samples}", probes_prefix(step))
+}
+
+/// The start of every probe key of checkpoint `step` (whatever its samples).
+pub fn probes_prefix(step: usize) -> String {
+    format!("probes of step {step}: samples ")
+}
+
+/// `layer_sets.csv`: the joint layer knock-outs of checkpoint `step` on `samples` test samples.
+pub fn layer_sets(step: usize, samples: usize) -> String {
+    format!("{}{samples}", layer_sets_prefix(step))
+}
+
+/// The start of every layer-set key of checkpoint `step` (whatever its samples).
+pub fn layer_sets_prefix(step: usize) -> String {
+    format!("layer sets of step {step}: samples ")
+}
+
 /// `metrics.jsonl`: the training log of a run whose last checkpoint is `step`.
 pub fn training_log(step: usize) -> String {
     format!("training log to step {step}")

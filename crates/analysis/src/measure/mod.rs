@@ -3,7 +3,7 @@
 //! ([`dynamics`]: every checkpoint scored), length generalisation ([`lengthgen`]), summaries over
 //! seeds ([`seeds`]), the formal languages' N* ([`languages`]) and MOD heads ([`modular`]),
 //! studies per head count
-//! ([`multihead`]), the number task's hop map ([`hops`]), its verdict ([`hop_route`]) and hand-built chains that check it ([`hop_chain`]), fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
+//! ([`multihead`]), the number task's hop map ([`hops`]), its verdict ([`hop_route`]), joint knock-outs of layers ([`layer_sets`]) and hand-built chains that check it ([`hop_chain`]), fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
 //! ([`canonical`]), linear probes of the residual stream ([`probe`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
 //! Partial Induction's head ([`partial`]).
 
@@ -17,6 +17,7 @@ pub mod hop_route;
 pub mod hops;
 pub mod keys;
 pub mod languages;
+pub mod layer_sets;
 pub mod lengthgen;
 pub mod mask;
 pub mod modular;

@@ -13,17 +13,19 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use candle_core::Device;
-use ropelab_model::{GptJ, HookKind, HookPoint, Hooks};
+use candle_core::{Device, D};
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
-use ropelab_train::{batch, batch_for_budget, RunDir};
+use ropelab_train::{batch, RunDir};
 use serde::{Deserialize, Serialize};
 
-use crate::measure::hops::{sample_hops, Source, MAX_HOP};
+use crate::measure::hops::{sample_hops, Routed, Source, MAX_HOP};
 use crate::{AnalysisError, Result};
 
 /// Test samples a model is probed on by default (half to fit, half to score).
-pub const DEFAULT_SAMPLES: usize = 512;
+pub const DEFAULT_SAMPLES: usize = 2048;
+
+/// The file a run keeps its probes in.
+pub const PROBES_FILE: &str = "probes.csv";
 
 /// A probe "reads" its target when its held-out accuracy reaches this.
 pub const READ_ACCURACY: f64 = 0.9;
@@ -63,6 +65,10 @@ pub struct ProbeRow {
     pub n_train: usize,
     /// Positions it was scored on.
     pub n_test: usize,
+    /// Test positions left out because their class never occurs among the fitted ones (no
+    /// classifier can name it).
+    #[serde(default)]
+    pub unseen: usize,
     /// Test samples those positions come from (the intervals count samples, not positions:
     /// the positions of one sample are not independent).
     pub test_samples: usize,
@@ -88,12 +94,18 @@ fn class_index(y: &[u32]) -> (Vec<u32>, BTreeMap<u32, usize>) {
     (classes, index)
 }
 
-/// Ridge solve of the normal equations `gram` W = `xty` (`gram` [d][d], `xty` [d][classes]):
-/// adds RIDGE x the mean diagonal (and `jitter`) to the diagonal, factors by Cholesky and
-/// returns W per class, `w[class][feature]`; None when `gram` is not positive definite.
-fn ridge_solve(mut gram: Vec<Vec<f64>>, xty: &[Vec<f64>], jitter: f64) -> Option<Vec<Vec<f64>>> {
-    let d = gram.len();
-    let scale = (0..d).map(|i| gram[i][i]).sum::<f64>() / d.max(1) as f64;
+/// Ridge solve of the normal equations `gram` W = `xty` (`gram` [a][a], `xty` [a][classes]):
+/// adds RIDGE x the diagonal's sum over `d` features (`d` >= a: the others are all zero) and
+/// `jitter` to the diagonal, factors by Cholesky and returns W per class, `w[class][feature]`;
+/// None when `gram` is not positive definite.
+fn ridge_solve(
+    mut gram: Vec<Vec<f64>>,
+    xty: &[Vec<f64>],
+    jitter: f64,
+    d: usize,
+) -> Option<Vec<Vec<f64>>> {
+    let a = gram.len();
+    let scale = (0..a).map(|i| gram[i][i]).sum::<f64>() / d.max(1) as f64;
     for (i, row) in gram.iter_mut().enumerate() {
         row[i] += RIDGE * scale.max(1e-12) + jitter;
     }
@@ -138,14 +150,21 @@ impl Probe {
             }
         }
         mean.iter_mut().for_each(|m| *m /= n as f64);
-        let mut gram = vec![vec![0.0f64; d]; d];
-        let mut xty = vec![vec![0.0f64; classes.len()]; d];
-        let mut centred = vec![0.0f64; d];
+        // Features constant over the training rows centre to zero: their least-squares weight
+        // is exactly zero, so the system is solved over the others only (one-hot streams have
+        // many such columns). The ridge penalty still scales with the mean over all d.
+        let active: Vec<usize> = (0..d)
+            .filter(|&i| x.chunks(d).any(|row| f64::from(row[i]) != mean[i]))
+            .collect();
+        let a = active.len();
+        let mut gram = vec![vec![0.0f64; a]; a];
+        let mut xty = vec![vec![0.0f64; classes.len()]; a];
+        let mut centred = vec![0.0f64; a];
         for (row, label) in x.chunks(d).zip(y) {
-            for (c, (&v, m)) in centred.iter_mut().zip(row.iter().zip(&mean)) {
-                *c = f64::from(v) - m;
+            for (c, &i) in centred.iter_mut().zip(&active) {
+                *c = f64::from(row[i]) - mean[i];
             }
-            for i in 0..d {
+            for i in 0..a {
                 let ci = centred[i];
                 if ci == 0.0 {
                     continue;
@@ -156,10 +175,11 @@ impl Probe {
                 xty[i][index[label]] += ci;
             }
         }
-        let weights_t = ridge_solve(gram, &xty, 0.0)?;
-        let weights = (0..d)
-            .map(|i| weights_t.iter().map(|w| w[i]).collect())
-            .collect();
+        let weights_t = ridge_solve(gram, &xty, 0.0, d)?;
+        let mut weights = vec![vec![0.0f64; classes.len()]; d];
+        for (k, &i) in active.iter().enumerate() {
+            weights[i] = weights_t.iter().map(|w| w[k]).collect();
+        }
         let mut prior = vec![0.0f64; classes.len()];
         for label in y {
             prior[index[label]] += 1.0 / n as f64;
@@ -278,7 +298,7 @@ pub fn sparse_accuracy(
             xty[a][index[y]] += 1.0;
         }
     }
-    let weights = ridge_solve(gram, &xty, 1e-9)?;
+    let weights = ridge_solve(gram, &xty, 1e-9, d)?;
     let right = x_test
         .iter()
         .zip(y_test)
@@ -386,29 +406,29 @@ fn determined(target: Target, j: usize, stream: usize) -> bool {
     }
 }
 
-/// Every residual stream of `model` on `data`: `streams[s]` is [samples, pos, d_model] (f32,
-/// row-major), s = 0 the embeddings, s = l + 1 the stream after layer l.
-pub fn residual_streams(model: &GptJ, data: &Dataset, memory: usize) -> Result<Vec<Vec<f32>>> {
-    let c = model.config();
-    let points: Vec<HookPoint> = (0..c.n_layers)
-        .map(|l| HookPoint::new(l, HookKind::ResidPre))
-        .collect();
-    let size = batch_for_budget(c, data.seq_len(), memory).max(1);
-    let mut streams: Vec<Vec<f32>> = vec![vec![]; c.n_layers + 1];
+/// Every residual stream of `model` on `data` ([`Routed::residual`]): `streams[s]` is
+/// [samples, pos, width] (f32, row-major), s = 0 before layer 0, s = l + 1 after layer l; and
+/// the width.
+pub fn residual_streams(
+    model: &impl Routed,
+    data: &Dataset,
+    memory: usize,
+) -> Result<(Vec<Vec<f32>>, usize)> {
+    let size = model.batch_size(data.seq_len(), memory).max(1);
+    let mut streams: Vec<Vec<f32>> = vec![vec![]; model.layers() + 1];
+    let mut width = 0;
     for start in (0..data.len()).step_by(size) {
         let indices: Vec<usize> = (start..data.len().min(start + size)).collect();
         let b = batch(data, &indices, model.device())?;
-        let mut hooks = Hooks::new().capture(points.iter().copied());
-        let last = model.trunk(&b.ids, &mut hooks, None)?; // [batch, pos, d_model]
-        for (l, p) in points.iter().enumerate() {
-            let x = hooks
-                .get(*p)
-                .ok_or_else(|| AnalysisError::Invalid(format!("layer {l}: no residual stream")))?;
-            streams[l].extend(x.flatten_all()?.to_vec1::<f32>()?);
+        for (s, x) in model.residual(&b.ids)?.into_iter().enumerate() {
+            width = x.dim(D::Minus1)?; // x: [batch, pos, width]
+            streams
+                .get_mut(s)
+                .ok_or_else(|| AnalysisError::Invalid(format!("no stream {s}")))?
+                .extend(x.flatten_all()?.to_vec1::<f32>()?);
         }
-        streams[c.n_layers].extend(last.flatten_all()?.to_vec1::<f32>()?);
     }
-    Ok(streams)
+    Ok((streams, width))
 }
 
 /// One probed item: (sample, position, target value).
@@ -459,9 +479,22 @@ pub fn probe_streams(
     }
     let mut rows = vec![];
     for (s, stream) in streams.iter().enumerate() {
-        for (from, target, j, items) in &plans {
+        for (from, target, j, all) in &plans {
+            // A probe cannot name a class it never saw fitted: test items of such a class are
+            // left out (and counted), for the probe and its control alike.
+            let seen: std::collections::BTreeSet<u32> = all
+                .iter()
+                .filter(|it| it.0 < split)
+                .map(|it| it.2)
+                .collect();
+            let items: Vec<Item> = all
+                .iter()
+                .copied()
+                .filter(|it| it.0 < split || seen.contains(&it.2))
+                .collect();
+            let unseen = all.len() - items.len();
             let (mut xtr, mut ytr, mut xte, mut yte) = (vec![], vec![], vec![], vec![]);
-            for &(i, p, y) in items {
+            for &(i, p, y) in &items {
                 let at = (i * t + p) * d;
                 let row = stream.get(at..at + d).ok_or_else(|| {
                     AnalysisError::Invalid(format!("stream {s} has no position {p} of sample {i}"))
@@ -481,7 +514,7 @@ pub fn probe_streams(
                 None
             } else {
                 let (mut ftr, mut fte, mut ktr, mut kte) = (vec![], vec![], vec![], vec![]);
-                for &(i, p, _) in items {
+                for &(i, p, _) in &items {
                     let (ids, positions) = &chains[i][p];
                     let f = control_features(ids, s, vocab, p);
                     // Where the next hop is: known to one hop per layer at this stream.
@@ -508,6 +541,7 @@ pub fn probe_streams(
                 j: *j,
                 n_train: ytr.len(),
                 n_test: yte.len(),
+                unseen,
                 test_samples: {
                     let mut ids: Vec<usize> = items
                         .iter()
@@ -554,8 +588,8 @@ pub fn probe_run(
     let task = Task::new(config.task, config.layout.clone())?;
     let data = Dataset::new(task, config.seed, Split::Test, n, 0)?;
     let model = dir.load_model(step, &config, device)?.frozen();
-    let streams = residual_streams(&model, &data, memory)?;
-    let rows = probe_streams(&streams, config.model.d_model, &data, progress)?;
+    let (streams, width) = residual_streams(&model, &data, memory)?;
+    let rows = probe_streams(&streams, width, &data, progress)?;
     Ok((step, rows))
 }
 
@@ -570,6 +604,8 @@ pub struct ProbeRoute {
     /// Every probe that knows more than one hop per layer can at its stream (see
     /// [`ProbeRoute::of`]), earliest stream first.
     pub beyond: Vec<Beyond>,
+    /// The read threshold.
+    pub threshold: f64,
 }
 
 /// A probe that reads more about hop j than one hop per layer can know at its stream.
@@ -590,15 +626,26 @@ pub struct Beyond {
 /// The three verdicts of the probes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProbeVerdict {
-    /// Something about hop j is read earlier than one hop per layer allows (beyond its control,
-    /// or at the read threshold where no control was fitted): composition, or another route
-    /// than the chain (e.g. a layer's attention spread over several positions, whose tokens a
-    /// probe can partly tell apart). It does not say which.
-    Beyond(Beyond),
-    /// Every hop's token is read, nothing sooner than one hop per layer allows.
+    /// Something about hop j that one hop per layer cannot know at its stream is *read* there
+    /// (held-out accuracy >= the read threshold) and beats its control: composition, or a
+    /// route other than the chain.
+    Composes(Beyond),
+    /// Every hop's token is read, and no probe knows more than one hop per layer can at its
+    /// stream (none beats its control).
     OneHopPerLayer,
-    /// Some hop's token is never read, so where it is carried is not seen.
+    /// Some probe knows more than one hop per layer can but does not read its target (partial
+    /// knowledge: composition in part, or attention spread over several positions whose tokens
+    /// a probe partly tells apart), or some hop's token is never read: not decided.
     Undetermined(String),
+}
+
+/// Stream `s` in words: `in the embeddings`, `after layer 2`.
+pub fn stream_name(s: usize) -> String {
+    if s == 0 {
+        "in the embeddings".into()
+    } else {
+        format!("after layer {}", s - 1)
+    }
 }
 
 /// A probe beats its control when it is at least this much more accurate, and their 95%
@@ -658,6 +705,7 @@ impl ProbeRoute {
             token: first(Target::Token),
             distance: first(Target::Distance),
             beyond,
+            threshold,
         }
     }
 
@@ -666,8 +714,26 @@ impl ProbeRoute {
     /// one stream sooner (it sums the offsets at hops 0 .. j - 1; the distance to hop 1 is the
     /// position's own token).
     pub fn verdict(&self, max_hop: usize) -> ProbeVerdict {
-        if let Some(b) = self.beyond.iter().find(|b| b.j <= max_hop) {
-            return ProbeVerdict::Beyond(*b);
+        let beyond: Vec<&Beyond> = self.beyond.iter().filter(|b| b.j <= max_hop).collect();
+        if let Some(b) = beyond.iter().find(|b| b.accuracy >= self.threshold) {
+            return ProbeVerdict::Composes(**b);
+        }
+        if let Some(b) = beyond.first() {
+            return ProbeVerdict::Undetermined(format!(
+                "{} hop {} is partly known {} ({:.3} against its control {:.3}, below the read \
+                 threshold {}): more than one hop per layer knows there, less than a read: \
+                 composition in part, or attention spread over several positions, not told \
+                 apart",
+                match b.target {
+                    Target::Token => "the token at",
+                    Target::Distance => "the distance to",
+                },
+                b.j,
+                stream_name(b.stream),
+                b.accuracy,
+                b.control,
+                self.threshold
+            ));
         }
         let unread: Vec<String> = (0..max_hop.min(MAX_HOP))
             .filter(|&jm1| self.token[jm1].is_none())
@@ -691,8 +757,7 @@ impl ProbeRoute {
             .iter()
             .enumerate()
             .map(|(jm1, s)| match *s {
-                Some(0) => format!("hop {} in the embeddings", jm1 + 1),
-                Some(s) => format!("hop {} after layer {}", jm1 + 1, s - 1),
+                Some(s) => format!("hop {} {}", jm1 + 1, stream_name(s)),
                 None => format!("hop {} unread", jm1 + 1),
             })
             .collect::<Vec<_>>()
@@ -745,6 +810,7 @@ mod tests {
             j,
             n_train: 10,
             n_test: 10,
+            unseen: 0,
             test_samples: 10,
             accuracy,
             chance: 0.1,
@@ -761,7 +827,7 @@ mod tests {
         doubling.push(row(3, 4, 0.99));
         assert!(matches!(
             ProbeRoute::of(&doubling, Source::Every, 0.9).verdict(4),
-            ProbeVerdict::Beyond(Beyond {
+            ProbeVerdict::Composes(Beyond {
                 j: 4,
                 target: Target::Token,
                 stream: 3,
@@ -787,25 +853,28 @@ mod tests {
             control: Some(0.1),
             ..row(2, 3, 0.5)
         });
-        // A hit on hop 4 at stream 0 does not hide the hit on hop 3 from a model of 3 hops.
+        // Partial knowledge beyond one hop per layer (0.5 against 0.1) is not a read: not
+        // decided.
+        let v = ProbeRoute::of(&weak, Source::Every, 0.9).verdict(3);
+        assert!(
+            matches!(v, ProbeVerdict::Undetermined(ref w) if w.contains("hop 3 is partly known after layer 1")),
+            "{v:?}"
+        );
+        // A read beyond (0.95 against 0.0) at hop 4 in the embeddings does not hide the partial
+        // hit on hop 3 from a model of 3 hops, and decides a model of 4.
         weak.push(ProbeRow {
             n_test: 1000,
             test_samples: 1000,
             control: Some(0.0),
-            ..row(0, 4, 0.5)
+            ..row(0, 4, 0.95)
         });
         assert!(matches!(
             ProbeRoute::of(&weak, Source::Every, 0.9).verdict(3),
-            ProbeVerdict::Beyond(Beyond {
-                j: 3,
-                stream: 2,
-                ..
-            })
+            ProbeVerdict::Undetermined(_)
         ));
-        // With 4 hops the earlier hit (hop 4 in the embeddings) is the one reported.
         assert!(matches!(
             ProbeRoute::of(&weak, Source::Every, 0.9).verdict(4),
-            ProbeVerdict::Beyond(Beyond {
+            ProbeVerdict::Composes(Beyond {
                 j: 4,
                 stream: 0,
                 ..
@@ -826,7 +895,7 @@ mod tests {
         allowed.push(distance(1, 3));
         assert!(matches!(
             ProbeRoute::of(&allowed, Source::Every, 0.9).verdict(4),
-            ProbeVerdict::Beyond(Beyond {
+            ProbeVerdict::Composes(Beyond {
                 j: 3,
                 target: Target::Distance,
                 stream: 1,

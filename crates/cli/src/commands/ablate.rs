@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
 use ropelab_analysis::claims::{head_grid, RunFiles};
@@ -17,10 +17,10 @@ use ropelab_analysis::measure::ablation::{
 use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::keys;
 use ropelab_io::resources::bytes;
-use ropelab_io::{write_csv, Align::Left, Align::Right, Ledger, Standing, Table};
+use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 
-use super::{progress, Guard};
+use super::{progress, write_run_csv, Guard};
 use crate::output::parse_memory_mib;
 
 /// Arguments of `ropelab ablate`.
@@ -94,28 +94,8 @@ pub fn run(args: AblateArgs, guard: Guard) -> Result<()> {
     let out = args.out.unwrap_or_else(|| args.run.join(ABLATION_FILE));
     // A study job's ablations (listed in the run's ledger) are its verdicts' input: not
     // replaced by other settings' file.
-    let text = ropelab_io::to_csv(&report.rows)?;
-    ropelab_io::refuse_owned(&args.run, &out, Some(text.as_bytes()))?;
-    // In a measured run the file is recorded in its ledger under the key a study job uses for
-    // the same settings, so the run's report and verdicts read it (and refuse other settings).
-    let recorded = out == args.run.join(ABLATION_FILE) && Ledger::load(&args.run)?.is_some();
     let key = keys::ablation(report.step, n, gamma.get());
-    if recorded {
-        // A file the ledger lists under other settings (another gamma or sample count) is the
-        // study's: the same bytes under another key would change what its verdicts read.
-        if let Standing::Foreign(why) = Ledger::check(&args.run, ABLATION_FILE, &key)? {
-            anyhow::bail!(
-                "{}: {why}; it is the measured run's own, so it is not replaced (write this one \
-                 elsewhere with --out)",
-                out.display()
-            );
-        }
-        Ledger::begin(&args.run, ABLATION_FILE, &key)?;
-    }
-    write_csv(&out, &report.rows).with_context(|| format!("cannot write {}", out.display()))?;
-    if recorded {
-        Ledger::finish(&args.run, ABLATION_FILE, &key)?;
-    }
+    write_run_csv(&args.run, &out, ABLATION_FILE, &key, &report.rows)?;
     println!(
         "{} evaluations in {:.1} s; wrote {}",
         passes,

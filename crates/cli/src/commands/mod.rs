@@ -210,3 +210,39 @@ fn styled(bar: indicatif::ProgressBar, what: &str) -> indicatif::ProgressBar {
     bar.set_message(what.to_owned());
     bar
 }
+
+/// Writes `rows` as CSV to `out`, a file a measured run may own as `name` (its ledger's entry,
+/// recorded under `key` when `out` is that file): a ledger-listed file is not replaced by other
+/// bytes, nor by the same bytes under other settings (its verdicts read it).
+pub fn write_run_csv<T: serde::Serialize>(
+    run: &std::path::Path,
+    out: &std::path::Path,
+    name: &str,
+    key: &str,
+    rows: &[T],
+) -> Result<()> {
+    use anyhow::Context;
+    use ropelab_io::{Ledger, Standing};
+    let text = ropelab_io::to_csv(rows)?;
+    ropelab_io::refuse_owned(run, out, Some(text.as_bytes()))?;
+    // In a measured run the file is recorded in its ledger under the key a study job uses for
+    // the same settings, so the run's report and verdicts read it (and refuse other settings).
+    let recorded = out == run.join(name) && Ledger::load(run)?.is_some();
+    if recorded {
+        // A file the ledger lists under other settings is the study's: the same bytes under
+        // another key would change what its verdicts read.
+        if let Standing::Foreign(why) = Ledger::check(run, name, key)? {
+            anyhow::bail!(
+                "{}: {why}; it is the measured run's own, so it is not replaced (write this one \
+                 elsewhere with --out)",
+                out.display()
+            );
+        }
+        Ledger::begin(run, name, key)?;
+    }
+    ropelab_io::write_csv(out, rows).with_context(|| format!("cannot write {}", out.display()))?;
+    if recorded {
+        Ledger::finish(run, name, key)?;
+    }
+    Ok(())
+}

@@ -6,17 +6,23 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
 use ropelab_analysis::measure::hops::{Source, MAX_HOP};
-use ropelab_analysis::measure::probe::{
-    probe_run, ProbeRoute, ProbeRow, ProbeVerdict, Target, DEFAULT_SAMPLES, READ_ACCURACY,
+use ropelab_analysis::measure::keys;
+use ropelab_analysis::measure::layer_sets::{
+    layer_sets_run, LayerSetRoute, LayerSetRow, ANSWER_ACCURACY, DEFAULT_SAMPLES as SET_SAMPLES,
+    LAYER_SETS_FILE,
 };
-use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_analysis::measure::probe::{
+    probe_run, stream_name, ProbeRoute, ProbeRow, ProbeVerdict, Target, DEFAULT_SAMPLES,
+    PROBES_FILE, READ_ACCURACY,
+};
+use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 
-use super::{progress, Guard};
+use super::{progress, write_run_csv, Guard};
 use crate::output::parse_memory_mib;
 
 /// Arguments of `ropelab probe`.
@@ -34,6 +40,12 @@ pub struct ProbeArgs {
     /// CSV output (default: RUN/probes.csv).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Test samples of each joint layer knock-out (every set of fewer moving layers than hops).
+    #[arg(long = "set-samples", default_value_t = SET_SAMPLES as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub set_samples: u64,
+    /// CSV output of the layer sets (default: RUN/layer_sets.csv).
+    #[arg(long = "sets-out")]
+    pub sets_out: Option<PathBuf>,
 }
 
 /// Runs `ropelab probe`.
@@ -69,36 +81,94 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
             verdict_text(&route.verdict(max_hop))
         );
     }
-    let out = args.out.unwrap_or_else(|| args.run.join("probes.csv"));
-    write_csv(&out, &rows).with_context(|| format!("cannot write {}", out.display()))?;
+    let out = args.out.unwrap_or_else(|| args.run.join(PROBES_FILE));
+    write_run_csv(&args.run, &out, PROBES_FILE, &keys::probes(step, n), &rows)?;
     println!(
         "{} probes in {:.1} s; wrote {}",
         rows.len(),
         start.elapsed().as_secs_f64(),
         out.display()
     );
+
+    let start = Instant::now();
+    let sets = args.set_samples as usize;
+    let bar = progress(0, "layer sets");
+    let (step, set_rows) = layer_sets_run(&args.run, sets, args.memory, &Device::Cpu, |d, t| {
+        bar.set_length(t as u64);
+        bar.set_position(d as u64)
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "layer sets ({sets} test samples each; the other layers' attention held on each \
+         query's own position): accuracy per hop count"
+    );
+    print!("{}", sets_table(&set_rows));
+    println!("{}", LayerSetRoute::of(&set_rows, ANSWER_ACCURACY).text());
+    let out = args
+        .sets_out
+        .unwrap_or_else(|| args.run.join(LAYER_SETS_FILE));
+    write_run_csv(
+        &args.run,
+        &out,
+        LAYER_SETS_FILE,
+        &keys::layer_sets(step, sets),
+        &set_rows,
+    )?;
+    println!(
+        "{} sets in {:.1} s; wrote {}",
+        set_rows.len(),
+        start.elapsed().as_secs_f64(),
+        out.display()
+    );
     Ok(())
+}
+
+/// One line per set of moving layers: its accuracy per hop count.
+pub fn sets_table(rows: &[LayerSetRow]) -> Table {
+    let hops: Vec<usize> = {
+        let mut h: Vec<usize> = rows.iter().map(|r| r.hop).collect();
+        h.sort_unstable();
+        h.dedup();
+        h
+    };
+    let names: Vec<String> = hops.iter().map(|j| format!("{j} hops")).collect();
+    let mut cols = vec![("moving layers", Left)];
+    cols.extend(names.iter().map(|n| (n.as_str(), Right)));
+    let mut table = Table::new(&cols);
+    let mut sets: Vec<&str> = vec![];
+    for r in rows {
+        if !sets.contains(&r.moving.as_str()) {
+            sets.push(&r.moving);
+        }
+    }
+    for set in sets {
+        let mut cells = vec![set.to_string()];
+        cells.extend(hops.iter().map(|&j| {
+            rows.iter()
+                .find(|r| r.moving == set && r.hop == j)
+                .map_or_else(|| "-".into(), |r| format!("{:.3}", r.accuracy))
+        }));
+        table.row(cells);
+    }
+    table
 }
 
 /// A probe verdict in words.
 pub fn verdict_text(v: &ProbeVerdict) -> String {
     match v {
-        ProbeVerdict::Beyond(b) => {
+        ProbeVerdict::Composes(b) => {
             let (what, earliest) = match b.target {
                 Target::Token => ("the token at", b.j),
                 Target::Distance => ("the distance to", b.j - 1),
             };
-            let at = if b.stream == 0 {
-                "in the embeddings".to_string()
-            } else {
-                format!("after layer {}", b.stream - 1)
-            };
             format!(
-                "beyond one hop per layer: {what} hop {} is read {at} at {:.3} (its control, \
-                 what one hop per layer knows there: {:.3}), before the {earliest} layer(s) one \
-                 hop per layer needs: composition, or a route other than the chain (attention spread over \
-                 several positions)",
-                b.j, b.accuracy, b.control
+                "composes: {what} hop {} is read {} at {:.3} (its control, what one hop per \
+                 layer knows there: {:.3}), before the {earliest} layer(s) one hop per layer \
+                 needs",
+                b.j,
+                stream_name(b.stream),
+                b.accuracy,
+                b.control
             )
         }
         ProbeVerdict::OneHopPerLayer => {

@@ -2,7 +2,7 @@
 //! - **number / letter** ([`multi_hop`]): the test split (overall and per hop), every
 //!   checkpoint's swap scores and the layer types, the length test, and (on request) the
 //!   attention viewer's file, a number model's hop map and the head-group ablations; each file
-//!   (`eval/`, `scores.jsonl`, `lengthgen.csv`, `attention/`, `hops.csv`, `ablation.csv`) is recorded in the run's ledger (`measured.json`, [`ropelab_io::ledger`])
+//!   (`eval/`, `scores.jsonl`, `lengthgen.csv`, `attention/`, `hops.csv`, `probes.csv`, `layer_sets.csv`, `ablation.csv`) is recorded in the run's ledger (`measured.json`, [`ropelab_io::ledger`])
 //!   with the settings that made it and its checksum, and reused only when the ledger vouches
 //!   for it, so a job stopped while scoring resumes there and a file another command wrote is
 //!   refused, never read;
@@ -66,6 +66,10 @@ pub struct MeasureOptions {
     /// Also write the head-group ablations (`ablation.csv`, `ropelab ablate`) of a number or
     /// letter model on this many test samples, the heads typed at [`MeasureOptions::gamma`].
     pub ablation_samples: Option<usize>,
+    /// Also write a number model's residual-stream probes (`probes.csv`) and joint layer
+    /// knock-outs (`layer_sets.csv`, both `ropelab probe`) on (this many, this many per set)
+    /// test samples.
+    pub route_samples: Option<(usize, usize)>,
     /// Test samples per length (language and offset jobs) and test samples (canonical jobs).
     pub per_length: usize,
     /// Tested lengths in place of the task's default: an offset job is tested at exactly these,
@@ -108,6 +112,7 @@ impl Default for MeasureOptions {
             attention_view: false,
             hop_samples: None,
             ablation_samples: None,
+            route_samples: None,
             per_length: PER_LENGTH,
             lengths: None,
             heads: false,

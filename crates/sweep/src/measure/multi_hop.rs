@@ -15,7 +15,9 @@ use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::dynamics::{score_run, HeadStep};
 use ropelab_analysis::measure::hops::{hop_run, ledger_key, HopOptions, HopRow};
 use ropelab_analysis::measure::keys;
+use ropelab_analysis::measure::layer_sets::{layer_sets_run, LayerSetRow, LAYER_SETS_FILE};
 use ropelab_analysis::measure::lengthgen::{self, length_generalisation, LengthRow};
+use ropelab_analysis::measure::probe::{probe_run, ProbeRow, PROBES_FILE};
 use ropelab_io::{write_atomic, Ledger, Progress, LEDGER};
 use ropelab_tasks::TaskKind;
 use ropelab_train::eval::eval_checkpoint;
@@ -88,6 +90,9 @@ pub fn multi_hop(
     if let Some(n) = options.hop_samples {
         hop_map_file(run, n, label, progress, device)?;
     }
+    if let Some((p, s)) = options.route_samples {
+        route_files(run, p, s, label, progress, device)?;
+    }
     if let Some(n) = options.ablation_samples {
         ablation_file(run, &scores, n, options.gamma, label, progress, device)?;
     }
@@ -138,6 +143,61 @@ pub fn hop_map_file(
         ropelab_io::write_csv(&run.join("hops.csv"), &report.rows)?;
         Ok(())
     })
+}
+
+/// Probes the residual stream of the number-task run in `run` at its latest checkpoint on
+/// `probe_n` test samples (`probes.csv`) and knocks out every set of fewer layers than hops on
+/// `set_n` test samples each (`layer_sets.csv`, both as `ropelab probe` does), each recorded in
+/// the run's ledger and reused when it vouches for it; a run of another task is left alone.
+pub fn route_files(
+    run: &Path,
+    probe_n: usize,
+    set_n: usize,
+    label: &str,
+    progress: &dyn Progress,
+    device: &Device,
+) -> Result<()> {
+    let (dir, config) = RunDir::open(run)?;
+    if config.task != TaskKind::Number {
+        return Ok(());
+    }
+    let step = dir.latest_checkpoint()?;
+    owned(
+        run,
+        PROBES_FILE,
+        &keys::probes(step, probe_n),
+        |path: &Path| -> Result<()> {
+            ropelab_io::read_csv_file::<ProbeRow>(path)?;
+            Ok(())
+        },
+        || {
+            let stage = progress.stage(&format!("probe {label}"), 0);
+            let (_, rows) = probe_run(run, probe_n, EVAL_MEMORY, device, |done, total| {
+                stage.set_total(total as u64);
+                stage.set(done as u64);
+            })?;
+            ropelab_io::write_csv(&run.join(PROBES_FILE), &rows)?;
+            Ok(())
+        },
+    )?;
+    owned(
+        run,
+        LAYER_SETS_FILE,
+        &keys::layer_sets(step, set_n),
+        |path: &Path| -> Result<()> {
+            ropelab_io::read_csv_file::<LayerSetRow>(path)?;
+            Ok(())
+        },
+        || {
+            let stage = progress.stage(&format!("layer sets {label}"), 0);
+            let (_, rows) = layer_sets_run(run, set_n, EVAL_MEMORY, device, |done, total| {
+                stage.set_total(total as u64);
+                stage.set(done as u64);
+            })?;
+            ropelab_io::write_csv(&run.join(LAYER_SETS_FILE), &rows)?;
+            Ok(())
+        },
+    )
 }
 
 /// Knocks out the head groups of the number/letter run in `run` at its latest checkpoint on `n`
