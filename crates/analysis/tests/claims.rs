@@ -779,6 +779,16 @@ fn each_claim_is_undetermined_when_its_evidence_cannot_decide() {
         "number_hops_composed",
         "not every set of fewer moving layers than hops was tried for 4 hop(s)",
     );
+    // ... or 4-hop chains are partly answered (0.75) with three moving layers.
+    let partly = all_sets.replace("0+1+2,3,4,128,13,0.1015625", "0+1+2,3,4,128,96,0.75");
+    undetermined(
+        &[
+            ("seed-1/number/hops.csv", &doubling, &three),
+            ("seed-1/number/layer_sets.csv", &all_sets, &partly),
+        ],
+        "number_hops_composed",
+        "partly answered with fewer moving layers than hops (4 hops at 0.750 with only 0+1+2 moving",
+    );
     // ... or the intact model answers 4-hop chains below 0.9.
     undetermined(
         &[

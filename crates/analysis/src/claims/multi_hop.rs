@@ -489,9 +489,10 @@ pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
              own position) the model answers chains of j > k hops at >= {ANSWER_ACCURACY} \
              (layer_sets.csv); does not hold when none does, every hop count the model answers \
              is answered at >= {ANSWER_ACCURACY} intact and every set of fewer moving layers \
-             than its hops was tried; undetermined otherwise (partial knowledge below the read \
-             level is reported, not counted)",
-            t.hop_mass
+             than its hops was tried and answers below {} (the model needs one moving layer \
+             per hop); undetermined otherwise (partial probe knowledge below the read level is \
+             reported, not counted)",
+            t.hop_mass, t.needed_accuracy
         ),
         per_seed(files, |s| {
             let r = match learned_run(&s.number, "number", t) {
@@ -578,6 +579,14 @@ pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
                 .filter(|j| sets.tried.get(j).is_none_or(|&k| k < (j - 1).min(layers)))
                 .map(|j| j.to_string())
                 .collect();
+            // Partly answered with fewer moving layers: more than one hop per layer allows,
+            // less than an answer.
+            let partly: Vec<String> = sets
+                .best_below
+                .iter()
+                .filter(|(j, (a, _))| **j <= largest && *a >= t.needed_accuracy)
+                .map(|(j, (a, set))| format!("{j} hops at {a:.3} with only {set} moving"))
+                .collect();
             let outcome = if !unanswered.is_empty() {
                 Outcome::undetermined(format!(
                     "the intact model answers {} hop(s) below {ANSWER_ACCURACY}: fewer moving \
@@ -588,6 +597,14 @@ pub fn number_hops_composed(files: &StudyFiles, t: &Thresholds) -> Claim {
                 Outcome::undetermined(format!(
                     "not every set of fewer moving layers than hops was tried for {} hop(s)",
                     untried.join(", ")
+                ))
+            } else if !partly.is_empty() {
+                Outcome::undetermined(format!(
+                    "chains are partly answered with fewer moving layers than hops ({}; >= {} \
+                     but below {ANSWER_ACCURACY}): more than one hop per layer allows, less \
+                     than an answer",
+                    partly.join(", "),
+                    t.needed_accuracy
                 ))
             } else {
                 Outcome::Fails

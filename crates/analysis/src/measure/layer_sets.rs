@@ -145,6 +145,8 @@ pub struct LayerSetRoute {
     pub beyond: Vec<(String, usize, usize, f64)>,
     /// Per hop count: the largest set size tried below it.
     pub tried: BTreeMap<usize, usize>,
+    /// Per hop count j: the best accuracy of a set of fewer than j moving layers, and the set.
+    pub best_below: BTreeMap<usize, (f64, String)>,
 }
 
 impl LayerSetRoute {
@@ -157,11 +159,22 @@ impl LayerSetRoute {
             .collect();
         beyond.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)));
         let mut tried: BTreeMap<usize, usize> = BTreeMap::new();
-        for r in rows.iter().filter(|r| r.hop > r.size) {
+        let mut best_below: BTreeMap<usize, (f64, String)> = BTreeMap::new();
+        for r in rows.iter().filter(|r| r.hop > r.size && r.n > 0) {
             let e = tried.entry(r.hop).or_insert(0);
             *e = (*e).max(r.size);
+            let b = best_below
+                .entry(r.hop)
+                .or_insert((f64::NEG_INFINITY, String::new()));
+            if r.accuracy > b.0 {
+                *b = (r.accuracy, r.moving.clone());
+            }
         }
-        Self { beyond, tried }
+        Self {
+            beyond,
+            tried,
+            best_below,
+        }
     }
 
     /// One sentence.
@@ -172,14 +185,19 @@ impl LayerSetRoute {
                  fewer than one hop per layer needs"
             ),
             None => {
-                let tried: Vec<String> = self
-                    .tried
+                let best: Vec<String> = self
+                    .best_below
                     .iter()
-                    .map(|(j, s)| format!("{j} hops with up to {s}"))
+                    .map(|(j, (a, set))| {
+                        format!(
+                            "{j} hops at most {a:.3} with {} moving ({set})",
+                            self.tried.get(j).copied().unwrap_or(0)
+                        )
+                    })
                     .collect();
                 format!(
-                    "no set of fewer moving layers than hops answers its chains (tried: {})",
-                    tried.join(", ")
+                    "no set of fewer moving layers than hops answers its chains; the best: {}",
+                    best.join(", ")
                 )
             }
         }
@@ -250,5 +268,12 @@ mod tests {
         let r = LayerSetRoute::of(&rows[..2], 0.9);
         assert!(r.beyond.is_empty());
         assert_eq!(r.tried, BTreeMap::from([(3, 2)]));
+        assert_eq!(
+            r.best_below,
+            BTreeMap::from([(3, (0.2, "0+1".to_string()))])
+        );
+        assert!(r
+            .text()
+            .contains("3 hops at most 0.200 with 2 moving (0+1)"));
     }
 }
