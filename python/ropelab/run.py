@@ -97,9 +97,20 @@ class Run:
         )
 
     def probes(self) -> pd.DataFrame:
-        """probes.csv (docs/multihead.md, "Probes"): one row per linear probe of the residual
-        stream (from, stream, target, j, n_train, n_test, accuracy, chance, control)."""
+        """probes.csv (docs/multihead.md, "Where each hop lives"): one row per linear probe of
+        the residual stream (from, stream, target, j, n_train, n_test, unseen, test_samples,
+        accuracy, chance, control)."""
         return pd.read_csv(self._file("probes.csv", "run `ropelab probe --run` first"))
+
+    def layer_sets(self) -> pd.DataFrame:
+        """layer_sets.csv (docs/multihead.md, "Where each hop lives"): the test accuracy per
+        hop count with only some layers moving information (moving, size, hop, n, correct,
+        accuracy)."""
+        return pd.read_csv(
+            self._file("layer_sets.csv", "run `ropelab probe --run` first"),
+            dtype={"moving": str},
+            keep_default_na=False,
+        )
 
     def claims(self) -> pd.DataFrame:
         """The claims table of the study this run belongs to (its claims.json: id, category

@@ -1,4 +1,4 @@
-//! Where each hop lives (`ropelab probe`, docs/multihead.md, "Probes"): linear probes on a
+//! Where each hop lives (`ropelab probe`, docs/multihead.md, "Where each hop lives"): linear probes on a
 //! number-task model's residual stream. At every position p whose own chain reaches j hops,
 //! a probe reads, from the stream after each layer, what hop_j(p) is: the **token** there (what
 //! a chain must fetch) and its **distance** p - hop_j(p) (where a chain must look). Each probe

@@ -1,5 +1,5 @@
 //! `ropelab probe`: linear probes on a number-task model's residual stream (docs/multihead.md,
-//! "Probes"): after each layer, can the token at hop_j, or its distance, be read at every
+//! "Where each hop lives"): after each layer, can the token at hop_j, or its distance, be read at every
 //! position whose own chain reaches j hops; and the verdict that follows (one hop per layer,
 //! composition, or undetermined).
 
