@@ -1,5 +1,5 @@
 //! `ropelab probe`: the residual-stream probes of a number-task run as probes.csv with a
-//! verdict per source, and bad input (another task, a missing run, one sample) as one-line
+//! verdict per source and its layer sets as layer_sets.csv, and bad input (another task, a missing run, one sample) as one-line
 //! errors.
 
 mod common;
@@ -25,9 +25,17 @@ fn probe_writes_the_table_and_refuses_other_tasks() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "from,stream,target,j,n_train,n_test,test_samples,accuracy,chance,control"
+        "from,stream,target,j,n_train,n_test,unseen,test_samples,accuracy,chance,control"
     );
     assert!(lines[1].starts_with("last,0,token,1,"), "{csv}");
+    // The layer sets beside them: every set of fewer moving layers than the 4 hops.
+    assert!(out.contains("layer sets ("), "{out}");
+    let sets =
+        std::fs::read_to_string(std::path::Path::new(&number).join("layer_sets.csv")).unwrap();
+    assert!(
+        sets.starts_with("moving,size,hop,n,correct,accuracy\nnone,0,"),
+        "{sets}"
+    );
     let letter = run("letter");
     refused(&["probe", "--run", &letter], "is a letter task run");
     refused(&["probe", "--run", &number, "--n", "1"], "1");
