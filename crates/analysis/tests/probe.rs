@@ -121,8 +121,10 @@ fn the_embeddings_hold_the_offset_not_the_fetched_token() {
             .find(|r| r.source == Source::Every && r.stream == 0 && r.target == target && r.j == j)
             .unwrap()
     };
-    // The distance to hop 1 is the position's own token: read exactly from the embeddings.
-    assert_eq!(at(Target::Distance, 1).accuracy, 1.0);
+    // The distance to hop 1 is the position's own token: read from the embeddings (layer-
+    // normalised, as the first block reads them: all but a few positions of a 20-step model).
+    let own = at(Target::Distance, 1).accuracy;
+    assert!(own >= 0.99, "{own}");
     // The token at hop 1 is elsewhere in the sequence: the embeddings cannot hold it.
     let token = at(Target::Token, 1);
     assert!(token.accuracy < 0.5, "{token:?}");
