@@ -633,12 +633,7 @@ pub fn probe_map(
     from: ropelab_analysis::measure::hops::Source,
 ) -> String {
     use ropelab_analysis::measure::probe::{stream_name, Target};
-    let js: Vec<usize> = {
-        let mut j: Vec<usize> = rows.iter().map(|r| r.j).collect();
-        j.sort_unstable();
-        j.dedup();
-        j
-    };
+    let js = distinct(rows.iter().map(|r| r.j));
     let streams = rows.iter().map(|r| r.stream).max().map_or(0, |s| s + 1);
     let (row_names, cells) = (0..streams)
         .map(|s| {
@@ -664,13 +659,7 @@ pub fn probe_map(
     };
     crate::heatmap::Heatmap {
         title: format!("probe accuracy: token at hop j, from {from}"),
-        x_label: format!(
-            "hop j (columns {}, left to right)",
-            js.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        x_label: columns("hop j", &js),
         y_label: "residual stream".into(),
         row_names,
         rows: cells,
@@ -680,12 +669,7 @@ pub fn probe_map(
 
 /// The test accuracy per hop count (columns) of every set of moving layers (rows).
 pub fn layer_set_map(rows: &[ropelab_analysis::measure::layer_sets::LayerSetRow]) -> String {
-    let hops: Vec<usize> = {
-        let mut h: Vec<usize> = rows.iter().map(|r| r.hop).collect();
-        h.sort_unstable();
-        h.dedup();
-        h
-    };
+    let hops = distinct(rows.iter().map(|r| r.hop));
     let mut sets: Vec<&str> = vec![];
     for r in rows {
         if !sets.contains(&r.moving.as_str()) {
@@ -708,16 +692,24 @@ pub fn layer_set_map(rows: &[ropelab_analysis::measure::layer_sets::LayerSetRow]
         .unzip();
     crate::heatmap::Heatmap {
         title: "test accuracy with only some layers moving information".into(),
-        x_label: format!(
-            "hop count (columns {}, left to right)",
-            hops.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        x_label: columns("hop count", &hops),
         y_label: "layers left moving".into(),
         row_names,
         rows: cells,
     }
     .to_svg()
+}
+
+/// The distinct values, ascending.
+fn distinct(values: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut v: Vec<usize> = values.collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// A heat map's x label: `what (columns 1, 2, 3, left to right)`.
+fn columns(what: &str, values: &[usize]) -> String {
+    let names: Vec<String> = values.iter().map(usize::to_string).collect();
+    format!("{what} (columns {}, left to right)", names.join(", "))
 }

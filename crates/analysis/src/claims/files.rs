@@ -98,6 +98,15 @@ fn read(path: &Path) -> Result<Option<String>> {
     }
 }
 
+/// The rows of the CSV file at `path` (none when it is missing); a parse error names it.
+fn csv_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    match read(path)? {
+        Some(text) => ropelab_io::read_csv(&text, &path.display().to_string())
+            .map_err(|e| AnalysisError::Invalid(e.to_string())),
+        None => Ok(vec![]),
+    }
+}
+
 fn invalid(path: &Path, what: impl std::fmt::Display) -> AnalysisError {
     AnalysisError::Invalid(format!("{}: {what}", path.display()))
 }
@@ -325,33 +334,17 @@ impl RunFiles {
                 out.lengths = from_csv(&text, &lengths.display().to_string())?;
             }
         }
-        let hops = dir.join("hops.csv");
         if wanted("hops.csv")? {
-            if let Some(text) = read(&hops)? {
-                out.hops = ropelab_io::read_csv(&text, &hops.display().to_string())
-                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
-            }
+            out.hops = csv_rows(&dir.join("hops.csv"))?;
         }
-        let ablation = dir.join(ABLATION_FILE);
         if wanted(ABLATION_FILE)? {
-            if let Some(text) = read(&ablation)? {
-                out.ablation = ropelab_io::read_csv(&text, &ablation.display().to_string())
-                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
-            }
+            out.ablation = csv_rows(&dir.join(ABLATION_FILE))?;
         }
-        let probes = dir.join(PROBES_FILE);
         if wanted(PROBES_FILE)? {
-            if let Some(text) = read(&probes)? {
-                out.probes = ropelab_io::read_csv(&text, &probes.display().to_string())
-                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
-            }
+            out.probes = csv_rows(&dir.join(PROBES_FILE))?;
         }
-        let sets = dir.join(LAYER_SETS_FILE);
         if wanted(LAYER_SETS_FILE)? {
-            if let Some(text) = read(&sets)? {
-                out.layer_sets = ropelab_io::read_csv(&text, &sets.display().to_string())
-                    .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
-            }
+            out.layer_sets = csv_rows(&dir.join(LAYER_SETS_FILE))?;
         }
         for path in listed("attention")? {
             let Some(text) = read(&path)? else { continue };

@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Tensor, D};
 use ropelab_model::{GptJ, HookKind, HookPoint, Hooks, Intervention};
 use ropelab_tasks::{Dataset, Split, Task, TaskKind};
 use ropelab_train::data::{batch, Tally};
-use ropelab_train::{batch_for_budget, Accuracy, RunDir};
+use ropelab_train::{batch_for_budget, Accuracy, RunConfig, RunDir};
 use serde::{Deserialize, Serialize};
 
 use crate::{AnalysisError, Result};
@@ -383,6 +383,33 @@ pub fn hop_map(
     Ok((baseline, rows))
 }
 
+/// A number-task run's model at checkpoint `step` (default: its latest) and `n` samples of its
+/// test split: (step, the run's config, the samples, the frozen model); an error naming the
+/// run for a run of another task, saying that `what` (`the hop map follows`) the number task's
+/// offsets.
+pub fn number_run(
+    root: &Path,
+    step: Option<usize>,
+    n: usize,
+    device: &Device,
+    what: &str,
+) -> Result<(usize, RunConfig, Dataset, GptJ)> {
+    let (dir, config) = RunDir::open(root)?;
+    if config.task != TaskKind::Number {
+        return Err(AnalysisError::Invalid(format!(
+            "{} is a {} task run: {what} the number task's offsets (every position's chain); \
+             train a number-task model",
+            root.display(),
+            config.task
+        )));
+    }
+    let step = dir.checkpoint_or_latest(step)?;
+    let task = Task::new(config.task, config.layout.clone())?;
+    let data = Dataset::new(task, config.seed, Split::Test, n, 0)?;
+    let model = dir.load_model(step, &config, device)?.frozen();
+    Ok((step, config, data, model))
+}
+
 /// The hop map of the number-task run in `root` (see [`hop_map`]) on `options.n` samples of its
 /// test split; an error naming the run for a run of another task.
 pub fn hop_run(
@@ -391,19 +418,8 @@ pub fn hop_run(
     device: &Device,
     progress: impl FnMut(usize, usize),
 ) -> Result<HopReport> {
-    let (dir, config) = RunDir::open(root)?;
-    if config.task != TaskKind::Number {
-        return Err(AnalysisError::Invalid(format!(
-            "{} is a {} task run: the hop map follows the number task's offsets (every \
-             position's chain); train a number-task model",
-            root.display(),
-            config.task
-        )));
-    }
-    let step = dir.checkpoint_or_latest(options.step)?;
-    let task = Task::new(config.task, config.layout.clone())?;
-    let data = Dataset::new(task, config.seed, Split::Test, options.n, 0)?;
-    let model = dir.load_model(step, &config, device)?.frozen();
+    let (step, _, data, model) =
+        number_run(root, options.step, options.n, device, "the hop map follows")?;
     let (baseline, rows) = hop_map(&model, &data, options.memory, progress)?;
     Ok(HopReport {
         step,

@@ -15,13 +15,12 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use ropelab_model::{HookKind, HookPoint, Hooks, Intervention};
-use ropelab_tasks::{Dataset, Split, Task, TaskKind};
+use ropelab_tasks::Dataset;
 use ropelab_train::data::{batch, Tally};
-use ropelab_train::RunDir;
 use serde::{Deserialize, Serialize};
 
-use super::hops::Routed;
-use crate::{AnalysisError, Result};
+use super::hops::{number_run, Routed};
+use crate::Result;
 
 /// The file a run keeps them in.
 pub const LAYER_SETS_FILE: &str = "layer_sets.csv";
@@ -147,6 +146,8 @@ pub struct LayerSetRoute {
     pub tried: BTreeMap<usize, usize>,
     /// Per hop count j: the best accuracy of a set of fewer than j moving layers, and the set.
     pub best_below: BTreeMap<usize, (f64, String)>,
+    /// The answer threshold.
+    pub threshold: f64,
 }
 
 impl LayerSetRoute {
@@ -174,6 +175,7 @@ impl LayerSetRoute {
             beyond,
             tried,
             best_below,
+            threshold,
         }
     }
 
@@ -196,7 +198,9 @@ impl LayerSetRoute {
                     })
                     .collect();
                 format!(
-                    "no set of fewer moving layers than hops answers its chains; the best: {}",
+                    "no set of fewer moving layers than hops answers its chains at >= {}; the \
+                     best: {}",
+                    self.threshold,
                     best.join(", ")
                 )
             }
@@ -213,19 +217,8 @@ pub fn layer_sets_run(
     device: &Device,
     progress: impl FnMut(usize, usize),
 ) -> Result<(usize, Vec<LayerSetRow>)> {
-    let (dir, config) = RunDir::open(root)?;
-    if config.task != TaskKind::Number {
-        return Err(AnalysisError::Invalid(format!(
-            "{} is a {} task run: layer sets count the number task's hops; train a \
-             number-task model",
-            root.display(),
-            config.task
-        )));
-    }
-    let step = dir.latest_checkpoint()?;
-    let task = Task::new(config.task, config.layout.clone())?;
-    let data = Dataset::new(task, config.seed, Split::Test, n, 0)?;
-    let model = dir.load_model(step, &config, device)?.frozen();
+    let (step, config, data, model) =
+        number_run(root, None, n, device, "the layer sets count hops along")?;
     let max_hop = config.layout.hops.iter().copied().max().unwrap_or(1);
     let rows = layer_sets(&model, &data, max_hop, memory, progress)?;
     Ok((step, rows))

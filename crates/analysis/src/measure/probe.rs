@@ -14,11 +14,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{Device, D};
-use ropelab_tasks::{Dataset, Split, Task, TaskKind};
-use ropelab_train::{batch, RunDir};
+use ropelab_tasks::Dataset;
+use ropelab_train::batch;
 use serde::{Deserialize, Serialize};
 
-use crate::measure::hops::{sample_hops, Routed, Source, MAX_HOP};
+use crate::measure::hops::{number_run, sample_hops, Routed, Source, MAX_HOP};
 use crate::{AnalysisError, Result};
 
 /// Test samples a model is probed on by default (half to fit, half to score).
@@ -570,24 +570,12 @@ pub fn probe_run(
     device: &Device,
     progress: impl FnMut(usize, usize),
 ) -> Result<(usize, Vec<ProbeRow>)> {
-    let (dir, config) = RunDir::open(root)?;
-    if config.task != TaskKind::Number {
-        return Err(AnalysisError::Invalid(format!(
-            "{} is a {} task run: the probes read the number task's chains; train a \
-             number-task model",
-            root.display(),
-            config.task
-        )));
-    }
     if n < 2 {
         return Err(AnalysisError::Invalid(
             "probing needs at least 2 test samples (half fit, half score)".into(),
         ));
     }
-    let step = dir.latest_checkpoint()?;
-    let task = Task::new(config.task, config.layout.clone())?;
-    let data = Dataset::new(task, config.seed, Split::Test, n, 0)?;
-    let model = dir.load_model(step, &config, device)?.frozen();
+    let (step, _, data, model) = number_run(root, None, n, device, "the probes read")?;
     let (streams, width) = residual_streams(&model, &data, memory)?;
     let rows = probe_streams(&streams, width, &data, progress)?;
     Ok((step, rows))

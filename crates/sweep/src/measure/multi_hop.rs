@@ -124,25 +124,19 @@ pub fn hop_map_file(
         return Ok(());
     }
     let step = dir.latest_checkpoint()?;
-    let key = ledger_key(step, n);
-    let read = |path: &Path| -> Result<()> {
-        ropelab_io::read_csv_file::<HopRow>(path)?;
-        Ok(())
+    let options = HopOptions {
+        step: Some(step),
+        n,
+        memory: EVAL_MEMORY,
     };
-    owned(run, "hops.csv", &key, read, || {
-        let stage = progress.stage(&format!("hops {label}"), 0);
-        let options = HopOptions {
-            step: Some(step),
-            n,
-            memory: EVAL_MEMORY,
-        };
-        let report = hop_run(run, &options, device, |done, total| {
-            stage.set_total(total as u64);
-            stage.set(done as u64);
-        })?;
-        ropelab_io::write_csv(&run.join("hops.csv"), &report.rows)?;
-        Ok(())
-    })
+    owned_rows::<HopRow>(
+        run,
+        "hops.csv",
+        &ledger_key(step, n),
+        &format!("hops {label}"),
+        progress,
+        |p| Ok(hop_run(run, &options, device, p)?.rows),
+    )
 }
 
 /// Probes the residual stream of the number-task run in `run` at its latest checkpoint on
@@ -162,41 +156,21 @@ pub fn route_files(
         return Ok(());
     }
     let step = dir.latest_checkpoint()?;
-    owned(
+    owned_rows::<ProbeRow>(
         run,
         PROBES_FILE,
         &keys::probes(step, probe_n),
-        |path: &Path| -> Result<()> {
-            ropelab_io::read_csv_file::<ProbeRow>(path)?;
-            Ok(())
-        },
-        || {
-            let stage = progress.stage(&format!("probe {label}"), 0);
-            let (_, rows) = probe_run(run, probe_n, EVAL_MEMORY, device, |done, total| {
-                stage.set_total(total as u64);
-                stage.set(done as u64);
-            })?;
-            ropelab_io::write_csv(&run.join(PROBES_FILE), &rows)?;
-            Ok(())
-        },
+        &format!("probe {label}"),
+        progress,
+        |p| Ok(probe_run(run, probe_n, EVAL_MEMORY, device, p)?.1),
     )?;
-    owned(
+    owned_rows::<LayerSetRow>(
         run,
         LAYER_SETS_FILE,
         &keys::layer_sets(step, set_n),
-        |path: &Path| -> Result<()> {
-            ropelab_io::read_csv_file::<LayerSetRow>(path)?;
-            Ok(())
-        },
-        || {
-            let stage = progress.stage(&format!("layer sets {label}"), 0);
-            let (_, rows) = layer_sets_run(run, set_n, EVAL_MEMORY, device, |done, total| {
-                stage.set_total(total as u64);
-                stage.set(done as u64);
-            })?;
-            ropelab_io::write_csv(&run.join(LAYER_SETS_FILE), &rows)?;
-            Ok(())
-        },
+        &format!("layer sets {label}"),
+        progress,
+        |p| Ok(layer_sets_run(run, set_n, EVAL_MEMORY, device, p)?.1),
     )
 }
 
@@ -220,23 +194,43 @@ pub fn ablation_file(
             message: format!("scores.jsonl has no line of step {step}, whose heads are ablated"),
         });
     }
-    let key = keys::ablation(step, n, gamma.get());
+    let grid = head_grid(scores, gamma);
+    let options = AblationOptions {
+        samples: n,
+        memory: EVAL_MEMORY,
+    };
+    owned_rows::<AblationRow>(
+        run,
+        ABLATION_FILE,
+        &keys::ablation(step, n, gamma.get()),
+        &format!("ablate {label}"),
+        progress,
+        |p| Ok(ablate_run(run, &grid, &options, device, p)?.rows),
+    )
+}
+
+/// `file` of `run` as CSV rows of `R`, through [`owned`]: checked to parse when the run's
+/// ledger vouches for it under `key`, else made by `make` (its progress shown as stage
+/// `stage`) and written.
+fn owned_rows<R: serde::Serialize + serde::de::DeserializeOwned>(
+    run: &Path,
+    file: &str,
+    key: &str,
+    stage: &str,
+    progress: &dyn Progress,
+    make: impl FnOnce(&mut dyn FnMut(usize, usize)) -> Result<Vec<R>>,
+) -> Result<()> {
     let read = |path: &Path| -> Result<()> {
-        ropelab_io::read_csv_file::<AblationRow>(path)?;
+        ropelab_io::read_csv_file::<R>(path)?;
         Ok(())
     };
-    owned(run, ABLATION_FILE, &key, read, || {
-        let stage = progress.stage(&format!("ablate {label}"), 0);
-        let grid = head_grid(scores, gamma);
-        let options = AblationOptions {
-            samples: n,
-            memory: EVAL_MEMORY,
-        };
-        let report = ablate_run(run, &grid, &options, device, |done, total| {
-            stage.set_total(total as u64);
-            stage.set(done as u64);
+    owned(run, file, key, read, || {
+        let bar = progress.stage(stage, 0);
+        let rows = make(&mut |done, total| {
+            bar.set_total(total as u64);
+            bar.set(done as u64);
         })?;
-        ropelab_io::write_csv(&run.join(ABLATION_FILE), &report.rows)?;
+        ropelab_io::write_csv(&run.join(file), &rows)?;
         Ok(())
     })
 }
