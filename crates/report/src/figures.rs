@@ -713,3 +713,31 @@ fn columns(what: &str, values: &[usize]) -> String {
     let names: Vec<String> = values.iter().map(usize::to_string).collect();
     format!("{what} (columns {}, left to right)", names.join(", "))
 }
+
+/// Each model's test accuracy against its share of pure heads, one marker colour per task.
+pub fn pure_heads(rows: &[ropelab_analysis::measure::pure_heads::ModelRow]) -> String {
+    let series = ropelab_analysis::measure::pure_heads::tasks(rows)
+        .into_iter()
+        .enumerate()
+        .map(|(i, task)| {
+            let points: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.task == task)
+                .map(|r| (r.pure_share, r.accuracy))
+                .collect();
+            Series::new(format!("{task} ({} models)", points.len()), vec![])
+                .with_markers(points)
+                .colored(i)
+        })
+        .collect();
+    Chart {
+        title: "pure heads and successful learning, one marker per model".into(),
+        x_label: "share of pure heads at the last checkpoint".into(),
+        y_label: "test accuracy".into(),
+        log_x: false,
+        log_y: false,
+        y_range: Some((0.0, 1.0)),
+        series,
+    }
+    .to_svg()
+}

@@ -28,7 +28,10 @@ use crate::measure::dynamics::Gamma;
 
 pub use files::{load_curve, Curve, RunFiles, SeedFiles, StudyFiles};
 pub use multi_hop::{grid_letters, head_grid, heads_of, kind_letter, layer_types, layers_with};
-pub use verdict::{accuracy_at_least, decide, wilson, Category, Outcome, Tally, Verdict};
+pub use verdict::{
+    accuracy_at_least, decide, spearman, spearman_interval, wilson, Category, Outcome, Tally,
+    Verdict,
+};
 
 /// The thresholds every verdict uses (config keys of the study's `[claims]` table).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

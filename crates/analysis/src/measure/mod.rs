@@ -4,7 +4,7 @@
 //! seeds ([`seeds`]), the formal languages' N* ([`languages`]) and MOD heads ([`modular`]),
 //! studies per head count
 //! ([`multihead`]), the number task's hop map ([`hops`]), its verdict ([`hop_route`]), joint knock-outs of layers ([`layer_sets`]) and hand-built chains that check it ([`hop_chain`]), fixed-offset retrieval's tables and mechanisms ([`offset`]), the canonical tasks' files
-//! ([`canonical`]), linear probes of the residual stream ([`probe`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
+//! ([`canonical`]), linear probes of the residual stream ([`probe`]), pure heads against success across models ([`pure_heads`]), frequency bands and evaluation-time masking ([`band`], [`mask`]) and
 //! Partial Induction's head ([`partial`]).
 
 pub mod ablation;
@@ -25,4 +25,5 @@ pub mod multihead;
 pub mod offset;
 pub mod partial;
 pub mod probe;
+pub mod pure_heads;
 pub mod seeds;

@@ -15,6 +15,7 @@ mod mask;
 mod offset;
 mod pretrained;
 mod probe;
+mod pure_heads;
 mod report;
 mod reproduce;
 mod score;
@@ -52,6 +53,10 @@ pub enum Command {
     /// token at hop j (and its distance) can be read at each position, and what that says of
     /// how the hops compose (probes.csv).
     Probe(probe::ProbeArgs),
+    /// Pure heads and successful learning across every number/letter model found in a
+    /// directory: each model's pure-head share against its test accuracy, and per task the
+    /// rank correlation with its verdict (pure_heads.csv, pure_heads.svg).
+    PureHeads(pure_heads::PureHeadsArgs),
     /// Necessity by ablation: a number/letter model's accuracy per hop count with each group of
     /// heads (pure positional, pure symbolic, neither, each layer) knocked out by mean and by
     /// zero ablation (ablation.csv).
@@ -113,6 +118,7 @@ impl Command {
             Command::Hops(args) => hops::run(args, guard),
             Command::Ablate(args) => ablate::run(args, guard),
             Command::Probe(args) => probe::run(args, guard),
+            Command::PureHeads(args) => pure_heads::run(args),
             Command::Languages(args) => languages::run_command(args, guard),
             Command::Offset(args) => offset::run_command(args, guard),
             Command::Bias(args) => bias::run_command(args, guard),

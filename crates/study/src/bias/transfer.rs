@@ -498,72 +498,11 @@ pub fn report_section(e: &Experiment, t: &TransferOutcome) -> ropelab_report::ht
     s
 }
 
-/// Spearman's rank correlation of `(x, y)` (ties get their mean rank); None with fewer than 3
-/// points or a constant side.
-pub fn spearman(points: &[(f64, f64)]) -> Option<f64> {
-    if points.len() < 3 {
-        return None;
-    }
-    let rx = ranks(&points.iter().map(|p| p.0).collect::<Vec<_>>());
-    let ry = ranks(&points.iter().map(|p| p.1).collect::<Vec<_>>());
-    let n = rx.len() as f64;
-    let (mx, my) = (rx.iter().sum::<f64>() / n, ry.iter().sum::<f64>() / n);
-    let cov: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let vx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
-    let vy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
-    (vx > 0.0 && vy > 0.0).then(|| cov / (vx * vy).sqrt())
-}
-
-/// The 95% interval of Spearman's rho on `n` points: Fisher's z with the variance 1.06 / (n - 3)
-/// of Fieller, Hartley and Pearson (1957); (-1, 1) with 4 or fewer points.
-pub fn spearman_interval(rho: f64, n: usize) -> (f64, f64) {
-    if n <= 4 {
-        return (-1.0, 1.0);
-    }
-    let z = rho.clamp(-0.999_999, 0.999_999).atanh();
-    let half = 1.959_963_984_540_054 * (1.06 / (n as f64 - 3.0)).sqrt();
-    ((z - half).tanh(), (z + half).tanh())
-}
-
-/// 1-based ranks, ties sharing their mean rank.
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..v.len()).collect();
-    order.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    let mut r = vec![0.0; v.len()];
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && v[order[j + 1]] == v[order[i]] {
-            j += 1;
-        }
-        let mean = (i + j) as f64 / 2.0 + 1.0;
-        for &k in &order[i..=j] {
-            r[k] = mean;
-        }
-        i = j + 1;
-    }
-    r
-}
+pub use ropelab_analysis::claims::{spearman, spearman_interval};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spearman_matches_pearson_on_ranks_worked_by_hand() {
-        // Monotone: +1 and -1 whatever the spacing.
-        let up = [(1.0, 10.0), (2.0, 100.0), (5.0, 1000.0), (9.0, 1e4)];
-        assert!((spearman(&up).unwrap() - 1.0).abs() < 1e-12);
-        let down: Vec<(f64, f64)> = up.iter().map(|&(x, y)| (x, -y)).collect();
-        assert!((spearman(&down).unwrap() + 1.0).abs() < 1e-12);
-        // By hand: x ranks 1 2 3 4 5, y ranks 2 1 4 3 5: d^2 sum 4, rho = 1 - 6*4/(5*24) = 0.8.
-        let p = [(1.0, 2.0), (2.0, 1.0), (3.0, 4.0), (4.0, 3.0), (5.0, 5.0)];
-        assert!((spearman(&p).unwrap() - 0.8).abs() < 1e-12);
-        // Ties take mean ranks: y = 1 1 2 -> ranks 1.5 1.5 3.
-        assert_eq!(ranks(&[1.0, 1.0, 2.0]), vec![1.5, 1.5, 3.0]);
-        assert_eq!(spearman(&[(1.0, 1.0), (2.0, 1.0), (3.0, 1.0)]), None);
-        assert_eq!(spearman(&[(1.0, 1.0), (2.0, 2.0)]), None);
-    }
 
     #[test]
     fn transfer_runs_take_the_bias_on_the_quick_preset() {

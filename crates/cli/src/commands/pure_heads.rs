@@ -1,0 +1,90 @@
+//! `ropelab pure-heads`: pure heads and successful learning across every number/letter model in
+//! a directory (docs/study.md, "Pure heads and successful learning").
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ropelab_analysis::claims::Outcome;
+use ropelab_analysis::measure::dynamics::Gamma;
+use ropelab_analysis::measure::pure_heads::{collect, tasks, Association, FILE};
+use ropelab_io::{write_atomic, write_csv, Align::Left, Align::Right, Table};
+
+/// Arguments of `ropelab pure-heads`.
+#[derive(Debug, Args)]
+pub struct PureHeadsArgs {
+    /// Directory searched for number/letter runs (studies, sweeps, bias experiments; every
+    /// folder with a `config.toml` and a `scores.jsonl`).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Purity tolerance the heads are typed at, in (0, 0.5).
+    #[arg(long, default_value = "0.1")]
+    pub gamma: Gamma,
+    /// CSV output (default: DIR/pure_heads.csv; the figure goes beside it as .svg).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `ropelab pure-heads`.
+pub fn run(args: PureHeadsArgs) -> Result<()> {
+    anyhow::ensure!(
+        args.dir.is_dir(),
+        "{}: no such directory",
+        args.dir.display()
+    );
+    let found = collect(&args.dir, args.gamma)?;
+    anyhow::ensure!(
+        !found.rows.is_empty(),
+        "{}: no scored number or letter run found (a folder with config.toml and scores.jsonl)",
+        args.dir.display()
+    );
+    let mut table = Table::new(&[
+        ("run", Left),
+        ("task", Left),
+        ("step", Right),
+        ("pure / heads", Right),
+        ("accuracy", Right),
+        ("pure from", Right),
+        ("rise (val >= 0.9)", Right),
+    ]);
+    let step = |s: Option<usize>| s.map_or_else(|| "-".into(), |s| s.to_string());
+    for r in &found.rows {
+        table.row(vec![
+            r.run.clone(),
+            r.task.clone(),
+            r.step.to_string(),
+            format!("{} / {}", r.positional + r.symbolic, r.heads),
+            format!("{:.4}{}", r.accuracy, if r.tested { "" } else { " (val)" }),
+            step(r.pure_step),
+            step(r.rise_step),
+        ]);
+    }
+    print!("{table}");
+    for (copy, of) in &found.copies {
+        println!("{copy}: the same final weights as {of}, counted once");
+    }
+    for (run, why) in &found.skipped {
+        println!("{run}: not read ({why})");
+    }
+    println!("heads typed at gamma {}", args.gamma.get());
+    for task in tasks(&found.rows) {
+        let a = Association::of(&found.rows, &task);
+        let verdict = match &a.outcome {
+            Outcome::Holds => "holds".to_string(),
+            Outcome::Fails => "does not hold".to_string(),
+            Outcome::Undetermined(why) => format!("undetermined: {why}"),
+        };
+        println!("{}; {verdict}", a.text());
+    }
+    let out = args.out.unwrap_or_else(|| args.dir.join(FILE));
+    ropelab_io::refuse_owned(&args.dir, &out, None)?;
+    write_csv(&out, &found.rows).with_context(|| format!("cannot write {}", out.display()))?;
+    let svg = out.with_extension("svg");
+    write_atomic(
+        &svg,
+        ropelab_report::figures::pure_heads(&found.rows).as_bytes(),
+    )
+    .with_context(|| format!("cannot write {}", svg.display()))?;
+    println!("wrote {} and {}", out.display(), svg.display());
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! `ropelab pure-heads`: every scored number/letter run under a directory, one row per distinct
+//! model (a copied run counted once), a verdict per task, and bad input as one-line errors.
+
+mod common;
+
+use common::{ok, refused, ropelab};
+
+#[test]
+fn pure_heads_finds_each_model_once_and_judges_each_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let train = |name: &str, task: &str| {
+        let path = runs.join(name).to_str().unwrap().to_owned();
+        ok(ropelab(&[
+            "train", "--task", task, "--preset", "tiny", "--steps", "4", "--out", &path,
+        ]));
+        ok(ropelab(&["score", "--run", &path, "--samples", "8"]));
+        path
+    };
+    let number = train("a/number", "number");
+    train("a/letter", "letter");
+    // A copy of the number run: the same final weights.
+    let copy = runs.join("b/number");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    let status = std::process::Command::new("cp")
+        .args(["-r", &number, copy.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = ok(ropelab(&["pure-heads", "--dir", runs.to_str().unwrap()]));
+    assert!(
+        out.contains("b/number: the same final weights as a/number, counted once"),
+        "{out}"
+    );
+    // One model per task: too few to judge.
+    assert!(out.contains("number: 1 models"), "{out}");
+    assert!(out.contains("fewer than the 6 needed"), "{out}");
+    let csv = std::fs::read_to_string(runs.join("pure_heads.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "run,task,step,heads,positional,symbolic,pure_share,accuracy,tested,pure_step,rise_step"
+    );
+    assert_eq!(lines.len(), 3, "{csv}");
+    assert!(lines[1].starts_with("a/letter,letter,4,"), "{csv}");
+    let svg = std::fs::read_to_string(runs.join("pure_heads.svg")).unwrap();
+    assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "{svg}");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    refused(
+        &["pure-heads", "--dir", empty.to_str().unwrap()],
+        "no scored number or letter run",
+    );
+    refused(
+        &[
+            "pure-heads",
+            "--dir",
+            dir.path().join("none").to_str().unwrap(),
+        ],
+        "no such directory",
+    );
+    refused(
+        &[
+            "pure-heads",
+            "--dir",
+            runs.to_str().unwrap(),
+            "--gamma",
+            "0.7",
+        ],
+        "0.7",
+    );
+}
