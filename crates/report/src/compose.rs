@@ -754,10 +754,10 @@ fn route_section(
                 ProbeVerdict::Undetermined(why) => format!("undetermined: {why}"),
             };
             let from = match from {
-                Source::Last => "last token",
+                Source::Last => "the last token",
                 Source::Every => "every position",
             };
-            words.push(format!("Probes from the {from}: {}; {v}.", route.text()));
+            words.push(format!("Probes from {from}: {}; {v}.", route.text()));
         }
     }
     if !sets.is_empty() {
@@ -766,7 +766,9 @@ fn route_section(
             LayerSetRoute::of(sets, ANSWER_ACCURACY).text()
         ));
     }
-    s.text(&words.join(" "));
+    for w in &words {
+        s.text(w);
+    }
     let mut svgs = vec![];
     if !probes.is_empty() {
         svgs.push(figures::probe_map(probes, Source::Every));

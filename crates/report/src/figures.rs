@@ -667,31 +667,29 @@ pub fn probe_map(
     .to_svg()
 }
 
-/// The test accuracy per hop count (columns) of every set of moving layers (rows).
+/// The best test accuracy per hop count (columns) over the sets of k moving layers, one row
+/// per k (the sets themselves are in `layer_sets.csv`; 42 rows of a 6-layer model would not
+/// be legible).
 pub fn layer_set_map(rows: &[ropelab_analysis::measure::layer_sets::LayerSetRow]) -> String {
     let hops = distinct(rows.iter().map(|r| r.hop));
-    let mut sets: Vec<&str> = vec![];
-    for r in rows {
-        if !sets.contains(&r.moving.as_str()) {
-            sets.push(&r.moving);
-        }
-    }
-    let (row_names, cells) = sets
-        .into_iter()
-        .map(|set| {
+    let sizes = distinct(rows.iter().map(|r| r.size));
+    let (row_names, cells) = sizes
+        .iter()
+        .map(|&k| {
             let cells = hops
                 .iter()
                 .map(|&h| {
                     rows.iter()
-                        .find(|r| r.moving == set && r.hop == h)
-                        .map_or(f64::NAN, |r| r.accuracy)
+                        .filter(|r| r.size == k && r.hop == h)
+                        .map(|r| r.accuracy)
+                        .fold(f64::NAN, f64::max)
                 })
                 .collect::<Vec<f64>>();
-            (format!("moving {set}"), cells)
+            (format!("{k} moving"), cells)
         })
         .unzip();
     crate::heatmap::Heatmap {
-        title: "test accuracy with only some layers moving information".into(),
+        title: "best test accuracy with only k layers moving information".into(),
         x_label: columns("hop count", &hops),
         y_label: "layers left moving".into(),
         row_names,
