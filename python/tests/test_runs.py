@@ -53,6 +53,20 @@ def test_open_run_returns_the_files_values(study):
     assert ablation["correct"].tolist() == [int(r["correct"]) for r in rows]
     assert rows[0]["group"] == "none" and ablation["heads"][0] == ""
 
+    # The study's probe and layer-set stages: the number model's files, read as written.
+    sets = run.layer_sets()
+    with open(study / "seed-3/number/layer_sets.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(sets) == len(rows) > 0
+    assert sets["moving"].tolist() == [r["moving"] for r in rows]
+    assert rows[0]["moving"] == "none"
+    assert sets["correct"].tolist() == [int(r["correct"]) for r in rows]
+    probes = run.probes()
+    with open(study / "seed-3/number/probes.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(probes) == len(rows) > 0
+    assert probes["unseen"].tolist() == [int(r["unseen"]) for r in rows]
+
     claims = run.claims()
     with open(study / "claims.json") as f:
         data = json.load(f)
