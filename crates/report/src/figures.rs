@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use ropelab_analysis::lens::purity::purity;
-use ropelab_analysis::lens::swap::SwapScores;
-use ropelab_analysis::measure::dynamics::{summarize_heads, Gamma, HeadKind, HeadStep};
+use ropelab_analysis::measure::dynamics::{summarize_heads, Gamma, HeadStep};
 use ropelab_analysis::measure::lengthgen::LengthRow;
 use ropelab_analysis::measure::seeds::band;
 use ropelab_theory::discrepancy::DiscrepancyRow;
@@ -146,28 +144,14 @@ impl Score {
 /// Pure positional and pure symbolic head counts at each step at tolerance `gamma`: two
 /// (step, count) curves.
 fn purity_curves(lines: &[HeadStep], gamma: Gamma) -> [Vec<(f64, f64)>; 2] {
-    let mut counts: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
-    for l in lines {
-        let c = counts.entry(l.step).or_default();
-        match purity(
-            SwapScores {
-                s_pos: l.s_pos,
-                s_sym: l.s_sym,
-            },
-            gamma,
-        ) {
-            HeadKind::Positional => c.0 += 1,
-            HeadKind::Symbolic => c.1 += 1,
-            HeadKind::Mixed => {}
-        }
-    }
-    let line = |f: fn(&(usize, usize)) -> usize| {
+    let counts = ropelab_analysis::measure::dynamics::pure_counts(lines, gamma);
+    let line = |f: fn(&(usize, usize, usize)) -> usize| {
         counts
             .iter()
             .map(|(&s, c)| (s as f64, f(c) as f64))
             .collect::<Vec<_>>()
     };
-    [line(|c| c.0), line(|c| c.1)]
+    [line(|c| c.1), line(|c| c.2)]
 }
 
 /// Number of (layer, head) pairs in `lines`.

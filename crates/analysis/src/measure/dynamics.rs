@@ -292,6 +292,27 @@ pub struct HeadSummary {
     pub pure_from: Option<usize>,
 }
 
+/// Per scored step: (heads, pure positional, pure symbolic) at tolerance `gamma`.
+pub fn pure_counts(lines: &[HeadStep], gamma: Gamma) -> BTreeMap<usize, (usize, usize, usize)> {
+    let mut counts: BTreeMap<usize, (usize, usize, usize)> = BTreeMap::new();
+    for l in lines {
+        let c = counts.entry(l.step).or_default();
+        c.0 += 1;
+        match purity(
+            SwapScores {
+                s_pos: l.s_pos,
+                s_sym: l.s_sym,
+            },
+            gamma,
+        ) {
+            HeadKind::Positional => c.1 += 1,
+            HeadKind::Symbolic => c.2 += 1,
+            HeadKind::Mixed => {}
+        }
+    }
+    counts
+}
+
 /// Summarises scored lines per head at purity tolerance `gamma`.
 pub fn summarize_heads(lines: &[HeadStep], gamma: Gamma) -> Result<Vec<HeadSummary>> {
     let kind_of = |l: &HeadStep| {

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::claims::files::RunFiles;
 use crate::claims::{spearman, spearman_interval, Outcome};
-use crate::measure::dynamics::{purity, Gamma, HeadKind};
-use crate::{AnalysisError, Result, SwapScores};
+use crate::measure::dynamics::{pure_counts, Gamma};
+use crate::{AnalysisError, Result};
 
 /// Validation accuracy at which a model's accuracy has *risen*.
 pub const RISE_ACCURACY: f64 = 0.9;
@@ -108,23 +108,8 @@ pub fn model_row(dir: &Path, name: &str, gamma: Gamma) -> Result<Option<ModelRow
         (None, Some((_, v))) => (v.accuracy, false),
         (None, None) => return Ok(None),
     };
-    // The pure share of every checkpoint, in step order.
-    let mut shares: BTreeMap<usize, (usize, usize, usize)> = BTreeMap::new();
-    for l in &files.scores {
-        let e = shares.entry(l.step).or_default();
-        e.0 += 1;
-        match purity(
-            SwapScores {
-                s_pos: l.s_pos,
-                s_sym: l.s_sym,
-            },
-            gamma,
-        ) {
-            HeadKind::Positional => e.1 += 1,
-            HeadKind::Symbolic => e.2 += 1,
-            HeadKind::Mixed => {}
-        }
-    }
+    // The pure counts of every checkpoint, in step order.
+    let shares = pure_counts(&files.scores, gamma);
     let (heads, positional, symbolic) = shares[&last];
     let pure = positional + symbolic;
     let pure_step = (pure > 0)

@@ -119,11 +119,9 @@ pub fn hop_map_file(
     progress: &dyn Progress,
     device: &Device,
 ) -> Result<()> {
-    let (dir, config) = RunDir::open(run)?;
-    if config.task != TaskKind::Number {
+    let Some(step) = number_step(run)? else {
         return Ok(());
-    }
-    let step = dir.latest_checkpoint()?;
+    };
     let options = HopOptions {
         step: Some(step),
         n,
@@ -151,11 +149,9 @@ pub fn route_files(
     progress: &dyn Progress,
     device: &Device,
 ) -> Result<()> {
-    let (dir, config) = RunDir::open(run)?;
-    if config.task != TaskKind::Number {
+    let Some(step) = number_step(run)? else {
         return Ok(());
-    }
-    let step = dir.latest_checkpoint()?;
+    };
     owned_rows::<ProbeRow>(
         run,
         PROBES_FILE,
@@ -207,6 +203,15 @@ pub fn ablation_file(
         progress,
         |p| Ok(ablate_run(run, &grid, &options, device, p)?.rows),
     )
+}
+
+/// The latest checkpoint of the run in `run` when it is a number-task run (None otherwise).
+fn number_step(run: &Path) -> Result<Option<usize>> {
+    let (dir, config) = RunDir::open(run)?;
+    if config.task != TaskKind::Number {
+        return Ok(None);
+    }
+    Ok(Some(dir.latest_checkpoint()?))
 }
 
 /// `file` of `run` as CSV rows of `R`, through [`owned`]: checked to parse when the run's
