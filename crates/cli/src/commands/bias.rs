@@ -210,6 +210,13 @@ pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
     let bars = Bars::default();
     let outcome = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
+    if !outcome.remeasured.is_empty() {
+        println!(
+            "{} runs had been measured with other lengths or sample counts: measured again \
+             (training kept)",
+            outcome.remeasured.len()
+        );
+    }
     let claims = write_report(&e, &outcome, &args.out)?;
     let mut t = Table::new(&[
         ("bias", Align::Left),

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{bail, ensure, Result};
-use ropelab_analysis::claims::{Outcome as Judged, Verdict};
+use ropelab_analysis::claims::{decide, Outcome as Judged, Tally, Verdict};
+use ropelab_analysis::measure::decay::t_975;
 use ropelab_io::{read_csv_file, write_csv};
 use ropelab_model::{Head, ModelConfig, PlaneMask, PositionEncoding, RopeLayout};
 use ropelab_sweep::measure::ambiguous::{letters, read_conflict, AmbiguousHead};
@@ -240,7 +241,7 @@ impl Experiment {
             steps: 2000,
             batch: 64,
             lr: 1e-3,
-            lengths: vec![16, 32, 64, 128, 256, 512],
+            lengths: vec![16, 32, 64, 128, 256, 512, 1024, 2048, 4096],
             per_length: 256,
             transfer: Some(transfer::TransferSettings::full()),
             studies: vec![],
@@ -443,6 +444,8 @@ pub struct Outcome {
     pub types: Vec<(String, u64, String)>,
     /// The transfer stage, when it ran.
     pub transfer: Option<transfer::TransferOutcome>,
+    /// Grid runs measured again this time because they had been measured with other settings.
+    pub remeasured: Vec<PathBuf>,
 }
 
 /// Trains (or reuses) every grid point's model in `out/runs/...` as a sweep job (`parallel`
@@ -458,6 +461,7 @@ pub fn run(
 ) -> Result<Outcome> {
     experiment.check()?;
     let jobs = experiment.jobs()?;
+    let remeasured = remeasure_stale(experiment, out)?;
     grid::run(
         &jobs,
         out,
@@ -466,6 +470,7 @@ pub fn run(
         progress,
     )?;
     let mut o = collect(experiment, out)?;
+    o.remeasured = remeasured;
     if let Some(t) = &experiment.transfer {
         let movers = transfer::movers(experiment, &o.mechanisms);
         let mut stage = transfer::run(experiment, t, &movers, out, parallel, progress)?;
@@ -496,6 +501,7 @@ pub fn run_shard(
         .map(|(_, j)| j)
         .collect();
     if !jobs.is_empty() {
+        remeasure_stale(experiment, out)?;
         grid::run(
             &jobs,
             out,
@@ -507,6 +513,45 @@ pub fn run_shard(
     Ok(jobs.len())
 }
 
+/// Whether the run in `dir` was measured as `experiment` asks: its `lengths.csv` holds exactly
+/// the experiment's (items, samples) and its `conflict.csv` as many samples. `None` when a file
+/// is missing (the run is not measured yet).
+fn measured_as_asked(experiment: &Experiment, dir: &Path) -> Result<Option<bool>> {
+    let (lengths, conflict) = (dir.join("lengths.csv"), dir.join("conflict.csv"));
+    if !lengths.exists() || !conflict.exists() {
+        return Ok(None);
+    }
+    let rows: Vec<LengthAccuracy> = read_csv_file(&lengths)?;
+    let tested: Vec<(usize, usize)> = rows.iter().map(|r| (r.length, r.n)).collect();
+    let asked: Vec<(usize, usize)> = experiment
+        .lengths
+        .iter()
+        .map(|&n| (n, experiment.per_length))
+        .collect();
+    Ok(Some(
+        tested == asked && read_conflict(dir)?.n == experiment.per_length,
+    ))
+}
+
+/// Finished grid runs measured with other settings (an earlier grid's lengths or sample
+/// counts) are measured again: their `result.json` goes, so the sweep resumes the run at its
+/// last checkpoint (no training left) and measures it anew. Training is what the run config
+/// fixes (its digest is checked by the sweep); the measurement is the experiment's.
+/// Returns the runs it sends back to be measured.
+fn remeasure_stale(experiment: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
+    let mut stale = vec![];
+    for (bias, seed) in experiment.grid() {
+        let dir = run_dir(out, bias, seed);
+        let result = dir.join("result.json");
+        if result.exists() && measured_as_asked(experiment, &dir)? == Some(false) {
+            std::fs::remove_file(&result)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", result.display()))?;
+            stale.push(dir);
+        }
+    }
+    Ok(stale)
+}
+
 /// Reads every grid point's files from `out/runs/...` and writes the three tables.
 pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
     let mut o = Outcome {
@@ -515,27 +560,24 @@ pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
         heads: vec![],
         types: vec![],
         transfer: None,
+        remeasured: vec![],
     };
     for (bias, seed) in experiment.grid() {
         let dir = run_dir(out, bias, seed);
         let name = bias.to_string();
         let conflict = read_conflict(&dir)?;
         let rows: Vec<LengthAccuracy> = read_csv_file(&dir.join("lengths.csv"))?;
-        // A run measured with other settings (an earlier grid's lengths or sample counts) is
-        // refused by name, never reported as this experiment's.
-        let tested: Vec<(usize, usize)> = rows.iter().map(|r| (r.length, r.n)).collect();
-        let asked: Vec<(usize, usize)> = experiment
-            .lengths
-            .iter()
-            .map(|&n| (n, experiment.per_length))
-            .collect();
+        // A run measured with other settings (an earlier grid's lengths or sample counts, whose
+        // `run` was not rerun) is refused by name, never reported as this experiment's.
         ensure!(
-            tested == asked && conflict.n == experiment.per_length,
-            "{} was measured at (items, samples) {tested:?} with {} conflict samples, the \
-             experiment asks for {asked:?} and {}: move it away and rerun (it is trained and \
-             measured again) or choose another --out",
+            measured_as_asked(experiment, &dir)? == Some(true),
+            "{} was measured at (items, samples) {:?} with {} conflict samples, the experiment \
+             asks for items {:?} with {} samples each: rerun `ropelab bias` with these settings \
+             (it measures the run again) or choose another --out",
             dir.display(),
+            rows.iter().map(|r| (r.length, r.n)).collect::<Vec<_>>(),
             conflict.n,
+            experiment.lengths,
             experiment.per_length
         );
         let heads: Vec<AmbiguousHead> = read_csv_file(&dir.join("heads.csv"))?;
@@ -616,6 +658,50 @@ pub const MOVE: f64 = 0.1;
 /// How much higher a content-moving bias's longest-length accuracy must be than the default
 /// model's to count as raising it: 0.02.
 pub const RAISE: f64 = 0.02;
+
+/// Whether a content-moving bias raises the longest-length accuracy over the default model's:
+/// the gain d of its mean over seeds (`bias`) over none's (`none`), with a Welch 95% interval
+/// (Welch-Satterthwaite degrees of freedom, rounded down; one seed on a side leaves it
+/// unbounded). Raises when d >= [`RAISE`] and the interval lies above 0; does not when the
+/// interval lies below [`RAISE`]; undetermined otherwise. When none's mean is above
+/// 1 - [`RAISE`] no gain of [`RAISE`] can show (the ceiling): only an interval below 0 decides
+/// (does not raise), anything else is undetermined.
+pub fn raises_length(none: &[f64], bias: &[f64]) -> (String, Judged) {
+    let (mn, sn) = mean_sd(none);
+    let (mb, sb) = mean_sd(bias);
+    let d = mb - mn;
+    let (vn, vb) = (
+        sn * sn / none.len().max(1) as f64,
+        sb * sb / bias.len().max(1) as f64,
+    );
+    let se = (vn + vb).sqrt();
+    let half = if none.len() < 2 || bias.len() < 2 {
+        f64::INFINITY
+    } else if se == 0.0 {
+        0.0
+    } else {
+        let df = (vn + vb).powi(2)
+            / (vn * vn / (none.len() - 1) as f64 + vb * vb / (bias.len() - 1) as f64);
+        t_975(df.floor().max(1.0) as usize) * se
+    };
+    let (lo, hi) = (d - half, d + half);
+    let text = format!("{mb:.3} (gain {d:+.3}, 95% interval [{lo:+.3}, {hi:+.3}], seeds {})", bias.len());
+    let ceiling = mn > 1.0 - RAISE;
+    let o = if hi < if ceiling { 0.0 } else { RAISE } {
+        Judged::Fails
+    } else if ceiling {
+        Judged::undetermined(format!(
+            "none is at {mn:.3} at the longest length: no gain of {RAISE} can show (the ceiling)"
+        ))
+    } else if d >= RAISE && lo > 0.0 {
+        Judged::Holds
+    } else {
+        Judged::undetermined(format!(
+            "the interval [{lo:+.3}, {hi:+.3}] reaches both below 0 and above {RAISE}"
+        ))
+    };
+    (text, o)
+}
 
 /// One claim of the experiment, computed from `mechanism.csv` (a row of `claims.csv`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -711,9 +797,10 @@ pub fn claims(
     // 2. A bias that moves the model toward content raises its length-split accuracy.
     let (measured, v) = match none {
         Some(n) => {
-            let movers: Vec<&(String, [(f64, f64); 4])> = s
+            let movers: Vec<&String> = s
                 .iter()
                 .filter(|(b, c)| b != "none" && c[1].0 - n[1].0 >= MOVE)
+                .map(|(b, _)| b)
                 .collect();
             if movers.is_empty() {
                 let why = format!(
@@ -722,18 +809,31 @@ pub fn claims(
                 );
                 (why.clone(), Judged::Undetermined(why))
             } else {
-                let each: Vec<String> = movers
-                    .iter()
-                    .map(|(b, c)| format!("{b} {:.3} (symbolic {:.3})", c[3].0, c[1].0))
-                    .collect();
-                let all = movers.iter().all(|(_, c)| c[3].0 >= n[3].0 + RAISE);
+                let longest = |b: &str| -> Vec<f64> {
+                    rows.iter()
+                        .filter(|r| r.bias == b)
+                        .map(|r| r.length_accuracy)
+                        .collect()
+                };
+                let base = longest("none");
+                let mut tally = Tally::default();
+                for b in movers {
+                    let (text, o) = raises_length(&base, &longest(b));
+                    tally.push(b, text, o);
+                }
                 (
                     format!(
-                        "longest-length accuracy: none {:.3}; {}",
+                        "longest-length accuracy, mean over seeds: none {:.3}; {}",
                         n[3].0,
-                        each.join(", ")
+                        tally.measured.join("; ")
                     ),
-                    verdict(all),
+                    match decide(&tally, 1) {
+                        (Verdict::Holds, _) => Judged::Holds,
+                        (Verdict::DoesNotHold, _) => Judged::Fails,
+                        (Verdict::Undetermined, why) => {
+                            Judged::Undetermined(why.unwrap_or_default())
+                        }
+                    },
                 )
             }
         }
@@ -746,8 +846,12 @@ pub fn claims(
         "symbolic_bias_raises_length",
         "a bias that makes the model symbolic raises its length-split accuracy",
         format!(
-            "every bias whose symbolic fraction is >= none's + {MOVE} has a longest-length \
-             accuracy >= none's + {RAISE}"
+            "for every bias whose symbolic fraction is >= none's + {MOVE}, the gain d of its \
+             mean accuracy at the longest tested length over none's, with a Welch 95% interval \
+             over seeds: raises when d >= {RAISE} and the interval lies above 0, does not raise \
+             when the interval lies below {RAISE} (or below 0 when none is within {RAISE} of \
+             1, where no gain of {RAISE} can show), undetermined otherwise; holds when every \
+             such bias raises, does not hold when one does not"
         ),
         measured,
         v,
@@ -1127,6 +1231,46 @@ mod tests {
                 "{err}"
             );
         }
+        // Running the experiment with other lengths measures the run again, keeping its
+        // training (the log is untouched), and the tables then hold the new lengths.
+        let log = run_dir(dir.path(), Bias::None, 0).join("metrics.jsonl");
+        let before = std::fs::read(&log).unwrap();
+        let longer = Experiment {
+            lengths: vec![16, 32, 64],
+            ..e.clone()
+        };
+        let o = run(&longer, dir.path(), Some(1), &crate::Quiet).unwrap();
+        assert_eq!(o.remeasured, vec![run_dir(dir.path(), Bias::None, 0)]);
+        assert_eq!(o.accuracy.len(), 3);
+        assert_eq!(std::fs::read(&log).unwrap(), before);
+        let again = run(&longer, dir.path(), Some(1), &crate::Quiet).unwrap();
+        assert!(again.remeasured.is_empty());
+        assert_eq!(again.accuracy, o.accuracy);
+    }
+
+    #[test]
+    fn a_length_gain_is_judged_with_its_welch_interval_and_the_ceiling() {
+        use Judged::*;
+        let verdict = |none: &[f64], bias: &[f64]| raises_length(none, bias).1;
+        // Worked by hand: d = 0.15, se = sqrt(0.01/3 + 0.0025/3) = 0.06455, Welch df = 2.94
+        // (rounded down to 2, t = 4.303): half-width 0.2778, interval [-0.128, +0.428].
+        let (text, o) = raises_length(&[0.8, 0.7, 0.9], &[0.95, 1.0, 0.9]);
+        assert!(text.contains("gain +0.150") && text.contains("[-0.128, +0.428]"), "{text}");
+        assert!(matches!(o, Undetermined(_)), "{o:?}");
+        assert_eq!(verdict(&[0.6, 0.62, 0.64], &[0.99, 1.0, 1.0]), Holds);
+        assert_eq!(verdict(&[0.8, 0.82, 0.78], &[0.5, 0.52, 0.48]), Fails);
+        // A gain above 0 but below RAISE, known tightly: it does not raise by RAISE.
+        assert_eq!(verdict(&[0.9, 0.9, 0.9], &[0.91, 0.91, 0.91]), Fails);
+        // At the ceiling a bias level with none cannot show a gain: undetermined, not "fails";
+        // one clearly below it still fails.
+        let ceiling = [0.99, 1.0, 0.995];
+        let Undetermined(why) = verdict(&ceiling, &[1.0, 1.0, 1.0]) else {
+            panic!("the ceiling decided")
+        };
+        assert!(why.contains("ceiling"), "{why}");
+        assert_eq!(verdict(&ceiling, &[0.5, 0.5, 0.52]), Fails);
+        // One seed on a side leaves the interval unbounded.
+        assert!(matches!(verdict(&[0.5], &[1.0, 1.0]), Undetermined(_)));
     }
 
     #[test]
