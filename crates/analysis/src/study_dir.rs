@@ -68,6 +68,17 @@ impl StudyDir {
         self.root.join(Self::model_relative(seed, task))
     }
 
+    /// The number model of `seed` with fewer layers than hops (`seed-S/compose`), relative to
+    /// the study directory: the study's `[compose]` stage (docs/multihead.md).
+    pub fn compose_relative(seed: u64) -> PathBuf {
+        Path::new(&format!("seed-{seed}")).join("compose")
+    }
+
+    /// The number model of `seed` with fewer layers than hops.
+    pub fn compose(&self, seed: u64) -> PathBuf {
+        self.root.join(Self::compose_relative(seed))
+    }
+
     /// The test split of `task` for `seed` (`seed-S/data/<task>-test.jsonl`).
     pub fn test_data(&self, seed: u64, task: TaskKind) -> PathBuf {
         self.root

@@ -79,7 +79,7 @@ fn lengths_with(acc: &[(usize, f64)], rates: &[f64], wobble: f64) -> String {
             n: 100,
             accuracy,
             loss: 1.0,
-            per_hop: [(1, accuracy)].into_iter().collect(),
+            per_hop: (1..=4).map(|h| (h, accuracy)).collect(),
             heads: rates
                 .iter()
                 .enumerate()
@@ -268,6 +268,18 @@ fn holding_study(root: &Path) {
             &letter.join("lengthgen.csv"),
             &lengths(&[(17, 1.0), (81, 0.97), (800, 0.97), (881, 0.93)]),
         );
+        // A 3-layer number model answering every hop count at 0.95 (4 hops: composing) and
+        // falling to 0.20-0.21 at 33 tokens, where the 6-layer one keeps 0.5.
+        let compose = run.join("compose");
+        write(
+            &compose.join("scores.jsonl"),
+            &scores(&[(0.99, 0.01), (0.5, 0.5), (0.01, 0.99)], 200, &[0, 1, 3]),
+        );
+        write(&compose.join("eval/step-000300-extra-0.json"), &eval(0.95));
+        write(
+            &compose.join("lengthgen.csv"),
+            &lengths(&[(17, 0.95), (33, [0.2, 0.21][seed])]),
+        );
     }
     let curve = |f: &dyn Fn(usize) -> (f64, f64)| {
         let mut s = String::from("n,delta,bound,delta_max\n");
@@ -383,8 +395,22 @@ fn every_claim_holds_on_files_that_meet_its_threshold() {
     holding_study(dir.path());
     let files = StudyFiles::load(dir.path(), &[0, 1]).unwrap();
     let claims = verdicts(&files, &thresholds());
-    assert_eq!(claims.len(), 24);
+    assert_eq!(claims.len(), 26);
     for c in &claims {
+        if c.id == "pure_heads_with_learning" {
+            // Two models a task, both learned: the association cannot be judged on them (its
+            // holding case is tested on model rows, claims::learning).
+            assert_eq!(c.verdict, Verdict::Undetermined, "{c:#?}");
+            assert!(
+                c.reason.as_ref().unwrap().contains("fewer than the 6"),
+                "{c:#?}"
+            );
+            assert!(
+                c.measured[0].starts_with("number: 2 models, 2 learned"),
+                "{c:#?}"
+            );
+            continue;
+        }
         assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
         assert!(!c.measured.is_empty() && !c.threshold.is_empty());
     }
@@ -1245,4 +1271,59 @@ fn the_verdicts_read_only_files_vouched_for_under_the_expected_settings() {
     // A reader that does not require recorded tables (a study assembled by hand) reads a
     // table whose folder has no ledger.
     StudyFiles::load(root, &[0, 1]).unwrap();
+}
+
+/// `composing_generalises_worse` on the holding study with the composing models' accuracy at
+/// 33 tokens set to `at_33` (seeds 0 and 1) and their 4-hop test accuracy to `learned`.
+fn compose_verdict(at_33: [f64; 2], learned: f64) -> Claim {
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    for (seed, a) in at_33.iter().enumerate() {
+        let compose = dir.path().join(format!("seed-{seed}/compose"));
+        write(
+            &compose.join("lengthgen.csv"),
+            &lengths(&[(17, 0.95), (33, *a)]),
+        );
+        write(
+            &compose.join("eval/step-000300-extra-0.json"),
+            &eval(0.95).replace("\"4\":0.95", &format!("\"4\":{learned}")),
+        );
+    }
+    verdict_of(dir.path(), "composing_generalises_worse")
+}
+
+#[test]
+fn composing_models_are_compared_per_composed_hop_count_at_equal_accuracy() {
+    // Holding: 0.20/0.21 against 0.50/0.50, d = -0.295, Welch interval [-0.359, -0.231]
+    // (one side constant: 1 degree of freedom, t = 12.706, se = 0.005).
+    let c = compose_verdict([0.2, 0.21], 0.95);
+    assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
+    assert_eq!(c.n, 1, "only 4 hops exceed 3 layers: {c:#?}");
+    assert!(
+        c.measured[0].contains("d -0.295, 95% interval [-0.359, -0.231]"),
+        "{c:#?}"
+    );
+    // As good as the one-hop models or better: the interval lies above -0.05.
+    let c = compose_verdict([0.55, 0.56], 0.95);
+    assert_eq!(c.verdict, Verdict::DoesNotHold, "{c:#?}");
+    // Too noisy to separate d from 0 and -0.05.
+    let c = compose_verdict([0.2, 0.6], 0.95);
+    assert_eq!(c.verdict, Verdict::Undetermined, "{c:#?}");
+    assert!(c.reason.unwrap().contains("cannot separate"));
+    // The composing models never answer 4 hops at 0.9: no equal-accuracy pair.
+    let c = compose_verdict([0.2, 0.21], 0.5);
+    assert_eq!(c.verdict, Verdict::Undetermined, "{c:#?}");
+    assert!(
+        c.reason.as_ref().unwrap().contains("fewer than 2 seeds"),
+        "{c:#?}"
+    );
+    // A study without the [compose] stage: not measured.
+    let dir = tempfile::tempdir().unwrap();
+    holding_study(dir.path());
+    for seed in [0, 1] {
+        std::fs::remove_dir_all(dir.path().join(format!("seed-{seed}/compose"))).unwrap();
+    }
+    let c = verdict_of(dir.path(), "composing_generalises_worse");
+    assert_eq!(c.verdict, Verdict::Undetermined);
+    assert!(c.reason.unwrap().contains("no [compose] stage"));
 }

@@ -19,6 +19,7 @@ fn the_quick_grid_writes_its_tables_and_report_and_reruns_identically() {
         "high_frequencies_toward_content",
         "symbolic_bias_raises_length",
         "discrepancy_predicts_length",
+        "pure_heads_with_learning",
     ] {
         assert!(text.contains(id), "{id} not in {text}");
     }
@@ -51,7 +52,7 @@ fn the_quick_grid_writes_its_tables_and_report_and_reruns_identically() {
     let heads = std::fs::read_to_string(out.join("heads.csv")).unwrap();
     assert_eq!(heads.lines().count(), 1 + 6 * 2);
     let claims = std::fs::read_to_string(out.join("claims.csv")).unwrap();
-    assert_eq!(claims.lines().count(), 1 + 3);
+    assert_eq!(claims.lines().count(), 1 + 4);
     // The transfer stage: `none` and every bias that moved the symbolic fraction by 0.1, on
     // both tasks and both seeds, each with its length curve.
     let symbolic = |bias: &str| {

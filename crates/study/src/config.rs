@@ -47,6 +47,10 @@ pub struct StudyConfig {
     /// Frequency-band training on the canonical tasks (absent: not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canonical: Option<crate::canonical::StudyCanonical>,
+    /// Number models with fewer layers than hops, beside the one-hop-per-layer ones (absent:
+    /// not run; docs/multihead.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compose: Option<crate::compose::StudyCompose>,
     /// The same lens on the pretrained SmolLM2-135M (absent: no pretrained stage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pretrained: Option<crate::pretrained::PretrainedPlan>,
@@ -384,6 +388,10 @@ impl StudyConfig {
             plan.experiments()
                 .with_context(|| format!("{origin}: [canonical]"))?;
         }
+        if let Some(plan) = &config.compose {
+            plan.check(&config)
+                .with_context(|| format!("{origin}: [compose]"))?;
+        }
         if let Some(plan) = &config.pretrained {
             plan.check()
                 .with_context(|| format!("{origin}: [pretrained]"))?;
@@ -510,6 +518,44 @@ mod tests {
             (paper.tasks.train, paper.tasks.val, paper.tasks.test),
             (432_000, 2_400, 45_600)
         );
+    }
+
+    #[test]
+    fn the_compose_table_is_checked_against_the_study() {
+        let compose = |table: &str| format!("{QUICK}\n[compose]\n{table}\n");
+        let ok = StudyConfig::parse(&compose("layers = 3\nseeds = [0, 2]"), "c.toml").unwrap();
+        let plan = ok.compose.clone().unwrap();
+        let jobs = plan.jobs(&ok).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[1].run, std::path::Path::new("seed-2/compose"));
+        assert_eq!(jobs[1].config.model.n_layers, 3);
+        // Everything else is the study's number model of that seed.
+        let mut six = ok
+            .train
+            .run_config(ropelab_tasks::TaskKind::Number, 2, &ok.tasks)
+            .unwrap();
+        six.model.n_layers = 3;
+        assert_eq!(jobs[1].config, six);
+        for (table, needle) in [
+            ("layers = 4\nseeds = [0]", "fewer than the task's 4 hops"),
+            ("layers = 0\nseeds = [0]", "needs 1 to 3 layers"),
+            (
+                "layers = 3\nseeds = [7]",
+                "seed 7 is not one of the study's seeds",
+            ),
+            ("layers = 3\nseeds = [1, 1]", "seed 1 is listed twice"),
+            ("layers = 3\nseeds = []", "at least one seed"),
+            ("layers = 3", "missing field `seeds`"),
+        ] {
+            let err = format!(
+                "{:#}",
+                StudyConfig::parse(&compose(table), "c.toml").unwrap_err()
+            );
+            assert!(
+                err.contains("c.toml") && err.contains(needle),
+                "{table}: {err}"
+            );
+        }
     }
 
     #[test]

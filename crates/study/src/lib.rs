@@ -11,6 +11,7 @@
 
 pub mod bias;
 pub mod canonical;
+pub mod compose;
 pub mod config;
 pub mod datasets;
 pub mod grid;

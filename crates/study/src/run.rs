@@ -106,6 +106,7 @@ pub fn reproduce(
         serde_json::to_string_pretty(&trained)?.as_bytes(),
     )?;
     report(Milestone::Trained(&trained))?;
+    crate::compose::run(config, out, parallel, progress)?;
     report(Milestone::OverSeeds(&over_seeds(
         &trained,
         config.claims.gamma,

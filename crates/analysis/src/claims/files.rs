@@ -54,6 +54,9 @@ pub struct SeedFiles {
     pub number: Option<RunFiles>,
     /// The letter-task run.
     pub letter: Option<RunFiles>,
+    /// The number model with fewer layers than hops (`seed-S/compose`, the study's
+    /// `[compose]` stage; None when the study has none for this seed).
+    pub compose: Option<RunFiles>,
 }
 
 impl SeedFiles {
@@ -396,6 +399,14 @@ impl StudyFiles {
                         seed,
                         number: run(seed, TaskKind::Number)?,
                         letter: run(seed, TaskKind::Letter)?,
+                        compose: {
+                            let dir = study.compose(seed);
+                            if dir.is_dir() {
+                                Some(RunFiles::load_expecting(&dir, expected)?)
+                            } else {
+                                None
+                            }
+                        },
                     })
                 })
                 .collect::<Result<_>>()?,

@@ -13,8 +13,10 @@
 
 pub mod ablation;
 pub mod canonical;
+pub mod compose;
 pub mod decay;
 pub mod files;
+pub mod learning;
 pub mod multi_hop;
 pub mod offset;
 pub mod theory;
@@ -29,8 +31,8 @@ use crate::measure::dynamics::Gamma;
 pub use files::{load_curve, Curve, RunFiles, SeedFiles, StudyFiles};
 pub use multi_hop::{grid_letters, head_grid, heads_of, kind_letter, layer_types, layers_with};
 pub use verdict::{
-    accuracy_at_least, decide, spearman, spearman_interval, wilson, Category, Outcome, Tally,
-    Verdict,
+    accuracy_at_least, decide, spearman, spearman_interval, welch_difference, wilson, Category,
+    Outcome, Tally, Verdict,
 };
 
 /// The thresholds every verdict uses (config keys of the study's `[claims]` table).
@@ -91,6 +93,10 @@ pub struct Thresholds {
     /// Ablation: a model does not need a group when knocking it out leaves its test accuracy at
     /// or above this (the 95% Wilson interval entirely at or above).
     pub kept_accuracy: f64,
+    /// Composing against one hop per layer (`composing_generalises_worse`): the composing
+    /// models generalise worse when their mean accuracy on a composed hop count, at the first
+    /// length beyond training, is at least this much below the one-hop-per-layer models'.
+    pub compose_drop: f64,
 }
 
 impl Default for Thresholds {
@@ -117,6 +123,7 @@ impl Default for Thresholds {
             min_seeds: 3,
             needed_accuracy: 0.5,
             kept_accuracy: 0.9,
+            compose_drop: 0.05,
         }
     }
 }
@@ -306,6 +313,7 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         multi_hop::number_positional_then_symbolic(files, t),
         multi_hop::letter_all_symbolic(files, t),
         multi_hop::pure_before_accuracy_peak(files, t),
+        learning::pure_heads_with_learning(files, t),
         multi_hop::number_hops_in_order(files, t),
         multi_hop::number_hops_composed(files, t),
         multi_hop::letter_hops_together(files, t),
@@ -317,6 +325,7 @@ pub fn verdicts(files: &StudyFiles, t: &Thresholds) -> Vec<Claim> {
         ablation::letter_needs_symbolic(files, t),
         ablation::letter_needs_only_symbolic(files, t),
         decay::discrepancy_rates(files, t),
+        compose::composing_generalises_worse(files, t),
         theory::index_discrepancy_decays(files),
         theory::retrieval_discrepancy_holds(files, t),
     ];

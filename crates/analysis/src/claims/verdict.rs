@@ -138,6 +138,31 @@ pub fn decide(tally: &Tally, min_n: usize) -> (Verdict, Option<String>) {
     (Verdict::Holds, None)
 }
 
+/// The difference of means `mean(b) - mean(a)` with its Welch 95% interval: standard error
+/// sqrt(s_a^2 / n_a + s_b^2 / n_b) (sample variances), Welch-Satterthwaite degrees of freedom
+/// rounded down, Student's t. (d, low, high); None when a side has fewer than 2 values. Equal
+/// values on both sides give a zero-width interval.
+pub fn welch_difference(a: &[f64], b: &[f64]) -> Option<(f64, f64, f64)> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let moments = |v: &[f64]| {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        (mean, var / n, n - 1.0)
+    };
+    let ((ma, va, dfa), (mb, vb, dfb)) = (moments(a), moments(b));
+    let d = mb - ma;
+    let se = (va + vb).sqrt();
+    if se == 0.0 {
+        return Some((d, d, d));
+    }
+    let df = (va + vb).powi(2) / (va * va / dfa + vb * vb / dfb);
+    let half = crate::measure::decay::t_975(df.floor().max(1.0) as usize) * se;
+    Some((d, d - half, d + half))
+}
+
 /// The Wilson score interval of `k` successes in `n` trials at 95% (z = 1.96): (low, high);
 /// (0, 1) when n is 0.
 pub fn wilson(k: usize, n: usize) -> (f64, f64) {

@@ -100,13 +100,16 @@ pub fn model_row(dir: &Path, name: &str, gamma: Gamma) -> Result<Option<ModelRow
         return Ok(None);
     }
     let files = RunFiles::load(dir)?;
-    let Some(last) = files.scores.iter().map(|l| l.step).max() else {
-        return Ok(None);
-    };
+    Ok(row_of(&files, &task, name, gamma))
+}
+
+/// One model's row from its files (None without scores or an accuracy).
+pub fn row_of(files: &RunFiles, task: &str, name: &str, gamma: Gamma) -> Option<ModelRow> {
+    let last = files.scores.iter().map(|l| l.step).max()?;
     let accuracy = match (&files.test, files.val.last()) {
         (Some(t), _) => (t.accuracy, true),
         (None, Some((_, v))) => (v.accuracy, false),
-        (None, None) => return Ok(None),
+        (None, None) => return None,
     };
     // The pure counts of every checkpoint, in step order.
     let shares = pure_counts(&files.scores, gamma);
@@ -127,9 +130,9 @@ pub fn model_row(dir: &Path, name: &str, gamma: Gamma) -> Result<Option<ModelRow
         .iter()
         .find(|(_, a)| a.accuracy >= RISE_ACCURACY)
         .map(|(s, _)| *s);
-    Ok(Some(ModelRow {
+    Some(ModelRow {
         run: name.to_string(),
-        task,
+        task: task.to_string(),
         step: last,
         heads,
         positional,
@@ -139,7 +142,7 @@ pub fn model_row(dir: &Path, name: &str, gamma: Gamma) -> Result<Option<ModelRow
         tested: accuracy.1,
         pure_step,
         rise_step,
-    }))
+    })
 }
 
 /// Every model under `dir` ([`find_runs`], [`model_row`]); a model whose final weights equal
@@ -291,6 +294,43 @@ impl Association {
     }
 }
 
+/// The association over tasks, judged within each ([`Association::of`]): it does not hold when
+/// one task's does not; it holds when one task's holds and none fails; otherwise (no task can
+/// judge, e.g. every model learned) it is undetermined, with each task's reason.
+pub fn combined(per_task: &[Association]) -> Outcome {
+    if per_task.iter().any(|a| a.outcome == Outcome::Fails) {
+        return Outcome::Fails;
+    }
+    if per_task.iter().any(|a| a.outcome == Outcome::Holds) {
+        return Outcome::Holds;
+    }
+    let why: Vec<String> = per_task
+        .iter()
+        .filter_map(|a| match &a.outcome {
+            Outcome::Undetermined(w) => Some(w.clone()),
+            _ => None,
+        })
+        .collect();
+    Outcome::Undetermined(if why.is_empty() {
+        "no number or letter model was found".into()
+    } else {
+        why.join("; ")
+    })
+}
+
+/// The statement and test of the association claim, as the study's and the bias experiment's
+/// claim rows give them.
+pub fn threshold_text() -> String {
+    format!(
+        "within each task, Spearman's rho of a model's pure-head share (positional or symbolic \
+         at the study's gamma, last scored checkpoint) against its test accuracy, 95% interval \
+         (Fisher z, variance 1.06 / (n - 3)): holds when rho >= {RHO} and the interval excludes \
+         0, does not hold when the interval lies below {RHO}, undetermined with fewer than \
+         {MIN_MODELS} models or when every model learned (test accuracy >= {LEARNED}) or none \
+         did; the claim does not hold when a task does not, holds when a task holds"
+    )
+}
+
 /// The tasks present in `rows`, in order.
 pub fn tasks(rows: &[ModelRow]) -> Vec<String> {
     rows.iter()
@@ -350,5 +390,33 @@ mod tests {
         ));
         // Rows of another task are not counted.
         assert_eq!(Association::of(&up, "letter").n, 0);
+    }
+
+    #[test]
+    fn tasks_combine_as_stated() {
+        let up: Vec<ModelRow> = (0..12)
+            .map(|i| row("number", i as f64 / 12.0, 0.5 + 0.05 * i as f64))
+            .collect();
+        let down: Vec<ModelRow> = (0..12)
+            .map(|i| row("number", 1.0 - i as f64 / 12.0, 0.5 + 0.05 * i as f64))
+            .collect();
+        let all: Vec<ModelRow> = (0..12)
+            .map(|i| row("letter", i as f64 / 12.0, 0.995))
+            .collect();
+        let of = |rows: &[ModelRow], task| Association::of(rows, task);
+        // A task that cannot judge (every letter model learned) leaves the other to decide.
+        assert_eq!(
+            combined(&[of(&up, "number"), of(&all, "letter")]),
+            Outcome::Holds
+        );
+        assert_eq!(
+            combined(&[of(&down, "number"), of(&all, "letter")]),
+            Outcome::Fails
+        );
+        let Outcome::Undetermined(why) = combined(&[of(&all, "letter")]) else {
+            panic!("decided with no task able to judge")
+        };
+        assert!(why.contains("letter"), "{why}");
+        assert!(matches!(combined(&[]), Outcome::Undetermined(_)));
     }
 }

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{bail, ensure, Result};
-use ropelab_analysis::claims::{decide, Outcome as Judged, Tally, Verdict};
-use ropelab_analysis::measure::decay::t_975;
+use ropelab_analysis::claims::{decide, welch_difference, Outcome as Judged, Tally, Verdict};
 use ropelab_io::{read_csv_file, write_csv};
 use ropelab_model::{Head, ModelConfig, PlaneMask, PositionEncoding, RopeLayout};
 use ropelab_sweep::measure::ambiguous::{letters, read_conflict, AmbiguousHead};
@@ -667,25 +666,13 @@ pub const RAISE: f64 = 0.02;
 /// 1 - [`RAISE`] no gain of [`RAISE`] can show (the ceiling): only an interval below 0 decides
 /// (does not raise), anything else is undetermined.
 pub fn raises_length(none: &[f64], bias: &[f64]) -> (String, Judged) {
-    let (mn, sn) = mean_sd(none);
-    let (mb, sb) = mean_sd(bias);
-    let d = mb - mn;
-    let (vn, vb) = (
-        sn * sn / none.len().max(1) as f64,
-        sb * sb / bias.len().max(1) as f64,
+    let (mn, mb) = (mean_sd(none).0, mean_sd(bias).0);
+    let (d, lo, hi) =
+        welch_difference(none, bias).unwrap_or((mb - mn, f64::NEG_INFINITY, f64::INFINITY));
+    let text = format!(
+        "{mb:.3} (gain {d:+.3}, 95% interval [{lo:+.3}, {hi:+.3}], seeds {})",
+        bias.len()
     );
-    let se = (vn + vb).sqrt();
-    let half = if none.len() < 2 || bias.len() < 2 {
-        f64::INFINITY
-    } else if se == 0.0 {
-        0.0
-    } else {
-        let df = (vn + vb).powi(2)
-            / (vn * vn / (none.len() - 1) as f64 + vb * vb / (bias.len() - 1) as f64);
-        t_975(df.floor().max(1.0) as usize) * se
-    };
-    let (lo, hi) = (d - half, d + half);
-    let text = format!("{mb:.3} (gain {d:+.3}, 95% interval [{lo:+.3}, {hi:+.3}], seeds {})", bias.len());
     let ceiling = mn > 1.0 - RAISE;
     let o = if hi < if ceiling { 0.0 } else { RAISE } {
         Judged::Fails
@@ -827,12 +814,9 @@ pub fn claims(
                         n[3].0,
                         tally.measured.join("; ")
                     ),
-                    match decide(&tally, 1) {
-                        (Verdict::Holds, _) => Judged::Holds,
-                        (Verdict::DoesNotHold, _) => Judged::Fails,
-                        (Verdict::Undetermined, why) => {
-                            Judged::Undetermined(why.unwrap_or_default())
-                        }
+                    {
+                        let (v, why) = decide(&tally, 1);
+                        judged(v, why)
                     },
                 )
             }
@@ -857,7 +841,46 @@ pub fn claims(
         v,
     ));
     out.push(discrepancy_claim(transfer));
+    out.push(association_claim(transfer));
     out
+}
+
+/// `pure_heads_with_learning` on the transfer stage's models and the given studies' (the
+/// study's claim, `ropelab_analysis::claims::learning`): here some models fail (keep-high
+/// removes the number task's positional solution), so success varies and the association can
+/// be judged.
+fn association_claim(transfer: Option<&transfer::TransferOutcome>) -> BiasClaim {
+    use ropelab_analysis::claims::learning::{association_claim, PAPER};
+    let threshold = ropelab_analysis::measure::pure_heads::threshold_text();
+    let Some(t) = transfer else {
+        return BiasClaim::new(
+            "pure_heads_with_learning",
+            PAPER,
+            threshold,
+            "the transfer stage did not run".into(),
+            Judged::undetermined("the transfer stage did not run"),
+        );
+    };
+    let mut rows = t.pure.clone();
+    rows.extend(t.study.iter().filter_map(|p| p.pure.clone()));
+    let c = association_claim(&rows, PAPER);
+    let measured = c.measured.join("; ");
+    BiasClaim::new(
+        "pure_heads_with_learning",
+        PAPER,
+        c.threshold,
+        measured,
+        judged(c.verdict, c.reason),
+    )
+}
+
+/// A verdict and its reason as an outcome.
+fn judged(verdict: Verdict, why: Option<String>) -> Judged {
+    match verdict {
+        Verdict::Holds => Judged::Holds,
+        Verdict::DoesNotHold => Judged::Fails,
+        Verdict::Undetermined => Judged::Undetermined(why.unwrap_or_default()),
+    }
 }
 
 /// "The discrepancy of the heads the answer depends on, measured at the training length,
@@ -1255,7 +1278,10 @@ mod tests {
         // Worked by hand: d = 0.15, se = sqrt(0.01/3 + 0.0025/3) = 0.06455, Welch df = 2.94
         // (rounded down to 2, t = 4.303): half-width 0.2778, interval [-0.128, +0.428].
         let (text, o) = raises_length(&[0.8, 0.7, 0.9], &[0.95, 1.0, 0.9]);
-        assert!(text.contains("gain +0.150") && text.contains("[-0.128, +0.428]"), "{text}");
+        assert!(
+            text.contains("gain +0.150") && text.contains("[-0.128, +0.428]"),
+            "{text}"
+        );
         assert!(matches!(o, Undetermined(_)), "{o:?}");
         assert_eq!(verdict(&[0.6, 0.62, 0.64], &[0.99, 1.0, 1.0]), Holds);
         assert_eq!(verdict(&[0.8, 0.82, 0.78], &[0.5, 0.52, 0.48]), Fails);

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use ropelab_analysis::claims::{head_grid, RunFiles};
 use ropelab_analysis::lens::purity::HeadKind;
 use ropelab_analysis::measure::lengthgen::{LengthOptions, LengthRow};
+use ropelab_analysis::measure::pure_heads::{row_of, ModelRow};
 use ropelab_analysis::StudyDir;
 use ropelab_sweep::measure::GAMMA;
 use ropelab_sweep::{Job, MeasureOptions};
@@ -271,6 +272,9 @@ pub struct TransferOutcome {
     pub lengths: Vec<TransferLength>,
     /// The studies' models read for the discrepancy claim.
     pub study: Vec<StudyPoint>,
+    /// Every transfer model's pure-head share and test accuracy, for the association claim
+    /// (the studies' are in `study`).
+    pub pure: Vec<ModelRow>,
 }
 
 /// A study model's point of the discrepancy claim.
@@ -288,6 +292,8 @@ pub struct StudyPoint {
     pub first_below: Option<usize>,
     /// Test accuracy of its last checkpoint (None: the study has no test evaluation).
     pub test_accuracy: Option<f64>,
+    /// Its pure-head share and accuracy, for the association claim (None without them).
+    pub pure: Option<ModelRow>,
 }
 
 /// Trains (or reuses) every transfer run in `out/transfer/...`, measures each, and writes
@@ -308,7 +314,8 @@ pub fn run(
     };
     for (job, result) in jobs.iter().zip(&results) {
         let dir = out.join(&job.run);
-        let point = model_point(&dir)?;
+        let files = RunFiles::load(&dir)?;
+        let point = model_point_of(&dir, &files)?;
         let text = |k: &str| {
             job.params
                 .iter()
@@ -317,6 +324,8 @@ pub fn run(
                 .unwrap_or_default()
         };
         let (task, bias) = (text("task"), text("bias"));
+        let name = job.run.display().to_string();
+        o.pure.extend(row_of(&files, &task, &name, GAMMA));
         let seed = job.config.seed;
         o.lengths
             .extend(point.lengths.iter().map(|r| TransferLength {
@@ -378,6 +387,7 @@ pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
                     margin: p.margin,
                     first_below: p.first_below,
                     test_accuracy: files.test.as_ref().map(|a| a.accuracy),
+                    pure: row_of(&files, task.as_str(), &model.display().to_string(), GAMMA),
                 });
             }
         }
