@@ -206,7 +206,8 @@ const SMALL_STUDY: &str =
      [theory]\nmax_n = 50\nd = 8\nbases = [100.0]\nlengths = [64]\ndraws = 2\nrho = 0.5\n\
      [offset]\npe = [\"rope\", \"ape\"]\nattention = [\"softmax\"]\nk = [1]\nseeds = [0]\n\
      steps = 5\ntrain_len = 4\ntest_lens = [4, 8, 16]\nper_length = 8\n\
-     [canonical]\ntasks = [\"partial\"]\nbands = [\"all\"]\nseeds = [0]\nsteps = 5\n";
+     [canonical]\ntasks = [\"partial\"]\nbands = [\"all\"]\nseeds = [0]\nsteps = 5\n\
+     [compose]\nlayers = 1\nseeds = [3]\n";
 
 #[test]
 fn reproduce_runs_a_small_config_and_reports_bad_configs() {
@@ -265,7 +266,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     assert!(stdout.contains("claims of the paper"), "{stdout}");
     let claims: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("claims.json")).unwrap()).unwrap();
-    assert_eq!(claims.as_array().unwrap().len(), 24);
+    assert_eq!(claims.as_array().unwrap().len(), 26);
     // The [offset] table's claims are measured (the third has no linear run to measure).
     let ids: Vec<&str> = claims
         .as_array()
@@ -274,30 +275,30 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         .map(|c| c["id"].as_str().unwrap())
         .collect();
     assert_eq!(
-        ids[17..20],
+        ids[19..22],
         [
             "offset_rotary_extrapolates",
             "offset_dilution_law",
             "offset_linear_fails"
         ]
     );
-    assert_eq!(claims[17]["n"], 1);
-    assert_eq!(claims[19]["verdict"], "undetermined");
-    assert!(claims[19]["reason"]
+    assert_eq!(claims[19]["n"], 1);
+    assert_eq!(claims[21]["verdict"], "undetermined");
+    assert!(claims[21]["reason"]
         .as_str()
         .unwrap()
         .contains("not measured"));
     // The number model's hop map is measured, but a model that learned nothing cannot answer
     // the question: undetermined, saying why.
-    assert_eq!(claims[5]["id"], "number_hops_composed");
-    assert_eq!(claims[5]["n"], 1);
-    assert_eq!(claims[5]["verdict"], "undetermined");
-    assert!(claims[5]["reason"]
+    assert_eq!(claims[6]["id"], "number_hops_composed");
+    assert_eq!(claims[6]["n"], 1);
+    assert_eq!(claims[6]["verdict"], "undetermined");
+    assert!(claims[6]["reason"]
         .as_str()
         .unwrap()
         .contains("the number model did not learn its task"));
     // The theory rows are exact checks, counted apart.
-    for i in [15, 16] {
+    for i in [17, 18] {
         assert_eq!(claims[i]["category"], "exact_check", "{}", claims[i]);
     }
     assert_eq!(claims[0]["category"], "empirical");
@@ -318,9 +319,35 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         report.contains("Canonical task partial"),
         "report lacks the canonical section"
     );
-    assert_eq!(claims[23]["id"], "partial_two_angles");
-    assert_eq!(claims[23]["n"], 1);
-    assert_eq!(claims[20]["verdict"], "undetermined");
+    assert_eq!(claims[25]["id"], "partial_two_angles");
+    assert_eq!(claims[25]["n"], 1);
+    assert_eq!(claims[22]["verdict"], "undetermined");
+    // The [compose] table: a 1-layer number model of seed 3, measured as the study's models,
+    // and the composing claim measured on it (undetermined: nothing was learned in 5 steps).
+    for file in [
+        "scores.jsonl",
+        "lengthgen.csv",
+        "layer_sets.csv",
+        "probes.csv",
+        "hops.csv",
+    ] {
+        assert!(
+            run.join("seed-3/compose").join(file).exists(),
+            "compose {file} missing"
+        );
+    }
+    assert_eq!(claims[16]["id"], "composing_generalises_worse");
+    assert_eq!(claims[16]["verdict"], "undetermined");
+    assert_eq!(
+        claims[16]["n"], 3,
+        "hops 2, 3 and 4 exceed 1 layer: {}",
+        claims[16]
+    );
+    assert!(claims[16]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("fewer than 2 seeds"));
+    assert_eq!(claims[4]["id"], "pure_heads_with_learning");
     // 5 steps of a tiny model learn nothing: "learned" does not hold, the claims that need a
     // learned model are undetermined, and none is marked as holding without its numbers.
     for c in claims.as_array().unwrap() {
@@ -340,12 +367,21 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     let said = ropelab(&["collect", run.to_str().unwrap()]);
     assert!(said.status.success(), "{}", stderr(&said));
     let jobs = std::fs::read_to_string(run.join("collected/jobs.csv")).unwrap();
-    assert_eq!(jobs.lines().count(), 3, "{jobs}");
+    // Two models and the [compose] one (a `layers` parameter).
+    assert_eq!(jobs.lines().count(), 4, "{jobs}");
     let header: Vec<&str> = jobs.lines().next().unwrap().split(',').collect();
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let composing: Vec<&str> = jobs
+        .lines()
+        .skip(1)
+        .filter(|l| !l.split(',').nth(column("layers")).unwrap().is_empty())
+        .collect();
+    assert_eq!(composing.len(), 1, "{jobs}");
+    assert!(composing[0].contains(",1,3,number,number,"), "{jobs}");
     for (line, trained) in jobs
         .lines()
         .skip(1)
+        .filter(|l| l.split(',').nth(column("layers")).unwrap().is_empty())
         .zip(training.as_array().unwrap().iter().rev())
     {
         let cells: Vec<&str> = line.split(',').collect();

@@ -319,4 +319,23 @@ mod tests {
         assert!(why.unwrap().contains("at least 3"));
         assert_eq!(decide(&tally(&[]), 0).0, Verdict::Undetermined);
     }
+
+    #[test]
+    fn the_welch_interval_matches_a_hand_computation() {
+        // Equal variances and sizes: se = sqrt(2 * 0.01 / 4) = 0.0707, Welch df = 6 exactly
+        // (t = 2.447): d = 0.2, half-width 0.1730.
+        let a = [0.4, 0.5, 0.6, 0.5];
+        let b: Vec<f64> = a.iter().map(|x| x + 0.2).collect();
+        let var = a.iter().map(|x| (x - 0.5f64).powi(2)).sum::<f64>() / 3.0;
+        let (d, lo, hi) = welch_difference(&a, &b).unwrap();
+        let half = 2.447 * (2.0 * var / 4.0).sqrt();
+        assert!((d - 0.2).abs() < 1e-12);
+        assert!((lo - (0.2 - half)).abs() < 1e-3 && (hi - (0.2 + half)).abs() < 1e-3);
+        // Constant sides: a zero-width interval; one value on a side: none.
+        assert_eq!(
+            welch_difference(&[1.0, 1.0], &[0.5, 0.5]),
+            Some((-0.5, -0.5, -0.5))
+        );
+        assert_eq!(welch_difference(&[1.0], &[0.5, 0.5]), None);
+    }
 }
