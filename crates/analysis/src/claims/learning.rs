@@ -58,30 +58,15 @@ pub fn pure_heads_with_learning(files: &StudyFiles, t: &Thresholds) -> Claim {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(task: &str, i: usize, share: f64, accuracy: f64) -> ModelRow {
-        ModelRow {
-            run: format!("{task}-{i}"),
-            task: task.into(),
-            step: 100,
-            heads: 6,
-            positional: 0,
-            symbolic: (share * 6.0).round() as usize,
-            pure_share: share,
-            accuracy,
-            tested: true,
-            pure_step: None,
-            rise_step: None,
-        }
-    }
+    use crate::measure::pure_heads::tests::row;
 
     #[test]
     fn the_row_counts_tasks_and_takes_the_combined_verdict() {
         // Number models whose accuracy rises with their pure share, letter models all learned.
         let mut rows: Vec<ModelRow> = (0..8)
-            .map(|i| row("number", i, i as f64 / 8.0, 0.3 + 0.1 * i as f64))
+            .map(|i| row("number", i as f64 / 8.0, 0.3 + 0.1 * i as f64))
             .collect();
-        rows.extend((0..8).map(|i| row("letter", i, 1.0, 0.999)));
+        rows.extend((0..8).map(|_| row("letter", 1.0, 0.999)));
         let c = association_claim(&rows, PAPER);
         assert_eq!(c.verdict, Verdict::Holds, "{c:#?}");
         assert_eq!((c.n, c.holding, c.failing, c.undetermined), (2, 1, 0, 1));

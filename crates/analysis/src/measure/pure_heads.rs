@@ -341,10 +341,11 @@ pub fn tasks(rows: &[ModelRow]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn row(task: &str, share: f64, accuracy: f64) -> ModelRow {
+    /// A model row of `task` with pure share `share` and test accuracy `accuracy`.
+    pub(crate) fn row(task: &str, share: f64, accuracy: f64) -> ModelRow {
         ModelRow {
             run: format!("{task}-{share}-{accuracy}"),
             task: task.into(),
