@@ -172,6 +172,20 @@ impl LlamaConfig {
         if c.vocab_size == 0 || c.d_model == 0 || c.d_ff == 0 {
             return bad("vocabulary, residual and MLP sizes must be positive".into());
         }
+        // A RoPE base or norm epsilon that is not a finite positive number gives NaN angles or
+        // divisions by zero: no model has one.
+        if !(c.rope_base.is_finite() && c.rope_base > 0.0) {
+            return bad(format!(
+                "RoPE base {} is not a finite positive number",
+                c.rope_base
+            ));
+        }
+        if !(c.rms_eps.is_finite() && c.rms_eps > 0.0) {
+            return bad(format!(
+                "norm epsilon {} is not a finite positive number",
+                c.rms_eps
+            ));
+        }
         if let Some(t) = &c.rope_thetas {
             if t.len() != c.rope_dim / 2 || t.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return bad(format!(

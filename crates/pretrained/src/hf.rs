@@ -462,6 +462,33 @@ impl HfWeights {
                 tensors.insert(name, (t, file.clone()));
             }
         }
+        // Every block the weights hold must be in the config: a smaller `num_hidden_layers`
+        // would silently drop the blocks beyond it.
+        let prefix = format!("{}.", Self::layer_prefix(&c.arch));
+        let held = tensors
+            .keys()
+            .filter_map(|n| {
+                n.strip_prefix(&prefix)?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map(|l| l + 1);
+        if let Some(held) = held {
+            if held != c.n_layers {
+                return Err(PretrainedError::gguf(
+                    &config_path,
+                    format!(
+                        "num_hidden_layers is {} but the weights hold {held} blocks ({prefix}0 \
+                         .. {prefix}{})",
+                        c.n_layers,
+                        held - 1
+                    ),
+                ));
+            }
+        }
         let weights = Self {
             dir: dir.to_owned(),
             tensors,
@@ -470,6 +497,15 @@ impl HfWeights {
             heads: c.n_heads,
         };
         Ok((c, weights))
+    }
+
+    /// The name prefix of the blocks' tensors in architecture `arch` (`model.layers`).
+    fn layer_prefix(arch: &str) -> &'static str {
+        match arch {
+            "gpt_neox" => "gpt_neox.layers",
+            "gptj" => "transformer.h",
+            _ => "model.layers",
+        }
     }
 
     /// The Hugging Face name of GGUF tensor `name` in architecture `arch`. GPT-NeoX's q, k and
@@ -483,7 +519,7 @@ impl HfWeights {
                     ("output_norm.bias", "gpt_neox.final_layer_norm.bias"),
                     ("output.weight", "embed_out.weight"),
                 ],
-                "gpt_neox.layers",
+                Self::layer_prefix(arch),
             ),
             "gptj" => (
                 &[
@@ -493,7 +529,7 @@ impl HfWeights {
                     ("output.weight", "lm_head.weight"),
                     ("output.bias", "lm_head.bias"),
                 ],
-                "transformer.h",
+                Self::layer_prefix(arch),
             ),
             _ => (
                 &[
@@ -501,7 +537,7 @@ impl HfWeights {
                     ("output_norm.weight", "model.norm.weight"),
                     ("output.weight", "lm_head.weight"),
                 ],
-                "model.layers",
+                Self::layer_prefix(arch),
             ),
         };
         if let Some((_, hf)) = fixed.iter().find(|(g, _)| *g == name) {
@@ -690,6 +726,24 @@ mod tests {
         assert_eq!(c.block.residual, Residual::Sequential);
         assert_eq!((c.block.norm, c.block.mlp), (Norm::Layer, Mlp::Gelu));
         assert!(c.qkv_bias && c.block.o_bias && c.block.mlp_bias);
+    }
+
+    #[test]
+    fn values_no_model_has_are_refused() {
+        let llama = r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+            "vocab_size": 300, "max_position_embeddings": 128, "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-5}"#;
+        assert_eq!(config(llama).unwrap().rms_eps, 1e-5);
+        for (from, to, needle) in [
+            ("1e-5", "-1", "norm epsilon -1"),
+            ("1e-5", "0", "norm epsilon 0"),
+            ("10000.0", "-5", "rope_theta -5"),
+            ("10000.0", "0", "rope_theta 0"),
+        ] {
+            let err = config(&llama.replace(from, to)).expect_err(needle);
+            assert!(err.contains(needle) && err.contains("config.json"), "{err}");
+        }
     }
 
     #[test]

@@ -304,6 +304,46 @@ fn wrong_metadata_is_named() {
     );
 }
 
+/// The tiny model with the f32 value of metadata key `key` set to `value` (the key's bytes, its
+/// u32 type, then the value).
+fn with_f32(dir: &Path, key: &str, value: f32) -> std::path::PathBuf {
+    let path = dir.join("tiny.gguf");
+    write_model(&path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+        .unwrap()
+        + key.len()
+        + 4;
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    let bad = dir.join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    bad
+}
+
+#[test]
+fn values_no_model_has_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // The edit reaches the value: a valid one loads and is read back.
+    let fine = with_f32(dir.path(), "llama.rope.freq_base", 5000.0);
+    let model = Llama::load(&fine, &Device::Cpu).unwrap();
+    assert_eq!(model.config().rope_base, 5000.0);
+    for (key, what) in [
+        ("llama.rope.freq_base", "RoPE base"),
+        ("llama.attention.layer_norm_rms_epsilon", "norm epsilon"),
+    ] {
+        for value in [f32::NAN, -1.0, 0.0, f32::INFINITY] {
+            let bad = with_f32(dir.path(), key, value);
+            let err = Llama::load(&bad, &Device::Cpu).err().unwrap().to_string();
+            assert!(
+                err.contains("bad.gguf") && err.contains(what) && !err.contains('\n'),
+                "{key} = {value}: {err}"
+            );
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
 

@@ -318,3 +318,28 @@ fn a_ropelab_checkpoint_transformers_cannot_run_is_refused() {
     assert!(err.contains("ropelab_exact_in_transformers"), "{err}");
     assert!(!err.contains('\n'), "{err}");
 }
+
+#[test]
+fn a_config_with_fewer_layers_than_the_weights_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixtures().join("llama");
+    for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(file), dir.path().join(file)).unwrap();
+    }
+    assert!(load_model(Some(dir.path()), &Device::Cpu).is_ok());
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        config.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1"),
+    )
+    .unwrap();
+    let err = load_model(Some(dir.path()), &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("config.json")
+            && err.contains("num_hidden_layers is 1 but the weights hold 2"),
+        "{err}"
+    );
+}
