@@ -230,6 +230,18 @@ fn rope_params(
     } else {
         None
     };
+    // An older `rope_scaling` beside `rope_parameters` is read too (an unknown type is refused
+    // whichever key holds it) and must scale as `rope_parameters` does.
+    if name == "rope_parameters" {
+        if let Some(old) = cfg.get("rope_scaling").filter(|v| v.is_object()) {
+            let also = scaled_thetas(cfg, old, "rope_scaling", base, rope_dim)?;
+            if also != thetas {
+                return Err(
+                    cfg.error("rope_scaling and rope_parameters scale RoPE differently: give one")
+                );
+            }
+        }
+    }
     Ok((base, rope_dim, thetas))
 }
 
@@ -744,6 +756,33 @@ mod tests {
             let err = config(&llama.replace(from, to)).expect_err(needle);
             assert!(err.contains(needle) && err.contains("config.json"), "{err}");
         }
+    }
+
+    #[test]
+    fn an_unknown_rope_scaling_beside_rope_parameters_is_refused() {
+        let llama = |extra: &str| {
+            format!(
+                r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+                "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+                "vocab_size": 300, "max_position_embeddings": 128,
+                "rope_parameters": {{"rope_type": "default", "rope_theta": 10000.0}}{extra}}}"#
+            )
+        };
+        assert!(config(&llama("")).unwrap().rope_thetas.is_none());
+        assert!(config(&llama(r#", "rope_scaling": null"#)).is_ok());
+        let err = config(&llama(
+            r#", "rope_scaling": {"type": "yarn", "factor": 4.0}"#,
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("rope_scaling") && err.contains("yarn"),
+            "{err}"
+        );
+        let err = config(&llama(
+            r#", "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+        ))
+        .unwrap_err();
+        assert!(err.contains("scale RoPE differently"), "{err}");
     }
 
     #[test]
