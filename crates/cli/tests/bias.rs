@@ -137,6 +137,18 @@ fn bad_biases_are_one_line_errors() {
             want,
         );
     }
+    // A study that is not there, or one nothing would read, is refused before any training.
+    let missing = dir.path().join("no-such-study");
+    let (o, m) = (o.to_str().unwrap(), missing.to_str().unwrap());
+    one_line_error(
+        &["bias", "--quick", "--study", m, "--out", o],
+        "is not a study directory",
+    );
+    one_line_error(
+        &["bias", "--quick", "--no-transfer", "--study", m, "--out", o],
+        "drop --no-transfer or the --study",
+    );
+    assert!(!dir.path().join("b").exists(), "a refused run wrote {o}");
 }
 
 #[test]

@@ -281,6 +281,20 @@ impl Experiment {
             }
             self.run_config(*b, self.seeds[0])?.check()?;
         }
+        // The studies join the transfer stage's claims: a missing one is refused now, before
+        // any training, and without a transfer stage there is nothing to join.
+        ensure!(
+            self.studies.is_empty() || self.transfer.is_some(),
+            "a study given without the transfer stage would be read by nothing: drop \
+             --no-transfer or the --study"
+        );
+        for study in &self.studies {
+            ensure!(
+                ropelab_analysis::StudyDir::new(study).is_study(),
+                "{} is not a study directory (no config.toml with models)",
+                study.display()
+            );
+        }
         Ok(())
     }
 
