@@ -189,12 +189,16 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
     let keys = union(results, |r| r.params.keys().cloned().collect());
     let hops = union(results, |r| r.per_hop.keys().copied().collect());
     let lengths = union(results, |r| r.length_accuracy.keys().copied().collect());
+    // A `task` parameter (a study's jobs, a sweep over tasks) is the run's task: one column.
+    let task_column = !keys.iter().any(|k| k == "task");
     let mut w = csv::Writer::from_writer(vec![]);
     let mut header = vec!["id".to_string()];
     header.extend(keys.iter().cloned());
+    if task_column {
+        header.push("task".into());
+    }
     header.extend(
         [
-            "task",
             "steps",
             "val_accuracy",
             "test_accuracy",
@@ -216,8 +220,10 @@ pub fn jobs_csv(results: &[JobResult]) -> String {
             keys.iter()
                 .map(|k| r.params.get(k).cloned().unwrap_or_default()),
         );
+        if task_column {
+            row.push(r.task.clone());
+        }
         row.extend([
-            r.task.clone(),
             r.steps.to_string(),
             num(r.val_accuracy),
             num(r.test_accuracy),
