@@ -604,7 +604,12 @@ mod tests {
             (
                 "length_ratio = 4.0",
                 "length_ratio = -1.0",
-                "[claims] length_ratio = -1 is out of range",
+                "[claims] length_ratio = -1 is out of range: it must be a finite number above 0",
+            ),
+            (
+                "length_ratio = 4.0",
+                "length_ratio = 4.0\ncompose_drop = 2.0",
+                "[claims] compose_drop = 2 is out of range: it must be in [0, 1]",
             ),
             (
                 "learned_accuracy = 0.99",

@@ -138,9 +138,16 @@ impl Thresholds {
                 Ok(())
             } else {
                 let bracket = if open_lo { "(" } else { "[" };
-                Err(format!(
-                    "{key} = {v} is out of range: it must be in {bracket}{lo}, {hi}]"
-                ))
+                // An unbounded range says so, not f64::MAX in 309 digits.
+                let range = if hi == f64::MAX {
+                    format!(
+                        "a finite number {} {lo}",
+                        if open_lo { "above" } else { "at least" }
+                    )
+                } else {
+                    format!("in {bracket}{lo}, {hi}]")
+                };
+                Err(format!("{key} = {v} is out of range: it must be {range}"))
             }
         };
         for (key, v) in [
@@ -156,6 +163,7 @@ impl Thresholds {
             ("hop_mass", self.hop_mass),
             ("needed_accuracy", self.needed_accuracy),
             ("kept_accuracy", self.kept_accuracy),
+            ("compose_drop", self.compose_drop),
         ] {
             within(key, v, 0.0, 1.0, false)?;
         }
