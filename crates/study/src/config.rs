@@ -347,9 +347,19 @@ impl StudyConfig {
         }
         for sub in config.studies() {
             for kind in ropelab_tasks::TaskKind::ALL {
-                sub.train
+                let run = sub
+                    .train
                     .run_config(kind, config.seeds[0], &config.tasks)
                     .with_context(|| format!("{origin}: [train]"))?;
+                // A threshold no model of this depth can meet would make its claim a foregone
+                // "does not hold".
+                anyhow::ensure!(
+                    config.claims.min_positional_layers <= run.model.n_layers,
+                    "{origin}: [claims] min_positional_layers = {} can never hold on the \
+                     study's {}-layer models",
+                    config.claims.min_positional_layers,
+                    run.model.n_layers
+                );
             }
         }
         anyhow::ensure!(
@@ -620,6 +630,11 @@ mod tests {
                 "letter_length = 800",
                 "letter_length = 0",
                 "[claims] letter_length",
+            ),
+            (
+                "min_positional_layers = 2",
+                "min_positional_layers = 100000",
+                "[claims] min_positional_layers = 100000 can never hold on the study's 6-layer",
             ),
             // The theory part runs last; its settings are refused before any training.
             ("d = 128", "d = 7", "head dimension d must be even"),
