@@ -293,6 +293,23 @@ fn a_study_reads_only_the_files_it_measured() {
             "{err}"
         );
     }
+    // eval has no --out: a listed file its result would change (here: the ledger's record
+    // of it altered) is refused before its table is printed, and the refusal offers no flag
+    // eval lacks.
+    let ledger = model.join("measured.json");
+    let kept = std::fs::read_to_string(&ledger).unwrap();
+    let record: serde_json::Value = serde_json::from_str(&kept).unwrap();
+    let sha = record["files"]["eval/step-000005-extra-0.json"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(&ledger, kept.replace(&sha, &"0".repeat(64))).unwrap();
+    let out = ropelab(&["eval", "--run", m]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("copy of the run"), "{err}");
+    std::fs::write(&ledger, kept).unwrap();
     let elsewhere = dir.path().join("mine.jsonl");
     ok(ropelab(&[
         "score",

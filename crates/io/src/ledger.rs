@@ -243,7 +243,8 @@ pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::R
         io::ErrorKind::AlreadyExists,
         format!(
             "{} belongs to the study or sweep job that measured this run ({} lists it; its \
-             results are read from it): write elsewhere with --out FILE",
+             results are read from it): write elsewhere (--out FILE where the command has it, or \
+             work on a copy of the run)",
             target.display(),
             run.join(LEDGER).display()
         ),

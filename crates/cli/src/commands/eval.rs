@@ -49,6 +49,13 @@ pub fn run(args: EvalArgs, guard: Guard) -> Result<()> {
         args.memory,
         &Device::Cpu,
     )?;
+    // A file the run's ledger lists is refused before anything is printed.
+    let path = args
+        .run
+        .join("eval")
+        .join(report.file_name(args.n.is_none()));
+    let text = serde_json::to_string_pretty(&report)?;
+    ropelab_io::refuse_owned(&args.run, &path, Some(text.as_bytes()))?;
     let hops: Vec<String> = report
         .accuracy
         .per_hop
@@ -74,12 +81,6 @@ pub fn run(args: EvalArgs, guard: Guard) -> Result<()> {
         hops.join(" "),
     ]);
     print!("{table}");
-    let path = args
-        .run
-        .join("eval")
-        .join(report.file_name(args.n.is_none()));
-    let text = serde_json::to_string_pretty(&report)?;
-    ropelab_io::refuse_owned(&args.run, &path, Some(text.as_bytes()))?;
     write_atomic(&path, text.as_bytes())?;
     println!("wrote {}", path.display());
     if let Some(peak) = peak_rss_mib() {

@@ -80,6 +80,11 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
         bar.set_position(done as u64)
     })?;
     bar.finish_and_clear();
+    let out = args.out.unwrap_or_else(|| run_dir.join("hops.csv"));
+    // A study job's hop map (listed in the run's ledger) is its verdicts' input: not replaced
+    // (refused before anything is printed).
+    let text = ropelab_io::to_csv(&report.rows)?;
+    ropelab_io::refuse_owned(&run_dir, &out, Some(text.as_bytes()))?;
     let hops: Vec<String> = report
         .baseline
         .per_hop
@@ -98,10 +103,6 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
         "verdict: {}",
         HopRoute::of(&report.rows, CARRY_MASS).summary()
     );
-    let out = args.out.unwrap_or_else(|| run_dir.join("hops.csv"));
-    // A study job's hop map (listed in the run's ledger) is its verdicts' input: not replaced.
-    let text = ropelab_io::to_csv(&report.rows)?;
-    ropelab_io::refuse_owned(&run_dir, &out, Some(text.as_bytes()))?;
     // In a measured run the map is recorded in its ledger, under the key a study job uses for
     // the same map, so the run's report and verdicts read it (and a study reuses it).
     let recorded = out == run_dir.join("hops.csv") && Ledger::load(&run_dir)?.is_some();
