@@ -80,6 +80,11 @@ fn a_sweep_whose_base_changed_refuses_its_old_result() {
         err.contains("optim.steps = 40") && err.contains("optim.steps = 80"),
         "{err}"
     );
+    // A stale job is not helped by a rerun, and the refusal does not say it would be.
+    assert!(
+        !err.contains("run the same command again to retry") && err.contains("will not help"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     let listed = ok(sweep(&file, &out, &["--list"]));
     assert!(listed.contains("stale"), "{listed}");
@@ -307,7 +312,11 @@ fn a_study_reads_only_the_files_it_measured() {
     let out = ropelab(&["eval", "--run", m]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(err.contains("copy of the run"), "{err}");
     std::fs::write(&ledger, kept).unwrap();
     let elsewhere = dir.path().join("mine.jsonl");

@@ -151,8 +151,21 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
             .iter()
             .map(|(id, e)| format!("{id}: {e}"))
             .collect();
+        // A job whose directory holds another run config stays failed on a rerun: only the
+        // others are worth running again.
+        let stale = summary
+            .failed
+            .iter()
+            .filter(|(_, e)| e.to_string().contains("choose another --out"))
+            .count();
+        let hint = if stale == summary.failed.len() {
+            "each says what to change; running the same command again alone will not help"
+        } else {
+            "run the same command again to retry those that failed while running; a job \
+             holding another run config says what to change"
+        };
         bail!(
-            "{} job(s) failed (run the same command again to retry them): {}",
+            "{} job(s) failed ({hint}): {}",
             summary.failed.len(),
             lines.join("; ")
         );
