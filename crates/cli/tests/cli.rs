@@ -455,8 +455,12 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
         run.to_str().unwrap(),
     ]);
     assert!(!refused.status.success());
+    // It names the first setting that changed (here every `steps = 5` became 6; the first in
+    // key order is the [canonical] table's).
     assert!(
-        stderr(&refused).contains("holds a study with another config"),
+        stderr(&refused).contains(
+            "holds a study with another config: canonical.steps was 5, the config now gives 6"
+        ),
         "{}",
         stderr(&refused)
     );

@@ -489,12 +489,18 @@ impl StudyConfig {
         }
         let mut existing = Self::load(&path)?;
         existing.seeds = self.seeds.clone();
-        anyhow::ensure!(
-            existing == *self,
-            "{} holds a study with another config; delete it or choose another --out",
+        if existing == *self {
+            return Ok(());
+        }
+        let value = |c: &Self| toml::Value::try_from(c).expect("a study config serialises");
+        let what = match first_difference(&value(&existing), &value(self), "") {
+            Some((key, was, now)) => format!(": {key} was {was}, the config now gives {now}"),
+            None => String::new(),
+        };
+        anyhow::bail!(
+            "{} holds a study with another config{what}; delete it or choose another --out",
             out.display()
-        );
-        Ok(())
+        )
     }
 
     /// The embedded default or paper study.
@@ -513,9 +519,62 @@ impl StudyConfig {
     }
 }
 
+/// The first setting (dotted key, in key order) whose value differs between `was` and `now`,
+/// with both values as TOML (`(absent)` for a missing key).
+fn first_difference(
+    was: &toml::Value,
+    now: &toml::Value,
+    prefix: &str,
+) -> Option<(String, String, String)> {
+    use toml::Value::Table;
+    if let (Table(a), Table(b)) = (was, now) {
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        for k in keys {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match (a.get(k), b.get(k)) {
+                (Some(x), Some(y)) => {
+                    if let Some(d) = first_difference(x, y, &key) {
+                        return Some(d);
+                    }
+                }
+                (x, y) => {
+                    let show =
+                        |v: Option<&toml::Value>| v.map_or("(absent)".into(), |v| v.to_string());
+                    return Some((key, show(x), show(y)));
+                }
+            }
+        }
+        return None;
+    }
+    (was != now).then(|| (prefix.to_string(), was.to_string(), now.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_changed_setting_is_named() {
+        let v = |t: &str| t.parse::<toml::Table>().map(toml::Value::Table).unwrap();
+        let was = v("a = 1\n[t]\nx = [1, 2]\ny = \"s\"");
+        assert_eq!(first_difference(&was, &was, ""), None);
+        assert_eq!(
+            first_difference(&was, &v("a = 1\n[t]\nx = [1, 3]\ny = \"s\""), ""),
+            Some(("t.x".into(), "[1, 2]".into(), "[1, 3]".into()))
+        );
+        assert_eq!(
+            first_difference(
+                &was,
+                &v("a = 1\n[t]\nx = [1, 2]\ny = \"s\"\n[u]\nz = 1"),
+                ""
+            ),
+            Some(("u".into(), "(absent)".into(), "{ z = 1 }".into()))
+        );
+    }
 
     #[test]
     fn embedded_configs_parse_and_round_trip() {
