@@ -27,6 +27,15 @@ pub enum SweepError {
         /// What is wrong.
         message: String,
     },
+    /// A job's directory holds a result or run of another run config: not reused, and not
+    /// retried by running again (the message says what to change).
+    #[error("job {id}: {message}")]
+    Stale {
+        /// The job id.
+        id: String,
+        /// What differs and what to do.
+        message: String,
+    },
     /// A job failed.
     #[error("job {id}: {message}")]
     Job {

@@ -143,7 +143,7 @@ pub fn run_job(
     match job_state(job, out)? {
         JobState::Done(done) => return Ok((*done, false)),
         JobState::Stale(why) => {
-            return Err(SweepError::Job {
+            return Err(SweepError::Stale {
                 id: job.id.clone(),
                 message: why,
             })
@@ -321,6 +321,9 @@ pub struct RunSummary {
     pub skipped: usize,
     /// (job id, error) of the jobs that failed.
     pub failed: Vec<(String, String)>,
+    /// How many of those failed because their directory holds another run config
+    /// ([`SweepError::Stale`]): running again does not retry them.
+    pub stale: usize,
     /// The finished jobs' results, in job order.
     pub results: Vec<JobResult>,
 }
@@ -395,7 +398,10 @@ pub fn run_jobs(
                 }
                 summary.results.push(result);
             }
-            Some(Err(e)) => summary.failed.push((job.id.clone(), e.to_string())),
+            Some(Err(e)) => {
+                summary.stale += usize::from(matches!(e, SweepError::Stale { .. }));
+                summary.failed.push((job.id.clone(), e.to_string()));
+            }
             None => {}
         }
     }

@@ -153,12 +153,7 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
             .collect();
         // A job whose directory holds another run config stays failed on a rerun: only the
         // others are worth running again.
-        let stale = summary
-            .failed
-            .iter()
-            .filter(|(_, e)| e.to_string().contains("choose another --out"))
-            .count();
-        let hint = if stale == summary.failed.len() {
+        let hint = if summary.stale == summary.failed.len() {
             "each says what to change; running the same command again alone will not help"
         } else {
             "run the same command again to retry those that failed while running; a job \
