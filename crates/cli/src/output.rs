@@ -18,7 +18,13 @@ pub enum Output {
 
 impl Output {
     /// Opens `path` for writing (`-` is standard output); creates missing parent directories.
+    /// A file that a measured run's ledger lists (a study's or sweep job's own, whatever
+    /// `--run` names) is refused ([`ropelab_io::refuse_listed`]).
     pub fn create(path: &Path) -> Result<Self> {
+        Self::create_checked(path, None)
+    }
+
+    fn create_checked(path: &Path, contents: Option<&[u8]>) -> Result<Self> {
         if path.as_os_str() == "-" {
             return Ok(Output::Stdout(BufWriter::new(io::stdout())));
         }
@@ -29,6 +35,7 @@ impl Output {
         if path.is_dir() {
             anyhow::bail!("cannot write {}: it is a directory", path.display());
         }
+        ropelab_io::refuse_listed(path, contents)?;
         fs::create_dir_all(dir).with_context(|| {
             format!(
                 "cannot write {}: cannot create its directory",
@@ -71,10 +78,16 @@ impl Write for Output {
 
 /// Writes `contents` to `path` atomically.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
-    let mut out = Output::create(path)?;
+    let mut out = Output::create_checked(path, Some(contents))?;
     out.write_all(contents)
         .with_context(|| format!("cannot write {}", path.display()))?;
     out.commit()
+}
+
+/// Writes `rows` as CSV to `path` with [`write_atomic`] (a file a measured run's ledger lists
+/// is refused unless these are its very bytes).
+pub fn write_csv<T: serde::Serialize>(path: &Path, rows: &[T]) -> Result<()> {
+    write_atomic(path, ropelab_io::to_csv(rows)?.as_bytes())
 }
 
 /// The process's peak resident memory so far in MiB (Linux `VmHWM`; `None` elsewhere).

@@ -384,9 +384,234 @@ fn collect_says_when_its_table_is_partial() {
     let partial = ok(ropelab(&["collect", out_dir.to_str().unwrap()]));
     let id = jobs[1].file_name().unwrap().to_str().unwrap();
     assert!(
-        partial.contains("partial: 1 started job(s)") && partial.contains(id),
+        partial.contains("partial: 1 job(s) have no result yet: 1 started") && partial.contains(id),
         "{partial}"
     );
     let listed = std::fs::read_to_string(out_dir.join("collected/unfinished.txt")).unwrap();
     assert!(listed.contains(id), "{listed}");
+}
+
+/// A changed `[measure]` table is not answered with the old result (issue 55, item 2): the
+/// finished job goes back to its measurement, which refuses by name the length test measured
+/// at the old extras (training is kept); a job whose measurement does not change is measured
+/// again from the files its ledger vouches for, with the same numbers.
+#[test]
+fn a_changed_measure_table_is_not_answered_with_the_old_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    let out = dir.path().join("out");
+    std::fs::write(&file, spec(20)).unwrap();
+    ok(sweep(&file, &out, &[]));
+    let result = job_dir(&out).join("result.json");
+    let before = timeless(&result);
+
+    std::fs::write(&file, format!("{}[measure]\nextras = [0, 32]\n", spec(20))).unwrap();
+    let rerun = sweep(&file, &out, &[]);
+    let text = String::from_utf8_lossy(&rerun.stdout);
+    let err = String::from_utf8_lossy(&rerun.stderr);
+    assert!(!rerun.status.success(), "the old lengths were kept: {text}");
+    assert!(!text.contains("1 already done"), "{text}");
+    assert!(
+        err.contains("lengthgen.csv") && err.contains("other settings"),
+        "{err}"
+    );
+    // The old result stays as it was (nothing is lost), and is not collected as this sweep's.
+    assert_eq!(timeless(&result), before);
+    let collect = ropelab(&["collect", out.to_str().unwrap()]);
+    assert!(!collect.status.success());
+    assert!(
+        String::from_utf8_lossy(&collect.stderr).contains("measured with other settings"),
+        "{}",
+        String::from_utf8_lossy(&collect.stderr)
+    );
+
+    // Moved away, the length test is measured at the new extras; nothing else is redone.
+    let run = job_dir(&out).join("run");
+    std::fs::rename(run.join("lengthgen.csv"), dir.path().join("old.csv")).unwrap();
+    let again = ok(sweep(&file, &out, &[]));
+    assert!(again.contains("1 run"), "{again}");
+    let after = timeless(&result);
+    assert_eq!(after["test_accuracy"], before["test_accuracy"]);
+    assert!(after["length_accuracy"].get("49").is_some(), "{after}");
+    assert!(before["length_accuracy"].get("49").is_none(), "{before}");
+    // And a rerun with nothing changed is done.
+    assert!(ok(sweep(&file, &out, &[])).contains("1 already done"));
+}
+
+/// `collect` pools only the jobs of the directory's plan (issue 55, item 4): a job of another
+/// config copied in under its own id, a job copied under another job's directory name, a
+/// result edited by hand and a directory with no plan are each refused by name, with nothing
+/// written; a sharded sweep's collection says which planned jobs never ran.
+#[test]
+fn collect_pools_only_the_jobs_of_one_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    let two = spec(20).replace("values = [0]", "values = [0, 1]");
+    std::fs::write(&file, &two).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&file, &out, &[]));
+    let collected = out.join("collected");
+    let clean = ok(ropelab(&["collect", out.to_str().unwrap()]));
+    assert!(clean.contains("| 2 |") || clean.contains(" 2 "), "{clean}");
+    std::fs::remove_dir_all(&collected).unwrap();
+    let refused = |needle: &str| {
+        let got = ropelab(&["collect", out.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&got.stderr).into_owned();
+        assert!(
+            !got.status.success(),
+            "collected: {}",
+            String::from_utf8_lossy(&got.stdout)
+        );
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+        assert!(!collected.exists(), "collect wrote a refused table");
+        err
+    };
+    let jobs: Vec<std::path::PathBuf> = {
+        let mut j: Vec<_> = std::fs::read_dir(out.join("jobs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        j.sort();
+        j
+    };
+
+    // A 40-step job of another sweep copied in under its own id.
+    let other_file = dir.path().join("other.toml");
+    std::fs::write(
+        &other_file,
+        spec(40).replace("values = [0]", "values = [7]"),
+    )
+    .unwrap();
+    let other = dir.path().join("other");
+    ok(sweep(&other_file, &other, &[]));
+    let foreign = job_dir(&other);
+    let copy = out.join("jobs").join(foreign.file_name().unwrap());
+    copy_dir(&foreign, &copy);
+    refused("is not a job of this directory's plan");
+    std::fs::remove_dir_all(&copy).unwrap();
+
+    // A job copied under another name (its id is not its directory's).
+    let twin = out.join("jobs").join("j000000000000");
+    copy_dir(&jobs[0], &twin);
+    refused("is not a job of this directory's plan");
+    std::fs::remove_dir_all(&twin).unwrap();
+    // ... or over another job of the plan.
+    let saved = dir.path().join("saved");
+    copy_dir(&jobs[1], &saved);
+    std::fs::remove_dir_all(&jobs[1]).unwrap();
+    copy_dir(&jobs[0], &jobs[1]);
+    refused("a job copied under another directory name");
+    std::fs::remove_dir_all(&jobs[1]).unwrap();
+    copy_dir(&saved, &jobs[1]);
+
+    // A result edited by hand.
+    let result = jobs[0].join("result.json");
+    let text = std::fs::read_to_string(&result).unwrap();
+    let mut edited: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edited["test_accuracy"] = serde_json::json!(0.999);
+    std::fs::write(&result, serde_json::to_string_pretty(&edited).unwrap()).unwrap();
+    refused("is not the one its job wrote");
+    std::fs::write(&result, &text).unwrap();
+
+    // No plan.
+    let plan = out.join("plan.json");
+    let kept = std::fs::read(&plan).unwrap();
+    std::fs::remove_file(&plan).unwrap();
+    refused("has no plan.json");
+    std::fs::write(&plan, kept).unwrap();
+    ok(ropelab(&["collect", out.to_str().unwrap()]));
+
+    // A sharded sweep whose second shard never ran.
+    let sharded = dir.path().join("sharded");
+    ok(sweep(&file, &sharded, &["--shard", "0/2"]));
+    let partial = ok(ropelab(&["collect", sharded.to_str().unwrap()]));
+    assert!(partial.contains("1 planned and never started"), "{partial}");
+    let listed = std::fs::read_to_string(sharded.join("collected/unfinished.txt")).unwrap();
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+}
+
+/// Copies directory `from` to `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// No `--out` may replace a file a measured run's ledger lists (issue 55, item 3), whichever
+/// run the command reads: every command that writes a file the user names is refused in one
+/// line naming it, and the measured file keeps its bytes.
+#[test]
+fn no_out_replaces_a_file_a_ledger_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(20)).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&file, &out, &[]));
+    let job = job_dir(&out);
+    let run = job.join("run");
+    let other = tiny_run(dir.path());
+    let other = other.to_str().unwrap();
+    // The other run scored, so every command below gets as far as writing.
+    ok(ropelab(&["score", "--run", other, "--samples", "4"]));
+    let targets = [
+        run.join("scores.jsonl"),
+        run.join("lengthgen.csv"),
+        job.join("result.json"),
+    ];
+    let before: Vec<Vec<u8>> = targets.iter().map(|t| std::fs::read(t).unwrap()).collect();
+    for target in &targets {
+        let t = target.to_str().unwrap();
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["score", "--run", other, "--samples", "4", "--out", t],
+            vec![
+                "lengthgen",
+                "--run",
+                other,
+                "--extras",
+                "0",
+                "--n",
+                "8",
+                "--out",
+                t,
+            ],
+            vec!["hops", "--run", other, "--n", "8", "--out", t],
+            vec!["mask", "--run", other, "--n", "8", "--out", t],
+            vec!["ablate", "--run", other, "--n", "8", "--out", t],
+            vec!["probe", "--run", other, "--n", "64", "--out", t],
+            vec![
+                "theory",
+                "margins",
+                "--run",
+                other,
+                "--samples",
+                "4",
+                "--out",
+                t,
+            ],
+            vec!["theory", "rope-stats", "--draws", "10", "--out", t],
+            vec!["gen", "number", "--n", "2", "--out", t],
+        ];
+        for args in &cases {
+            let got = ropelab(args);
+            let err = String::from_utf8_lossy(&got.stderr);
+            assert!(!got.status.success(), "{args:?} replaced {t}");
+            assert!(
+                err.contains(target.file_name().unwrap().to_str().unwrap())
+                    && err.contains("measured.json lists it"),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+        }
+    }
+    let after: Vec<Vec<u8>> = targets.iter().map(|t| std::fs::read(t).unwrap()).collect();
+    assert_eq!(before, after);
+    // The job is still done, its files vouched for.
+    assert!(ok(sweep(&file, &out, &[])).contains("1 already done"));
 }

@@ -217,14 +217,41 @@ impl Ledger {
 }
 
 /// Refuses to write `target` when it is a file that the ledger of run directory `run` lists
-/// (a study's or sweep job's measurement, which its verdicts read), unless the bytes about to
-/// be written (`contents`, when known) are the very bytes it recorded.
+/// (a study's or sweep job's measurement, which its verdicts read), or that the ledger of any
+/// directory above it lists (another run's or study's file, named through `--out`), unless the
+/// bytes about to be written (`contents`, when known) are the very bytes it recorded.
 pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
+    refuse_in(run, target, contents)?;
+    refuse_listed(target, contents)
+}
+
+/// Refuses to write `target` when the ledger of a directory above it lists it (see
+/// [`refuse_owned`]); every command that writes a file the user names calls it.
+pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
+    let Ok(absolute) = std::path::absolute(target) else {
+        return Ok(());
+    };
+    for dir in absolute.ancestors().skip(1) {
+        if ledger_path(dir).is_file() {
+            refuse_in(dir, &absolute, contents)?;
+        }
+    }
+    Ok(())
+}
+
+fn refuse_in(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
     let Some(ledger) = Ledger::load(run)? else {
         return Ok(());
     };
-    let Ok(relative) = target.strip_prefix(run) else {
-        return Ok(());
+    let relative = match target.strip_prefix(run) {
+        Ok(r) => r.to_owned(),
+        Err(_) => match (std::path::absolute(target), std::path::absolute(run)) {
+            (Ok(t), Ok(r)) => match t.strip_prefix(&r) {
+                Ok(rel) => rel.to_owned(),
+                Err(_) => return Ok(()),
+            },
+            _ => return Ok(()),
+        },
     };
     let name = relative
         .components()
@@ -234,7 +261,12 @@ pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::R
     let Some(entry) = ledger.files.get(&name) else {
         return Ok(());
     };
-    if let (Some(bytes), Some(want)) = (contents, &entry.sha256) {
+    // A pending entry is a measurement being written (the command that began it writes it now,
+    // or a killed one left it): no reader trusts it, so it is not protected.
+    let Some(want) = &entry.sha256 else {
+        return Ok(());
+    };
+    if let Some(bytes) = contents {
         if &crate::sha256_hex(bytes) == want {
             return Ok(());
         }
@@ -242,7 +274,7 @@ pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::R
     Err(io::Error::new(
         io::ErrorKind::AlreadyExists,
         format!(
-            "{} belongs to the study or sweep job that measured this run ({} lists it; its \
+            "{} belongs to the study or sweep job that measured its run ({} lists it; its \
              results are read from it): write elsewhere (--out FILE where the command has it, or \
              work on a copy of the run)",
             target.display(),
@@ -294,6 +326,30 @@ mod tests {
             s => panic!("{s:?}"),
         }
         assert!(ledger.vouch(d, "a.csv", Expect::Any).is_err());
+    }
+
+    #[test]
+    fn a_file_listed_by_a_ledger_above_it_is_refused_whatever_run_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let study = dir.path().join("study");
+        let model = study.join("seed-3").join("number");
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::write(model.join("scores.jsonl"), b"{}\n").unwrap();
+        Ledger::finish(&model, "scores.jsonl", "k").unwrap();
+        // A study-level ledger listing a file two levels down.
+        std::fs::write(study.join("claims.json"), b"[]").unwrap();
+        Ledger::finish(&study, "claims.json", "c").unwrap();
+        let other = dir.path().join("other-run");
+        std::fs::create_dir_all(&other).unwrap();
+        let target = model.join("scores.jsonl");
+        let err = refuse_owned(&other, &target, Some(b"x")).unwrap_err();
+        assert!(err.to_string().contains("scores.jsonl"), "{err}");
+        assert!(refuse_listed(&target, None).is_err());
+        assert!(refuse_listed(&study.join("claims.json"), None).is_err());
+        // The very bytes it recorded, or a file no ledger lists, may be written.
+        assert!(refuse_listed(&target, Some(b"{}\n")).is_ok());
+        assert!(refuse_listed(&model.join("mine.jsonl"), None).is_ok());
+        assert!(refuse_listed(&other.join("scores.jsonl"), None).is_ok());
     }
 
     #[test]

@@ -77,6 +77,20 @@ impl Need {
         self
     }
 
+    /// This need followed by `next` (one stage after the other): the memory of the larger of
+    /// the two (they do not hold it at once), the disk and the arithmetic of both.
+    pub fn then(mut self, next: Need) -> Need {
+        if next.memory_bytes() > self.memory_bytes() {
+            self.memory = next.memory;
+        }
+        if self.disk_at.is_none() {
+            self.disk_at = next.disk_at;
+        }
+        self.disk.extend(next.disk);
+        self.compute.extend(next.compute);
+        self
+    }
+
     /// The estimated time, seconds (a lower bound: see [`ASSUMED_FLOPS`]).
     pub fn seconds(&self) -> f64 {
         total(&self.compute) as f64 / ASSUMED_FLOPS
@@ -302,6 +316,22 @@ impl fmt::Display for Size {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stages_in_sequence_hold_the_larger_memory_and_add_the_rest() {
+        let at = Path::new("out");
+        let a = Need::new().memory(10, "a").disk(at, 5, "a").compute(7, "a");
+        let b = Need::new()
+            .memory(30, "b")
+            .memory(2, "b2")
+            .disk(at, 1, "b")
+            .compute(3, "b");
+        let both = a.clone().then(b.clone());
+        assert_eq!(both.memory_bytes(), 32);
+        assert_eq!(both.disk_bytes(), 6);
+        assert_eq!(both.seconds(), 10.0 / ASSUMED_FLOPS);
+        assert_eq!(b.then(a).memory_bytes(), 32);
+    }
 
     #[test]
     fn products_saturate_instead_of_wrapping() {

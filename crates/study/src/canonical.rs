@@ -323,6 +323,17 @@ impl Experiment {
         Ok(jobs)
     }
 
+    /// What running the experiment in `out` needs (its jobs trained and measured, `parallel`
+    /// at a time): the one estimate every entry point checks.
+    pub fn need(&self, out: &Path, parallel: Option<usize>) -> Result<ropelab_io::Need> {
+        Ok(grid::need(
+            &self.jobs()?,
+            out,
+            &self.measure_options(),
+            parallel,
+        ))
+    }
+
     /// What every job measures: accuracy on `test` samples and the head on `score_samples`.
     pub fn measure_options(&self) -> MeasureOptions {
         MeasureOptions {

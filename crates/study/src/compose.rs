@@ -96,6 +96,8 @@ pub fn run(
     };
     let jobs = plan.jobs(config)?;
     let options = job::measure_options(config);
+    let refs: Vec<&ropelab_sweep::Job> = jobs.iter().collect();
+    ropelab_sweep::plan::Plan::of("reproduce [compose]", &refs, &options).merge_into(out)?;
     crate::grid::run(&jobs, out, &options, parallel, progress).context("the [compose] stage")?;
     Ok(())
 }

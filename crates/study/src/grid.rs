@@ -19,6 +19,18 @@ pub fn workers(parallel: Option<usize>, jobs: usize) -> usize {
     parallel.unwrap_or(cores).clamp(1, jobs.max(1))
 }
 
+/// What running `jobs` in `out` (`parallel` at a time, as [`run`] runs them), each measured
+/// with `options`, needs ([`ropelab_sweep::need::jobs_need`]).
+pub fn need(
+    jobs: &[Job],
+    out: &Path,
+    options: &MeasureOptions,
+    parallel: Option<usize>,
+) -> ropelab_io::Need {
+    let refs: Vec<&Job> = jobs.iter().collect();
+    ropelab_sweep::need::jobs_need(&refs, out, options, workers(parallel, jobs.len()))
+}
+
 /// One grid point as a job: its parameters (labels of progress bars and `job.json`), its run
 /// config and its run directory relative to the experiment's directory.
 pub fn job(params: &[(&str, Value)], config: RunConfig, run: PathBuf) -> Job {

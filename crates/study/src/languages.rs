@@ -263,6 +263,12 @@ impl Experiment {
             .collect()
     }
 
+    /// What running the experiment in `out` needs (its jobs trained and measured, `parallel`
+    /// at a time): the one estimate every entry point checks.
+    pub fn need(&self, out: &Path, parallel: Option<usize>) -> ropelab_io::Need {
+        grid::need(&self.jobs(), out, &self.measure_options(), parallel)
+    }
+
     /// What every job measures: accuracy at the training and test lengths, `per_length`
     /// strings each, and the MOD heads.
     pub fn measure_options(&self) -> MeasureOptions {

@@ -320,6 +320,12 @@ impl Experiment {
             .collect()
     }
 
+    /// What running the experiment in `out` needs (its jobs trained and measured, `parallel`
+    /// at a time): the one estimate every entry point checks.
+    pub fn need(&self, out: &Path, parallel: Option<usize>) -> ropelab_io::Need {
+        grid::need(&self.jobs(), out, &self.measure_options(), parallel)
+    }
+
     /// What every job measures: accuracy at the test lengths, `per_length` sequences each,
     /// and the mechanisms.
     pub fn measure_options(&self) -> MeasureOptions {

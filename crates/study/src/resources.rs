@@ -6,17 +6,17 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use ropelab_io::Need;
 use ropelab_tasks::{line_bytes, Dataset, Split, Task};
-use ropelab_train::resources::kept_checkpoints;
-use ropelab_train::{training_need, Engine};
 
-use crate::job::{jobs, run_dir, workers};
+use crate::job::{self, jobs};
 use crate::StudyConfig;
 use ropelab_analysis::StudyDir;
 
-/// Memory and disk of `reproduce` with `config` in `out`, `parallel` models at a time
-/// (default: one per core). Memory: the largest model's training, scoring or length pass (they
-/// run one after another within a job) times the models trained at once, or the theory part
-/// if larger. Disk: every model's checkpoints, metrics and scores, and the test datasets.
+/// Memory, disk and arithmetic of `reproduce` with `config` in `out`, `parallel` models at a
+/// time (default: one per core): every stage the config asks for, one after another, each
+/// estimated by the code that runs it ([`crate::grid::need`] for every grid of models: the
+/// study's models, the `[compose]` models, the `[offset]` and `[canonical]` experiments; the
+/// theory part's failure table). Memory: the largest stage's; disk and arithmetic: all of
+/// them, and the test datasets.
 pub fn need(config: &StudyConfig, out: &Path, parallel: Option<usize>) -> Result<Need> {
     // A study per head count runs one after another, each in its own directory.
     let studies: Vec<(StudyConfig, PathBuf)> = match config.head_counts() {
@@ -31,34 +31,12 @@ pub fn need(config: &StudyConfig, out: &Path, parallel: Option<usize>) -> Result
             .collect(),
         None => vec![(config.clone(), out.to_path_buf())],
     };
-    let at_once = workers(parallel, jobs(config).len()) as u64;
-    let (mut job_memory, mut largest) = (0u64, String::new());
     let mut need = Need::new();
     for (study, root) in &studies {
+        let options = job::measure_options(study);
+        let models = job::sweep_jobs(study, &jobs(study))?;
+        need = need.then(crate::grid::need(&models, root, &options, parallel));
         for &(seed, kind) in &jobs(study) {
-            let run = study.train.run_config(kind, seed, &study.tasks)?;
-            let dir = root.join(run_dir(seed, kind));
-            let train = training_need(&run, &dir, 0, Engine::Fused);
-            let score = study
-                .score_options()
-                .need(&run, &dir, kept_checkpoints(&run, 0));
-            let lengths = study.length_options().need(&run);
-            for (bytes, what) in [
-                (train.memory_bytes(), "training"),
-                (score.memory_bytes(), "scoring"),
-                (lengths.memory_bytes(), "length generalisation"),
-            ] {
-                if bytes > job_memory {
-                    (job_memory, largest) = (bytes, format!("{what} of the {kind} model"));
-                }
-            }
-            need = need
-                .disk(root, train.disk_bytes(), format!("seed {seed} {kind} run"))
-                .disk(
-                    root,
-                    score.disk_bytes(),
-                    format!("seed {seed} {kind} scores"),
-                );
             let task = Task::new(kind, study.tasks.layout())?;
             let test = Dataset::new(task, seed, Split::Test, study.tasks.data().test, 0)?;
             let lines = study.tasks.data().test as u64;
@@ -68,14 +46,21 @@ pub fn need(config: &StudyConfig, out: &Path, parallel: Option<usize>) -> Result
                 format!("seed {seed} {kind} test data"),
             );
         }
+        if let Some(compose) = &study.compose {
+            let models = compose.jobs(study)?;
+            need = need.then(crate::grid::need(&models, root, &options, parallel));
+        }
+        let dir = StudyDir::new(root);
+        if let Some(offset) = &study.offset {
+            need = need.then(offset.experiment()?.need(&dir.offset(), parallel));
+        }
+        if let Some(canonical) = &study.canonical {
+            for e in canonical.experiments()? {
+                need = need.then(e.need(&dir.canonical(e.task.kind), parallel)?);
+            }
+        }
     }
-    let theory = config.failure_config().need();
-    let memory = job_memory.saturating_mul(at_once);
-    Ok(if theory.memory_bytes() > memory {
-        need.memory(theory.memory_bytes(), "the RoPE failure table")
-    } else {
-        need.memory(memory, format!("{at_once} x {largest} at once"))
-    })
+    Ok(need.then(config.failure_config().need()))
 }
 
 #[cfg(test)]
@@ -96,9 +81,52 @@ mod tests {
         giant.train.n_heads = Some(crate::config::HeadCounts::One(32));
         giant.train.d_mlp = Some(16384);
         let big = super::need(&giant, out, Some(2)).unwrap();
+        assert!(big.memory_bytes() > need.memory_bytes());
         assert!(big.memory_bytes() > 100 << 30, "{big:?}");
         // Two models at once need about twice one.
         let one = super::need(&giant, out, Some(1)).unwrap();
         assert!(big.memory_bytes() >= 2 * one.memory_bytes() - 1);
+    }
+}
+
+#[cfg(test)]
+mod stage_tests {
+    use super::*;
+
+    /// Every stage's size knob reaches the estimate (issue 55, item 1): an absurd value in the
+    /// `[offset]` or `[canonical]` table makes the study's estimate absurd, and `[compose]`
+    /// models are counted.
+    #[test]
+    fn every_stage_of_the_config_is_in_the_estimate() {
+        let out = Path::new("runs/reproduce");
+        let base = StudyConfig::embedded(false);
+        let normal = need(&base, out, Some(2)).unwrap().seconds();
+        let year = 365.0 * 86_400.0;
+        assert!(normal < 3600.0, "{normal}");
+        type Set = fn(&mut StudyConfig);
+        let absurd: [(&str, Set); 3] = [
+            ("offset steps", |c| {
+                c.offset.as_mut().unwrap().steps = 1_000_000_000_000
+            }),
+            ("offset per_length", |c| {
+                c.offset.as_mut().unwrap().per_length = 1_000_000_000_000
+            }),
+            ("canonical steps", |c| {
+                c.canonical.as_mut().unwrap().steps = 1_000_000_000_000
+            }),
+        ];
+        for (what, set) in absurd {
+            let mut c = base.clone();
+            set(&mut c);
+            let seconds = need(&c, out, Some(2)).unwrap().seconds();
+            assert!(seconds > year, "{what}: {seconds} s");
+        }
+        // The [compose] models (sized by the study's own training) add their share.
+        let mut c = base.clone();
+        c.compose = Some(crate::compose::StudyCompose {
+            layers: 1,
+            seeds: vec![c.seeds[0]],
+        });
+        assert!(need(&c, out, Some(2)).unwrap().seconds() > normal);
     }
 }

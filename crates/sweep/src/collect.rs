@@ -10,8 +10,10 @@ use std::path::Path;
 use ropelab_io::write_atomic;
 use serde::{Deserialize, Serialize};
 
-use crate::local::{read_result, JobResult};
+use crate::local::{read_result, result_vouched, JobResult, RESULT, RESULTS_VERSION};
+use crate::plan::{dir_key, Plan, PLAN};
 use crate::{Result, SweepError};
+use ropelab_io::LEDGER;
 
 /// One configuration's results over seeds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,19 +66,101 @@ pub fn mean_sd(values: &[f64]) -> (f64, f64) {
     (mean, sd)
 }
 
-/// Every finished job's result under `out`, sorted by id: each `out/*/*/result.json` (a sweep's
-/// `jobs/<id>/`, the study's `seed-S/<task>/`).
-pub fn results(out: &Path) -> Result<Vec<JobResult>> {
+/// Every finished job's result under `out` with its job directory (relative, `/`-separated),
+/// sorted by id: each `out/*/*/result.json` (a sweep's `jobs/<id>/`, the study's
+/// `seed-S/<task>/`).
+pub fn found(out: &Path) -> Result<Vec<(String, JobResult)>> {
     let mut found = vec![];
     for dir in subdirs(out)? {
         for job in subdirs(&dir)? {
-            if let Some(r) = read_result(&job.join("result.json"))? {
-                found.push(r);
+            if let Some(r) = read_result(&job.join(RESULT))? {
+                let rel = job.strip_prefix(out).unwrap_or(&job);
+                found.push((dir_key(rel), r));
             }
         }
     }
-    found.sort_by(|a, b| a.id.cmp(&b.id));
+    found.sort_by(|a, b| a.1.id.cmp(&b.1.id).then_with(|| a.0.cmp(&b.0)));
     Ok(found)
+}
+
+/// Every finished job's result under `out` that its directory's plan ([`Plan`]) and ledger
+/// vouch for, sorted by id. Refused, naming each job directory (at most [`NAMED`] of them):
+/// a directory with no plan; a result the plan does not list there, or with another id, run
+/// config or measurement than the plan's (a job copied in from another sweep or under another
+/// name); a result edited after its job wrote it (the job directory's ledger); a result of
+/// another [`crate::local::RESULTS_VERSION`].
+pub fn results(out: &Path) -> Result<Vec<JobResult>> {
+    let all = found(out)?;
+    if all.is_empty() {
+        return Ok(vec![]);
+    }
+    let Some(plan) = Plan::load(out)? else {
+        return Err(refused(format!(
+            "{} has no {PLAN} (the list of the jobs its sweep set out to run, written by \
+             `ropelab sweep` and `ropelab reproduce` before they run a job, by this version or \
+             later): run the same `ropelab sweep` (or `reproduce`) command again to record it \
+             (finished jobs are skipped); nothing written",
+            out.display()
+        )));
+    };
+    let mut why = vec![];
+    for (dir, r) in &all {
+        if let Some(reason) = plan.refuses(dir, r) {
+            why.push(reason);
+        } else if r.results_version != RESULTS_VERSION {
+            why.push(format!(
+                "{dir}/{RESULT} was made by results version {} of ropelab, this one is version \
+                 {RESULTS_VERSION}",
+                r.results_version
+            ));
+        } else if !result_vouched(&out.join(dir))? {
+            why.push(format!(
+                "{dir}/{RESULT} is not the one its job wrote (edited afterwards, or written \
+                 before results were recorded in the job's {LEDGER}): rerun the sweep, which \
+                 measures the job again"
+            ));
+        }
+    }
+    if !why.is_empty() {
+        let more = why.len().saturating_sub(NAMED);
+        why.truncate(NAMED);
+        return Err(refused(format!(
+            "{} results in {} cannot be pooled: {}{}; nothing written",
+            why.len() + more,
+            out.display(),
+            why.join("; "),
+            if more > 0 {
+                format!("; and {more} more")
+            } else {
+                String::new()
+            }
+        )));
+    }
+    Ok(all.into_iter().map(|(_, r)| r).collect())
+}
+
+/// At most this many refused job directories are named in one error.
+pub const NAMED: usize = 5;
+
+fn refused(message: String) -> SweepError {
+    SweepError::Job {
+        id: "collect".into(),
+        message,
+    }
+}
+
+/// The planned jobs of `out` (its [`Plan`]) that have no result: never started (a shard not
+/// run) or started and unfinished. Their directories, sorted; empty without a plan.
+pub fn not_finished(out: &Path) -> Result<Vec<String>> {
+    let Some(plan) = Plan::load(out)? else {
+        return Ok(vec![]);
+    };
+    Ok(plan
+        .jobs
+        .keys()
+        .filter(|dir| !out.join(dir.as_str()).join(RESULT).exists())
+        .cloned()
+        .collect())
 }
 
 /// The directories in `dir` (none when it does not exist), sorted.
@@ -252,7 +336,7 @@ pub fn unfinished(out: &Path) -> Result<Vec<String>> {
         for job in subdirs(&dir)? {
             if job.join("job.json").exists() && !job.join("result.json").exists() {
                 let rel = job.strip_prefix(out).unwrap_or(&job);
-                found.push(rel.display().to_string());
+                found.push(dir_key(rel));
             }
         }
     }
@@ -264,9 +348,10 @@ pub fn unfinished(out: &Path) -> Result<Vec<String>> {
 pub const UNFINISHED: &str = "unfinished.txt";
 
 /// Writes `out/collected/{jobs.csv, jobs.jsonl, summary.csv, lengths.csv}` (and
-/// `unfinished.txt`, one job directory per line, when some started jobs have no result yet:
-/// the tables then count only the finished ones); returns the results. A directory with no
-/// finished job is an error, and nothing is written.
+/// `unfinished.txt`, one job directory per line, when some planned or started jobs have no
+/// result yet: the tables then count only the finished ones); returns the results. A directory
+/// with no finished job, or with a result [`results`] refuses, is an error, and nothing is
+/// written.
 pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
     let all = results(out)?;
     if all.is_empty() {
@@ -282,7 +367,10 @@ pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
     let dir = out.join("collected");
     let io = |path: std::path::PathBuf| move |e: std::io::Error| SweepError::Io { path, source: e };
     std::fs::create_dir_all(&dir).map_err(io(dir.clone()))?;
-    let pending = unfinished(out)?;
+    let mut pending = unfinished(out)?;
+    pending.extend(not_finished(out)?);
+    pending.sort();
+    pending.dedup();
     let list = dir.join(UNFINISHED);
     if pending.is_empty() {
         match std::fs::remove_file(&list) {

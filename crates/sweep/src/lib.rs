@@ -9,10 +9,14 @@ pub mod collect;
 pub mod estimate;
 pub mod local;
 pub mod measure;
+pub mod need;
+pub mod plan;
 pub mod slurm;
 pub mod spec;
 
-pub use local::{job_state, run_job, run_jobs, JobResult, JobState, Pool, RunSummary};
+pub use local::{
+    job_state, job_state_measured, run_job, run_jobs, JobResult, JobState, Pool, RunSummary,
+};
 pub use measure::MeasureOptions;
 pub use spec::{Job, Sweep};
 

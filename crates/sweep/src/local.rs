@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use candle_core::Device;
-use ropelab_io::{write_atomic, Progress};
+use ropelab_io::{write_atomic, Progress, LEDGER};
 use ropelab_train::eval::EvalReport;
 use ropelab_train::{Accuracy, RunDir, Trainer};
 use serde::{Deserialize, Serialize};
@@ -63,6 +63,25 @@ pub struct JobResult {
     /// rerun whose job has another config is refused, never answered with this result.
     #[serde(default)]
     pub config_sha256: Option<String>,
+    /// The measurement settings that made this result ([`MeasureOptions::settings`]): a rerun
+    /// that asks for others measures the trained run again (absent in results from before
+    /// this key: measured again, reusing every file the run's ledger vouches for).
+    #[serde(default)]
+    pub measure: Option<BTreeMap<String, String>>,
+    /// The [`RESULTS_VERSION`] of the ropelab that made this result: a result of another
+    /// version is refused, never reused (absent in results from before this key: version 1).
+    #[serde(default = "first_version")]
+    pub results_version: u32,
+}
+
+/// The version of what a job measures and how: raised by hand with every change of code that
+/// changes a number a job reports for the same run config and measurement settings (a new
+/// estimator, a fixed bug, another sampling of test data), never for speed or messages. A
+/// result made by another version is refused by [`job_state`] (docs/sweeps.md, "Stale results").
+pub const RESULTS_VERSION: u32 = 1;
+
+fn first_version() -> u32 {
+    1
 }
 
 /// A test-split evaluation as a job's result keeps it: [`EvalReport`] with its accuracy as a
@@ -140,7 +159,7 @@ pub fn run_job(
 ) -> Result<(JobResult, bool)> {
     let dir = out.join(&job.dir);
     let result_path = dir.join("result.json");
-    match job_state(job, out)? {
+    match job_state_measured(job, out, options)? {
         JobState::Done(done) => return Ok((*done, false)),
         JobState::Stale(why) => {
             return Err(SweepError::Stale {
@@ -204,13 +223,39 @@ pub fn run_job(
         n_star: m.n_star,
         test: m.test.map(TestEval::from),
         config_sha256: Some(job.config.digest()),
+        measure: Some(options.settings()),
+        results_version: RESULTS_VERSION,
     };
     write_atomic(
         &result_path,
         serde_json::to_string_pretty(&result)?.as_bytes(),
     )
     .map_err(io(&result_path))?;
+    ropelab_io::Ledger::finish(&dir, RESULT, RESULT_KEY).map_err(io(&dir.join(LEDGER)))?;
     Ok((result, true))
+}
+
+/// A job's result file, in its job directory.
+pub const RESULT: &str = "result.json";
+
+/// The ledger key of a job's `result.json` (recorded in the job directory's ledger when it is
+/// written, so a result edited afterwards is measured again by a rerun and refused by
+/// [`crate::collect`]).
+pub const RESULT_KEY: &str = "job result";
+
+/// Whether the ledger of job directory `dir` vouches for its `result.json` (listed, and
+/// unchanged since the job wrote it).
+pub fn result_vouched(dir: &Path) -> Result<bool> {
+    let ledger = ropelab_io::Ledger::load(dir).map_err(|e| SweepError::Io {
+        path: dir.join(LEDGER),
+        source: e,
+    })?;
+    Ok(ledger.is_some_and(|l| {
+        matches!(
+            l.vouch(dir, RESULT, ropelab_io::Expect::Key(RESULT_KEY)),
+            Ok(true)
+        )
+    }))
 }
 
 /// Where a job stands in its output directory.
@@ -227,23 +272,49 @@ pub enum JobState {
     ToDo,
 }
 
+/// The state of `job` in `out` measured with `options`: [`job_state`], and a finished job
+/// whose result was measured with other settings (or records none) goes back to its
+/// measurement (`Started`): its training is kept, every measured file the run's ledger vouches
+/// for under the new settings is reused, and one measured under other settings is refused by
+/// name.
+pub fn job_state_measured(job: &Job, out: &Path, options: &MeasureOptions) -> Result<JobState> {
+    Ok(match job_state(job, out)? {
+        JobState::Done(r) if r.measure.as_ref() != Some(&options.settings()) => JobState::Started,
+        other => other,
+    })
+}
+
 /// The state of `job` in `out`: a result counts as this job's only when the run config that
 /// made it (its `config_sha256`, or for a result from before that key the run directory's
-/// `config.toml`) is the job's own.
+/// `config.toml`) is the job's own, and it was made by this [`RESULTS_VERSION`].
 pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
     let run = out.join(&job.run);
     let result = read_result(&out.join(&job.dir).join("result.json"))?;
     let digest = job.config.digest();
+    if let Some(r) = result
+        .as_ref()
+        .filter(|r| r.results_version != RESULTS_VERSION)
+    {
+        return Ok(JobState::Stale(format!(
+            "{} was made by results version {} of ropelab, this one is version {RESULTS_VERSION} \
+             (it measures differently): its results are not reused; remove the job's directory \
+             or choose another --out",
+            out.join(&job.dir).display(),
+            r.results_version
+        )));
+    }
     if let Some(r) = &result {
         if r.config_sha256.as_deref() == Some(digest.as_str()) {
             // Done while its ledger vouches for every file it measured; a file moved away or
             // replaced sends the job back to its measurement (which remeasures a missing file
             // and refuses a replaced one by name).
-            return Ok(if measurement_intact(&run)? {
-                JobState::Done(Box::new(r.clone()))
-            } else {
-                JobState::Started
-            });
+            return Ok(
+                if measurement_intact(&run)? && result_vouched(&out.join(&job.dir))? {
+                    JobState::Done(Box::new(r.clone()))
+                } else {
+                    JobState::Started
+                },
+            );
         }
     }
     if !RunDir::new(&run).config_path().exists() {
@@ -445,6 +516,8 @@ mod tests {
                 accuracy,
             }),
             config_sha256: Some("ab".into()),
+            measure: Some(MeasureOptions::default().settings()),
+            results_version: RESULTS_VERSION,
         };
         let text = serde_json::to_string_pretty(&result).unwrap();
         let back: JobResult = serde_json::from_str(&text).unwrap();

@@ -9,7 +9,6 @@ use anyhow::Result;
 use clap::Args;
 use ropelab_io::{Align, Table};
 use ropelab_study::bias::{run, run_shard, summary_rows, write_report, Bias, Experiment};
-use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
 
 use super::{Bars, Guard};
 
@@ -165,12 +164,7 @@ pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
     e.studies = args.study.clone();
     e.check()?;
     let grid = e.grid();
-    let config = e.run_config(grid[0].0, grid[0].1)?;
-    let longest = e.lengths.last().copied().unwrap_or(16) + 1;
-    let need = training_need(&config, &args.out, 0, Engine::Fused).memory(
-        inference_need(&config.model, longest, EVAL_MEMORY).memory_bytes(),
-        format!("testing at {longest} tokens"),
-    );
+    let need = e.need(&args.out, args.jobs.map(|j| j as usize))?;
     if args.slurm {
         return slurm(&args, grid.len());
     }

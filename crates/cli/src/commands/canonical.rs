@@ -15,7 +15,6 @@ use ropelab_study::canonical::{
     DEFAULT_WINDOW,
 };
 use ropelab_tasks::{CanonicalKind, CanonicalTask};
-use ropelab_train::{inference_need, training_need, Engine, EVAL_MEMORY};
 
 use super::{Bars, Guard};
 
@@ -82,12 +81,10 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     }
     e.bands = bands;
     e.check()?;
-    let config = e.run_config(&e.bands[0], e.seeds[0])?;
-    let need = training_need(&config, &args.out, 0, Engine::Fused).memory(
-        inference_need(&config.model, task.seq_len(), EVAL_MEMORY).memory_bytes(),
-        "testing",
-    );
-    guard.check("canonical", &need)?;
+    guard.check(
+        "canonical",
+        &e.need(&args.out, args.jobs.map(|j| j as usize))?,
+    )?;
     let (high, low) = split(&e.rates(), task.len);
     println!(
         "{} on {} items ({} symbols x {} attributes): one attention-only layer, one head of {} \

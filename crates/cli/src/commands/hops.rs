@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::output::write_csv;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
@@ -15,7 +16,7 @@ use ropelab_analysis::measure::hops::{
     hop_map, hop_run, ledger_key, HopOptions, HopRow, Routed, Source, DEFAULT_SAMPLES, MAX_HOP,
 };
 use ropelab_io::resources::bytes;
-use ropelab_io::{write_csv, Align::Left, Align::Right, Ledger, Table};
+use ropelab_io::{Align::Left, Align::Right, Ledger, Table};
 use ropelab_tasks::{Dataset, Layout, Split, Task, TaskKind};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 

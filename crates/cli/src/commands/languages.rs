@@ -14,7 +14,6 @@ use ropelab_study::languages::{
     run, Experiment, ModHeadRow, NStarRow, OffsetRow, Pe, Protocol, MOD_THRESHOLD,
 };
 use ropelab_tasks::Language;
-use ropelab_train::{forward_flops, inference_need, training_need, Engine, EVAL_MEMORY};
 
 use super::{Bars, Guard};
 
@@ -71,26 +70,11 @@ pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
     }
     e.check()?;
     let grid = e.grid();
-    let (l, pe, seed, lr) = grid[0];
-    let config = e.run_config(l, pe, seed, lr);
     let longest = e.test_lengths.last().copied().unwrap_or(e.train_lengths[1]) + 2;
-    let mut need = training_need(&config, &args.out, 0, Engine::Fused);
-    let runs = grid.len();
-    let test_flops = e
-        .test_lengths
-        .iter()
-        .map(|&n| forward_flops(&config.model, e.per_length, n + 2))
-        .fold(0u64, u64::saturating_add);
-    need = need
-        .memory(
-            inference_need(&config.model, longest, EVAL_MEMORY).memory_bytes(),
-            format!("testing at {longest} tokens"),
-        )
-        .compute(
-            test_flops.saturating_mul(runs as u64),
-            format!("{runs} runs tested on {} samples per length", e.per_length),
-        );
-    guard.check("languages", &need)?;
+    guard.check(
+        "languages",
+        &e.need(&args.out, args.jobs.map(|j| j as usize)),
+    )?;
     println!(
         "{} runs ({} languages x {} encodings x {} seeds x {} learning rates): 5 layers x 8 heads, \
          d_model 64, {} steps of {} strings at lengths {}-{}; tested at {} lengths up to {} with \

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::output::write_csv;
 use anyhow::Result;
 use candle_core::Device;
 use clap::Args;
@@ -13,7 +14,7 @@ use ropelab_analysis::measure::mask::{
     layer_groups, mask_run, MaskOptions, MaskRow, DEFAULT_BANDS,
 };
 use ropelab_io::resources::bytes;
-use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 
 use super::{progress, Guard};

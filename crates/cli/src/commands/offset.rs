@@ -13,7 +13,6 @@ use ropelab_model::{AttentionKind, Beyond};
 use ropelab_study::offset::{
     parse_attention, run, summary, Experiment, MechanismLine, OffsetPe, OffsetRunRow, Outcome,
 };
-use ropelab_train::{forward_flops, inference_need, training_need, Engine, EVAL_MEMORY};
 
 use super::{Bars, Guard};
 
@@ -109,28 +108,7 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
     }
     e.check()?;
     let grid = e.grid();
-    let (pe, a, k, seed) = grid[0];
-    let config = e.run_config(pe, a, k, seed);
-    let longest = *e.test_lens.last().unwrap_or(&e.train_len);
-    let test_flops = e
-        .test_lens
-        .iter()
-        .map(|&n| forward_flops(&config.model, e.per_length, n))
-        .fold(0u64, u64::saturating_add);
-    let need = training_need(&config, &args.out, 0, Engine::Fused)
-        .memory(
-            inference_need(&config.model, longest, EVAL_MEMORY).memory_bytes(),
-            format!("testing at {longest} tokens"),
-        )
-        .compute(
-            test_flops.saturating_mul(grid.len() as u64),
-            format!(
-                "{} runs tested on {} samples per length",
-                grid.len(),
-                e.per_length
-            ),
-        );
-    guard.check("offset", &need)?;
+    guard.check("offset", &e.need(&args.out, args.jobs.map(|j| j as usize)))?;
     println!(
         "{} runs ({} encodings x {} attention kinds x {} offsets x {} seeds): {} layer(s) x {} \
          head(s), d_model {}, vocabulary {}, {} steps of {} sequences at lengths k+1-{} ({}); \

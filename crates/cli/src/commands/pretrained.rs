@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::output::write_csv;
 use anyhow::Result;
 use candle_core::Device;
 use clap::{Args, Subcommand};
@@ -12,7 +13,7 @@ use ropelab_analysis::lens::pretrained::{
 };
 use ropelab_analysis::lens::swap::Tau;
 use ropelab_analysis::measure::dynamics::{Gamma, HeadKind};
-use ropelab_io::{write_csv, Align::Left, Align::Right, Need, Table};
+use ropelab_io::{Align::Left, Align::Right, Need, Table};
 use ropelab_model::kernel::Precision;
 use ropelab_pretrained::fetch::ensure_model;
 use ropelab_pretrained::llama::Llama;

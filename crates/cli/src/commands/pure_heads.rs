@@ -3,12 +3,13 @@
 
 use std::path::PathBuf;
 
+use crate::output::write_csv;
 use anyhow::{Context, Result};
 use clap::Args;
 use ropelab_analysis::claims::Outcome;
 use ropelab_analysis::measure::dynamics::Gamma;
 use ropelab_analysis::measure::pure_heads::{collect, tasks, Association, FILE};
-use ropelab_io::{write_atomic, write_csv, Align::Left, Align::Right, Table};
+use ropelab_io::{write_atomic, Align::Left, Align::Right, Table};
 
 /// Arguments of `ropelab pure-heads`.
 #[derive(Debug, Args)]

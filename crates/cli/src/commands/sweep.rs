@@ -8,15 +8,14 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use ropelab_io::{write_atomic, Align, Table};
-use ropelab_sweep::collect::{collect, summarise, unfinished, UNFINISHED};
+use ropelab_sweep::collect::{collect, not_finished, summarise, unfinished, UNFINISHED};
 use ropelab_sweep::estimate::{estimate, TIMED_STEPS};
+use ropelab_sweep::need::jobs_need;
+use ropelab_sweep::plan::Plan;
 use ropelab_sweep::slurm::{script, SlurmOptions};
 use ropelab_sweep::spec::shard;
 use ropelab_sweep::Sweep;
-use ropelab_sweep::{job_state, run_jobs, JobState, Pool};
-
-use ropelab_io::Need;
-use ropelab_train::{training_need, Engine};
+use ropelab_sweep::{job_state_measured, run_jobs, JobState, Pool};
 
 use super::{Bars, Guard};
 
@@ -96,21 +95,12 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
     if args.slurm {
         return slurm(&args, &sweep, jobs.len());
     }
-    // Memory of the largest job times the jobs at once, disk of every job of this shard.
-    let parallel = (args.jobs as usize).min(mine.len().max(1)) as u64;
-    let (mut memory, mut disk) = (0u64, 0u64);
-    for j in &mine {
-        let need = training_need(&j.config, &args.out, 0, Engine::Fused);
-        memory = memory.max(need.memory_bytes());
-        disk = disk.saturating_add(need.disk_bytes());
-    }
-    let need = Need::new()
-        .memory(
-            memory.saturating_mul(parallel),
-            format!("{parallel} job(s) at once"),
-        )
-        .disk(&args.out, disk, format!("{} runs", mine.len()));
+    // Training and measuring every job of this shard ([measure] included), args.jobs at once.
+    let need = jobs_need(&mine, &args.out, &sweep.measure, args.jobs as usize);
     guard.check("sweep", &need)?;
+    // Every shard records the whole plan (the same file), which `collect` pools by.
+    let all: Vec<&ropelab_sweep::Job> = jobs.iter().collect();
+    Plan::of(&sweep.origin, &all, &sweep.measure).write(&args.out)?;
     // The global pool's size: the machine's cores, or RAYON_NUM_THREADS (Slurm's CPUs).
     let threads = rayon::current_num_threads();
     println!(
@@ -185,7 +175,7 @@ fn list(
     ]);
     let states = mine
         .iter()
-        .map(|j| job_state(j, out))
+        .map(|j| job_state_measured(j, out, &sweep.measure))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let done = |s: &JobState| matches!(s, JobState::Done(_));
     let todo: Vec<&ropelab_sweep::Job> = mine
@@ -299,13 +289,31 @@ pub fn collect_command(args: CollectArgs) -> Result<()> {
         bail!("{} is not a directory", args.dir.display());
     }
     let results = collect(&args.dir)?;
-    let pending = unfinished(&args.dir)?;
-    if !pending.is_empty() {
+    let started = unfinished(&args.dir)?;
+    let never: Vec<String> = not_finished(&args.dir)?
+        .into_iter()
+        .filter(|d| !started.contains(d))
+        .collect();
+    if !started.is_empty() || !never.is_empty() {
+        let mut parts = vec![];
+        if !started.is_empty() {
+            parts.push(format!(
+                "{} started and unfinished (running, killed or failed: {})",
+                started.len(),
+                started.join(", ")
+            ));
+        }
+        if !never.is_empty() {
+            parts.push(format!(
+                "{} planned and never started (a shard not run, or a sweep stopped early)",
+                never.len()
+            ));
+        }
         println!(
-            "partial: {} started job(s) have no result yet (running, killed or failed: {}); the \
-             tables count the {} finished ones (listed in collected/{UNFINISHED})",
-            pending.len(),
-            pending.join(", "),
+            "partial: {} job(s) have no result yet: {}; the tables count the {} finished ones \
+             (the others are listed in collected/{UNFINISHED})",
+            started.len() + never.len(),
+            parts.join("; "),
             results.len()
         );
     }

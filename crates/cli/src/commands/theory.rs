@@ -4,10 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::output::write_csv;
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use ropelab_analysis::lens::margin;
-use ropelab_io::{write_csv, Align::Left, Align::Right, Table};
+use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_theory::construct::{verify, ConstructOptions};
 use ropelab_theory::discrepancy::{self, DiscrepancyRow, Mechanism};
 use ropelab_theory::failures::{failure_table, trade_off, FailureConfig, FailureRow};

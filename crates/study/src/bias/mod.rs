@@ -378,6 +378,24 @@ impl Experiment {
             .collect()
     }
 
+    /// What running the experiment in `out` needs, `parallel` jobs at a time: its grid, then
+    /// (with a transfer stage) the transfer runs of every bias (those that move content are
+    /// known only after the grid, so all are counted): the one estimate every entry point
+    /// (flags, `--transfer-steps`, Slurm) checks.
+    pub fn need(&self, out: &Path, parallel: Option<usize>) -> Result<ropelab_io::Need> {
+        let mut need = grid::need(&self.jobs()?, out, &self.measure_options(), parallel);
+        if let Some(t) = &self.transfer {
+            let jobs = transfer::jobs(self, t, &self.biases)?;
+            need = need.then(grid::need(
+                &jobs,
+                out,
+                &transfer::measure_options(t),
+                parallel,
+            ));
+        }
+        Ok(need)
+    }
+
     /// What every job measures: the tested lengths, the conflict split, the heads.
     pub fn measure_options(&self) -> MeasureOptions {
         MeasureOptions {

@@ -122,6 +122,37 @@ impl Default for MeasureOptions {
     }
 }
 
+impl MeasureOptions {
+    /// Every setting that changes what a job measures, as `name -> value` texts (memory
+    /// budgets and output paths, which change only how it is computed, are left out): a job's
+    /// result records them, and a result measured under other settings is measured again.
+    pub fn settings(&self) -> BTreeMap<String, String> {
+        use ropelab_analysis::measure::keys;
+        BTreeMap::from([
+            ("score".to_string(), keys::scores(&self.score)),
+            ("length".to_string(), keys::lengths(&self.length)),
+            (
+                "attention_view".to_string(),
+                self.attention_view.to_string(),
+            ),
+            ("hop_samples".to_string(), format!("{:?}", self.hop_samples)),
+            (
+                "ablation_samples".to_string(),
+                format!("{:?}", self.ablation_samples),
+            ),
+            (
+                "route_samples".to_string(),
+                format!("{:?}", self.route_samples),
+            ),
+            ("per_length".to_string(), self.per_length.to_string()),
+            ("lengths".to_string(), format!("{:?}", self.lengths)),
+            ("heads".to_string(), self.heads.to_string()),
+            ("head_samples".to_string(), self.head_samples.to_string()),
+            ("gamma".to_string(), format!("{:?}", self.gamma)),
+        ])
+    }
+}
+
 /// What was measured (the task's part of a job's result).
 #[derive(Debug, Clone, Default)]
 pub struct Measured {

@@ -1,0 +1,154 @@
+//! The plan of an output directory (`OUT/plan.json`): every job a sweep (or a study's grid of
+//! models) set out to run, by directory, with its id, parameters and the SHA-256 of its run
+//! config, and the measurement every job was asked for. It is written before any job runs, by
+//! every shard alike, so [`crate::collect`] pools only the jobs of one plan (a result copied in
+//! from another sweep, or under another directory name, or made by another config is refused by
+//! name) and says which planned jobs have not run (a shard not started, a job still running).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ropelab_io::write_atomic;
+use serde::{Deserialize, Serialize};
+
+use crate::local::JobResult;
+use crate::measure::MeasureOptions;
+use crate::spec::{value_text, Job};
+use crate::{Result, SweepError};
+
+/// The plan's file name in an output directory.
+pub const PLAN: &str = "plan.json";
+
+/// One planned job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Planned {
+    /// Its id ([`crate::spec::job_id`]).
+    pub id: String,
+    /// Its parameters, `key -> value` as text.
+    pub params: BTreeMap<String, String>,
+    /// SHA-256 of its resolved run config ([`ropelab_train::RunConfig::digest`]).
+    pub config_sha256: String,
+    /// The measurement it was asked for ([`MeasureOptions::settings`]).
+    pub measure: BTreeMap<String, String>,
+}
+
+/// What an output directory's jobs are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The sweep file (or `reproduce`) that wrote it.
+    pub origin: String,
+    /// Job directory relative to the output directory (`/`-separated) -> the job.
+    pub jobs: BTreeMap<String, Planned>,
+}
+
+/// A job directory as the plan names it: relative, `/`-separated.
+pub fn dir_key(dir: &Path) -> String {
+    dir.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+impl Plan {
+    /// The plan of `jobs` (every job of the sweep, not one shard's), measured with `measure`.
+    pub fn of(origin: &str, jobs: &[&Job], measure: &MeasureOptions) -> Self {
+        let settings = measure.settings();
+        Self {
+            origin: origin.to_owned(),
+            jobs: jobs
+                .iter()
+                .map(|j| {
+                    let planned = Planned {
+                        id: j.id.clone(),
+                        params: j
+                            .params
+                            .iter()
+                            .map(|(k, v)| (k.clone(), value_text(v)))
+                            .collect(),
+                        config_sha256: j.config.digest(),
+                        measure: settings.clone(),
+                    };
+                    (dir_key(&j.dir), planned)
+                })
+                .collect(),
+        }
+    }
+
+    /// The plan of `out`, when it has one; an unreadable plan is an error naming the file.
+    pub fn load(out: &Path) -> Result<Option<Self>> {
+        let path = out.join(PLAN);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| SweepError::Spec {
+                    origin: path.display().to_string(),
+                    message: format!("not a plan: {e}"),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(SweepError::Io { path, source: e }),
+        }
+    }
+
+    /// Writes the plan to `out/plan.json` (atomically), replacing the one there.
+    pub fn write(&self, out: &Path) -> Result<()> {
+        let path = out.join(PLAN);
+        std::fs::create_dir_all(out).map_err(|e| SweepError::Io {
+            path: out.to_owned(),
+            source: e,
+        })?;
+        write_atomic(&path, serde_json::to_string_pretty(self)?.as_bytes())
+            .map_err(|e| SweepError::Io { path, source: e })
+    }
+
+    /// Writes `self` into `out`'s plan, keeping the plan's other jobs (a study plans its
+    /// grids of models one after another into one directory).
+    pub fn merge_into(&self, out: &Path) -> Result<()> {
+        let mut plan = Self::load(out)?.unwrap_or_else(|| Self {
+            origin: self.origin.clone(),
+            jobs: BTreeMap::new(),
+        });
+        plan.jobs
+            .extend(self.jobs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        plan.write(out)
+    }
+
+    /// Why the result found in job directory `dir` (relative) does not belong to this plan,
+    /// or None when it does: the plan must list the directory, with the result's id, run
+    /// config and measurement.
+    pub fn refuses(&self, dir: &str, result: &JobResult) -> Option<String> {
+        let Some(planned) = self.jobs.get(dir) else {
+            let elsewhere = self
+                .jobs
+                .iter()
+                .find(|(_, p)| p.id == result.id)
+                .map(|(d, _)| format!(" (the plan puts job {} in {d})", result.id))
+                .unwrap_or_default();
+            return Some(format!(
+                "{dir} is not a job of this directory's plan ({PLAN}, from {}){elsewhere}: \
+                 copied from another sweep, or left by an older version of the sweep file",
+                self.origin
+            ));
+        };
+        if planned.id != result.id {
+            return Some(format!(
+                "{dir}/result.json is job {}'s result, but the plan puts job {} there (a job \
+                 copied under another directory name)",
+                result.id, planned.id
+            ));
+        }
+        if result.config_sha256.as_deref() != Some(planned.config_sha256.as_str()) {
+            return Some(format!(
+                "{dir}/result.json was made by another run config than the plan's for job {} \
+                 (a job copied in from another sweep)",
+                planned.id
+            ));
+        }
+        if result.measure.as_ref() != Some(&planned.measure) {
+            return Some(format!(
+                "{dir}/result.json was measured with other settings than the plan's [measure] \
+                 (rerun the sweep: it measures the job again)"
+            ));
+        }
+        None
+    }
+}
