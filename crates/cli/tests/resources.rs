@@ -348,3 +348,254 @@ fn commands_that_would_run_for_days_are_refused_up_front() {
     left.sort();
     assert_eq!(left, ["run"]);
 }
+
+/// `ropelab args` under a 2 GB address-space limit and a 30 s wall-clock limit (a size that
+/// slipped past the estimates would start its work, and be killed): it must be refused up
+/// front, with status 1 and one line on standard error (or 2, clap's usage error, for a flag
+/// out of its range), no panic, and `out` not created. Returns what went wrong, if anything.
+fn refused_up_front(args: &[&str], out: &Path, what: &str) -> Option<String> {
+    let got = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 2000000 && exec timeout 30 \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_ropelab"))
+        .args(args)
+        .output()
+        .expect("sh runs");
+    let err = String::from_utf8_lossy(&got.stderr);
+    let first = err.lines().next().unwrap_or("").to_owned();
+    let wrong = match got.status.code() {
+        _ if err.contains("panicked") => Some(format!("panicked: {first}")),
+        Some(1) if err.trim_end().lines().count() != 1 => Some(format!("not one line: {err:?}")),
+        Some(1) | Some(2) if out.exists() => Some(format!("{} was written", out.display())),
+        Some(1) | Some(2) => None,
+        code => Some(format!("exit {code:?}: {first}")),
+    };
+    wrong.map(|w| format!("{what}: {w}"))
+}
+
+/// Fails with every case that was not refused up front.
+fn all_refused(failures: Vec<String>) {
+    assert!(
+        failures.is_empty(),
+        "{} not refused up front:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The numeric leaves of a TOML table as (dotted key, index in its array or None).
+fn numeric_keys(table: &toml::Table, prefix: &str) -> Vec<(String, Option<usize>)> {
+    let mut out = vec![];
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(t) => out.extend(numeric_keys(t, &key)),
+            toml::Value::Integer(_) => out.push((key, None)),
+            toml::Value::Array(a) if a.iter().all(|x| x.is_integer()) && !a.is_empty() => {
+                out.push((key, Some(a.len() - 1)))
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `table` with the integer at `key` (or the last element of the list there) set to `value`.
+fn with_value(table: &toml::Table, key: &str, last: Option<usize>, value: i64) -> toml::Table {
+    let mut t = table.clone();
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut at = &mut t;
+    for p in &parts[..parts.len() - 1] {
+        at = at.get_mut(*p).unwrap().as_table_mut().unwrap();
+    }
+    let slot = at.get_mut(parts[parts.len() - 1]).unwrap();
+    match last {
+        Some(i) => slot.as_array_mut().unwrap()[i] = toml::Value::Integer(value),
+        None => *slot = toml::Value::Integer(value),
+    }
+    t
+}
+
+/// 10^12: a count no experiment here could finish, far beyond memory as a length.
+const ABSURD: i64 = 1_000_000_000_000;
+
+/// Every integer key of the default study config that sizes work (steps, samples, lengths,
+/// model dimensions, windows, draws, prompts), set to 10^12, is refused before anything is
+/// written (issue 55, item 1). The keys that are not sizes are listed with the reason, so a new
+/// key fails this test until it is classified.
+#[test]
+fn every_size_in_a_study_config_is_refused_up_front() {
+    // Not sizes: labels, or schedules and thresholds whose large values do less work.
+    let not_sizes = [
+        ("seeds", "a seed is a label"),
+        ("offset.seeds", "a seed is a label"),
+        ("canonical.seeds", "a seed is a label"),
+        ("train.eval_every", "larger evaluates less often"),
+        ("train.save_every", "larger keeps fewer checkpoints"),
+        ("train.warmup", "a schedule's length, not work"),
+        ("claims.letter_length", "a threshold on a measured length"),
+        ("claims.retrieval_n", "a threshold on a measured length"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let quick: toml::Table = toml::from_str(include_str!("../../../configs/quick.toml")).unwrap();
+    let keys = numeric_keys(&quick, "");
+    let (mut tried, mut failures) = (0, vec![]);
+    for (key, last) in &keys {
+        if not_sizes.iter().any(|(k, _)| k == key) {
+            continue;
+        }
+        let config = dir.path().join(format!("{key}.toml"));
+        let text = toml::to_string(&with_value(&quick, key, *last, ABSURD)).unwrap();
+        std::fs::write(&config, text).unwrap();
+        let out = dir.path().join(format!("{key}-out"));
+        failures.extend(refused_up_front(
+            &[
+                "reproduce",
+                "--config",
+                config.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &out,
+            key,
+        ));
+        tried += 1;
+    }
+    all_refused(failures);
+    assert!(tried >= 30, "only {tried} keys tried: {keys:?}");
+    // Every listed non-size is a key of the config (the list does not go stale).
+    for (k, _) in not_sizes {
+        assert!(
+            keys.iter().any(|(key, _)| key == k),
+            "{k} is not in the config"
+        );
+    }
+}
+
+/// Every integer key of a sweep's run config that sizes work, in `[base]`, and every key of its
+/// `[measure]` table, set to 10^12, is refused before anything is written (issue 55, items 1).
+#[test]
+fn every_size_in_a_sweep_file_is_refused_up_front() {
+    let not_sizes = [
+        ("seed", "a seed is a label"),
+        ("optim.warmup", "a schedule's length, not work"),
+        ("optim.eval_every", "larger evaluates less often"),
+        ("optim.save_every", "larger keeps fewer checkpoints"),
+        ("optim.log_every", "larger logs less often"),
+        (
+            "data.train",
+            "training samples are drawn by index as the steps need them: a larger set does no \
+             more work",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let base: toml::Table =
+        toml::from_str(&std::fs::read_to_string(Path::new(&run).join("config.toml")).unwrap())
+            .unwrap();
+    let sweep = |name: &str, body: &str| -> (std::path::PathBuf, std::path::PathBuf) {
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&file, body).unwrap();
+        (file, dir.path().join(format!("{name}-out")))
+    };
+    let (mut tried, mut failures) = (0, vec![]);
+    for (key, last) in numeric_keys(&base, "") {
+        if not_sizes.iter().any(|(k, _)| *k == key) {
+            continue;
+        }
+        let value = match last {
+            Some(_) => "[1, 2, 3, 1000000000000]".to_string(),
+            None => ABSURD.to_string(),
+        };
+        let (file, out) = sweep(
+            &key,
+            &format!(
+                "name = \"s\"\npreset = \"tiny\"\ntask = \"number\"\n[base]\n{key} = {value}\n\
+                 [[axis]]\nkey = \"seed\"\nvalues = [0]\n"
+            ),
+        );
+        let args = [
+            "sweep",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        failures.extend(refused_up_front(&args, &out, &key));
+        tried += 1;
+    }
+    assert!(tried >= 10, "only {tried} keys tried");
+    // The [measure] table, on the tasks that read each key.
+    for (task, measure) in [
+        ("number", "extras = [0, 100000000]"),
+        ("offset", "lengths = [64, 1000000000000]"),
+        ("offset", "per_length = 1000000000000"),
+        ("language", "per_length = 1000000000000"),
+        ("canonical", "heads = true\nhead_samples = 1000000000000"),
+        ("canonical", "per_length = 1000000000000"),
+    ] {
+        let name = format!("{task}-{}", measure.split(' ').next().unwrap());
+        let (file, out) = sweep(
+            &name,
+            &format!(
+                "name = \"s\"\npreset = \"tiny\"\ntask = \"{task}\"\n[base]\noptim.steps = 2\n\
+                 [measure]\n{measure}\n[[axis]]\nkey = \"seed\"\nvalues = [0]\n"
+            ),
+        );
+        let args = [
+            "sweep",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        failures.extend(refused_up_front(
+            &args,
+            &out,
+            &format!("{task} [measure] {measure}"),
+        ));
+    }
+    all_refused(failures);
+}
+
+/// Every flag of the experiment commands that sizes work, set to 10^12 (or a length list
+/// ending there), is refused before anything is written (issue 55, item 1): the transfer stage
+/// of `bias` included.
+#[test]
+fn every_size_flag_of_the_experiments_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "1000000000000";
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["bias", "--steps", big],
+        vec!["bias", "--transfer-steps", big],
+        vec!["offset", "--steps", big],
+        vec!["offset", "--per-length", big],
+        vec!["offset", "--test-lens", "16,1000000000000"],
+        vec!["offset", "--train-len", big],
+        vec!["offset", "--layers", big],
+        vec!["offset", "--heads", big],
+        vec!["offset", "--k", big],
+        vec!["languages", "--steps", big],
+        vec!["languages", "--per-length", big],
+        vec!["languages", "--test-lengths", "100,1000000000000"],
+        vec!["canonical", "--task", "index", "--steps", big],
+        vec!["canonical", "--task", "index", "--len", big],
+        vec!["canonical", "--task", "index", "--symbols", big],
+        vec!["canonical", "--task", "index", "--attributes", big],
+        vec!["canonical", "--task", "index", "--d-model", big],
+        // (--window is not a size: a window wider than the head is clamped to its planes.)
+        vec![
+            "train", "--task", "number", "--preset", "tiny", "--steps", big,
+        ],
+    ];
+    let mut failures = vec![];
+    for (i, case) in cases.iter().enumerate() {
+        let out = dir.path().join(format!("out-{i}"));
+        let mut args = case.clone();
+        args.extend(["--out", out.to_str().unwrap()]);
+        failures.extend(refused_up_front(&args, &out, &case.join(" ")));
+    }
+    all_refused(failures);
+}

@@ -615,3 +615,75 @@ fn no_out_replaces_a_file_a_ledger_lists() {
     // The job is still done, its files vouched for.
     assert!(ok(sweep(&file, &out, &[])).contains("1 already done"));
 }
+
+/// Metrics lines deleted from the middle of the log are put back on resume where a checkpoint
+/// holds them (issue 55, item 6): each checkpoint keeps its own step's line.
+#[test]
+fn a_gap_in_the_metrics_is_restored_from_the_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let metrics = run.join("metrics.jsonl");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    let step = |l: &str| {
+        serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(whole.lines().any(|l| step(l) == 10), "{whole}");
+    // The lines of steps 10 and 20 (checkpoints) go.
+    let gap: String = whole
+        .lines()
+        .filter(|l| step(l) != 10 && step(l) != 20)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(gap, whole);
+    std::fs::write(&metrics, &gap).unwrap();
+    ok(ropelab(&[
+        "train",
+        "--resume",
+        "--out",
+        run.to_str().unwrap(),
+    ]));
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole);
+}
+
+/// A checkpoint's `config.json` (the Hugging Face description its manifest seals) edited by
+/// hand is refused by name, by the commands that load the checkpoint and by `--model` reading
+/// it as a GPT-J directory (issue 55, item 6).
+#[test]
+fn an_edited_checkpoint_config_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let checkpoint = run.join("checkpoints/step-000030");
+    let config = checkpoint.join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    ok(ropelab(&[
+        "eval",
+        "--run",
+        run.to_str().unwrap(),
+        "--n",
+        "8",
+    ]));
+    std::fs::write(&config, text.replace('{', "{\n  \"edited\": true,")).unwrap();
+    let out = ropelab(&["eval", "--run", run.to_str().unwrap(), "--n", "8"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an edited config.json was accepted");
+    assert!(
+        err.contains("config.json") && err.contains("step-000030"),
+        "{err}"
+    );
+    let out = ropelab(&[
+        "pretrained",
+        "rope-stats",
+        "--model",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        dir.path().join("r.csv").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "--model read an edited checkpoint");
+    assert!(
+        err.contains("config.json") && err.contains("step-000030"),
+        "{err}"
+    );
+}

@@ -82,6 +82,15 @@ fn default_ln_eps() -> f64 {
     1e-5
 }
 
+/// The most layers a model may have (100x the largest model studied here).
+pub const MAX_LAYERS: usize = 1 << 12;
+
+/// The widest `d_model` (and the most heads) a model may have: 16x Llama-3-70B's 8,192.
+pub const MAX_WIDTH: usize = 1 << 16;
+
+/// The widest MLP a model may have.
+pub const MAX_MLP: usize = 1 << 20;
+
 impl ModelConfig {
     /// A tiny GPT-J for tests and examples: vocabulary 11, 2 layers of 2 heads, d_model 8, MLP
     /// 12, LayerNorm, no dropout, untied, an LM head, `position` in every layer. Tests change
@@ -140,6 +149,19 @@ impl ModelConfig {
     /// Checks every value; the error names the first bad one.
     pub fn check(&self) -> Result<()> {
         let bad = |m: String| Err(ModelError::Config(m));
+        for (name, value, max) in [
+            ("n_layers", self.n_layers, MAX_LAYERS),
+            ("n_heads", self.n_heads, MAX_WIDTH),
+            ("d_model", self.d_model, MAX_WIDTH),
+            ("d_mlp", self.d_mlp, MAX_MLP),
+        ] {
+            if value > max {
+                return bad(format!(
+                    "{name} {value} is beyond the {max} a ropelab model may have (the size of a \
+                     typo, not of a model: its tables would be allocated before any estimate)"
+                ));
+            }
+        }
         if self.vocab_size < 2 {
             return bad(format!(
                 "vocab_size must be at least 2, got {}",

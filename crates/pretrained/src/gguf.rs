@@ -265,6 +265,12 @@ impl GgufFile {
         let mut reader = BufReader::new(file);
         let content = Content::read(&mut reader)
             .map_err(|e| PretrainedError::gguf(path, format!("not a readable GGUF file: {e}")))?;
+        let file_len = reader
+            .get_ref()
+            .metadata()
+            .map_err(|e| PretrainedError::io(path, e))?
+            .len();
+        check_layout(path, &content, file_len)?;
         Ok(Self {
             path: path.to_owned(),
             content,
@@ -533,4 +539,99 @@ impl GgufFile {
             .map(|(k, v)| (k.clone(), format!("{:?}", v.value_type())))
             .collect()
     }
+}
+
+/// Checks where `content`'s tensors lie in a file of `file_len` bytes: each at an offset
+/// aligned to the file's alignment, its bytes (elements / block size x block bytes of its
+/// declared type) inside the file, not overlapping the next tensor, and leaving no gap of an
+/// alignment or more before it (writers pack tensors, padding each to the alignment): a type
+/// relabelled (F16 declared F32, or back) or an offset moved is refused by name, never read as
+/// garbage.
+fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
+    let alignment = match content.metadata.get("general.alignment") {
+        None => 32,
+        Some(v) => match v.to_u64() {
+            Ok(a) if a > 0 && a.is_power_of_two() => a,
+            _ => {
+                return Err(PretrainedError::gguf(
+                    path,
+                    "general.alignment is not a power of two",
+                ))
+            }
+        },
+    };
+    let mut spans = Vec::with_capacity(content.tensor_infos.len());
+    for (name, info) in &content.tensor_infos {
+        let dtype = info.ggml_dtype;
+        let elements = info.shape.elem_count() as u64;
+        let block = dtype.block_size() as u64;
+        if block == 0 || elements % block != 0 {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {name}: {elements} elements are not whole blocks of {block} of its \
+                     type {dtype:?}"
+                ),
+            ));
+        }
+        let size = (elements / block).saturating_mul(dtype.type_size() as u64);
+        if info.offset % alignment != 0 {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {name} starts at offset {} of the data, not a multiple of the \
+                     alignment {alignment}",
+                    info.offset
+                ),
+            ));
+        }
+        let start = content.tensor_data_offset.saturating_add(info.offset);
+        let end = start.saturating_add(size);
+        if end > file_len {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {name} ({size} bytes of {dtype:?} at byte {start}) runs past the end \
+                     of the file ({file_len} bytes): truncated, or its type or shape is wrong"
+                ),
+            ));
+        }
+        spans.push((start, end, name.as_str(), dtype));
+    }
+    spans.sort_unstable_by_key(|s| s.0);
+    for pair in spans.windows(2) {
+        let ((_, end, name, dtype), (next, _, other, _)) = (pair[0], pair[1]);
+        if end > next {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {name} ({dtype:?}) overlaps tensor {other}: its declared type or shape \
+                     does not match its data"
+                ),
+            ));
+        }
+        if next - end >= alignment {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {name} ({dtype:?}) ends {} bytes before tensor {other}: its declared \
+                     type or shape does not account for its data",
+                    next - end
+                ),
+            ));
+        }
+    }
+    if let Some(&(_, end, name, dtype)) = spans.last() {
+        if file_len - end >= alignment {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "the last tensor, {name} ({dtype:?}), ends {} bytes before the end of the \
+                     file: its declared type or shape does not account for its data",
+                    file_len - end
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

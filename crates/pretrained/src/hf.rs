@@ -195,13 +195,20 @@ fn rope_params(
             "rope_scaling",
         ),
     };
+    let top = cfg.float_in(&cfg.json, base_key, base_key)?;
     let base = match cfg.float_in(&params, "rope_theta", &format!("{name}.rope_theta"))? {
-        Some(b) => b,
-        None => cfg
-            .float_in(&cfg.json, base_key, base_key)?
-            .unwrap_or(ropelab_model::rope::DEFAULT_BASE),
+        Some(b) => {
+            // A top-level base beside it must say the same (none is ignored silently).
+            if let Some(t) = top.filter(|&t| t != b) {
+                return Err(cfg.error(format!(
+                    "{base_key} {t} and {name}.rope_theta {b} give two RoPE bases: give one"
+                )));
+            }
+            b
+        }
+        None => top.unwrap_or(ropelab_model::rope::DEFAULT_BASE),
     };
-    if base <= 0.0 {
+    if !(base.is_finite() && base > 0.0) {
         return Err(cfg.error(format!("rope_theta {base} is not positive")));
     }
     let fraction = match cfg.float_in(
@@ -455,6 +462,22 @@ impl HfWeights {
                 dir,
                 "not a model directory: config.json is missing",
             ));
+        }
+        // A ropelab checkpoint (`ropelab.json` beside a manifest) is read only as its manifest
+        // sealed it: an edited config.json or weights file is refused by name.
+        if dir.join("ropelab.json").is_file() && dir.join(ropelab_io::checksum::MANIFEST).is_file()
+        {
+            let files = ["config.json", "model.safetensors"];
+            match ropelab_io::checksum::Manifest::verify(dir, &files) {
+                Ok(None) => {}
+                Ok(Some(why)) => {
+                    return Err(PretrainedError::gguf(
+                        dir,
+                        format!("a ropelab checkpoint that is not as it was written: {why}"),
+                    ))
+                }
+                Err(e) => return Err(PretrainedError::io(dir, e)),
+            }
         }
         let c = parse_config(&config_path)?;
         let tied = {

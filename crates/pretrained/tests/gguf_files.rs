@@ -897,3 +897,76 @@ fn bf16_suffix_batches_equal_bf16_prefills() {
         assert!(worst > 0.0 && worst <= 0.03 * scale, "{worst} of {scale}");
     }
 }
+
+/// The bytes of `path` with the tensor info of `name` edited: its type code set to `dtype`
+/// (when given) and `shift` added to its data offset.
+fn with_tensor_info(path: &Path, name: &str, dtype: Option<u32>, shift: u64) -> Vec<u8> {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_slice())
+        .unwrap()
+        + key.len();
+    let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let dtype_at = at + 4 + 8 * dims;
+    if let Some(d) = dtype {
+        bytes[dtype_at..dtype_at + 4].copy_from_slice(&d.to_le_bytes());
+    }
+    let offset_at = dtype_at + 4;
+    let offset = u64::from_le_bytes(bytes[offset_at..offset_at + 8].try_into().unwrap());
+    bytes[offset_at..offset_at + 8].copy_from_slice(&(offset + shift).to_le_bytes());
+    bytes
+}
+
+/// A tensor whose declared type does not match its bytes (F32 declared F16, Q8_0 declared F32)
+/// or whose offset is moved off the alignment is refused, naming the file and the tensor,
+/// instead of loading garbage (issue 55, item 5).
+#[test]
+fn tensors_whose_type_or_offset_do_not_fit_their_bytes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    // The edit helper reaches the record: no edit loads.
+    let same = dir.path().join("same.gguf");
+    std::fs::write(
+        &same,
+        with_tensor_info(&path, "blk.0.attn_norm.weight", None, 0),
+    )
+    .unwrap();
+    assert!(Llama::load(&same, &Device::Cpu).is_ok());
+    // GGML type codes: F32 0, F16 1, Q8_0 8.
+    for (tensor, dtype, shift, want) in [
+        (
+            "blk.0.attn_norm.weight",
+            Some(1),
+            0,
+            "does not account for its data",
+        ),
+        ("blk.0.attn_output.weight", Some(0), 0, "overlaps tensor"),
+        (
+            "blk.0.ffn_norm.weight",
+            None,
+            4,
+            "not a multiple of the alignment",
+        ),
+        (
+            "blk.0.ffn_norm.weight",
+            None,
+            32,
+            "ends 32 bytes before tensor blk.0.ffn_norm.weight",
+        ),
+    ] {
+        let bad = dir.path().join("bad.gguf");
+        std::fs::write(&bad, with_tensor_info(&path, tensor, dtype, shift)).unwrap();
+        let err = Llama::load(&bad, &Device::Cpu)
+            .err()
+            .unwrap_or_else(|| panic!("{tensor} {dtype:?} +{shift} loaded"))
+            .to_string();
+        assert!(
+            err.contains("bad.gguf") && err.contains(tensor) && err.contains(want),
+            "{tensor} {dtype:?} +{shift}: {err}"
+        );
+    }
+}

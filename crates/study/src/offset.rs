@@ -122,6 +122,11 @@ impl Experiment {
             self.d_model,
             self.heads
         );
+        ensure!(
+            (2..=MAX_TRAIN_LEN).contains(&self.train_len),
+            "the training length must be between 2 and {MAX_TRAIN_LEN}, got {}",
+            self.train_len
+        );
         for &k in &self.ks {
             ensure!(k >= 1, "the offset k must be at least 1");
             ensure!(
@@ -226,6 +231,10 @@ impl Experiment {
         out
     }
 }
+
+/// The longest training sequence of the experiment (each length from k + 1 to it is a
+/// training shape of its own, with its own kernel buffers).
+pub const MAX_TRAIN_LEN: usize = 4096;
 
 /// The implicit-bias part of a study (its `[offset]` table): the grid and the settings of
 /// [`Experiment`] that differ from its defaults, written out.

@@ -56,9 +56,41 @@ impl PretrainedPlan {
             !self.rope_lengths.is_empty() && self.rope_lengths.iter().all(|&m| m >= 2),
             "rope_lengths must list at least one context length, each at least 2"
         );
+        // The model reads prompts and texts only within its context (a window of s items is a
+        // prompt of more than s tokens).
+        for (what, values) in [("sizes", &self.sizes), ("rope_lengths", &self.rope_lengths)] {
+            if let Some(v) = values.iter().find(|&&v| v > SMOLLM2_CONTEXT) {
+                anyhow::bail!(
+                    "{what}: {v} is beyond SmolLM2-135M's context of {SMOLLM2_CONTEXT} tokens"
+                );
+            }
+        }
         Ok(())
     }
+
+    /// The stage's arithmetic, a lower bound: a forward pass of SmolLM2-135M (2 FLOP per
+    /// parameter per token) over every prompt it reads, counting a window of s items as s
+    /// tokens (prompts are longer), and over the longest RoPE text; for the time estimate.
+    pub fn need(&self) -> ropelab_io::Need {
+        use ropelab_io::resources::bytes;
+        let tasks = TaskKind::ALL.len();
+        let score = bytes(&[tasks, self.score_prompts, PromptScoreOptions::SIZE]);
+        let sizes = self.sizes.iter().fold(0usize, |a, &s| a.saturating_add(s));
+        let prompts = bytes(&[tasks, self.runs, self.prompts, sizes]);
+        let text = self.rope_lengths.iter().copied().max().unwrap_or(0) as u64;
+        let tokens = score.saturating_add(prompts).saturating_add(text);
+        ropelab_io::Need::new().compute(
+            tokens.saturating_mul(2 * SMOLLM2_PARAMS),
+            format!("SmolLM2-135M reading {tokens} prompt tokens"),
+        )
+    }
 }
+
+/// SmolLM2-135M's context length, from its GGUF header (`llama.context_length`).
+pub const SMOLLM2_CONTEXT: usize = 8192;
+
+/// SmolLM2-135M's parameters (about 135 million).
+const SMOLLM2_PARAMS: u64 = 134_515_008;
 
 /// Runs the stage into `out/pretrained/` (fetching the model if needed); returns the files.
 pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result<Vec<PathBuf>> {

@@ -102,15 +102,22 @@ pub fn training_need(config: &RunConfig, root: &Path, from: usize, engine: Engin
     let steps = o.steps.saturating_sub(from);
     let checkpoint = bytes(&[CHECKPOINT_BYTES_PER_PARAM, config.model.n_params()])
         .saturating_add(CHECKPOINT_OVERHEAD as u64);
-    let kept = kept_checkpoints(config, from);
+    let kept = new_checkpoints(config, from);
     let lines = steps / o.log_every.max(1) + steps / o.eval_every.max(1) + 2;
     let longest = seqs.iter().copied().max().unwrap_or(1);
     // A step is a forward and a backward pass (about twice the forward's arithmetic).
     let step_flops = forward_flops(&config.model, o.batch_size, longest).saturating_mul(3);
+    // Every `eval_every` steps and at the end, a forward pass over the validation split.
+    let evals = steps / o.eval_every.max(1) + 1;
+    let val_flops = forward_flops(&config.model, config.data.val, longest);
     training_memory(&config.model, o.batch_size, &seqs, engine)
         .compute(
             step_flops.saturating_mul(steps as u64),
             format!("{steps} training steps"),
+        )
+        .compute(
+            val_flops.saturating_mul(evals as u64),
+            format!("{evals} validations on {} samples", config.data.val),
         )
         .disk(
             root,
@@ -122,6 +129,30 @@ pub fn training_need(config: &RunConfig, root: &Path, from: usize, engine: Engin
             bytes(&[METRICS_LINE_BYTES, lines]),
             format!("{lines} metrics lines"),
         )
+}
+
+/// Checkpoints that training from step `from` adds to those already on disk, at most: from step
+/// 0, [`kept_checkpoints`]; on a resume, the saves still to come (one per `save_every` steps
+/// beyond `from`, and the last step), no more than the retention policy keeps at the end
+/// beyond what it keeps at `from`, plus the one written before an older one is pruned. The
+/// checkpoints that exist are not counted again (a finished run's resume adds none).
+pub fn new_checkpoints(config: &RunConfig, from: usize) -> usize {
+    let o = &config.optim;
+    if from == 0 {
+        return kept_checkpoints(config, 0);
+    }
+    let every = o.save_every.max(1);
+    if o.steps <= from {
+        return 0;
+    }
+    let written = o.steps / every - from / every + usize::from(!o.steps.is_multiple_of(every));
+    if o.keep.keeps_all() {
+        return written;
+    }
+    let mut at_from = config.clone();
+    at_from.optim.steps = from;
+    let more = kept_checkpoints(config, 0).saturating_sub(kept_checkpoints(&at_from, 0));
+    written.min(more + 1)
 }
 
 /// Checkpoints that training from step `from` leaves on disk at the end, at most: every save
@@ -165,9 +196,13 @@ mod tests {
         let paper = Preset::Paper.config(TaskKind::Number);
         let seconds = training_need(&paper, root, 0, Engine::Fused).seconds();
         assert!((10.0..1400.0).contains(&seconds), "{seconds}");
-        // Half the steps left, half the time.
+        // Half the steps left, half the time (and one more validation than half of them).
         let half = training_need(&paper, root, paper.optim.steps / 2, Engine::Fused).seconds();
-        assert!((half / seconds - 0.5).abs() < 1e-9, "{half} vs {seconds}");
+        assert!((half / seconds - 0.5).abs() < 0.01, "{half} vs {seconds}");
+        // The validations are counted: a thousand times the validation set costs more.
+        let mut val = paper.clone();
+        val.data.val *= 1000;
+        assert!(training_need(&val, root, 0, Engine::Fused).seconds() > 2.0 * seconds);
         let mut long = paper.clone();
         long.optim.steps = 1_000_000_000;
         let need = training_need(&long, root, 0, Engine::Fused);
@@ -211,6 +246,38 @@ mod tests {
         };
         let kept = training_need(&long, root, 0, Engine::Fused).disk_bytes();
         assert!(kept < 4 << 20, "{kept}");
+    }
+
+    /// A resume adds only the checkpoints still to come: none for a finished run, so a tight
+    /// disk does not refuse it (issue 55, item 6).
+    #[test]
+    fn a_resume_counts_only_the_checkpoints_it_writes() {
+        let root = Path::new("run");
+        let mut c = Preset::Tiny.config(TaskKind::Number);
+        c.optim.steps = 1000;
+        c.optim.save_every = 10;
+        let one = bytes(&[CHECKPOINT_BYTES_PER_PARAM, c.model.n_params()]);
+        assert_eq!(new_checkpoints(&c, 0), kept_checkpoints(&c, 0));
+        assert_eq!(new_checkpoints(&c, 1000), 0);
+        assert!(training_need(&c, root, 1000, Engine::Fused).disk_bytes() < one);
+        // From 990: the save at 1000 only; from 995 with 1003 steps: 1000 and the last, 1003.
+        assert_eq!(new_checkpoints(&c, 990), 1);
+        c.optim.steps = 1003;
+        assert_eq!(new_checkpoints(&c, 995), 2);
+        // Brute force over resume points: the saves are the multiples of 10 after `from`, and
+        // the last step.
+        for from in [1, 9, 10, 11, 500, 999, 1002] {
+            let want = (from + 1..=1003)
+                .filter(|s| s % 10 == 0 || *s == 1003)
+                .count();
+            assert_eq!(new_checkpoints(&c, from), want, "from {from}");
+        }
+        // With retention, no more than the policy adds (and the one written before pruning).
+        c.optim.keep = Retention {
+            last: Some(2),
+            every: None,
+        };
+        assert!(new_checkpoints(&c, 500) <= 2);
     }
 
     #[test]

@@ -211,7 +211,7 @@ impl RunDir {
     /// Loads the weights of checkpoint `step` as trainable parameters (to resume training),
     /// after checking that `config` describes the model the checkpoint holds.
     fn load_trainable(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
-        self.verify_checkpoint(step, &["model.safetensors", "ropelab.json"])?;
+        self.verify_checkpoint(step, &["model.safetensors", "ropelab.json", "config.json"])?;
         self.check_checkpoint_config(step, config)?;
         let path = self.checkpoint_dir(step).join("model.safetensors");
         Ok(load_weights(config.model.clone(), &path, device)?)
@@ -295,17 +295,18 @@ impl RunDir {
 
     /// Keeps only the metrics lines of steps up to `step`, so a resumed run appends exactly
     /// what an uninterrupted one would have written: a torn last line (no newline) is dropped,
-    /// and `restore` (the checkpoint's own line) is appended when the kept lines lack it. A
-    /// complete line that is not a metrics line is an error naming the file and the line.
-    pub fn truncate_metrics(&self, step: usize, restore: Option<&str>) -> Result<()> {
+    /// and every line of `restore` (each checkpoint's own line, by step) that the kept lines
+    /// lack is put back in its place (a line deleted from the middle of the log is restored
+    /// where a checkpoint holds it). A complete line that is not a metrics line is an error
+    /// naming the file and the line.
+    pub fn truncate_metrics(&self, step: usize, restore: &[(usize, String)]) -> Result<()> {
         let path = self.metrics_path();
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(TrainError::io(path, e)),
         };
-        let mut kept = String::with_capacity(text.len());
-        let mut last_step = None;
+        let mut kept: Vec<(usize, String)> = vec![];
         for (i, line) in text.split_inclusive('\n').enumerate() {
             if !line.ends_with('\n') {
                 break; // torn by a kill: rewritten below or by the resumed steps
@@ -323,20 +324,45 @@ impl RunDir {
                     )
                 })? as usize;
             if line_step <= step {
-                kept.push_str(line);
-                last_step = Some(line_step);
+                kept.push((line_step, line.to_owned()));
             }
         }
-        if let Some(line) = restore {
-            if last_step != Some(step) {
-                kept.push_str(line.trim_end_matches('\n'));
-                kept.push('\n');
+        for (s, line) in restore {
+            if *s <= step && !kept.iter().any(|(k, _)| k == s) {
+                kept.push((*s, format!("{}\n", line.trim_end_matches('\n'))));
             }
         }
+        // Stable: lines of one step keep their order.
+        kept.sort_by_key(|(s, _)| *s);
+        let kept: String = kept.into_iter().map(|(_, l)| l).collect();
         if kept == text {
             return Ok(());
         }
         write_atomic(&path, kept.as_bytes())
+    }
+
+    /// The metrics line each checkpoint up to `step` recorded (by step), from its `state.json`
+    /// (checked against its manifest; a checkpoint whose state cannot be vouched for gives
+    /// none).
+    pub fn checkpoint_metrics_lines(&self, step: usize) -> Result<Vec<(usize, String)>> {
+        let mut lines = vec![];
+        for s in self.checkpoints()?.into_iter().filter(|&s| s <= step) {
+            if self.verify_checkpoint(s, &["state.json"]).is_err() {
+                continue;
+            }
+            let path = self.checkpoint_dir(s).join("state.json");
+            let Ok(text) = fs::read_to_string(&path) else {
+                continue;
+            };
+            if let Ok(CheckpointState {
+                metrics_line: Some(line),
+                ..
+            }) = serde_json::from_str::<CheckpointState>(&text)
+            {
+                lines.push((s, line));
+            }
+        }
+        Ok(lines)
     }
 
     /// The last validation recorded in `metrics.jsonl` (None when there is none).

@@ -246,7 +246,12 @@ impl Trainer {
         }
         let step = dir.latest_checkpoint()?;
         let (model, optimizer, state) = dir.load_training_state(step, &config, device)?;
-        dir.truncate_metrics(step, state.metrics_line.as_deref())?;
+        let mut restore = dir.checkpoint_metrics_lines(step)?;
+        if let Some(line) = state.metrics_line.clone() {
+            restore.retain(|(s, _)| *s != step);
+            restore.push((step, line));
+        }
+        dir.truncate_metrics(step, &restore)?;
         let last_val = dir.last_validation()?;
         let data = Data::new(&config)?;
         Ok(Self {

@@ -1,0 +1,130 @@
+//! A Hugging Face model directory whose `config.json` or safetensors header is corrupted never
+//! makes the loader panic: it loads, or is refused with an error naming a file (the same
+//! mutations as the GGUF loader's, `gguf_files.rs`; `fuzz/` runs both parsers for longer).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::Device;
+use proptest::prelude::*;
+use ropelab_pretrained::load_model;
+
+fn llama() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models/llama")
+}
+
+/// A copy of the tiny Llama directory with `file` replaced by `bytes`.
+fn with_file(file: &str, bytes: &[u8]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(llama().join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join(file), bytes).unwrap();
+    dir
+}
+
+/// Loads the directory: Ok, or an error that names one of its files (or the directory).
+fn loads_or_names_a_file(dir: &Path) -> std::result::Result<(), String> {
+    match load_model(Some(dir), &Device::Cpu) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let text = e.to_string();
+            if text.contains(&dir.display().to_string()) && !text.is_empty() {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        }
+    }
+}
+
+/// The length of the safetensors header (its first 8 bytes, little-endian) plus those 8.
+fn header_end(bytes: &[u8]) -> usize {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    (8 + n).min(bytes.len())
+}
+
+#[test]
+fn the_unmutated_directory_loads() {
+    let config = std::fs::read(llama().join("config.json")).unwrap();
+    let dir = with_file("config.json", &config);
+    assert!(load_model(Some(dir.path()), &Device::Cpu).is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Bytes of `config.json` changed, cut or inserted.
+    #[test]
+    fn a_corrupted_config_never_panics(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        do_cut in any::<bool>(),
+    ) {
+        let mut bytes = std::fs::read(llama().join("config.json")).unwrap();
+        for (i, b) in edits {
+            let at = i.index(bytes.len());
+            bytes[at] = b;
+        }
+        if do_cut {
+            bytes.truncate(cut.index(bytes.len()));
+        }
+        let dir = with_file("config.json", &bytes);
+        prop_assert!(loads_or_names_a_file(dir.path()).is_ok());
+    }
+
+    /// Bytes of the safetensors header (its length and its JSON) changed, or the file cut.
+    #[test]
+    fn a_corrupted_safetensors_header_never_panics(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        do_cut in any::<bool>(),
+    ) {
+        let mut bytes = std::fs::read(llama().join("model.safetensors")).unwrap();
+        let end = header_end(&bytes);
+        for (i, b) in edits {
+            let at = i.index(end);
+            bytes[at] = b;
+        }
+        if do_cut {
+            bytes.truncate(cut.index(bytes.len()));
+        }
+        let dir = with_file("model.safetensors", &bytes);
+        prop_assert!(loads_or_names_a_file(dir.path()).is_ok());
+    }
+}
+
+/// A config value no model has is refused, naming config.json (or the weights file that
+/// cannot hold such a model), whichever way it is spelled.
+#[test]
+fn absurd_config_values_are_refused_naming_the_file() {
+    let config = std::fs::read_to_string(llama().join("config.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&config).unwrap();
+    for (key, value) in [
+        ("rope_theta", serde_json::json!(-1.0)),
+        ("rope_theta", serde_json::json!(0.0)),
+        ("rms_norm_eps", serde_json::json!(-1.0)),
+        ("num_attention_heads", serde_json::json!(0)),
+        ("hidden_size", serde_json::json!(1u64 << 40)),
+        ("num_hidden_layers", serde_json::json!(1u64 << 40)),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "unknown-kind", "factor": 2.0}),
+        ),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "linear", "factor": -2.0}),
+        ),
+    ] {
+        let mut j = json.clone();
+        j[key] = value.clone();
+        let dir = with_file("config.json", serde_json::to_string(&j).unwrap().as_bytes());
+        let err = load_model(Some(dir.path()), &Device::Cpu)
+            .err()
+            .unwrap_or_else(|| panic!("{key} = {value} was accepted"))
+            .to_string();
+        assert!(
+            err.contains("config.json") || err.contains("model.safetensors"),
+            "{key} = {value}: {err}"
+        );
+    }
+}

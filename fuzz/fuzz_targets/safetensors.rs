@@ -1,0 +1,17 @@
+//! Fuzz target: arbitrary bytes as a Hugging Face directory's `model.safetensors` (its header
+//! length, its JSON header, its data; beside the tiny Llama fixture's config and tokenizer)
+//! must never make the loader panic (errors are fine).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/rope_models/llama");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for name in ["config.json", "tokenizer.json"] {
+        std::fs::copy(fixture.join(name), dir.path().join(name)).expect("the fixture");
+    }
+    std::fs::write(dir.path().join("model.safetensors"), data).expect("writable");
+    let _ = ropelab_pretrained::load_model(Some(dir.path()), &candle_core::Device::Cpu);
+});
