@@ -291,6 +291,8 @@ fn commands_that_would_run_for_days_are_refused_up_front() {
             "--out",
             &out("m.csv"),
         ],
+        vec!["eval", "--run", &run, "--n", "100000000000"],
+        vec!["hops", "--hand", "one-hop", "--n", "100000000000"],
         vec![
             "offset",
             "--per-length",
@@ -528,6 +530,25 @@ fn every_size_in_a_sweep_file_is_refused_up_front() {
         tried += 1;
     }
     assert!(tried >= 10, "only {tried} keys tried");
+    // `--list` times a few steps of each job's model: a model beyond the machine is refused
+    // before it is built.
+    let (file, out) = sweep(
+        "list-wide",
+        "name = \"s\"\npreset = \"tiny\"\ntask = \"number\"\n[base]\nmodel.d_model = 65536\n\
+         model.n_heads = 2\n[[axis]]\nkey = \"seed\"\nvalues = [0]\n",
+    );
+    let args = [
+        "sweep",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--list",
+    ];
+    failures.extend(refused_up_front(
+        &args,
+        &out,
+        "sweep --list of a wide model",
+    ));
     // The [measure] table, on the tasks that read each key.
     for (task, measure) in [
         ("number", "extras = [0, 100000000]"),

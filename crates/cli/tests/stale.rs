@@ -495,6 +495,15 @@ fn collect_pools_only_the_jobs_of_one_plan() {
     let twin = out.join("jobs").join("j000000000000");
     copy_dir(&jobs[0], &twin);
     refused("is not a job of this directory's plan");
+    // ... even when the plan is edited to list the copy too: one job counts once.
+    let plan_path = out.join("plan.json");
+    let plan_text = std::fs::read_to_string(&plan_path).unwrap();
+    let mut plan: serde_json::Value = serde_json::from_str(&plan_text).unwrap();
+    let first = format!("jobs/{}", jobs[0].file_name().unwrap().to_str().unwrap());
+    plan["jobs"]["jobs/j000000000000"] = plan["jobs"][&first].clone();
+    std::fs::write(&plan_path, serde_json::to_string(&plan).unwrap()).unwrap();
+    refused("found in more than one directory");
+    std::fs::write(&plan_path, plan_text).unwrap();
     std::fs::remove_dir_all(&twin).unwrap();
     // ... or over another job of the plan.
     let saved = dir.path().join("saved");
@@ -604,7 +613,7 @@ fn no_out_replaces_a_file_a_ledger_lists() {
             assert!(!got.status.success(), "{args:?} replaced {t}");
             assert!(
                 err.contains(target.file_name().unwrap().to_str().unwrap())
-                    && err.contains("measured.json lists it"),
+                    && (err.contains("measured.json lists it") || err.contains("keeps itself")),
                 "{args:?}: {err}"
             );
             assert!(!err.contains("panicked"), "{args:?}: {err}");
@@ -612,6 +621,55 @@ fn no_out_replaces_a_file_a_ledger_lists() {
     }
     let after: Vec<Vec<u8>> = targets.iter().map(|t| std::fs::read(t).unwrap()).collect();
     assert_eq!(before, after);
+    // Nor the files ropelab keeps whether or not a ledger lists them: a run's config, log and
+    // checkpoints, a ledger, a sweep's plan, a job's record.
+    let plain = dir.path().join("plain");
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "10",
+        "--save-every",
+        "10",
+        "--out",
+        plain.to_str().unwrap(),
+    ]));
+    let kept = [
+        plain.join("config.toml"),
+        plain.join("metrics.jsonl"),
+        plain.join("checkpoints/step-000010/model.safetensors"),
+        run.join("measured.json"),
+        out.join("plan.json"),
+        job.join("job.json"),
+    ];
+    for target in &kept {
+        let bytes = std::fs::read(target).unwrap();
+        let t = target.to_str().unwrap();
+        for args in [
+            vec![
+                "lengthgen",
+                "--run",
+                other,
+                "--extras",
+                "0",
+                "--n",
+                "4",
+                "--out",
+                t,
+            ],
+            vec!["score", "--run", other, "--samples", "4", "--out", t],
+            vec!["mask", "--run", other, "--n", "8", "--out", t],
+        ] {
+            let got = ropelab(&args);
+            let err = String::from_utf8_lossy(&got.stderr);
+            assert!(!got.status.success(), "{args:?} replaced {t}");
+            assert!(err.contains("keeps itself"), "{args:?}: {err}");
+        }
+        assert_eq!(std::fs::read(target).unwrap(), bytes, "{t}");
+    }
     // The job is still done, its files vouched for.
     assert!(ok(sweep(&file, &out, &[])).contains("1 already done"));
 }
@@ -684,6 +742,25 @@ fn an_edited_checkpoint_config_is_refused() {
     assert!(!out.status.success(), "--model read an edited checkpoint");
     assert!(
         err.contains("config.json") && err.contains("step-000030"),
+        "{err}"
+    );
+    // Without its manifest, a checkpoint is read by --model only with --force, as by eval.
+    std::fs::write(&config, &text).unwrap();
+    std::fs::remove_file(checkpoint.join("manifest.json")).unwrap();
+    let stats = dir.path().join("r.csv");
+    let args = [
+        "pretrained",
+        "rope-stats",
+        "--model",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        stats.to_str().unwrap(),
+    ];
+    let out = ropelab(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "--model read an unsealed checkpoint");
+    assert!(
+        err.contains("manifest.json") && err.contains("--force"),
         "{err}"
     );
 }

@@ -231,12 +231,53 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
     let Ok(absolute) = std::path::absolute(target) else {
         return Ok(());
     };
+    if let Some(what) = bookkeeping(&absolute) {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is {what}, which ropelab keeps itself: write elsewhere",
+                target.display()
+            ),
+        ));
+    }
     for dir in absolute.ancestors().skip(1) {
         if ledger_path(dir).is_file() {
             refuse_in(dir, &absolute, contents)?;
         }
     }
     Ok(())
+}
+
+/// The files ropelab keeps for a run or an experiment whether or not a ledger lists them,
+/// when `path` (absolute) is one that exists: the bookkeeping files of any directory (a
+/// ledger, a checkpoint manifest, a sweep's plan, a job's parameters and result), and a run
+/// directory's config, training log and checkpoints. What it is, in words.
+fn bookkeeping(path: &Path) -> Option<String> {
+    if !path.exists() {
+        return None;
+    }
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let parent = path.parent()?;
+    let named = match name.as_str() {
+        LEDGER => Some("a ledger of measured files"),
+        crate::checksum::MANIFEST => Some("a checkpoint's manifest"),
+        "plan.json" => Some("a sweep's plan"),
+        "job.json" | "result.json" => Some("a sweep job's record"),
+        _ => None,
+    };
+    if let Some(what) = named {
+        return Some(what.to_owned());
+    }
+    let is_run = |d: &Path| d.join("config.toml").is_file() && d.join("checkpoints").is_dir();
+    if is_run(parent) && matches!(name.as_str(), "config.toml" | "metrics.jsonl") {
+        return Some(format!("the {name} of the run in {}", parent.display()));
+    }
+    path.ancestors()
+        .skip(1)
+        .find(|a| {
+            a.file_name().is_some_and(|n| n == "checkpoints") && a.parent().is_some_and(is_run)
+        })
+        .map(|a| format!("a file of the checkpoints in {}", a.display()))
 }
 
 fn refuse_in(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
@@ -350,6 +391,28 @@ mod tests {
         assert!(refuse_listed(&target, Some(b"{}\n")).is_ok());
         assert!(refuse_listed(&model.join("mine.jsonl"), None).is_ok());
         assert!(refuse_listed(&other.join("scores.jsonl"), None).is_ok());
+        // Bookkeeping files are refused whether or not a ledger lists them.
+        assert!(refuse_listed(&model.join(LEDGER), None).is_err());
+        std::fs::create_dir_all(other.join("checkpoints/step-000010")).unwrap();
+        std::fs::write(other.join("config.toml"), b"x").unwrap();
+        std::fs::write(other.join("metrics.jsonl"), b"{}").unwrap();
+        std::fs::write(
+            other.join("checkpoints/step-000010/model.safetensors"),
+            b"w",
+        )
+        .unwrap();
+        for f in [
+            "config.toml",
+            "metrics.jsonl",
+            "checkpoints/step-000010/model.safetensors",
+        ] {
+            let err = refuse_listed(&other.join(f), None).unwrap_err().to_string();
+            assert!(err.contains("keeps itself"), "{f}: {err}");
+        }
+        // A file of the same name elsewhere, or one not there yet, may be written.
+        assert!(refuse_listed(&dir.path().join("config.toml"), None).is_ok());
+        assert!(refuse_listed(&other.join("checkpoints/step-000010/new.csv"), None).is_ok());
+        assert!(refuse_listed(&dir.path().join("plan.json"), None).is_ok());
     }
 
     #[test]

@@ -263,8 +263,12 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| PretrainedError::io(path, e))?;
         let mut reader = BufReader::new(file);
-        let content = Content::read(&mut reader)
-            .map_err(|e| PretrainedError::gguf(path, format!("not a readable GGUF file: {e}")))?;
+        let content = Content::read(&mut reader).map_err(|e| {
+            // The parser may quote raw bytes of the file (a wrong magic, a bad string): printed
+            // escaped, never as control characters.
+            let text: String = e.to_string().chars().flat_map(char::escape_debug).collect();
+            PretrainedError::gguf(path, format!("not a readable GGUF file: {text}"))
+        })?;
         let file_len = reader
             .get_ref()
             .metadata()
@@ -438,6 +442,7 @@ impl GgufFile {
                 ))
             }
         };
+        let block_key = key("block_count");
         let c = LlamaConfig {
             vocab_size,
             n_layers: self.usize(&key("block_count"))?,
@@ -463,6 +468,31 @@ impl GgufFile {
             arch,
         };
         c.validate(&self.path, self.content.tensor_infos.len())?;
+        // Every block the file holds must be in the config (a smaller block count would
+        // silently drop the blocks beyond it).
+        let held = self
+            .content
+            .tensor_infos
+            .keys()
+            .filter_map(|n| {
+                n.strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max()
+            .map(|l| l + 1);
+        if let Some(held) = held.filter(|&h| h != c.n_layers) {
+            return Err(PretrainedError::gguf(
+                &self.path,
+                format!(
+                    "{block_key} is {} but the file holds {held} blocks (blk.0 .. blk.{})",
+                    c.n_layers,
+                    held - 1
+                ),
+            ));
+        }
         Ok(c)
     }
 
@@ -504,6 +534,7 @@ impl GgufFile {
         let t = q
             .dequantize(device)
             .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?;
+        finite(&path, name, &t)?;
         if t.dims() != shape {
             return Err(PretrainedError::gguf(
                 &path,
@@ -565,7 +596,7 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
         let dtype = info.ggml_dtype;
         let elements = info.shape.elem_count() as u64;
         let block = dtype.block_size() as u64;
-        if block == 0 || elements % block != 0 {
+        if block == 0 || !elements.is_multiple_of(block) {
             return Err(PretrainedError::gguf(
                 path,
                 format!(
@@ -622,6 +653,18 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
         }
     }
     if let Some(&(_, end, name, dtype)) = spans.last() {
+        // The file ends right after the last tensor or after its padding to the alignment: a
+        // byte added or removed before the data (which moves every tensor) shows here.
+        let padded = end.div_ceil(alignment).saturating_mul(alignment);
+        if file_len != end && file_len != padded && file_len - end < alignment {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "the file is {file_len} bytes, but its last tensor, {name}, ends at byte \
+                     {end} (padded: {padded}): bytes were added or removed before the tensor data"
+                ),
+            ));
+        }
         if file_len - end >= alignment {
             return Err(PretrainedError::gguf(
                 path,
@@ -634,4 +677,24 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses a weight tensor holding NaN or an infinity, naming the file and the tensor (a model
+/// with one answers nothing: every logit it reaches is NaN).
+pub fn finite(path: &Path, name: &str, t: &candle_core::Tensor) -> Result<()> {
+    let values = t
+        .flatten_all()
+        .and_then(|v| v.to_dtype(candle_core::DType::F32))
+        .and_then(|v| v.to_vec1::<f32>())
+        .map_err(|e| PretrainedError::gguf(path, format!("tensor {name}: {e}")))?;
+    match values.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(PretrainedError::gguf(
+            path,
+            format!(
+                "tensor {name} holds {} at element {i}: not a weight",
+                values[i]
+            ),
+        )),
+    }
 }

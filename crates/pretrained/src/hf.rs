@@ -463,10 +463,10 @@ impl HfWeights {
                 "not a model directory: config.json is missing",
             ));
         }
-        // A ropelab checkpoint (`ropelab.json` beside a manifest) is read only as its manifest
-        // sealed it: an edited config.json or weights file is refused by name.
-        if dir.join("ropelab.json").is_file() && dir.join(ropelab_io::checksum::MANIFEST).is_file()
-        {
+        // A ropelab checkpoint (`ropelab.json` beside its files) is read only as its manifest
+        // sealed it: an edited config.json or weights file, or a missing manifest (unless
+        // `--force`), is refused by name.
+        if dir.join("ropelab.json").is_file() {
             let files = ["config.json", "model.safetensors"];
             match ropelab_io::checksum::Manifest::verify(dir, &files) {
                 Ok(None) => {}
@@ -494,6 +494,7 @@ impl HfWeights {
                 PretrainedError::gguf(&file, format!("not a readable safetensors file: {e}"))
             })?;
             for (name, t) in loaded {
+                crate::gguf::finite(&file, &name, &t)?;
                 tensors.insert(name, (t, file.clone()));
             }
         }

@@ -82,6 +82,15 @@ impl GgufTokenizer {
             .usize("tokenizer.ggml.eos_token_id")
             .ok()
             .map(|e| e as u32);
+        if let Some(e) = eos.filter(|&e| e as usize >= tokens.len()) {
+            return Err(PretrainedError::gguf(
+                file.path(),
+                format!(
+                    "tokenizer.ggml.eos_token_id {e} is not a token of its {} tokens",
+                    tokens.len()
+                ),
+            ));
+        }
         Ok(Self { inner, eos })
     }
 

@@ -970,3 +970,84 @@ fn tensors_whose_type_or_offset_do_not_fit_their_bytes_are_refused() {
         );
     }
 }
+
+/// The file with the u32 metadata value of `key` set to `value`.
+fn with_u32(dir: &Path, key: &str, value: u32) -> std::path::PathBuf {
+    let path = dir.join("tiny.gguf");
+    write_model(&path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+        .unwrap()
+        + key.len()
+        + 4;
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    let bad = dir.join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    bad
+}
+
+/// Corruptions the adversarial pass found loading silently (issue 55): a byte removed before
+/// the tensor data (every tensor read one byte off), a block count below the blocks the file
+/// holds, an end-of-sequence id outside the vocabulary; and an old version's error prints no
+/// raw control bytes.
+#[test]
+fn files_that_would_load_silently_wrong_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let bytes = std::fs::read(&path).unwrap();
+    let data = {
+        let mut f = std::fs::File::open(&path).unwrap();
+        gguf_file::Content::read(&mut f).unwrap().tensor_data_offset as usize
+    };
+    let shifted = dir.path().join("shifted.gguf");
+    let mut b = bytes.clone();
+    b.remove(data - 1);
+    std::fs::write(&shifted, &b).unwrap();
+    let err = Llama::load(&shifted, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("shifted.gguf"), "{err}");
+
+    let fewer = with_u32(dir.path(), "llama.block_count", 1);
+    let err = Llama::load(&fewer, &Device::Cpu).err().unwrap().to_string();
+    assert!(
+        err.contains("bad.gguf") && err.contains("llama.block_count is 1 but the file holds 2"),
+        "{err}"
+    );
+
+    let eos = with_u32(dir.path(), "tokenizer.ggml.eos_token_id", 5000);
+    let err = GgufTokenizer::from_gguf(&GgufFile::open(&eos).unwrap())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("bad.gguf") && err.contains("5000"), "{err}");
+
+    // A NaN weight (in an f32 tensor) is refused naming the tensor.
+    let offset = {
+        let mut f = std::fs::File::open(&path).unwrap();
+        let c = gguf_file::Content::read(&mut f).unwrap();
+        c.tensor_infos["blk.1.attn_norm.weight"].offset as usize
+    };
+    let nan = dir.path().join("nan.gguf");
+    let mut b = bytes.clone();
+    b[data + offset..data + offset + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&nan, &b).unwrap();
+    let err = Llama::load(&nan, &Device::Cpu).err().unwrap().to_string();
+    assert!(
+        err.contains("nan.gguf") && err.contains("blk.1.attn_norm.weight") && err.contains("NaN"),
+        "{err}"
+    );
+
+    let old = dir.path().join("v1.gguf");
+    let mut b = bytes.clone();
+    b[4..8].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&old, &b).unwrap();
+    if let Err(e) = GgufFile::open(&old) {
+        let text = e.to_string();
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+    }
+}

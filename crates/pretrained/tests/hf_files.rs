@@ -128,3 +128,29 @@ fn absurd_config_values_are_refused_naming_the_file() {
         );
     }
 }
+
+/// A weight holding NaN is refused naming the file and the tensor, instead of a model that
+/// silently answers nothing.
+#[test]
+fn a_nan_weight_is_refused_naming_the_tensor() {
+    let mut bytes = std::fs::read(llama().join("model.safetensors")).unwrap();
+    let end = header_end(&bytes);
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..end]).unwrap();
+    let (name, _) = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, v)| v["data_offsets"][0] == 0)
+        .unwrap();
+    assert_eq!(header[name]["dtype"], "F32");
+    bytes[end..end + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let dir = with_file("model.safetensors", &bytes);
+    let err = load_model(Some(dir.path()), &Device::Cpu)
+        .err()
+        .expect("a NaN weight was accepted")
+        .to_string();
+    assert!(
+        err.contains("model.safetensors") && err.contains(name.as_str()) && err.contains("NaN"),
+        "{err}"
+    );
+}

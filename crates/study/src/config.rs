@@ -370,6 +370,15 @@ impl StudyConfig {
             !config.lengthgen.extras.is_empty() && config.lengthgen.samples > 0,
             "{origin}: [lengthgen] needs at least one extra and one sample"
         );
+        anyhow::ensure!(
+            config.lengthgen.extras.windows(2).all(|w| w[0] < w[1]),
+            "{origin}: [lengthgen] extras must be ascending, each once, got {:?}",
+            config.lengthgen.extras
+        );
+        anyhow::ensure!(
+            config.ablation.samples > 0,
+            "{origin}: [ablation] samples must be at least 1"
+        );
         for (split, n) in [
             ("train", config.tasks.train),
             ("val", config.tasks.val),
@@ -709,6 +718,18 @@ mod tests {
                 "theta must be positive",
             ),
             ("sizes = [12, 32]", "sizes = [0, 32]", "[pretrained]"),
+            (
+                "sizes = [12, 32]",
+                "sizes = [12, 100000]",
+                "beyond SmolLM2-135M's context",
+            ),
+            // Refused when read, not after the models were trained (issue 55).
+            ("samples = 1024", "samples = 0", "[ablation] samples"),
+            (
+                "extras = [0, 16, 32, 64, 128, 256, 512, 783, 833, 850]",
+                "extras = [16, 0]",
+                "ascending, each once",
+            ),
             ("runs = 3", "runs = 0", "must be at least 1"),
             ("prompts = 5", "prompts = 5\nmodel = \"gpt2\"", "model"),
         ] {

@@ -105,8 +105,15 @@ pub fn results(out: &Path) -> Result<Vec<JobResult>> {
     };
     let mut why = vec![];
     for (dir, r) in &all {
+        let twice = all.iter().filter(|(_, o)| o.id == r.id).count() > 1;
         if let Some(reason) = plan.refuses(dir, r) {
             why.push(reason);
+        } else if twice {
+            why.push(format!(
+                "{dir}/{RESULT} is job {}'s result, found in more than one directory (a job \
+                 copied under another name is counted once at most)",
+                r.id
+            ));
         } else if r.results_version != RESULTS_VERSION {
             why.push(format!(
                 "{dir}/{RESULT} was made by results version {} of ropelab, this one is version \

@@ -7,7 +7,7 @@ use candle_core::Device;
 use clap::Args;
 use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::eval::eval_checkpoint;
-use ropelab_train::{inference_need, RunDir};
+use ropelab_train::{forward_flops, inference_need, RunDir};
 
 use super::Guard;
 
@@ -38,7 +38,11 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs, guard: Guard) -> Result<()> {
     if let Ok((_, config)) = RunDir::open(&args.run) {
         let len = config.layout.core_len().saturating_add(args.extra);
-        let need = inference_need(&config.model, len, args.memory);
+        let n = args.n.map_or(config.data.test, |n| n as usize);
+        let need = inference_need(&config.model, len, args.memory).compute(
+            forward_flops(&config.model, n, len),
+            format!("{n} test samples of {len} tokens"),
+        );
         guard.check(&format!("eval --extra {}", args.extra), &need)?;
     }
     let report = eval_checkpoint(

@@ -59,7 +59,7 @@ pub enum HandRoute {
 /// Runs `ropelab hops`.
 pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
     let Some(run_dir) = args.run.clone() else {
-        return hand(&args);
+        return hand(&args, guard);
     };
     let (_, config) = RunDir::open(&run_dir)?;
     let n = args.n as usize;
@@ -125,12 +125,21 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
 }
 
 /// `ropelab hops --hand ROUTE`: the map of a hand-built chain on the default number task.
-fn hand(args: &HopsArgs) -> Result<()> {
+fn hand(args: &HopsArgs, guard: Guard) -> Result<()> {
     let (route, name) = match args.hand {
         Some(HandRoute::Doubling) => (Route::Doubling, "doubling"),
         _ => (Route::OneHopPerLayer, "one-hop"),
     };
     let task = Task::new(TaskKind::Number, Layout::default())?;
+    // The hand-built chain has no weights: each pass over a sample attends every pair of its
+    // tokens in each of its (at most MAX_HOP) layers, a few operations per pair.
+    let (n, len) = (args.n as usize, task.layout().core_len());
+    let passes = bytes(&[MAX_HOP, 2 * MAX_HOP]).saturating_add(1);
+    let need = ropelab_io::Need::new().compute(
+        bytes(&[n, len, len, MAX_HOP, 16]).saturating_mul(passes),
+        format!("{passes} passes over {n} samples"),
+    );
+    guard.check("hops --hand", &need)?;
     let data = Dataset::new(task, 0, Split::Test, args.n as usize, 0)?;
     let chain = HopChain::new(route, data.task().vocab(), MAX_HOP)?;
     let start = Instant::now();

@@ -68,6 +68,11 @@ pub fn parse_extras(s: &str) -> Result<Extras, String> {
             }
         }
     }
+    if !out.windows(2).all(|w| w[0] < w[1]) {
+        return Err(format!(
+            "extras {out:?} must be ascending, each once (a repeated length repeats the work)"
+        ));
+    }
     Ok(Extras(out))
 }
 

@@ -90,7 +90,7 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
     let (index, count) = args.shard.unwrap_or((0, 1));
     let mine = shard(&jobs, index, count);
     if args.list {
-        return list(&sweep, &jobs, &mine, &args.out);
+        return list(&sweep, &jobs, &mine, &args.out, guard);
     }
     if args.slurm {
         return slurm(&args, &sweep, jobs.len());
@@ -163,6 +163,7 @@ fn list(
     jobs: &[ropelab_sweep::Job],
     mine: &[&ropelab_sweep::Job],
     out: &Path,
+    guard: Guard,
 ) -> Result<()> {
     let mut t = Table::new(&[
         ("job", Align::Left),
@@ -184,6 +185,21 @@ fn list(
         .filter(|(_, s)| !done(s))
         .map(|(j, _)| *j)
         .collect();
+    // Timing a job trains a few steps of its model: a model beyond this machine is refused
+    // before it is built.
+    let mut timing = ropelab_io::Need::new();
+    if let Some((j, bytes)) = todo
+        .iter()
+        .map(|j| {
+            let need =
+                ropelab_train::training_need(&j.config, out, 0, ropelab_train::Engine::Fused);
+            (j, need.memory_bytes())
+        })
+        .max_by_key(|(_, b)| *b)
+    {
+        timing = timing.memory(bytes, format!("timing the training of job {}", j.id));
+    }
+    guard.check("sweep --list", &timing)?;
     let estimates = estimate(&todo).context("cannot measure the jobs' training speed")?;
     let mut left = 0.0;
     let mut next = estimates.iter();
