@@ -470,19 +470,7 @@ impl GgufFile {
         c.validate(&self.path, self.content.tensor_infos.len())?;
         // Every block the file holds must be in the config (a smaller block count would
         // silently drop the blocks beyond it).
-        let held = self
-            .content
-            .tensor_infos
-            .keys()
-            .filter_map(|n| {
-                n.strip_prefix("blk.")?
-                    .split('.')
-                    .next()?
-                    .parse::<usize>()
-                    .ok()
-            })
-            .max()
-            .map(|l| l + 1);
+        let held = blocks_held(self.content.tensor_infos.keys(), "blk.");
         if let Some(held) = held.filter(|&h| h != c.n_layers) {
             return Err(PretrainedError::gguf(
                 &self.path,
@@ -697,4 +685,22 @@ pub fn finite(path: &Path, name: &str, t: &candle_core::Tensor) -> Result<()> {
             ),
         )),
     }
+}
+
+/// The blocks a model file holds: one more than the largest N of its tensors named
+/// `{prefix}N.…` (None when it has none), for the check that the config names them all.
+pub(crate) fn blocks_held<'a>(
+    names: impl Iterator<Item = &'a String>,
+    prefix: &str,
+) -> Option<usize> {
+    names
+        .filter_map(|n| {
+            n.strip_prefix(prefix)?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map(|l| l + 1)
 }

@@ -501,17 +501,7 @@ impl HfWeights {
         // Every block the weights hold must be in the config: a smaller `num_hidden_layers`
         // would silently drop the blocks beyond it.
         let prefix = format!("{}.", Self::layer_prefix(&c.arch));
-        let held = tensors
-            .keys()
-            .filter_map(|n| {
-                n.strip_prefix(&prefix)?
-                    .split('.')
-                    .next()?
-                    .parse::<usize>()
-                    .ok()
-            })
-            .max()
-            .map(|l| l + 1);
+        let held = crate::gguf::blocks_held(tensors.keys(), &prefix);
         if let Some(held) = held {
             if held != c.n_layers {
                 return Err(PretrainedError::gguf(

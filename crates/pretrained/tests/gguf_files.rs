@@ -307,6 +307,12 @@ fn wrong_metadata_is_named() {
 /// The tiny model with the f32 value of metadata key `key` set to `value` (the key's bytes, its
 /// u32 type, then the value).
 fn with_f32(dir: &Path, key: &str, value: f32) -> std::path::PathBuf {
+    with_value(dir, key, value.to_le_bytes())
+}
+
+/// The tiny model's file with the 4-byte metadata value of `key` replaced by `value`, as
+/// `dir/bad.gguf`.
+fn with_value(dir: &Path, key: &str, value: [u8; 4]) -> std::path::PathBuf {
     let path = dir.join("tiny.gguf");
     write_model(&path);
     let mut bytes = std::fs::read(&path).unwrap();
@@ -316,7 +322,7 @@ fn with_f32(dir: &Path, key: &str, value: f32) -> std::path::PathBuf {
         .unwrap()
         + key.len()
         + 4;
-    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    bytes[at..at + 4].copy_from_slice(&value);
     let bad = dir.join("bad.gguf");
     std::fs::write(&bad, &bytes).unwrap();
     bad
@@ -973,19 +979,7 @@ fn tensors_whose_type_or_offset_do_not_fit_their_bytes_are_refused() {
 
 /// The file with the u32 metadata value of `key` set to `value`.
 fn with_u32(dir: &Path, key: &str, value: u32) -> std::path::PathBuf {
-    let path = dir.join("tiny.gguf");
-    write_model(&path);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let at = bytes
-        .windows(key.len())
-        .position(|w| w == key.as_bytes())
-        .unwrap()
-        + key.len()
-        + 4;
-    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
-    let bad = dir.join("bad.gguf");
-    std::fs::write(&bad, &bytes).unwrap();
-    bad
+    with_value(dir, key, value.to_le_bytes())
 }
 
 /// Corruptions the adversarial pass found loading silently (issue 55): a byte removed before
