@@ -74,6 +74,9 @@ fn commands_that_would_exhaust_memory_are_refused_up_front() {
             "--samples",
             "100000000000",
         ],
+        vec!["hops", "--run", &run, "--n", "1000000000"],
+        vec!["hops", "--hand", "doubling", "--n", "1000000000"],
+        vec!["probe", "--run", &run, "--n", "1000000000"],
         vec!["bench", "train", "--seq", "1000000"],
         vec!["bench", "rope", "--m", "10000000000"],
         vec!["bench", "rope", "--h", "1000000000"],
@@ -292,7 +295,6 @@ fn commands_that_would_run_for_days_are_refused_up_front() {
             &out("m.csv"),
         ],
         vec!["eval", "--run", &run, "--n", "100000000000"],
-        vec!["hops", "--hand", "one-hop", "--n", "100000000000"],
         vec![
             "offset",
             "--per-length",

@@ -641,7 +641,9 @@ fn no_out_replaces_a_file_a_ledger_lists() {
             assert!(!got.status.success(), "{args:?} replaced {t}");
             assert!(
                 err.contains(target.file_name().unwrap().to_str().unwrap())
-                    && (err.contains("measured.json lists it") || err.contains("keeps itself")),
+                    && ["measured.json lists it", "keeps itself", "another table"]
+                        .iter()
+                        .any(|w| err.contains(w)),
                 "{args:?}: {err}"
             );
             assert!(!err.contains("panicked"), "{args:?}: {err}");
@@ -742,4 +744,103 @@ fn an_edited_checkpoint_config_is_refused() {
         err.contains("manifest.json") && err.contains("--force"),
         "{err}"
     );
+}
+
+/// Found by the second adversarial pass (issue 55): a plain run's table is not replaced by
+/// another command's table (its own command may rewrite it); a sweep and a study do not share
+/// a directory (each would orphan or pool the other's jobs); probe's two tables go to two files.
+#[test]
+fn tables_and_plans_of_others_are_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let r = run.to_str().unwrap();
+    ok(ropelab(&["score", "--run", r, "--samples", "4"]));
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        r,
+        "--extras",
+        "0",
+        "--n",
+        "4",
+    ]));
+    let scores = std::fs::read(run.join("scores.jsonl")).unwrap();
+    let lengths = std::fs::read(run.join("lengthgen.csv")).unwrap();
+    for (args, file) in [
+        (
+            vec![
+                "lengthgen",
+                "--run",
+                r,
+                "--extras",
+                "0",
+                "--n",
+                "4",
+                "--out",
+            ],
+            "scores.jsonl",
+        ),
+        (
+            vec!["ablate", "--run", r, "--n", "4", "--out"],
+            "scores.jsonl",
+        ),
+        (
+            vec!["mask", "--run", r, "--n", "4", "--out"],
+            "lengthgen.csv",
+        ),
+    ] {
+        let target = run.join(file);
+        let mut args = args.clone();
+        args.push(target.to_str().unwrap());
+        let got = ropelab(&args);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "{args:?} replaced {file}");
+        assert!(err.contains("another table"), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read(run.join("scores.jsonl")).unwrap(), scores);
+    assert_eq!(std::fs::read(run.join("lengthgen.csv")).unwrap(), lengths);
+    // Its own command rewrites it.
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        r,
+        "--extras",
+        "0,4",
+        "--n",
+        "4",
+    ]));
+
+    let same = dir.path().join("both.csv");
+    let s = same.to_str().unwrap();
+    let got = ropelab(&["probe", "--run", r, "--n", "8", "--out", s, "--sets-out", s]);
+    assert!(!got.status.success());
+    assert!(String::from_utf8_lossy(&got.stderr).contains("two tables"));
+
+    // A sweep's directory and a study's do not take each other's jobs.
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(20)).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&file, &out, &[]));
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, spec(20).replace("name = \"s\"", "name = \"t\"")).unwrap();
+    let plan = std::fs::read(out.join("plan.json")).unwrap();
+    let got = sweep(&other, &out, &[]);
+    assert!(
+        !got.status.success(),
+        "another sweep planned into the directory"
+    );
+    assert!(String::from_utf8_lossy(&got.stderr).contains("holds the jobs of"));
+    assert_eq!(std::fs::read(out.join("plan.json")).unwrap(), plan);
+    let config = dir.path().join("small.toml");
+    std::fs::write(&config, STUDY).unwrap();
+    let got = ropelab(&[
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!got.status.success(), "a study ran in a sweep's directory");
+    assert!(String::from_utf8_lossy(&got.stderr).contains("not a study"));
+    assert!(!out.join("config.toml").exists());
 }

@@ -240,12 +240,57 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
             ),
         ));
     }
+    if let Some(what) = another_table(&absolute, contents) {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is {what}; what is being written is another table: write elsewhere",
+                target.display()
+            ),
+        ));
+    }
     for dir in absolute.ancestors().skip(1) {
         if ledger_path(dir).is_file() {
             refuse_in(dir, &absolute, contents)?;
         }
     }
     Ok(())
+}
+
+/// The shape of a table's text: a CSV file's header line, a JSON Lines file's sorted keys of
+/// its first line (None for any other file or text).
+fn table_shape(name: &str, text: &[u8]) -> Option<String> {
+    let first = text.split(|&b| b == b'\n').next()?;
+    let first = std::str::from_utf8(first).ok()?.trim_end_matches('\r');
+    if name.ends_with(".csv") {
+        return Some(first.to_owned());
+    }
+    if name.ends_with(".jsonl") {
+        let v: serde_json::Value = serde_json::from_str(first).ok()?;
+        let mut keys: Vec<&String> = v.as_object()?.keys().collect();
+        keys.sort();
+        return Some(format!("{keys:?}"));
+    }
+    None
+}
+
+/// When `path` (absolute) is an existing table (CSV or JSON Lines) of a run directory and
+/// `contents` (when known) is not a table of the same shape (another command's output): what
+/// it is. A command rewriting its own table of a run is let through.
+fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let parent = path.parent()?;
+    let is_run = parent.join("config.toml").is_file() && parent.join("checkpoints").is_dir();
+    if !is_run || !(name.ends_with(".csv") || name.ends_with(".jsonl")) || !path.is_file() {
+        return None;
+    }
+    let contents = contents?;
+    let old = std::fs::read(path).ok()?;
+    let old_shape = table_shape(&name, &old)?;
+    match table_shape(&name, contents) {
+        Some(new) if new == old_shape => None,
+        _ => Some(format!("the {name} of the run in {}", parent.display())),
+    }
 }
 
 /// The files ropelab keeps for a run or an experiment whether or not a ledger lists them,
@@ -413,6 +458,25 @@ mod tests {
         assert!(refuse_listed(&dir.path().join("config.toml"), None).is_ok());
         assert!(refuse_listed(&other.join("checkpoints/step-000010/new.csv"), None).is_ok());
         assert!(refuse_listed(&dir.path().join("plan.json"), None).is_ok());
+        // A run's table is rewritten only by a table of its own shape.
+        std::fs::write(other.join("scores.jsonl"), b"{\"step\":1,\"s\":0.5}\n").unwrap();
+        std::fs::write(other.join("lengthgen.csv"), b"extra,accuracy\n0,1\n").unwrap();
+        let own = b"{\"s\":0.7,\"step\":2}\n".as_slice();
+        assert!(refuse_listed(&other.join("scores.jsonl"), Some(own)).is_ok());
+        assert!(
+            refuse_listed(&other.join("lengthgen.csv"), Some(b"extra,accuracy\n5,0\n")).is_ok()
+        );
+        for (f, bytes) in [
+            ("scores.jsonl", b"extra,accuracy\n".as_slice()),
+            ("scores.jsonl", b"<html>".as_slice()),
+            ("lengthgen.csv", b"layer,mass\n1,2\n".as_slice()),
+        ] {
+            let err = refuse_listed(&other.join(f), Some(bytes))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("another table"), "{f}: {err}");
+        }
+        assert!(refuse_listed(&other.join("lengthgen.csv"), None).is_ok());
     }
 
     #[test]

@@ -492,6 +492,15 @@ impl StudyConfig {
     /// but its seeds (adding seeds to a study reuses the finished ones). Checked before the
     /// study writes anything, so a refused rerun leaves the existing study untouched.
     pub fn check_matches_existing(&self, out: &Path) -> Result<()> {
+        // A sweep's directory is not a study's: its plan would pool sweep jobs with models.
+        if let Some(plan) = ropelab_sweep::plan::Plan::load(out)? {
+            anyhow::ensure!(
+                plan.origin.starts_with("reproduce"),
+                "{} holds the jobs of {}, not a study: choose another --out",
+                out.display(),
+                plan.origin
+            );
+        }
         let path = out.join("config.toml");
         if !path.exists() {
             return Ok(());

@@ -89,8 +89,34 @@ impl Plan {
         }
     }
 
-    /// Writes the plan to `out/plan.json` (atomically), replacing the one there.
+    /// Refuses to plan into `out` when it holds the plan of something else (another sweep, by
+    /// name, or a study where a sweep would go, and back): its finished jobs would be orphaned,
+    /// or pooled with these.
+    fn check_owner(&self, out: &Path) -> Result<()> {
+        let study = |o: &str| o.starts_with("reproduce");
+        match Self::load(out)? {
+            Some(old)
+                if study(&old.origin) != study(&self.origin)
+                    || (!study(&self.origin) && old.origin != self.origin) =>
+            {
+                Err(SweepError::Spec {
+                    origin: out.join(PLAN).display().to_string(),
+                    message: format!(
+                        "{} holds the jobs of {}, not of {}: choose another --out",
+                        out.display(),
+                        old.origin,
+                        self.origin
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes the plan to `out/plan.json` (atomically), replacing the one there when it is the
+    /// plan of the same sweep (an edited sweep file keeps its name) and refusing another's.
     pub fn write(&self, out: &Path) -> Result<()> {
+        self.check_owner(out)?;
         let path = out.join(PLAN);
         std::fs::create_dir_all(out).map_err(|e| SweepError::Io {
             path: out.to_owned(),
@@ -103,6 +129,7 @@ impl Plan {
     /// Writes `self` into `out`'s plan, keeping the plan's other jobs (a study plans its
     /// grids of models one after another into one directory).
     pub fn merge_into(&self, out: &Path) -> Result<()> {
+        self.check_owner(out)?;
         let mut plan = Self::load(out)?.unwrap_or_else(|| Self {
             origin: self.origin.clone(),
             jobs: BTreeMap::new(),

@@ -65,10 +65,15 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
     let n = args.n as usize;
     let m = &config.model;
     let passes = bytes(&[m.n_layers, m.n_heads, 2 * MAX_HOP]).saturating_add(1);
-    let need = inference_need(m, config.layout.core_len(), args.memory).compute(
-        forward_flops(m, n, config.layout.core_len()).saturating_mul(passes),
-        format!("{passes} passes over {n} samples"),
-    );
+    let need = inference_need(m, config.layout.core_len(), args.memory)
+        .compute(
+            forward_flops(m, n, config.layout.core_len()).saturating_mul(passes),
+            format!("{passes} passes over {n} samples"),
+        )
+        .memory(
+            bytes(&[n, config.layout.core_len(), 16]),
+            format!("the ids of {n} samples"),
+        );
     guard.check("hops", &need)?;
     let options = HopOptions {
         step: args.step,
@@ -135,10 +140,12 @@ fn hand(args: &HopsArgs, guard: Guard) -> Result<()> {
     // tokens in each of its (at most MAX_HOP) layers, a few operations per pair.
     let (n, len) = (args.n as usize, task.layout().core_len());
     let passes = bytes(&[MAX_HOP, 2 * MAX_HOP]).saturating_add(1);
-    let need = ropelab_io::Need::new().compute(
-        bytes(&[n, len, len, MAX_HOP, 16]).saturating_mul(passes),
-        format!("{passes} passes over {n} samples"),
-    );
+    let need = ropelab_io::Need::new()
+        .compute(
+            bytes(&[n, len, len, MAX_HOP, 16]).saturating_mul(passes),
+            format!("{passes} passes over {n} samples"),
+        )
+        .memory(bytes(&[n, len, 16]), format!("the ids of {n} samples"));
     guard.check("hops --hand", &need)?;
     let data = Dataset::new(task, 0, Split::Test, args.n as usize, 0)?;
     let chain = HopChain::new(route, data.task().vocab(), MAX_HOP)?;

@@ -19,6 +19,7 @@ use ropelab_analysis::measure::probe::{
     probe_run, stream_name, ProbeRoute, ProbeRow, ProbeVerdict, Target, DEFAULT_SAMPLES,
     PROBES_FILE, READ_ACCURACY,
 };
+use ropelab_io::resources::bytes;
 use ropelab_io::{Align::Left, Align::Right, Table};
 use ropelab_train::{forward_flops, inference_need, RunDir, EVAL_MEMORY};
 
@@ -57,7 +58,30 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
         forward_flops(m, n, config.layout.core_len()),
         format!("one pass over {n} samples"),
     );
+    // The probes hold every sample's residual stream after each layer; the ids come first.
+    let len = config.layout.core_len();
+    let need = need
+        .memory(
+            bytes(&[n, len, m.n_layers + 1, m.d_model, 4]),
+            format!("the residual streams of {n} samples"),
+        )
+        .memory(bytes(&[n, len, 16]), format!("the ids of {n} samples"));
     guard.check("probe", &need)?;
+    // The two tables go to two files.
+    let probes_out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.run.join(PROBES_FILE));
+    let sets_out = args
+        .sets_out
+        .clone()
+        .unwrap_or_else(|| args.run.join(LAYER_SETS_FILE));
+    anyhow::ensure!(
+        std::path::absolute(&probes_out)? != std::path::absolute(&sets_out)?,
+        "--out and --sets-out both name {}: the probes and the layer sets are two tables",
+        probes_out.display()
+    );
+
     let bar = progress(m.n_layers as u64 + 1, "probe");
     let start = Instant::now();
     let (step, rows) = probe_run(&args.run, n, args.memory, &Device::Cpu, |done, _| {
@@ -81,7 +105,7 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
             verdict_text(&route.verdict(max_hop))
         );
     }
-    let out = args.out.unwrap_or_else(|| args.run.join(PROBES_FILE));
+    let out = probes_out;
     write_run_csv(&args.run, &out, PROBES_FILE, &keys::probes(step, n), &rows)?;
     println!(
         "{} probes in {:.1} s; wrote {}",
@@ -104,9 +128,7 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
     );
     print!("{}", sets_table(&set_rows));
     println!("{}", LayerSetRoute::of(&set_rows, ANSWER_ACCURACY).text());
-    let out = args
-        .sets_out
-        .unwrap_or_else(|| args.run.join(LAYER_SETS_FILE));
+    let out = sets_out;
     write_run_csv(
         &args.run,
         &out,

@@ -100,7 +100,7 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
     guard.check("sweep", &need)?;
     // Every shard records the whole plan (the same file), which `collect` pools by.
     let all: Vec<&ropelab_sweep::Job> = jobs.iter().collect();
-    Plan::of(&sweep.origin, &all, &sweep.measure).write(&args.out)?;
+    Plan::of(&format!("sweep {:?}", sweep.name), &all, &sweep.measure).write(&args.out)?;
     // The global pool's size: the machine's cores, or RAYON_NUM_THREADS (Slurm's CPUs).
     let threads = rayon::current_num_threads();
     println!(
