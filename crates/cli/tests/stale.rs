@@ -844,3 +844,38 @@ fn tables_and_plans_of_others_are_not_replaced() {
     assert!(String::from_utf8_lossy(&got.stderr).contains("not a study"));
     assert!(!out.join("config.toml").exists());
 }
+
+/// A grid axis that lists a value twice is refused when the experiment is read (two runs would
+/// share one directory, and the second failed late on the first one's lock), with nothing
+/// written (second adversarial pass, issue 55).
+#[test]
+fn a_grid_value_listed_twice_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, args) in [
+        vec!["offset", "--seeds", "0,0", "--steps", "2"],
+        vec!["offset", "--pe", "rope,rope", "--steps", "2"],
+        vec![
+            "canonical",
+            "--task",
+            "index",
+            "--band",
+            "all",
+            "--band",
+            "all",
+        ],
+        vec!["canonical", "--task", "index", "--seeds", "1,1"],
+        vec!["languages", "--lang", "parity,parity", "--steps", "2"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = dir.path().join(format!("o{i}"));
+        let mut args = args.clone();
+        args.extend(["--out", out.to_str().unwrap()]);
+        let got = ropelab(&args);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "{args:?} ran");
+        assert!(err.contains("twice"), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}

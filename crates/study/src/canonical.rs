@@ -125,6 +125,8 @@ impl Experiment {
         for b in &self.bands {
             b.planes(&self.rates(), self.task.len)?;
         }
+        grid::each_once("the bands", self.bands.iter().map(|b| b.to_string()))?;
+        grid::each_once("the seeds", self.seeds.iter().map(|s| s.to_string()))?;
         Ok(())
     }
 

@@ -31,6 +31,19 @@ pub fn need(
     ropelab_sweep::need::jobs_need(&refs, out, options, workers(parallel, jobs.len()))
 }
 
+/// Refuses a grid axis that lists a value twice (two jobs would share one run directory and
+/// one would find the other's lock): `what` names the axis, `values` are its values as text.
+pub fn each_once(what: &str, values: impl IntoIterator<Item = String>) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for v in values {
+        anyhow::ensure!(
+            seen.insert(v.clone()),
+            "{what} lists {v} twice: each value once (two runs would share one directory)"
+        );
+    }
+    Ok(())
+}
+
 /// One grid point as a job: its parameters (labels of progress bars and `job.json`), its run
 /// config and its run directory relative to the experiment's directory.
 pub fn job(params: &[(&str, Value)], config: RunConfig, run: PathBuf) -> Job {

@@ -140,6 +140,16 @@ impl Experiment {
         for &lr in &self.lrs {
             ropelab_train::check_lr("learning rate", lr)?;
         }
+        grid::each_once(
+            "the languages",
+            self.languages.iter().map(|l| l.to_string()),
+        )?;
+        grid::each_once(
+            "the position encodings",
+            self.pes.iter().map(|p| p.to_string()),
+        )?;
+        grid::each_once("the seeds", self.seeds.iter().map(|s| s.to_string()))?;
+        grid::each_once("the learning rates", self.lrs.iter().map(|r| r.to_string()))?;
         let [lo, hi] = self.train_lengths;
         ensure!(
             1 <= lo && lo <= hi,

@@ -111,6 +111,18 @@ impl Experiment {
             ensure!(!empty, "the experiment needs at least one of its {what}");
         }
         ropelab_train::check_lr("learning rate", self.lr)?;
+        grid::each_once(
+            "the position encodings",
+            self.pes.iter().map(|p| p.to_string()),
+        )?;
+        grid::each_once(
+            "the attention kinds",
+            self.attentions
+                .iter()
+                .map(|a| attention_name(*a).to_string()),
+        )?;
+        grid::each_once("the offsets", self.ks.iter().map(|k| k.to_string()))?;
+        grid::each_once("the seeds", self.seeds.iter().map(|s| s.to_string()))?;
         ensure!(
             self.steps >= 1 && self.batch >= 1 && self.per_length >= 1,
             "steps, batch and sequences per length must be at least 1"
