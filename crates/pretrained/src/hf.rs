@@ -484,6 +484,26 @@ impl HfWeights {
             let text = std::fs::read_to_string(&config_path)
                 .map_err(|e| PretrainedError::io(&config_path, e))?;
             let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            // The special token ids must be tokens of the model (one id or a list of them).
+            for key in ["eos_token_id", "bos_token_id"] {
+                let ids: Vec<&Value> = match json.get(key) {
+                    None | Some(Value::Null) => vec![],
+                    Some(Value::Array(items)) => items.iter().collect(),
+                    Some(v) => vec![v],
+                };
+                if let Some(bad) = ids
+                    .iter()
+                    .find(|v| !v.as_u64().is_some_and(|i| (i as usize) < c.vocab_size))
+                {
+                    return Err(PretrainedError::gguf(
+                        &config_path,
+                        format!(
+                            "{key} {bad} is not a token of the model's vocabulary of {}",
+                            c.vocab_size
+                        ),
+                    ));
+                }
+            }
             json.get("tie_word_embeddings")
                 .and_then(Value::as_bool)
                 .unwrap_or(false)

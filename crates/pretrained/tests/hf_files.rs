@@ -114,6 +114,9 @@ fn absurd_config_values_are_refused_naming_the_file() {
             "rope_scaling",
             serde_json::json!({"rope_type": "linear", "factor": -2.0}),
         ),
+        ("eos_token_id", serde_json::json!(5000)),
+        ("eos_token_id", serde_json::json!([0, 5000])),
+        ("bos_token_id", serde_json::json!(-1)),
     ] {
         let mut j = json.clone();
         j[key] = value.clone();
