@@ -493,7 +493,7 @@ impl HfWeights {
                 };
                 if let Some(bad) = ids
                     .iter()
-                    .find(|v| !v.as_u64().is_some_and(|i| (i as usize) < c.vocab_size))
+                    .find(|v| v.as_u64().is_none_or(|i| (i as usize) >= c.vocab_size))
                 {
                     return Err(PretrainedError::gguf(
                         &config_path,
