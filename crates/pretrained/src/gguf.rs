@@ -263,6 +263,16 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| PretrainedError::io(path, e))?;
         let mut reader = BufReader::new(file);
+        // candle divides by the alignment while it parses: a zero is refused first.
+        if crate::gguf_alignment::declared_alignment(&mut reader)
+            .map_err(|e| PretrainedError::io(path, e))?
+            == Some(0)
+        {
+            return Err(PretrainedError::gguf(
+                path,
+                "general.alignment is 0; it must be a power of two (GGUF's default is 32)",
+            ));
+        }
         let content = Content::read(&mut reader).map_err(|e| {
             // The parser may quote raw bytes of the file (a wrong magic, a bad string): printed
             // escaped, never as control characters.
@@ -567,17 +577,26 @@ impl GgufFile {
 /// relabelled (F16 declared F32, or back) or an offset moved is refused by name, never read as
 /// garbage.
 fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
-    let alignment = match content.metadata.get("general.alignment") {
-        None => 32,
-        Some(v) => match v.to_u64() {
-            Ok(a) if a > 0 && a.is_power_of_two() => a,
-            _ => {
-                return Err(PretrainedError::gguf(
-                    path,
-                    "general.alignment is not a power of two",
-                ))
-            }
-        },
+    // The types candle reads the alignment from (it uses 32 for any other): another type
+    // would place the data where this check does not look.
+    let declared = match content.metadata.get("general.alignment") {
+        None => Some(32),
+        Some(Value::U8(v)) => Some(u64::from(*v)),
+        Some(Value::U16(v)) => Some(u64::from(*v)),
+        Some(Value::U32(v)) => Some(u64::from(*v)),
+        Some(Value::I8(v)) => u64::try_from(*v).ok(),
+        Some(Value::I16(v)) => u64::try_from(*v).ok(),
+        Some(Value::I32(v)) => u64::try_from(*v).ok(),
+        Some(_) => None,
+    };
+    let alignment = match declared {
+        Some(a) if a > 0 && a.is_power_of_two() => a,
+        _ => {
+            return Err(PretrainedError::gguf(
+                path,
+                "general.alignment is not a power of two held as an integer of up to 32 bits",
+            ))
+        }
     };
     let mut spans = Vec::with_capacity(content.tensor_infos.len());
     for (name, info) in &content.tensor_infos {

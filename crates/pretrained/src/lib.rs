@@ -16,6 +16,7 @@
 pub mod fetch;
 pub mod fused;
 pub mod gguf;
+mod gguf_alignment;
 pub mod hf;
 pub mod llama;
 pub mod quant;

@@ -204,6 +204,8 @@ fn write_model_with(path: &Path, v_dtype: GgmlDType) -> Written {
             "test.nested",
             Value::Array(vec![Value::Array(vec![Value::U8(1)])]),
         ),
+        // GGUF's default, written last so a reader looking for it walks every type above.
+        ("general.alignment", Value::U32(32)),
     ];
     let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> =
@@ -980,6 +982,28 @@ fn tensors_whose_type_or_offset_do_not_fit_their_bytes_are_refused() {
 /// The file with the u32 metadata value of `key` set to `value`.
 fn with_u32(dir: &Path, key: &str, value: u32) -> std::path::PathBuf {
     with_value(dir, key, value.to_le_bytes())
+}
+
+/// An alignment of 0 (candle divides by it while parsing) or of another size than a power of
+/// two is refused naming the file, without a panic (issue 55, third pass).
+#[test]
+fn an_alignment_of_zero_is_refused_before_the_parser_divides_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // The edit reaches the value: the default written again loads.
+    assert!(Llama::load(&with_u32(dir.path(), "general.alignment", 32), &Device::Cpu).is_ok());
+    for value in [0, 3, 48] {
+        let err = Llama::load(
+            &with_u32(dir.path(), "general.alignment", value),
+            &Device::Cpu,
+        )
+        .err()
+        .unwrap_or_else(|| panic!("alignment {value} loaded"))
+        .to_string();
+        assert!(
+            err.contains("bad.gguf") && err.contains("general.alignment"),
+            "{value}: {err}"
+        );
+    }
 }
 
 /// Corruptions the adversarial pass found loading silently (issue 55): a byte removed before
