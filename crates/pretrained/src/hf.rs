@@ -3,7 +3,7 @@
 //! ([`HF_ARCHITECTURES`]); the architecture, head layout, RoPE base and scaling come from
 //! `config.json`, and anything ropelab does not implement is refused in one line naming the key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
@@ -211,18 +211,30 @@ fn rope_params(
     if !(base.is_finite() && base > 0.0) {
         return Err(cfg.error(format!("rope_theta {base} is not positive")));
     }
-    let fraction = match cfg.float_in(
-        &params,
-        "partial_rotary_factor",
-        &format!("{name}.partial_rotary_factor"),
-    )? {
-        Some(f) => f,
-        None => match fraction_key {
-            Some((key, default)) => cfg.float_in(&cfg.json, key, key)?.unwrap_or(default),
-            None => cfg
-                .float_in(&cfg.json, "partial_rotary_factor", "partial_rotary_factor")?
-                .unwrap_or(1.0),
-        },
+    // The rotated fraction may be given under several keys (transformers reads the newest);
+    // every one given must agree, so none is ignored silently.
+    let mut given: Vec<(String, f64)> = Vec::new();
+    let inner = format!("{name}.partial_rotary_factor");
+    if let Some(f) = cfg.float_in(&params, "partial_rotary_factor", &inner)? {
+        given.push((inner, f));
+    }
+    if let Some(f) = cfg.float_in(&cfg.json, "partial_rotary_factor", "partial_rotary_factor")? {
+        given.push(("partial_rotary_factor".into(), f));
+    }
+    if let Some((key, _)) = fraction_key {
+        if let Some(f) = cfg.float_in(&cfg.json, key, key)? {
+            given.push((key.into(), f));
+        }
+    }
+    if let Some((key, f)) = given.iter().find(|(_, f)| *f != given[0].1) {
+        return Err(cfg.error(format!(
+            "{} {} and {key} {f} give two rotated fractions: give one",
+            given[0].0, given[0].1
+        )));
+    }
+    let fraction = match given.first() {
+        Some(&(_, f)) => f,
+        None => fraction_key.map_or(1.0, |(_, default)| default),
     };
     // transformers rotates int(head_size * fraction) dims.
     let rope_dim = (d_head as f64 * fraction).floor() as usize;
@@ -451,7 +463,14 @@ pub struct HfWeights {
     arch: String,
     /// Query heads (GPT-NeoX's fused q/k/v is laid out head by head).
     heads: usize,
+    /// The Hugging Face names of the tensors read so far.
+    read: HashSet<String>,
 }
+
+/// Buffers that transformers saves beside the weights and recomputes itself (RoPE's inverse
+/// frequencies, GPT-NeoX's and GPT-J's causal masks): the only tensors a directory may hold
+/// that the model does not read.
+const BUFFERS: [&str; 2] = ["rotary_emb.inv_freq", ".masked_bias"];
 
 impl HfWeights {
     /// Reads `dir`'s `config.json` and its safetensors weights.
@@ -541,8 +560,64 @@ impl HfWeights {
             tied,
             arch: c.arch.clone(),
             heads: c.n_heads,
+            read: HashSet::new(),
         };
         Ok((c, weights))
+    }
+
+    /// Refuses a directory with tensors the model did not read (call after building it): a
+    /// weight ropelab's forward would leave out, such as a bias or norm of another variant of
+    /// the architecture, would make it compute another function than the checkpoint's. The
+    /// buffers transformers recomputes ([`BUFFERS`]) and a tied `lm_head.weight` equal to the
+    /// embedding are allowed.
+    pub(crate) fn check_all_read(&self) -> Result<()> {
+        let mut unread: Vec<&String> = self
+            .tensors
+            .keys()
+            .filter(|n| !self.read.contains(*n))
+            .filter(|n| !self.is_buffer(n))
+            .collect();
+        if self.tied {
+            let embed = Self::hf_name(&self.arch, "token_embd.weight");
+            let output = Self::hf_name(&self.arch, "output.weight");
+            if let (Some(embed), Some(output)) = (embed, output) {
+                let same = match (self.tensors.get(&embed), self.tensors.get(&output)) {
+                    (Some((a, _)), Some((b, _))) => equal(a, b)?,
+                    _ => false,
+                };
+                if same {
+                    unread.retain(|n| **n != output);
+                }
+            }
+        }
+        if unread.is_empty() {
+            return Ok(());
+        }
+        unread.sort();
+        let shown: Vec<&str> = unread.iter().take(5).map(|n| n.as_str()).collect();
+        Err(PretrainedError::gguf(
+            &self.dir,
+            format!(
+                "{} tensor(s) the {} model ropelab builds would not read: {}{}; a model that \
+                 needs them would run as another function",
+                unread.len(),
+                self.arch,
+                shown.join(", "),
+                if unread.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            ),
+        ))
+    }
+
+    /// Whether `name` is a buffer transformers recomputes: [`BUFFERS`], and the causal mask
+    /// GPT-J (`attn.bias`) and GPT-NeoX (`attention.bias`) save under a weight-like name.
+    fn is_buffer(&self, name: &str) -> bool {
+        BUFFERS.iter().any(|b| name.ends_with(b))
+            || (matches!(self.arch.as_str(), "gptj" | "gpt_neox")
+                && (name.ends_with(".attn.bias") || name.ends_with(".attention.bias")))
     }
 
     /// The name prefix of the blocks' tensors in architecture `arch` (`model.layers`).
@@ -681,6 +756,7 @@ impl Weights for HfWeights {
         _device: &Device,
     ) -> Result<(Tensor, Option<QuantMatrix>)> {
         let hf = Self::hf_name(&self.arch, name).unwrap_or_else(|| name.to_owned());
+        self.read.insert(hf.clone());
         let (t, file) = self
             .tensors
             .get(&hf)
@@ -734,6 +810,20 @@ impl Weights for HfWeights {
         }
         Self::hf_name(&self.arch, name).is_some_and(|hf| self.tensors.contains_key(&hf))
     }
+}
+
+/// Whether two tensors hold the same shape and values.
+fn equal(a: &Tensor, b: &Tensor) -> Result<bool> {
+    if a.dims() != b.dims() {
+        return Ok(false);
+    }
+    let (a, b) = (a.to_dtype(DType::F32)?, b.to_dtype(DType::F32)?);
+    let differ = a
+        .ne(&b)?
+        .to_dtype(DType::F32)?
+        .sum_all()?
+        .to_scalar::<f32>()?;
+    Ok(differ == 0.0)
 }
 
 /// The end-of-sequence id of a model directory's `config.json` (`eos_token_id`, the first of a
@@ -817,6 +907,38 @@ mod tests {
         ))
         .unwrap_err();
         assert!(err.contains("scale RoPE differently"), "{err}");
+    }
+
+    /// GPT-NeoX's older `rotary_pct` beside the newer `partial_rotary_factor` (top level or in
+    /// `rope_parameters`) must say the same: transformers reads one of them.
+    #[test]
+    fn two_rotated_fractions_must_agree() {
+        let both = |key: &str, value: &str| {
+            NEOX_OLD.replace(
+                "\"rotary_pct\": 0.25,",
+                &format!("\"rotary_pct\": 0.25, {key}: {value},"),
+            )
+        };
+        assert_eq!(
+            config(&both("\"partial_rotary_factor\"", "0.25"))
+                .unwrap()
+                .rope_dim,
+            4
+        );
+        let err = config(&both("\"partial_rotary_factor\"", "0.5")).unwrap_err();
+        assert!(
+            err.contains("rotary_pct 0.25") && err.contains("partial_rotary_factor 0.5"),
+            "{err}"
+        );
+        let nested = both(
+            "\"rope_parameters\"",
+            r#"{"rope_type": "default", "rope_theta": 5000, "partial_rotary_factor": 1.0}"#,
+        );
+        let err = config(&nested).unwrap_err();
+        assert!(
+            err.contains("rope_parameters.partial_rotary_factor 1"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -98,7 +98,9 @@ pub fn load_model(
                 "tokenizer.json is missing (a ropelab checkpoint has none: score its run with `ropelab score`)",
             ));
         }
-        tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?
+        let tokenizer = tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?;
+        tokenizer.check_ids(model.config().vocab_size, &file)?;
+        tokenizer
     } else {
         tokenizer::GgufTokenizer::from_gguf(&gguf::GgufFile::open(path)?)?
     };

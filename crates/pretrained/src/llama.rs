@@ -502,7 +502,9 @@ impl Llama {
     pub fn open(path: &Path, device: &Device) -> Result<Self> {
         if path.is_dir() {
             let (c, mut weights) = crate::hf::HfWeights::open(path, device)?;
-            Self::from_weights(c, &mut weights, device)
+            let model = Self::from_weights(c, &mut weights, device)?;
+            weights.check_all_read()?;
+            Ok(model)
         } else {
             Self::load(path, device)
         }

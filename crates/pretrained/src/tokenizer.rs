@@ -102,6 +102,26 @@ impl GgufTokenizer {
         Ok(Self { inner, eos })
     }
 
+    /// Refuses a tokenizer that can produce an id at or beyond the model's `vocab_size` (an
+    /// embedding row the model lacks), naming `path`: otherwise only a prompt that uses such a
+    /// token would fail.
+    pub fn check_ids(&self, vocab_size: usize, path: &std::path::Path) -> Result<()> {
+        let vocab = self.inner.get_vocab(true);
+        if let Some((token, &id)) = vocab.iter().max_by_key(|(_, &id)| id) {
+            if id as usize >= vocab_size {
+                return Err(PretrainedError::Tokenizer(format!(
+                    "{}: token {:?} has id {id}, beyond the model's vocabulary of {vocab_size}",
+                    path.display(),
+                    token
+                        .chars()
+                        .flat_map(char::escape_debug)
+                        .collect::<String>()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Token ids of `text` (no BOS added, as the GGUF's add_bos_token is false).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         Ok(self

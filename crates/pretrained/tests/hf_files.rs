@@ -157,3 +157,60 @@ fn a_nan_weight_is_refused_naming_the_tensor() {
         "{err}"
     );
 }
+
+/// A tensor the model does not read (a bias or norm of another variant) is refused naming
+/// it, since the model built without it would compute another function; the buffers
+/// transformers recomputes (`rotary_emb.inv_freq`) are allowed (issue 55, third pass).
+#[test]
+fn a_tensor_the_model_does_not_read_is_refused_naming_it() {
+    let with_extra = |name: &str| {
+        let mut tensors =
+            candle_core::safetensors::load(llama().join("model.safetensors"), &Device::Cpu)
+                .unwrap();
+        let t = candle_core::Tensor::zeros(64, candle_core::DType::F32, &Device::Cpu).unwrap();
+        tensors.insert(name.to_owned(), t);
+        let dir = tempfile::tempdir().unwrap();
+        for file in ["config.json", "tokenizer.json"] {
+            std::fs::copy(llama().join(file), dir.path().join(file)).unwrap();
+        }
+        candle_core::safetensors::save(&tensors, dir.path().join("model.safetensors")).unwrap();
+        dir
+    };
+    let buffer = with_extra("model.layers.0.self_attn.rotary_emb.inv_freq");
+    assert!(load_model(Some(buffer.path()), &Device::Cpu).is_ok());
+    let extra = with_extra("model.layers.1.self_attn.o_proj.bias");
+    let err = load_model(Some(extra.path()), &Device::Cpu)
+        .err()
+        .expect("an unread tensor was accepted")
+        .to_string();
+    assert!(
+        err.contains(&extra.path().display().to_string())
+            && err.contains("model.layers.1.self_attn.o_proj.bias"),
+        "{err}"
+    );
+}
+
+/// A tokenizer that can produce an id beyond the model's vocabulary is refused when it is
+/// loaded, naming tokenizer.json, not on the first prompt that uses the token.
+#[test]
+fn a_tokenizer_id_beyond_the_vocabulary_is_refused_at_load() {
+    let text = std::fs::read_to_string(llama().join("tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let vocab = json["model"]["vocab"].as_object_mut().unwrap();
+    let (token, _) = vocab.iter().max_by_key(|(_, v)| v.as_u64()).unwrap();
+    let token = token.clone();
+    // Within the vocabulary: loads (the edit reaches the table).
+    vocab.insert(token.clone(), 299.into());
+    let same = with_file("tokenizer.json", json.to_string().as_bytes());
+    assert!(load_model(Some(same.path()), &Device::Cpu).is_ok());
+    json["model"]["vocab"][&token] = 300.into();
+    let dir = with_file("tokenizer.json", json.to_string().as_bytes());
+    let err = load_model(Some(dir.path()), &Device::Cpu)
+        .err()
+        .expect("an id beyond the vocabulary was accepted")
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json") && err.contains("id 300"),
+        "{err}"
+    );
+}
