@@ -121,6 +121,44 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    include!("../tests/common/list_flags.rs");
+
+    /// Every flag of every command that takes a list (a value delimiter or repeats) is in
+    /// `tests/common/list_flags.rs`, whose test checks that it refuses a value given twice.
+    #[test]
+    fn every_list_flag_is_tested_for_repeats() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, found: &mut Vec<(String, String)>) {
+            for arg in cmd.get_arguments() {
+                let list = arg.get_value_delimiter().is_some()
+                    || matches!(arg.get_action(), clap::ArgAction::Append);
+                if let (true, Some(long)) = (list, arg.get_long()) {
+                    found.push((path.to_owned(), format!("--{long}")));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let name = match path {
+                    "" => sub.get_name().to_owned(),
+                    _ => format!("{path} {}", sub.get_name()),
+                };
+                walk(sub, &name, found);
+            }
+        }
+        let mut found = vec![];
+        walk(&Cli::command(), "", &mut found);
+        found.sort();
+        let mut listed: Vec<(String, String)> = LIST_FLAGS
+            .iter()
+            .map(|(c, f, _)| (c.to_string(), f.to_string()))
+            .filter(|(c, f)| !PARSED_LISTS.contains(&(c.as_str(), f.as_str())))
+            .collect();
+        listed.sort();
+        assert_eq!(
+            found, listed,
+            "the command tree's list flags and the tested ones"
+        );
+    }
+
     /// A cause whose message carries a backtrace (candle's, under RUST_BACKTRACE) and a cause
     /// that repeats its context both print as one short line.
     #[test]

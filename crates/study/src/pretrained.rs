@@ -42,7 +42,8 @@ fn default_rope_lengths() -> Vec<usize> {
 }
 
 impl PretrainedPlan {
-    /// Every count is at least 1 and there is at least one window size of at least 1.
+    /// Every count is at least 1, there is at least one window size of at least 1, and no
+    /// size or length is given twice.
     pub fn check(&self) -> Result<()> {
         anyhow::ensure!(
             self.score_prompts > 0 && self.runs > 0 && self.prompts > 0,
@@ -63,6 +64,16 @@ impl PretrainedPlan {
                 anyhow::bail!(
                     "{what}: {v} is beyond SmolLM2-135M's context of {SMOLLM2_CONTEXT} tokens"
                 );
+            }
+        }
+        // A repeated value repeats its work and gives two rows one key.
+        for (what, values) in [("sizes", &self.sizes), ("rope_lengths", &self.rope_lengths)] {
+            if let Some(v) = values
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| values[..i].contains(v).then_some(v))
+            {
+                anyhow::bail!("{what}: {v} is given twice; give each value once");
             }
         }
         Ok(())

@@ -594,6 +594,18 @@ impl ConstructOptions {
         if self.n0 < 1 {
             return crate::invalid(format!("n0 must be at least 1, got {}", self.n0));
         }
+        // Index reads a letter at each position; Retrieval matches one of the alphabet's
+        // symbols against another.
+        let fewest = match self.mechanism {
+            crate::discrepancy::Mechanism::Index => 1,
+            crate::discrepancy::Mechanism::Retrieval => 2,
+        };
+        if self.letters < fewest {
+            return crate::invalid(format!(
+                "the {} head needs at least {fewest} letters, got {}",
+                self.mechanism, self.letters
+            ));
+        }
         let max = crate::discrepancy::MAX_QUERY_POSITION;
         if !(2..=max).contains(&self.long) {
             return crate::invalid(format!(

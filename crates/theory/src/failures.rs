@@ -220,6 +220,24 @@ impl FailureConfig {
                 self.d
             ));
         }
+        if let Some(b) = self
+            .bases
+            .iter()
+            .enumerate()
+            .find_map(|(i, b)| self.bases[..i].contains(b).then_some(b))
+        {
+            return invalid(format!("base {b} is given twice: give each base once"));
+        }
+        if let Some(m) = self
+            .lengths
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| self.lengths[..i].contains(m).then_some(m))
+        {
+            return invalid(format!(
+                "context length {m} is given twice: give each length once"
+            ));
+        }
         if self.bases.is_empty() || self.lengths.is_empty() {
             return invalid("give at least one base and one context length");
         }

@@ -320,6 +320,15 @@ pub fn offset_table(
     format: NumberFormat,
     cap: usize,
 ) -> Result<Vec<OffsetRangeRow>> {
+    if k == 0 {
+        return invalid("the offset k must be at least 1 (k = 0 is the query's own position)");
+    }
+    if cap <= k {
+        return invalid(format!(
+            "the longest range searched (cap {cap}) must exceed the offset k = {k}: no query \
+             position would be checked"
+        ));
+    }
     let fl = f_large(format);
     let mut rows = vec![];
     for &g in rotations {

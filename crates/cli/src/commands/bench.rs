@@ -111,6 +111,7 @@ pub fn run(cmd: BenchCommand, guard: super::Guard) -> Result<()> {
 fn bench_prompts(args: BenchPromptsArgs) -> Result<()> {
     use ropelab_pretrained::tasks::SharedHeads;
     use ropelab_tasks::prompt::prompt;
+    super::each_once("--sizes", &args.sizes)?;
     anyhow::ensure!(
         args.task.is_multi_hop(),
         "--task must be number or letter, not {}",

@@ -168,6 +168,7 @@ impl Batches {
 
 /// Runs `ropelab bench train`.
 pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
+    super::each_once("--precision", &args.precision)?;
     let mut config = args.preset.config(args.task);
     let (zoo, zoo_batch, zoo_seq, objective) = zoo_model(args.model, &config.model);
     if args.model != BenchModel::Gptj {

@@ -141,6 +141,7 @@ fn slurm(args: &BiasArgs, runs: usize) -> Result<()> {
 
 /// Runs `ropelab bias`.
 pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
+    super::each_once("--study", &args.study)?;
     let mut e = if args.quick {
         Experiment::quick()
     } else {

@@ -28,9 +28,9 @@ pub struct CanonicalArgs {
     /// high, low and sliding windows of --window planes).
     #[arg(long, default_value = "all")]
     pub band: Vec<String>,
-    /// Planes per window of `--band sweep`.
-    #[arg(long, default_value_t = DEFAULT_WINDOW)]
-    pub window: usize,
+    /// Planes per window of `--band sweep` (default 4), at least 1 and at most the planes.
+    #[arg(long)]
+    pub window: Option<usize>,
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub seeds: Vec<u64>,
@@ -71,14 +71,25 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     e.d_model = args.d_model.unwrap_or(e.d_model);
     e.steps = args.steps.unwrap_or(e.steps);
     let planes = e.d_model / 2;
+    let sweeps = args.band.iter().any(|b| b == "sweep");
+    anyhow::ensure!(
+        sweeps || args.window.is_none(),
+        "--window sets the windows of --band sweep; no --band sweep was given"
+    );
+    let window = args.window.unwrap_or(DEFAULT_WINDOW);
+    anyhow::ensure!(
+        !sweeps || (1..=planes).contains(&window),
+        "--window {window}: a window holds between 1 and the head's {planes} planes"
+    );
     let mut bands = vec![];
     for b in &args.band {
         if b == "sweep" {
-            bands.extend(sweep(planes, args.window));
+            bands.extend(sweep(planes, window));
         } else {
             bands.push(b.parse::<Band>()?);
         }
     }
+    super::each_once("--band", &bands)?;
     e.bands = bands;
     e.check()?;
     guard.check(

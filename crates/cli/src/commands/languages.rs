@@ -122,8 +122,8 @@ pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lengths(pub Vec<usize>);
 
-/// Parses `41-120,140,500`: whole numbers and inclusive ranges, at most 100,000 each, sorted
-/// and deduplicated.
+/// Parses `41-120,140,500`: whole numbers and inclusive ranges, at most 100,000 each, sorted;
+/// a length given twice (repeated, or in overlapping ranges) is refused.
 fn parse_lengths(s: &str) -> Result<Lengths, String> {
     let number = |t: &str| -> Result<usize, String> {
         let n: usize = t
@@ -149,7 +149,13 @@ fn parse_lengths(s: &str) -> Result<Lengths, String> {
         }
     }
     out.sort_unstable();
-    out.dedup();
+    if let Some(w) = out.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!(
+            "length {} is given twice (a repeated value or overlapping ranges); give each \
+             length once",
+            w[0]
+        ));
+    }
     Ok(Lengths(out))
 }
 

@@ -71,6 +71,8 @@ pub fn run(args: MaskArgs, guard: Guard) -> Result<()> {
             .map(|b| b.parse())
             .collect::<Result<_, _>>()?
     };
+    super::each_once("--layers", &groups)?;
+    super::each_once("--band", &bands)?;
     let n = args.n.map_or(config.data.test, |n| n as usize);
     let passes = bytes(&[groups.len(), bands.len()]).saturating_add(1);
     let need = inference_need(&config.model, config.layout.core_len(), args.memory).compute(

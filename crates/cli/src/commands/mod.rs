@@ -149,6 +149,20 @@ impl Guard {
     }
 }
 
+/// Refuses a list flag that names one value twice (`--lengths 256,256`): a repeated value
+/// repeats its work and its rows, and a table keyed by it would hold two rows for one key.
+pub fn each_once<T: PartialEq + std::fmt::Debug>(flag: &str, values: &[T]) -> Result<()> {
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            anyhow::bail!(
+                "{flag}: {v:?} is given twice; give each value once (a repeated value repeats \
+                 its work and its rows)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A progress bar on standard error (drawn only when it is a terminal).
 pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     styled(indicatif::ProgressBar::new(len), what)

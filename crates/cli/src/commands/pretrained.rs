@@ -214,6 +214,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::Score(a) => score(&a),
         PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
         PretrainedCommand::IndexTask(a) => {
+            super::each_once("--lengths", &a.lengths)?;
             let (model, tokenizer) = a.model.load()?;
             let context = model.config().context_length;
             anyhow::ensure!(
@@ -261,6 +262,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             Ok(())
         }
         PretrainedCommand::Tasks(a) => {
+            super::each_once("--sizes", &a.sizes)?;
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
                 "sizes must be at least 1"
@@ -367,6 +369,10 @@ fn score(a: &PretrainedScoreArgs) -> Result<()> {
 }
 
 fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
+    if let Some(layers) = &a.layers {
+        super::each_once("--layers", layers)?;
+    }
+    super::each_once("--lengths", &a.lengths)?;
     let (model, tokenizer) = a.model.load()?;
     let n = model.config().n_layers;
     let mut first_middle_last = vec![0, n / 2, n.saturating_sub(1)];

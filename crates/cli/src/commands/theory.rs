@@ -248,6 +248,8 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
             Ok(())
         }
         TheoryCommand::Periodic(a) => {
+            super::each_once("--m", &a.m)?;
+            super::each_once("--formats", &a.formats)?;
             let rows = mod_table(&a.m, &a.formats, a.len)?;
             let mut table = Table::new(&[
                 ("m", Right),
@@ -276,6 +278,8 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
             Ok(())
         }
         TheoryCommand::OffsetRange(a) => {
+            super::each_once("--g", &a.g)?;
+            super::each_once("--scales", &a.scales)?;
             let rows = offset_table(&a.g, a.k, &a.scales, a.format, a.cap)?;
             println!("f_large({}) = {:.3}", a.format, f_large(a.format));
             let mut table = Table::new(&[
@@ -299,6 +303,7 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
             Ok(())
         }
         TheoryCommand::Margins(a) => {
+            super::each_once("--extras", &a.extras)?;
             if let Ok((_, config)) = ropelab_train::RunDir::open(&a.run) {
                 let options = ropelab_analysis::measure::lengthgen::LengthOptions {
                     extras: a.extras.clone(),

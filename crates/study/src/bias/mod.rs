@@ -281,6 +281,7 @@ impl Experiment {
             }
             self.run_config(*b, self.seeds[0])?.check()?;
         }
+        crate::grid::each_once("the seeds", self.seeds.iter().map(|s| s.to_string()))?;
         // The studies join the transfer stage's claims: a missing one is refused now, before
         // any training, and without a transfer stage there is nothing to join.
         ensure!(

@@ -1,0 +1,145 @@
+//! Every flag that takes a list refuses a value given twice, in one line, with nothing
+//! written: a repeated value repeats its work and gives a table two rows for one key (issue
+//! 55, third pass). The list of flags is checked against the command tree by a unit test of
+//! the binary, so a new list flag fails until it is added here.
+
+mod common;
+
+// `PARSED_LISTS` is read by the binary's unit test only.
+#[allow(dead_code)]
+#[path = "common/list_flags.rs"]
+mod list_flags;
+
+use common::{ok, ropelab};
+
+#[test]
+fn every_list_flag_refuses_a_value_given_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let run = run.to_str().unwrap();
+    ok(ropelab(&[
+        "train", "--task", "number", "--preset", "tiny", "--steps", "2", "--out", run,
+    ]));
+    let mut failures = vec![];
+    for (i, (command, flag, args)) in list_flags::LIST_FLAGS.iter().enumerate() {
+        let out = dir.path().join(format!("out-{i}"));
+        let out = out.to_str().unwrap();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("{run}", run).replace("{out}", out))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let got = ropelab(&args);
+        let err = String::from_utf8_lossy(&got.stderr);
+        let refused = !got.status.success()
+            && ["twice", "repeat", "each once", "ascending"]
+                .iter()
+                .any(|w| err.contains(w))
+            && err.trim_end().lines().count() == 1
+            && !std::path::Path::new(out).exists();
+        if !refused {
+            failures.push(format!(
+                "{command} {flag}: status {:?}, wrote {}: {err}",
+                got.status.code(),
+                std::path::Path::new(out).exists()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Values that leave nothing to check are refused in one line, naming the flag's meaning,
+/// instead of a table that claims a result for no input (issue 55, third pass).
+#[test]
+fn values_that_leave_nothing_to_check_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.csv");
+    let out = out.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec![
+                "theory",
+                "construct",
+                "--mechanism",
+                "index",
+                "--letters",
+                "0",
+            ],
+            "at least 1 letters",
+        ),
+        (
+            vec![
+                "theory",
+                "construct",
+                "--mechanism",
+                "retrieval",
+                "--letters",
+                "1",
+            ],
+            "at least 2 letters",
+        ),
+        (
+            vec!["theory", "offset-range", "--k", "0", "--out", out],
+            "at least 1",
+        ),
+        (
+            vec![
+                "theory",
+                "offset-range",
+                "--k",
+                "3",
+                "--cap",
+                "3",
+                "--out",
+                out,
+            ],
+            "must exceed",
+        ),
+        (
+            vec![
+                "canonical",
+                "--task",
+                "index",
+                "--band",
+                "sweep",
+                "--window",
+                "0",
+                "--out",
+                out,
+            ],
+            "--window 0",
+        ),
+        (
+            vec![
+                "canonical",
+                "--task",
+                "index",
+                "--band",
+                "sweep",
+                "--window",
+                "33",
+                "--out",
+                out,
+            ],
+            "--window 33",
+        ),
+        (
+            vec![
+                "canonical",
+                "--task",
+                "index",
+                "--window",
+                "4",
+                "--out",
+                out,
+            ],
+            "no --band sweep",
+        ),
+    ] {
+        let got = ropelab(&args);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "{args:?} ran");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!std::path::Path::new(out).exists(), "{args:?} wrote");
+    }
+}
