@@ -264,6 +264,21 @@ fn a_study_too_large_for_the_machine_is_refused_before_its_directory_exists() {
 fn commands_that_would_run_for_days_are_refused_up_front() {
     let dir = tempfile::tempdir().unwrap();
     let run = tiny_run(dir.path());
+    // The tiny Llama fixture with a context long enough for the task prompts (RoPE learns no
+    // positions, so only the config changes).
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models/llama");
+    let long = dir.path().join("model");
+    std::fs::create_dir(&long).unwrap();
+    for file in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture.join(file), long.join(file)).unwrap();
+    }
+    let config = std::fs::read_to_string(fixture.join("config.json")).unwrap();
+    let config = config.replace(
+        "\"max_position_embeddings\": 128",
+        "\"max_position_embeddings\": 4096",
+    );
+    std::fs::write(long.join("config.json"), config).unwrap();
+    let model = long.to_str().unwrap().to_owned();
     let out = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
     let cases: Vec<Vec<String>> = vec![
         vec![
@@ -313,6 +328,36 @@ fn commands_that_would_run_for_days_are_refused_up_front() {
             "--out",
             &out("g"),
         ],
+        // Drawing samples and reading prompts (issue 55, third pass): `gen` streaming to
+        // standard output holds one sample at a time, so only time can bound it.
+        vec!["gen", "number", "--n", "100000000000000", "--out", "-"],
+        vec!["bench", "gen", "--n", "100000000000000"],
+        vec![
+            "pretrained",
+            "tasks",
+            "--model",
+            &model,
+            "--task",
+            "number",
+            "--sizes",
+            "12",
+            "--n",
+            "10000000000",
+            "--out",
+            &out("t.csv"),
+        ],
+        vec![
+            "pretrained",
+            "index-task",
+            "--model",
+            &model,
+            "--lengths",
+            "64",
+            "--n",
+            "100000000000",
+            "--out",
+            &out("i.csv"),
+        ],
     ]
     .into_iter()
     .map(|c| c.into_iter().map(str::to_owned).collect())
@@ -327,6 +372,28 @@ fn commands_that_would_run_for_days_are_refused_up_front() {
             err.contains("would take at least") && err.contains("--force"),
             "{args:?}: {err}"
         );
+    }
+    // Scoring a tiny model's prompts is bounded by their ids' memory before their time, and a
+    // prompt beyond the model's context is refused before any is read.
+    let scores = out("s.jsonl");
+    for (size, n) in [("12", "100000000000"), ("4000", "1")] {
+        let args = [
+            "pretrained",
+            "score",
+            "--model",
+            &model,
+            "--task",
+            "number",
+            "--size",
+            size,
+            "--n",
+            n,
+            "--out",
+            &scores,
+        ];
+        if let Some(failure) = refused_up_front(&args, Path::new(&scores), "pretrained score") {
+            panic!("{failure}");
+        }
     }
     let canonical = limited(&[
         "canonical",
@@ -350,7 +417,7 @@ fn commands_that_would_run_for_days_are_refused_up_front() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left, ["run"]);
+    assert_eq!(left, ["model", "run"]);
 }
 
 /// `ropelab args` under a 2 GB address-space limit and a 30 s wall-clock limit (a size that

@@ -231,6 +231,26 @@ impl LlamaConfig {
 }
 
 impl LlamaConfig {
+    /// Arithmetic of a forward pass over `tokens` prompt tokens, a lower bound for time
+    /// estimates: 2 FLOP per block weight per token (q, k, v, output and MLP projections),
+    /// leaving out attention scores, norms and the unembedding. Saturating.
+    pub fn forward_flops(&self, tokens: usize) -> u64 {
+        use ropelab_io::resources::bytes;
+        let (q, kv) = (self.n_heads * self.d_head, self.n_kv_heads * self.d_head);
+        let mlp = match self.block.mlp {
+            Mlp::SwiGlu => 3,
+            Mlp::Gelu | Mlp::GeluTanh => 2,
+        };
+        let per_layer = [
+            bytes(&[2, self.d_model, q]),
+            bytes(&[2, self.d_model, kv]),
+            bytes(&[mlp, self.d_model, self.d_ff]),
+        ]
+        .into_iter()
+        .fold(0, u64::saturating_add);
+        bytes(&[2, self.n_layers, tokens]).saturating_mul(per_layer)
+    }
+
     /// Peak bytes of a cached forward over `tokens` positions fed `chunk` at a time (batch 1,
     /// f32): the key/value cache of every layer (2 x layers x kv_heads x T x head_dim), one
     /// chunk's scores and pattern against one block of keys (3 x heads x chunk x

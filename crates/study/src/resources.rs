@@ -12,12 +12,6 @@ use crate::job::{self, jobs};
 use crate::StudyConfig;
 use ropelab_analysis::StudyDir;
 
-/// The work of generating and validating one training or validation sample, counted as
-/// arithmetic for the time estimate: 200,000 operations, 1 microsecond at the assumed rate, a
-/// lower bound (measured: the default study's 192,000 training samples of one task and seed in
-/// 0.59 s on 2 cores, 3 microseconds each).
-const SAMPLE_WORK: u64 = 200_000;
-
 /// Memory, disk and arithmetic of `reproduce` with `config` in `out`, `parallel` models at a
 /// time (default: one per core): every stage the config asks for, one after another, each
 /// estimated by the code that runs it ([`crate::grid::need`] for every grid of models: the
@@ -48,7 +42,7 @@ pub fn need(config: &StudyConfig, out: &Path, parallel: Option<usize>) -> Result
         let samples = bytes(&[study.seeds.len(), 2])
             .saturating_mul((data.train as u64).saturating_add(data.val as u64));
         need = need.compute(
-            samples.saturating_mul(SAMPLE_WORK),
+            samples.saturating_mul(ropelab_tasks::SAMPLE_WORK),
             format!("generating and validating {samples} samples"),
         );
         for &(seed, kind) in &jobs(study) {

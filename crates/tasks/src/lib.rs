@@ -34,7 +34,7 @@ pub use ambiguous::{AmbiguousSample, AmbiguousTask};
 pub use canonical::{CanonicalKind, CanonicalSample, CanonicalTask};
 pub use dataset::{summarize, Dataset, Split, Summary};
 pub use error::{Invalid, TaskError};
-pub use jsonl::{line_bytes, sample_bytes, write_jsonl, WriteError};
+pub use jsonl::{line_bytes, sample_bytes, samples_work, write_jsonl, WriteError, SAMPLE_WORK};
 pub use language::{Labelled, Language, LanguageSamples, Negatives};
 pub use layout::Layout;
 pub use letter::LetterTask;

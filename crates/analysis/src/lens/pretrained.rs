@@ -94,7 +94,18 @@ pub fn score_prompts_in_batches(
     let prompts = (0..options.prompts)
         .map(|i| -> Result<Vec<u32>> {
             let p = ropelab_tasks::prompt::prompt(options.task, options.size, 0, i)?;
-            Ok(tokenizer.encode(&p.prompt)?)
+            let ids = tokenizer.encode(&p.prompt)?;
+            if ids.len() > c.context_length {
+                return Err(AnalysisError::Invalid(format!(
+                    "prompt {i} of the {} task at size {} is {} tokens, beyond the model's \
+                     context of {} tokens",
+                    options.task,
+                    options.size,
+                    ids.len(),
+                    c.context_length
+                )));
+            }
+            Ok(ids)
         })
         .collect::<Result<Vec<_>>>()?;
     let mut sums = vec![[0.0f64; 4]; n_layers * n_heads];

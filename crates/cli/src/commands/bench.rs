@@ -57,11 +57,11 @@ pub struct BenchDecodeArgs {
 /// Arguments of `ropelab bench prefill`.
 #[derive(Debug, Args)]
 pub struct BenchPrefillArgs {
-    /// Prompt length in tokens.
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Prompt length in tokens (at most SmolLM2's context of 8,192).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=8192))]
     pub tokens: u64,
     /// Timed repetitions (after one warm-up); the median is reported.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub repeats: u64,
     /// Time only the fused prefill in this precision (for profiling); default: every path.
     #[arg(long)]
@@ -99,7 +99,7 @@ pub struct BenchGenArgs {
 /// Runs a benchmark.
 pub fn run(cmd: BenchCommand, guard: super::Guard) -> Result<()> {
     match cmd {
-        BenchCommand::Gen(args) => bench_gen(args),
+        BenchCommand::Gen(args) => bench_gen(args, guard),
         BenchCommand::Train(args) => super::bench_train::run(args, guard),
         BenchCommand::Rope(args) => bench_rope(args, guard),
         BenchCommand::Prefill(args) => bench_prefill(args),
@@ -172,8 +172,24 @@ fn bench_prompts(args: BenchPromptsArgs) -> Result<()> {
     Ok(())
 }
 
-fn bench_gen(args: BenchGenArgs) -> Result<()> {
+fn bench_gen(args: BenchGenArgs, guard: super::Guard) -> Result<()> {
     let n = args.n as usize;
+    // Each task's samples are drawn twice (one thread, then every thread).
+    let mut need = ropelab_io::Need::new();
+    for kind in TaskKind::ALL {
+        let data = Dataset::new(
+            Task::new(kind, Layout::default())?,
+            args.seed,
+            Split::Train,
+            n,
+            0,
+        )?;
+        need = need.compute(
+            ropelab_tasks::samples_work(&data, args.n.saturating_mul(2)),
+            format!("drawing {} {kind} samples twice", args.n),
+        );
+    }
+    guard.check("bench gen", &need)?;
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     println!("ropelab bench gen: {n} samples per task, paper layout, train split");
     println!(

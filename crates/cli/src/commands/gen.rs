@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ropelab_io::Need;
 use ropelab_tasks::{
-    line_bytes, prompt, sample_bytes, write_jsonl, Dataset, Layout, Split, Task, TaskKind,
+    line_bytes, prompt, sample_bytes, samples_work, write_jsonl, Dataset, Layout, Split, Task,
+    TaskKind,
 };
 
 use super::{progress, Guard};
@@ -67,7 +68,12 @@ pub fn run(args: GenArgs, guard: Guard) -> Result<()> {
         let total = each
             .saturating_mul(args.n)
             .saturating_add(each.saturating_mul(args.n) / 4);
-        let mut need = Need::new().memory(total, format!("{} prompts", args.n));
+        let mut need = Need::new()
+            .memory(total, format!("{} prompts", args.n))
+            .compute(
+                args.n.saturating_mul(ropelab_tasks::SAMPLE_WORK),
+                format!("building {} prompts", args.n),
+            );
         if to_file {
             need = need.disk(&args.out, total, format!("{} prompts", args.n));
         }
@@ -94,10 +100,15 @@ pub fn run(args: GenArgs, guard: Guard) -> Result<()> {
     };
     let task = Task::new(args.task, layout)?;
     let data = Dataset::new(task, args.seed, args.split, n, args.extra)?;
-    let mut need = Need::new().memory(
-        sample_bytes(&data),
-        format!("one sample of {} tokens", data.seq_len()),
-    );
+    let mut need = Need::new()
+        .memory(
+            sample_bytes(&data),
+            format!("one sample of {} tokens", data.seq_len()),
+        )
+        .compute(
+            samples_work(&data, args.n),
+            format!("drawing {} samples of {} tokens", args.n, data.seq_len()),
+        );
     if to_file {
         need = need.disk(
             &args.out,

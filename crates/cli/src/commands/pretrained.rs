@@ -13,6 +13,7 @@ use ropelab_analysis::lens::pretrained::{
 };
 use ropelab_analysis::lens::swap::Tau;
 use ropelab_analysis::measure::dynamics::{Gamma, HeadKind};
+use ropelab_io::resources::bytes;
 use ropelab_io::{Align::Left, Align::Right, Need, Table};
 use ropelab_model::kernel::Precision;
 use ropelab_pretrained::fetch::ensure_model;
@@ -211,7 +212,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             );
             Ok(())
         }
-        PretrainedCommand::Score(a) => score(&a),
+        PretrainedCommand::Score(a) => score(&a, guard),
         PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
         PretrainedCommand::IndexTask(a) => {
             super::each_once("--lengths", &a.lengths)?;
@@ -224,12 +225,18 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             );
             // The longest prompt: one cached forward pass, 512 tokens at a time.
             let tokens = a.lengths.iter().copied().max().unwrap_or(1);
-            let need = Need::new().memory(
+            let mut need = Need::new().memory(
                 model
                     .config()
                     .cached_bytes(tokens, PREFILL_CHUNK, PREFILL_CHUNK),
                 format!("a forward pass over {tokens} tokens, {PREFILL_CHUNK} at a time"),
             );
+            for &l in &a.lengths {
+                need = need.compute(
+                    model.config().forward_flops(l).saturating_mul(a.n),
+                    format!("{} prompts of {l} tokens", a.n),
+                );
+            }
             guard.check("pretrained index-task", &need)?;
             let start = Instant::now();
             let bar = progress(a.lengths.len() as u64 * a.n, "index prompts");
@@ -268,6 +275,19 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                 "sizes must be at least 1"
             );
             let (model, tokenizer) = a.model.load()?;
+            // Each size's prompts estimated from its first (the table refuses one beyond the
+            // model's context when it meets it).
+            let mut need = Need::new();
+            for &size in &a.sizes {
+                let first = ropelab_tasks::prompt::prompt(a.task, size, 0, 0)?;
+                let tokens = tokenizer.encode(&first.prompt)?.len();
+                let prompts = a.runs.saturating_mul(a.n);
+                need = need.compute(
+                    model.config().forward_flops(tokens).saturating_mul(prompts),
+                    format!("{prompts} prompts of {tokens} tokens at size {size}"),
+                );
+            }
+            guard.check("pretrained tasks", &need)?;
             let total = a.sizes.len() as u64 * a.runs * a.n;
             let bar = progress(total, &format!("{} prompts", a.task));
             let start = Instant::now();
@@ -311,8 +331,35 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
     }
 }
 
-fn score(a: &PretrainedScoreArgs) -> Result<()> {
+fn score(a: &PretrainedScoreArgs, guard: Guard) -> Result<()> {
     let (model, tokenizer) = a.model.load()?;
+    // Estimated from the first prompt: every prompt's patterns of every layer are captured.
+    let c = model.config();
+    let first = ropelab_tasks::prompt::prompt(a.task, a.size, 0, 0)?;
+    let tokens = tokenizer.encode(&first.prompt)?.len();
+    anyhow::ensure!(
+        tokens <= c.context_length,
+        "--size {}: a prompt of the {} task is {tokens} tokens at this size, beyond the model's \
+         context of {} tokens",
+        a.size,
+        a.task,
+        c.context_length
+    );
+    let need = Need::new()
+        .memory(
+            bytes(&[4, c.n_layers, c.n_heads, tokens, tokens])
+                .max(ropelab_analysis::lens::pretrained::SCORE_BATCH_BYTES),
+            format!("every layer's attention patterns over prompts of {tokens} tokens"),
+        )
+        .memory(
+            bytes(&[4, a.n as usize, tokens]),
+            format!("the token ids of {} prompts", a.n),
+        )
+        .compute(
+            c.forward_flops(tokens).saturating_mul(a.n),
+            format!("{} forward passes over {tokens} tokens", a.n),
+        );
+    guard.check("pretrained score", &need)?;
     let options = PromptScoreOptions {
         task: a.task,
         size: a.size,
