@@ -815,6 +815,31 @@ fn tables_and_plans_of_others_are_not_replaced() {
     let got = ropelab(&["probe", "--run", r, "--n", "8", "--out", s, "--sets-out", s]);
     assert!(!got.status.success());
     assert!(String::from_utf8_lossy(&got.stderr).contains("two tables"));
+    // A --sets-out ropelab keeps, or another table of the run, is refused with nothing
+    // written: the first before the computation, the second before either table is written.
+    for kept in ["metrics.jsonl", "scores.jsonl"] {
+        let probes = dir.path().join(format!("probes-{kept}.csv"));
+        let sets = run.join(kept);
+        let before = std::fs::read(&sets).unwrap();
+        let got = ropelab(&[
+            "probe",
+            "--run",
+            r,
+            "--n",
+            "8",
+            "--set-samples",
+            "4",
+            "--out",
+            probes.to_str().unwrap(),
+            "--sets-out",
+            sets.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "--sets-out {kept} ran");
+        assert!(err.contains(kept), "{kept}: {err}");
+        assert!(!probes.exists(), "--out was written before --sets-out {kept} was refused");
+        assert_eq!(std::fs::read(&sets).unwrap(), before);
+    }
 
     // A sweep's directory and a study's do not take each other's jobs.
     let file = dir.path().join("sweep.toml");

@@ -81,15 +81,22 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
         "--out and --sets-out both name {}: the probes and the layer sets are two tables",
         probes_out.display()
     );
+    // A target that is not the run's own table is checked now, before the computation: a file
+    // ropelab keeps or another ledger lists is refused whatever would be written.
+    for (path, own) in [(&probes_out, PROBES_FILE), (&sets_out, LAYER_SETS_FILE)] {
+        if std::path::absolute(path)? != std::path::absolute(args.run.join(own))? {
+            ropelab_io::refuse_listed(path, None)?;
+        }
+    }
 
     let bar = progress(m.n_layers as u64 + 1, "probe");
     let start = Instant::now();
-    let (step, rows) = probe_run(&args.run, n, args.memory, &Device::Cpu, |done, _| {
+    let (step_probes, rows) = probe_run(&args.run, n, args.memory, &Device::Cpu, |done, _| {
         bar.set_position(done as u64)
     })?;
     bar.finish_and_clear();
     println!(
-        "step {step}, {n} test samples (half fit, half score); a probe reads when its held-out \
+        "step {step_probes}, {n} test samples (half fit, half score); a probe reads when its held-out \
          accuracy is >= {READ_ACCURACY} and >= chance + 0.1"
     );
     print!("{}", table(&rows));
@@ -105,14 +112,7 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
             verdict_text(&route.verdict(max_hop))
         );
     }
-    let out = probes_out;
-    write_run_csv(&args.run, &out, PROBES_FILE, &keys::probes(step, n), &rows)?;
-    println!(
-        "{} probes in {:.1} s; wrote {}",
-        rows.len(),
-        start.elapsed().as_secs_f64(),
-        out.display()
-    );
+    let probes_seconds = start.elapsed().as_secs_f64();
 
     let start = Instant::now();
     let sets = args.set_samples as usize;
@@ -128,6 +128,24 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
     );
     print!("{}", sets_table(&set_rows));
     println!("{}", LayerSetRoute::of(&set_rows, ANSWER_ACCURACY).text());
+    // Both tables are checked before either is written: a refused --sets-out leaves no --out.
+    ropelab_io::refuse_owned(
+        &args.run,
+        &sets_out,
+        Some(ropelab_io::to_csv(&set_rows)?.as_bytes()),
+    )?;
+    write_run_csv(
+        &args.run,
+        &probes_out,
+        PROBES_FILE,
+        &keys::probes(step_probes, n),
+        &rows,
+    )?;
+    println!(
+        "{} probes in {probes_seconds:.1} s; wrote {}",
+        rows.len(),
+        probes_out.display()
+    );
     let out = sets_out;
     write_run_csv(
         &args.run,
