@@ -837,7 +837,10 @@ fn tables_and_plans_of_others_are_not_replaced() {
         let err = String::from_utf8_lossy(&got.stderr);
         assert!(!got.status.success(), "--sets-out {kept} ran");
         assert!(err.contains(kept), "{kept}: {err}");
-        assert!(!probes.exists(), "--out was written before --sets-out {kept} was refused");
+        assert!(
+            !probes.exists(),
+            "--out was written before --sets-out {kept} was refused"
+        );
         assert_eq!(std::fs::read(&sets).unwrap(), before);
     }
 

@@ -21,6 +21,51 @@ pub struct SlurmOptions {
     pub gpus: Option<usize>,
 }
 
+/// Checks a Slurm time limit (`--time`): `MINUTES`, `MINUTES:SECONDS`, `HOURS:MINUTES:SECONDS`,
+/// `DAYS-HOURS`, `DAYS-HOURS:MINUTES`, `DAYS-HOURS:MINUTES:SECONDS`, or `UNLIMITED`/`INFINITE`
+/// (sbatch's own forms), so the script's `#SBATCH --time` line is one sbatch accepts.
+pub fn parse_time(s: &str) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "{s:?} is not a Slurm time limit (MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or \
+             D-HH:MM:SS)"
+        )
+    };
+    if ["unlimited", "infinite"].contains(&s.to_ascii_lowercase().as_str()) {
+        return Ok(s.to_owned());
+    }
+    let number = |t: &str| !t.is_empty() && t.len() <= 9 && t.bytes().all(|b| b.is_ascii_digit());
+    let (days, rest) = match s.split_once('-') {
+        Some((d, rest)) => (Some(d), rest),
+        None => (None, s),
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    let fine = days.is_none_or(number)
+        && parts.iter().all(|p| number(p))
+        && (1..=3).contains(&parts.len());
+    if !fine {
+        return Err(bad());
+    }
+    Ok(s.to_owned())
+}
+
+/// Checks a Slurm partition (`--partition`): one name, or several separated by commas, of
+/// letters, digits, `_`, `-` and `.`.
+pub fn parse_partition(s: &str) -> Result<String, String> {
+    let name = |p: &str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    };
+    if s.split(',').all(name) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a Slurm partition name (letters, digits, _, - and ., comma-separated)"
+        ))
+    }
+}
+
 /// Quotes `s` for a POSIX shell.
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -78,6 +123,39 @@ pub fn array_script(name: &str, command: &[String], out: &Path, o: &SlurmOptions
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn time_limits_and_partitions_in_sbatch_syntax_only() {
+        for t in [
+            "30",
+            "30:00",
+            "01:00:00",
+            "2-0",
+            "2-12:00",
+            "1-00:00:00",
+            "UNLIMITED",
+        ] {
+            assert_eq!(super::parse_time(t).as_deref(), Ok(t), "{t}");
+        }
+        for t in [
+            "",
+            "1h",
+            "01:00:00:00",
+            "1-",
+            "-1",
+            "a:b",
+            "01:00\n#SBATCH --x",
+            "1 -2",
+        ] {
+            assert!(super::parse_time(t).is_err(), "{t:?} accepted");
+        }
+        for p in ["debug", "gpu,cpu", "a100_80g.x-1"] {
+            assert_eq!(super::parse_partition(p).as_deref(), Ok(p), "{p}");
+        }
+        for p in ["", "a b", "a,", "x\n#SBATCH --mem=1", "a;b"] {
+            assert!(super::parse_partition(p).is_err(), "{p:?} accepted");
+        }
+    }
+
     use super::*;
 
     #[test]

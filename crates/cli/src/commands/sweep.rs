@@ -49,10 +49,10 @@ pub struct SweepArgs {
     #[arg(long, requires = "slurm", value_parser = clap::value_parser!(u64).range(1..))]
     pub array_limit: Option<u64>,
     /// With --slurm: partition.
-    #[arg(long, requires = "slurm")]
+    #[arg(long, requires = "slurm", value_parser = ropelab_sweep::slurm::parse_partition)]
     pub partition: Option<String>,
     /// With --slurm: time limit per array task (e.g. 01:00:00).
-    #[arg(long, requires = "slurm")]
+    #[arg(long, requires = "slurm", value_parser = ropelab_sweep::slurm::parse_time)]
     pub time: Option<String>,
     /// With --slurm: CPUs per array task.
     #[arg(long, requires = "slurm", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=1024))]
