@@ -676,3 +676,35 @@ fn checkpoint_retention_bounds_the_disk_use() {
     assert!(out.join("checkpoints/step-000120").is_dir());
     assert!(!out.join("checkpoints/step-000090").exists());
 }
+
+/// A new run is not made inside another run, a checkpoint or a sweep's or study's directory
+/// (issue 55, third pass): nothing is written there.
+#[test]
+fn a_run_is_not_made_inside_another_ropelab_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let r = run.to_str().unwrap();
+    let tiny = ["train", "--task", "number", "--preset", "tiny", "--steps", "2"];
+    let trained = ropelab(&[&tiny[..], &["--out", r]].concat());
+    assert!(trained.status.success());
+    let sweep = dir.path().join("sweep");
+    std::fs::create_dir(&sweep).unwrap();
+    std::fs::write(sweep.join("plan.json"), "{}").unwrap();
+    let checkpoint = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for (inside, what) in [
+        (run.join("inner"), "the run"),
+        (checkpoint.join("inner"), "the checkpoint"),
+        (sweep.join("job"), "the sweep or study directory"),
+    ] {
+        let got = ropelab(&[&tiny[..], &["--out", inside.to_str().unwrap()]].concat());
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "{} was trained", inside.display());
+        assert!(err.contains(what), "{err}");
+        assert!(!inside.exists());
+    }
+}
