@@ -684,7 +684,9 @@ fn a_run_is_not_made_inside_another_ropelab_directory() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let r = run.to_str().unwrap();
-    let tiny = ["train", "--task", "number", "--preset", "tiny", "--steps", "2"];
+    let tiny = [
+        "train", "--task", "number", "--preset", "tiny", "--steps", "2",
+    ];
     let trained = ropelab(&[&tiny[..], &["--out", r]].concat());
     assert!(trained.status.success());
     let sweep = dir.path().join("sweep");

@@ -85,6 +85,8 @@ pub struct Sweep {
     pub measure: MeasureOptions,
     /// The file it came from (for error messages).
     pub origin: String,
+    /// The `[measure]` keys the file gives (each must be read by some job).
+    measure_keys: Vec<&'static str>,
 }
 
 /// One job: its parameters (axis keys and values, in axis order), the run config they make and
@@ -269,12 +271,24 @@ impl Sweep {
             origin: origin.to_string(),
             message: format!("[measure] {m}"),
         })?;
+        let m = &file.measure;
+        let measure_keys = [
+            ("lengths", m.lengths.is_some()),
+            ("extras", m.extras.is_some()),
+            ("per_length", m.per_length.is_some()),
+            ("heads", m.heads.is_some()),
+            ("head_samples", m.head_samples.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, given)| given.then_some(k))
+        .collect();
         Ok(Self {
             name: file.name,
             base,
             axes,
             measure,
             origin: origin.to_string(),
+            measure_keys,
         })
     }
 
@@ -334,7 +348,33 @@ impl Sweep {
             jobs.push(Job::new(params, config));
         }
         jobs.sort_by(|a, b| a.id.cmp(&b.id));
+        // A `[measure]` key no job reads would be ignored silently.
+        for &key in &self.measure_keys {
+            let readers = measure_readers(key);
+            if !jobs.iter().any(|j| readers.contains(&j.config.task)) {
+                let names: Vec<String> = readers.iter().map(|t| t.to_string()).collect();
+                return bad(
+                    &self.origin,
+                    format!(
+                        "[measure] {key} is read by {} jobs only, and this sweep has none: \
+                         drop it",
+                        names.join(", ")
+                    ),
+                );
+            }
+        }
         Ok(jobs)
+    }
+}
+
+/// The tasks whose measurement reads `[measure]` key `key` ([`crate::measure`]).
+fn measure_readers(key: &str) -> &'static [TaskKind] {
+    use TaskKind::*;
+    match key {
+        "extras" => &[Number, Letter],
+        "lengths" => &[Language, Offset, Ambiguous],
+        "head_samples" => &[Canonical],
+        _ => &[Language, Offset, Ambiguous, Canonical], // per_length, heads
     }
 }
 

@@ -138,3 +138,33 @@ proptest! {
         prop_assert_eq!(seen, all);
     }
 }
+
+/// A `[measure]` key that no job of the sweep reads is refused naming it and its readers,
+/// instead of being ignored; the same key is accepted when some job reads it (issue 55, third
+/// pass).
+#[test]
+fn a_measure_key_no_job_reads_is_refused() {
+    for (measure, readers) in [
+        ("lengths = [64]", "language, offset, ambiguous"),
+        ("per_length = 8", "language, offset, ambiguous, canonical"),
+        ("heads = true", "language, offset, ambiguous, canonical"),
+        ("head_samples = 8", "canonical"),
+    ] {
+        let e = err(&format!("{BASE}[measure]\n{measure}\n"));
+        assert!(
+            e.contains(measure.split(' ').next().unwrap()) && e.contains(readers),
+            "{measure}: {e}"
+        );
+    }
+    // The number task reads the extras; a task axis with an offset job reads the lengths.
+    assert!(sweep("[measure]\nextras = [0, 4]\n").jobs().is_ok());
+    let offset = "name = \"t\"\npreset = \"tiny\"\ntask = \"offset\"\n[measure]\nlengths = [64]\n";
+    let e = Sweep::parse(offset, "t.toml")
+        .unwrap()
+        .jobs()
+        .err()
+        .map(|e| e.to_string());
+    assert!(e.as_deref().is_none_or(|e| !e.contains("read by")), "{e:?}");
+    let letter = "name = \"t\"\npreset = \"tiny\"\ntask = \"offset\"\n[measure]\nextras = [0, 4]\n";
+    assert!(err(letter).contains("read by number, letter jobs only"));
+}

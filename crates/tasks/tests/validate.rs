@@ -197,3 +197,42 @@ proptest! {
         prop_assert_eq!(verdict, expected);
     }
 }
+
+/// A vocabulary size of the other task is refused when it is not that task's default (it would
+/// be ignored), and accepted at the default, which a sweep varying the task may carry (issue
+/// 55, third pass).
+#[test]
+fn the_other_tasks_vocabulary_size_is_refused_unless_it_is_its_default() {
+    let with = |f: fn(&mut Layout)| {
+        let mut l = Layout::default();
+        f(&mut l);
+        l
+    };
+    for (kind, layout, key) in [
+        (
+            TaskKind::Number,
+            with(|l| l.letters = Some(5)),
+            "layout.letters = 5",
+        ),
+        (
+            TaskKind::Number,
+            with(|l| l.numbers = Some(16)),
+            "layout.numbers = 16",
+        ),
+        (
+            TaskKind::Letter,
+            with(|l| l.offsets = Some(32)),
+            "layout.offsets = 32",
+        ),
+    ] {
+        let err = Task::new(kind, layout).err().expect(key).to_string();
+        assert!(err.contains(key), "{err}");
+    }
+    let defaults = with(|l| {
+        l.letters = Some(8);
+        l.numbers = Some(8);
+        l.offsets = Some(l.target_window + l.pre_window);
+    });
+    assert!(Task::new(TaskKind::Number, defaults.clone()).is_ok());
+    assert!(Task::new(TaskKind::Letter, defaults).is_ok());
+}

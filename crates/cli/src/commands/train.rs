@@ -78,7 +78,10 @@ fn nested_in(out: &std::path::Path) -> Result<Option<String>> {
             return Ok(Some(format!("the checkpoint {}", dir.display())));
         }
         if dir.join("plan.json").is_file() {
-            return Ok(Some(format!("the sweep or study directory {}", dir.display())));
+            return Ok(Some(format!(
+                "the sweep or study directory {}",
+                dir.display()
+            )));
         }
     }
     Ok(None)
