@@ -225,7 +225,7 @@ fn the_other_tasks_vocabulary_size_is_refused_unless_it_is_its_default() {
             "layout.offsets = 32",
         ),
     ] {
-        let err = Task::new(kind, layout).err().expect(key).to_string();
+        let err = Task::new(kind, layout).expect_err(key).to_string();
         assert!(err.contains(key), "{err}");
     }
     let defaults = with(|l| {
