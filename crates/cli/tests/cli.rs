@@ -639,6 +639,45 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     );
 }
 
+/// A copy of fixture model `from` in `dir` with a context of 4,096 tokens (config.json's
+/// `max_position_embeddings` or `n_positions`, a GGUF file's `llama.context_length`): RoPE
+/// learns no positions, so nothing else changes.
+fn long_context(from: &Path, dir: &Path) -> std::path::PathBuf {
+    let to = dir.join(from.file_name().unwrap());
+    if from.is_dir() {
+        std::fs::create_dir(&to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap();
+            if name == "config.json" {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let long = text
+                    .replace(
+                        "\"max_position_embeddings\": 128",
+                        "\"max_position_embeddings\": 4096",
+                    )
+                    .replace("\"n_positions\": 128", "\"n_positions\": 4096");
+                assert_ne!(long, text, "{}: no context key", path.display());
+                std::fs::write(to.join(name), long).unwrap();
+            } else {
+                std::fs::copy(&path, to.join(name)).unwrap();
+            }
+        }
+    } else {
+        let mut bytes = std::fs::read(from).unwrap();
+        let key = b"llama.context_length";
+        // The key, its u32 type code, then the u32 value.
+        let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4;
+        assert_eq!(
+            u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()),
+            128
+        );
+        bytes[at..at + 4].copy_from_slice(&4096u32.to_le_bytes());
+        std::fs::write(&to, bytes).unwrap();
+    }
+    to
+}
+
 /// `--model` on every `pretrained` command: the tiny fixture models of each architecture
 /// (fixtures/rope_models) score, generate and give RoPE statistics; bad paths and unsupported
 /// files are refused in one line naming the file.
@@ -646,8 +685,24 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
 fn pretrained_commands_take_any_local_rope_model() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models");
     let dir = tempfile::tempdir().unwrap();
+    // The prompt versions are longer than the fixtures' 128-token context: refused there.
+    let short = dir.path().join("short.jsonl");
+    let out = ropelab(&[
+        "pretrained",
+        "score",
+        "--model",
+        fixtures.join("qwen2").to_str().unwrap(),
+        "--task",
+        "letter",
+        "--n",
+        "2",
+        "--out",
+        short.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, "beyond the model's context of 128 tokens");
+    assert!(!short.exists());
     for name in ["llama.gguf", "qwen2", "gptneox", "gptj"] {
-        let model = fixtures.join(name);
+        let model = long_context(&fixtures.join(name), dir.path());
         let model = model.to_str().unwrap();
         let out_path = dir.path().join(format!("{name}.jsonl"));
         let out = ropelab(&[

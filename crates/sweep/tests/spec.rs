@@ -82,13 +82,14 @@ fn bad_sweeps_are_one_line_errors_naming_the_key() {
 
 #[test]
 fn vocabulary_axes_set_the_models_vocabulary() {
+    // One axis pairs each task with its own sizes (the other task's at their defaults).
     let s = sweep(
-        "[[axis]]\nkeys = [\"task\", \"layout.letters\", \"layout.numbers\"]\n\
-         values = [[\"letter\", 16, 16], [\"letter\", 5, 12], [\"number\", 8, 8]]\n\
-         [[axis]]\nkey = \"layout.offsets\"\nvalues = [16, 40]\n",
+        "[[axis]]\nkeys = [\"task\", \"layout.letters\", \"layout.numbers\", \"layout.offsets\"]\n\
+         values = [[\"letter\", 16, 16, 16], [\"letter\", 5, 12, 16], [\"number\", 8, 8, 16], \
+         [\"number\", 8, 8, 40]]\n",
     );
     let jobs = s.jobs().unwrap();
-    assert_eq!(jobs.len(), 6);
+    assert_eq!(jobs.len(), 4);
     let vocab = |text: &[&str]| {
         let j = jobs.iter().find(|j| j.param_text() == text).unwrap();
         (j.config.task.as_str(), j.config.model.vocab_size)
@@ -103,9 +104,19 @@ fn vocabulary_axes_set_the_models_vocabulary() {
     };
     let ask = |r: [String; 4]| vocab(&r.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(ask(row("letter", 16, 16, 16)), ("letter", 1 + 256 + 256));
-    assert_eq!(ask(row("letter", 5, 12, 40)), ("letter", 1 + 60 + 25));
+    assert_eq!(ask(row("letter", 5, 12, 16)), ("letter", 1 + 60 + 25));
     assert_eq!(ask(row("number", 8, 8, 16)), ("number", 137));
     assert_eq!(ask(row("number", 8, 8, 40)), ("number", 1 + 40 + 120));
+    // A product of the task with the other task's size would give jobs that differ only in a
+    // size their task ignores: refused naming the job and the key.
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkey = \"task\"\nvalues = [\"number\", \"letter\"]\n\
+         [[axis]]\nkey = \"layout.offsets\"\nvalues = [16, 40]\n"
+    ));
+    assert!(
+        e.contains("task=letter") && e.contains("layout.offsets = 40"),
+        "{e}"
+    );
     // A vocabulary the layout cannot use is a one-line error naming the key.
     let e = err(&format!(
         "{BASE}[[axis]]\nkey = \"layout.offsets\"\nvalues = [4]\n"

@@ -51,6 +51,42 @@ pub const DEFAULT_NUMBERS: usize = 8;
 pub const MAX_LETTERS: usize = 26;
 
 impl Layout {
+    /// This layout as task `kind` reads it: the other task's vocabulary sizes dropped (a
+    /// study's `[tasks]` table sizes both tasks' vocabularies, and each model reads its own).
+    pub fn for_task(&self, kind: crate::TaskKind) -> Layout {
+        let mut l = self.clone();
+        match kind {
+            crate::TaskKind::Number => (l.letters, l.numbers) = (None, None),
+            crate::TaskKind::Letter => l.offsets = None,
+            _ => {}
+        }
+        l
+    }
+
+    /// Refuses a vocabulary size of the other task than `kind` that is not that task's default:
+    /// one task's layout (a run's `[layout]`, `ropelab gen`'s flags) would ignore it silently.
+    /// The default is let through, so a sweep varying the task on one axis may carry it.
+    pub fn check_for(&self, kind: crate::TaskKind) -> Result<(), TaskError> {
+        let query = self.target_window + self.pre_window;
+        let other: Vec<(&str, Option<usize>, usize, &str)> = match kind {
+            crate::TaskKind::Number => vec![
+                ("letters", self.letters, DEFAULT_LETTERS, "letter"),
+                ("numbers", self.numbers, DEFAULT_NUMBERS, "letter"),
+            ],
+            crate::TaskKind::Letter => vec![("offsets", self.offsets, query, "number")],
+            _ => vec![],
+        };
+        for (key, value, default, owner) in other {
+            if let Some(v) = value.filter(|&v| v != default) {
+                return Err(TaskError::Layout(format!(
+                    "layout.{key} = {v} sizes the {owner} task's vocabulary; the {kind} task does \
+                     not read it (drop it, or give its default {default})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Length of a core instance (without length extension).
     pub fn core_len(&self) -> usize {
         self.target_window + self.pre_window + 1

@@ -33,16 +33,6 @@ impl LetterTask {
     /// letter-letter pairs after them (paper, L = N = 8: 1..=64 and 65..=128).
     pub fn new(layout: Layout) -> Result<Self, TaskError> {
         layout.check()?;
-        // The number task's offset vocabulary is not read here: a size other than its default
-        // would be ignored silently (a sweep varying the task may carry the default).
-        let default = layout.target_window + layout.pre_window;
-        if let Some(v) = layout.offsets.filter(|&v| v != default) {
-            return Err(TaskError::Layout(format!(
-                "layout.offsets = {v} sizes the number task's vocabulary; the letter task does \
-                 not read it (drop it, or give its default, target + pre-target window = \
-                 {default})"
-            )));
-        }
         let (letters, numbers) = (layout.letters(), layout.numbers());
         if let Some(&h) = layout.hops.iter().find(|&&h| h >= letters) {
             return Err(TaskError::Layout(format!(

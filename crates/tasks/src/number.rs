@@ -27,19 +27,6 @@ impl NumberTask {
     /// `T+P`), then the letters.
     pub fn new(layout: Layout) -> Result<Self, TaskError> {
         layout.check()?;
-        // The letter task's vocabulary sizes are not read here: one that is not its default
-        // would be ignored silently (a sweep varying the task may carry the defaults).
-        for (key, value, default) in [
-            ("letters", layout.letters, crate::layout::DEFAULT_LETTERS),
-            ("numbers", layout.numbers, crate::layout::DEFAULT_NUMBERS),
-        ] {
-            if let Some(v) = value.filter(|&v| v != default) {
-                return Err(TaskError::Layout(format!(
-                    "layout.{key} = {v} sizes the letter task's vocabulary; the number task \
-                     does not read it (drop it, or give its default {default})"
-                )));
-            }
-        }
         let max_offset = layout.offsets();
         let mut tokens = vec![PAD.to_owned()];
         tokens.extend((1..=max_offset).map(|i| i.to_string()));

@@ -486,6 +486,7 @@ impl Preset {
 impl RunConfig {
     /// This config with another seed, layout and data sizes (the vocabulary follows the layout).
     pub fn with_data(mut self, seed: u64, layout: Layout, data: DataConfig) -> Result<Self> {
+        let layout = layout.for_task(self.task);
         self.model.vocab_size = Task::new(self.task, layout.clone())?.vocab().len();
         self.seed = seed;
         self.layout = layout;
@@ -529,7 +530,10 @@ impl RunConfig {
             TaskKind::Offset => self.check_offset()?,
             TaskKind::Canonical => self.check_canonical()?,
             TaskKind::Ambiguous => self.check_ambiguous()?,
-            _ => Task::new(self.task, self.layout.clone())?.vocab().len(),
+            _ => {
+                self.layout.check_for(self.task)?;
+                Task::new(self.task, self.layout.clone())?.vocab().len()
+            }
         };
         if self.model.vocab_size < vocab {
             return Err(TrainError::Config(format!(

@@ -98,6 +98,7 @@ pub fn run(args: GenArgs, guard: Guard) -> Result<()> {
         letters: args.letters,
         numbers: args.numbers,
     };
+    layout.check_for(args.task)?;
     let task = Task::new(args.task, layout)?;
     let data = Dataset::new(task, args.seed, args.split, n, args.extra)?;
     let mut need = Need::new()
