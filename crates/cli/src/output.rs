@@ -12,9 +12,14 @@ use ropelab_io::AtomicFile;
 pub enum Output {
     /// Standard output.
     Stdout(BufWriter<io::Stdout>),
-    /// A temporary file and the path it becomes.
-    File(AtomicFile),
+    /// A temporary file and the path it becomes, with the first bytes written (up to
+    /// [`HEAD_BYTES`]), whose shape is checked against the file it replaces at commit when
+    /// they were not known at creation (a stream).
+    File(AtomicFile, Option<Vec<u8>>),
 }
+
+/// The bytes of a streamed output kept for the shape check at commit.
+const HEAD_BYTES: usize = 1 << 20;
 
 impl Output {
     /// Opens `path` for writing (`-` is standard output); creates missing parent directories.
@@ -44,15 +49,21 @@ impl Output {
         })?;
         let file =
             AtomicFile::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(Output::File(file))
+        let head = contents.is_none().then(Vec::new);
+        Ok(Output::File(file, head))
     }
 
     /// Flushes and moves the file into place (standard output is only flushed).
     pub fn commit(self) -> Result<()> {
         match self {
             Output::Stdout(mut w) => Ok(w.flush()?),
-            Output::File(file) => {
+            Output::File(file, head) => {
                 let path = file.path().to_owned();
+                // A stream's first bytes are checked now against the file they would replace
+                // (another command's table, another kind of file); the temporary file goes.
+                if let Some(head) = head {
+                    ropelab_io::refuse_other_shape(&path, &head)?;
+                }
                 file.commit()
                     .with_context(|| format!("cannot write {}", path.display()))
             }
@@ -64,14 +75,21 @@ impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Output::Stdout(w) => w.write(buf),
-            Output::File(w) => w.write(buf),
+            Output::File(w, head) => {
+                let n = w.write(buf)?;
+                if let Some(head) = head {
+                    let room = HEAD_BYTES.saturating_sub(head.len());
+                    head.extend_from_slice(&buf[..n.min(room)]);
+                }
+                Ok(n)
+            }
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Output::Stdout(w) => w.flush(),
-            Output::File(w) => w.flush(),
+            Output::File(w, _) => w.flush(),
         }
     }
 }

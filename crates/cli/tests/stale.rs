@@ -907,3 +907,171 @@ fn a_grid_value_listed_twice_is_refused_up_front() {
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
 }
+
+/// A file of a run, study or model is never replaced by another kind of file, whatever path
+/// reaches it (issue 55, third pass): another command's table or JSON (written whole, streamed,
+/// or by the library), a path through `..`, a study's datasets and claims, a model's weights;
+/// and a study or sweep is not made inside a run or a study. Every file keeps its bytes.
+#[test]
+fn another_kind_of_file_never_replaces_a_ropelab_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let r = run.to_str().unwrap();
+    ok(ropelab(&["eval", "--run", r, "--step", "10", "--n", "8"]));
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        r,
+        "--extras",
+        "0",
+        "--n",
+        "4",
+    ]));
+    ok(ropelab(&["score", "--run", r, "--samples", "5"]));
+    let config = dir.path().join("small.toml");
+    std::fs::write(&config, STUDY).unwrap();
+    let study = dir.path().join("study");
+    let st = study.to_str().unwrap();
+    ok(ropelab(&[
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        st,
+        "--no-pretrained",
+    ]));
+    let model = dir.path().join("model.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    let kept: Vec<std::path::PathBuf> = vec![
+        run.join("eval/step-000010-extra-0-n8.json"),
+        run.join("lengthgen.csv"),
+        run.join("scores.jsonl"),
+        study.join("claims.json"),
+        study.join("tasks.json"),
+        study.join("seed-3/data/number-test.jsonl"),
+        model.clone(),
+    ];
+    let read =
+        |p: &std::path::Path| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let before: Vec<Vec<u8>> = kept.iter().map(|p| read(p)).collect();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let through_dotdot = format!("{r}/new/../metrics.jsonl");
+    let cases: Vec<Vec<String>> = vec![
+        vec![
+            "lengthgen".into(),
+            "--run".into(),
+            r.into(),
+            "--extras".into(),
+            "0".into(),
+            "--n".into(),
+            "4".into(),
+            "--out".into(),
+            path(&kept[0]),
+        ],
+        vec![
+            "score".into(),
+            "--run".into(),
+            r.into(),
+            "--samples".into(),
+            "5".into(),
+            "--out".into(),
+            path(&kept[1]),
+        ],
+        vec![
+            "gen".into(),
+            "number".into(),
+            "--n".into(),
+            "2".into(),
+            "--out".into(),
+            path(&kept[2]),
+        ],
+        vec!["report".into(), st.into(), "--out".into(), path(&kept[3])],
+        vec![
+            "gen".into(),
+            "number".into(),
+            "--n".into(),
+            "2".into(),
+            "--out".into(),
+            path(&kept[4]),
+        ],
+        vec![
+            "gen".into(),
+            "number".into(),
+            "--n".into(),
+            "2".into(),
+            "--out".into(),
+            path(&kept[5]),
+        ],
+        vec![
+            "theory".into(),
+            "margins".into(),
+            "--run".into(),
+            r.into(),
+            "--extras".into(),
+            "0".into(),
+            "--samples".into(),
+            "2".into(),
+            "--out".into(),
+            path(&kept[6]),
+        ],
+        vec![
+            "lengthgen".into(),
+            "--run".into(),
+            r.into(),
+            "--extras".into(),
+            "0".into(),
+            "--n".into(),
+            "4".into(),
+            "--out".into(),
+            through_dotdot,
+        ],
+        vec![
+            "reproduce".into(),
+            "--config".into(),
+            path(&config),
+            "--out".into(),
+            format!("{r}/inner"),
+            "--no-pretrained".into(),
+        ],
+        vec![
+            "reproduce".into(),
+            "--config".into(),
+            path(&config),
+            "--out".into(),
+            format!("{st}/theory/inner"),
+            "--no-pretrained".into(),
+        ],
+        vec![
+            "reproduce".into(),
+            "--config".into(),
+            path(&config),
+            "--out".into(),
+            r.into(),
+            "--no-pretrained".into(),
+        ],
+    ];
+    let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
+    for case in &cases {
+        let args: Vec<&str> = case.iter().map(String::as_str).collect();
+        let got = ropelab(&args);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "{args:?} ran");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+    for (p, b) in kept.iter().zip(&before) {
+        assert_eq!(&std::fs::read(p).unwrap(), b, "{} changed", p.display());
+    }
+    assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics);
+    assert!(!run.join("new").exists() && !run.join("inner").exists());
+    // The commands rewrite their own files.
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        r,
+        "--extras",
+        "0",
+        "--n",
+        "4",
+    ]));
+    ok(ropelab(&["report", st]));
+}

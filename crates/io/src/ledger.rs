@@ -225,10 +225,54 @@ pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::R
     refuse_listed(target, contents)
 }
 
+/// Refuses to replace `target` with `contents` when it is an existing file of a ropelab
+/// directory of another shape (see [`refuse_listed`]): the check a streamed output makes once
+/// its first bytes are known.
+pub fn refuse_other_shape(target: &Path, contents: &[u8]) -> io::Result<()> {
+    let Ok(absolute) = resolved(target) else {
+        return Ok(());
+    };
+    match another_table(&absolute, Some(contents)) {
+        Some(what) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is {what}; what was written is another kind of file: write elsewhere",
+                target.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `path` as the file system will reach it: absolute, each existing prefix canonicalized
+/// (symbolic links followed), and `..` leaving the component before it, as creating the missing
+/// directories would. A check on this path cannot be bypassed by `RUN/new/../metrics.jsonl`.
+pub fn resolved(path: &Path) -> io::Result<std::path::PathBuf> {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in std::path::absolute(path)?.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => {
+                out.push(name);
+                // An existing prefix is followed as the file system follows it (links).
+                if out.symlink_metadata().is_ok() {
+                    out = out.canonicalize().unwrap_or(out);
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    Ok(out)
+}
+
 /// Refuses to write `target` when the ledger of a directory above it lists it (see
 /// [`refuse_owned`]); every command that writes a file the user names calls it.
 pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
-    let Ok(absolute) = std::path::absolute(target) else {
+    let Ok(absolute) = resolved(target) else {
         return Ok(());
     };
     if let Some(what) = bookkeeping(&absolute) {
@@ -257,47 +301,96 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
     Ok(())
 }
 
-/// The shape of a table's text: a CSV file's header line, a JSON Lines file's sorted keys of
-/// its first line (None for any other file or text).
-fn table_shape(name: &str, text: &[u8]) -> Option<String> {
+/// The shape of a file's text, by its name's extension: a CSV file's header line, a JSON
+/// Lines file's sorted keys of its first line, a JSON file's sorted top-level keys, and for
+/// any other file its extension when the text is not JSON, CSV-like or markup of another kind
+/// (`None`: text that is not of the kind its name says, such as a CSV table in a `.json` file).
+fn shape(name: &str, text: &[u8]) -> Option<String> {
     let first = text.split(|&b| b == b'\n').next()?;
     let first = std::str::from_utf8(first).ok()?.trim_end_matches('\r');
-    if name.ends_with(".csv") {
-        return Some(first.to_owned());
+    // An object's sorted keys; an array's first element's, bracketed; another value's type.
+    fn keys(v: serde_json::Value) -> Option<String> {
+        Some(match v {
+            serde_json::Value::Object(o) => {
+                let mut keys: Vec<String> = o.keys().cloned().collect();
+                keys.sort();
+                format!("{keys:?}")
+            }
+            serde_json::Value::Array(mut a) if !a.is_empty() => {
+                format!("[{}]", keys(a.swap_remove(0))?)
+            }
+            serde_json::Value::Array(_) => "[]".to_owned(),
+            other => format!("{:?}", std::mem::discriminant(&other)),
+        })
     }
-    if name.ends_with(".jsonl") {
-        let v: serde_json::Value = serde_json::from_str(first).ok()?;
-        let mut keys: Vec<&String> = v.as_object()?.keys().collect();
-        keys.sort();
-        return Some(format!("{keys:?}"));
+    let extension = name.rsplit_once('.').map_or("", |(_, e)| e);
+    match extension {
+        "csv" => (!first.trim_start().starts_with(['{', '[', '<'])).then(|| first.to_owned()),
+        "jsonl" => keys(serde_json::from_str(first).ok()?),
+        "json" => keys(serde_json::from_slice(text).ok()?),
+        "html" | "svg" => {
+            let start = std::str::from_utf8(&text[..text.len().min(512)]).ok()?;
+            start
+                .trim_start()
+                .starts_with('<')
+                .then(|| extension.to_owned())
+        }
+        _ => Some(extension.to_owned()),
     }
-    None
 }
 
-/// When `path` (absolute) is an existing table (CSV or JSON Lines) of a run directory and
-/// `contents` (when known) is not a table of the same shape (another command's output): what
-/// it is. A command rewriting its own table of a run is let through.
+/// The ropelab directory `path` (absolute) lies in, if any: the nearest directory above it that
+/// holds a run config, a plan, a ledger, a job record or a study's claims.
+fn ropelab_dir(path: &Path) -> Option<&Path> {
+    path.ancestors().skip(1).find(|d| {
+        [
+            "config.toml",
+            "plan.json",
+            LEDGER,
+            "job.json",
+            "claims.json",
+        ]
+        .iter()
+        .any(|f| d.join(f).is_file())
+    })
+}
+
+/// When `path` (absolute) is an existing file inside a ropelab directory (a run, a study, a
+/// sweep, an experiment) and `contents` (when known) is not of the same shape (another
+/// command's output, or another kind of file): what it is. A command rewriting its own file
+/// of the same shape is let through; a TOML file there is never replaced.
 fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
     let name = path.file_name()?.to_string_lossy().into_owned();
-    let parent = path.parent()?;
-    let is_run = parent.join("config.toml").is_file() && parent.join("checkpoints").is_dir();
-    if !is_run || !(name.ends_with(".csv") || name.ends_with(".jsonl")) || !path.is_file() {
+    let dir = ropelab_dir(path)?;
+    if !path.is_file() {
         return None;
     }
+    let what = format!("the {name} of {}", dir.display());
+    if name.ends_with(".toml") {
+        return Some(what);
+    }
     let contents = contents?;
-    // Only the first line tells the shape: a long table is not read whole.
-    let mut first = Vec::new();
-    {
+    // A JSON file is read whole (they are small); any other only to its first line.
+    let old = if name.ends_with(".json") {
+        let meta = std::fs::metadata(path).ok()?;
+        if meta.len() > 64 << 20 {
+            return Some(what);
+        }
+        std::fs::read(path).ok()?
+    } else {
+        let mut first = Vec::new();
         use std::io::BufRead;
         let file = std::fs::File::open(path).ok()?;
         std::io::BufReader::new(file)
             .read_until(b'\n', &mut first)
             .ok()?;
-    }
-    let old_shape = table_shape(&name, &first)?;
-    match table_shape(&name, contents) {
-        Some(new) if new == old_shape => None,
-        _ => Some(format!("the {name} of the run in {}", parent.display())),
+        first
+    };
+    match (shape(&name, &old), shape(&name, contents)) {
+        (Some(a), Some(b)) if a == b => None,
+        // An existing file that is not what its name says is not ropelab's: let it go.
+        (None, _) => None,
+        _ => Some(what),
     }
 }
 
@@ -311,6 +404,30 @@ fn bookkeeping(path: &Path) -> Option<String> {
     }
     let name = path.file_name()?.to_string_lossy().into_owned();
     let parent = path.parent()?;
+    // A model's own files: no command writes weights, and a model directory's config and
+    // tokenizer are read with them.
+    if name.ends_with(".gguf") || name.ends_with(".safetensors") {
+        return Some("a model's weights".to_owned());
+    }
+    let model_dir = std::fs::read_dir(parent).is_ok_and(|mut entries| {
+        entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".safetensors")))
+    });
+    if model_dir && matches!(name.as_str(), "config.json" | "tokenizer.json") {
+        return Some(format!("the {name} of the model in {}", parent.display()));
+    }
+    // A study's saved datasets (`seed-S/data/`), which its runs are evaluated on.
+    let seed = parent.parent();
+    if parent.file_name().is_some_and(|n| n == "data")
+        && seed.is_some_and(|s| {
+            s.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("seed-"))
+        })
+        && seed
+            .and_then(Path::parent)
+            .is_some_and(|st| st.join("config.toml").is_file())
+    {
+        return Some(format!("a dataset of the study in {}", parent.display()));
+    }
     let named = match name.as_str() {
         LEDGER => Some("a ledger of measured files"),
         crate::checksum::MANIFEST => Some("a checkpoint's manifest"),
@@ -339,7 +456,7 @@ fn refuse_in(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<(
     };
     let relative = match target.strip_prefix(run) {
         Ok(r) => r.to_owned(),
-        Err(_) => match (std::path::absolute(target), std::path::absolute(run)) {
+        Err(_) => match (resolved(target), resolved(run)) {
             (Ok(t), Ok(r)) => match t.strip_prefix(&r) {
                 Ok(rel) => rel.to_owned(),
                 Err(_) => return Ok(()),

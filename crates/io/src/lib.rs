@@ -23,7 +23,9 @@ pub use checksum::{allow_unsealed, sha256_file, sha256_hex, Manifest};
 pub use csv_rows::{
     csv_records, read_csv, read_csv_file, records_to_csv, to_csv, write_csv, CsvError,
 };
-pub use ledger::{refuse_listed, refuse_owned, Expect, Ledger, Standing, LEDGER};
+pub use ledger::{
+    refuse_listed, refuse_other_shape, refuse_owned, resolved, Expect, Ledger, Standing, LEDGER,
+};
 pub use lock::{DirLock, LockError};
 pub use progress::{Progress, Quiet, Stage};
 pub use resources::{Available, Need, ResourceError, Size};

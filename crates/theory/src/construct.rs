@@ -572,10 +572,27 @@ impl ConstructOptions {
     /// `n0` are bounded by the limits on `n0` and `letters`).
     pub fn need(&self) -> ropelab_io::Need {
         use ropelab_io::resources::bytes;
-        ropelab_io::Need::new().memory(
-            bytes(&[self.samples, 8 * self.long + 24]),
-            format!("{} random inputs of {} tokens", self.samples, self.long),
-        )
+        // The head's value matrix is vocabulary x vocabulary f64: Index reads the letters and
+        // the integers up to the longest input, Retrieval every letter-number (numbers 1 and 2)
+        // and letter-letter pair.
+        let n = self.n0.max(self.long);
+        let vocab = match self.mechanism {
+            crate::discrepancy::Mechanism::Index => {
+                self.letters.saturating_add(n).saturating_add(1)
+            }
+            crate::discrepancy::Mechanism::Retrieval => {
+                bytes(&[self.letters, 2 + self.letters]) as usize
+            }
+        };
+        ropelab_io::Need::new()
+            .memory(
+                bytes(&[self.samples, 8 * self.long + 24]),
+                format!("{} random inputs of {} tokens", self.samples, self.long),
+            )
+            .memory(
+                bytes(&[8, vocab, vocab]),
+                format!("the head's {vocab} x {vocab} value matrix"),
+            )
     }
 }
 
@@ -600,6 +617,16 @@ impl ConstructOptions {
             crate::discrepancy::Mechanism::Index => 1,
             crate::discrepancy::Mechanism::Retrieval => 2,
         };
+        let most = crate::discrepancy::MAX_ALPHABET;
+        if self.letters > most {
+            return crate::invalid(format!(
+                "--letters {} is more than the {most} letters a hand-built head takes",
+                self.letters
+            ));
+        }
+        if self.samples == 0 {
+            return crate::invalid("--samples must be at least 1 (random inputs checked)");
+        }
         if self.letters < fewest {
             return crate::invalid(format!(
                 "the {} head needs at least {fewest} letters, got {}",

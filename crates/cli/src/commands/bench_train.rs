@@ -197,8 +197,26 @@ pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     let seqs: std::collections::BTreeSet<usize> =
         (0..64).map(|s| args.model.seq(s, fixed_seq)).collect();
     let seqs: Vec<usize> = seqs.into_iter().collect();
+    // Every listed precision runs the warm-up and the measured steps (a step: a forward and a
+    // backward pass, about three forwards' arithmetic).
+    let longest = seqs.iter().copied().max().unwrap_or(1);
+    let steps = args
+        .warmup
+        .saturating_add(args.steps)
+        .saturating_add(32)
+        .saturating_mul(args.precision.len() as u64);
     let need =
-        ropelab_train::training_memory(&config.model, config.optim.batch_size, &seqs, args.engine);
+        ropelab_train::training_memory(&config.model, config.optim.batch_size, &seqs, args.engine)
+            .compute(
+                ropelab_train::resources::forward_flops(
+                    &config.model,
+                    config.optim.batch_size,
+                    longest,
+                )
+                .saturating_mul(3)
+                .saturating_mul(steps),
+                format!("{steps} training steps"),
+            );
     guard.check("bench train", &need)?;
     let device = Device::Cpu;
     let model = GptJ::new(config.model.clone(), config.seed, &device)?;

@@ -33,7 +33,7 @@ pub struct BiasArgs {
     #[arg(long)]
     pub no_transfer: bool,
     /// Optimizer steps per transfer run, in place of the grid's (3,000; --quick 300).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "no_transfer")]
     pub transfer_steps: Option<u64>,
     /// A study directory (`ropelab reproduce --out`) whose number and letter models join the
     /// discrepancy claim's rank correlation; repeatable.
@@ -141,6 +141,7 @@ fn slurm(args: &BiasArgs, runs: usize) -> Result<()> {
 
 /// Runs `ropelab bias`.
 pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
+    super::check_out_dir(&args.out, true)?;
     super::each_once("--study", &args.study)?;
     let mut e = if args.quick {
         Experiment::quick()

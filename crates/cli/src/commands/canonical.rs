@@ -60,6 +60,7 @@ pub struct CanonicalArgs {
 
 /// Runs `ropelab canonical`.
 pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
+    super::check_out_dir(&args.out, true)?;
     let (symbols, attributes) = default_sizes(args.task, args.len);
     let task = CanonicalTask::new(
         args.task,

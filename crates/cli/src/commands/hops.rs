@@ -34,7 +34,7 @@ pub struct HopsArgs {
     #[arg(long, value_enum)]
     pub hand: Option<HandRoute>,
     /// Checkpoint step (default: the latest).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hand")]
     pub step: Option<usize>,
     /// Test samples.
     #[arg(long, default_value_t = DEFAULT_SAMPLES as u64, value_parser = clap::value_parser!(u64).range(1..))]

@@ -58,6 +58,7 @@ pub struct LanguagesArgs {
 
 /// Runs `ropelab languages`.
 pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
+    super::check_out_dir(&args.out, true)?;
     let mut e = Experiment::new(args.protocol, args.languages, args.pe, args.seeds, args.lrs)?;
     if let Some(s) = args.steps {
         e.steps = s as usize;

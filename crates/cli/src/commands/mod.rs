@@ -149,6 +149,52 @@ impl Guard {
     }
 }
 
+/// The ropelab directory above `out` that a new run or study must not be made in: a run (its
+/// `config.toml` and `checkpoints/`), a checkpoint (`ropelab.json`), or a sweep's, study's or
+/// experiment's directory (`plan.json`). Studies and sweeps place their own runs; a command's
+/// `--out` does not.
+fn nested_in(out: &std::path::Path) -> Result<Option<String>> {
+    let out = ropelab_io::resolved(out)?;
+    for dir in out.ancestors().skip(1) {
+        if dir.join("config.toml").is_file() && dir.join("checkpoints").is_dir() {
+            return Ok(Some(format!("the run {}", dir.display())));
+        }
+        if dir.join("ropelab.json").is_file() {
+            return Ok(Some(format!("the checkpoint {}", dir.display())));
+        }
+        if dir.join("plan.json").is_file() {
+            return Ok(Some(format!(
+                "the sweep, study or experiment directory {}",
+                dir.display()
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Refuses an output directory `out` that is a file, that lies inside another run, checkpoint,
+/// sweep or study ([`nested_in`]), or, for a grid of runs (`grid`: a study, sweep or
+/// experiment; not `train`, whose own run directory is its `--out`), that is itself a run.
+pub fn check_out_dir(out: &std::path::Path, grid: bool) -> Result<()> {
+    if out.is_file() {
+        anyhow::bail!("--out {} is a file, not a directory", out.display());
+    }
+    if grid && out.join("config.toml").is_file() && out.join("checkpoints").is_dir() {
+        anyhow::bail!(
+            "--out {} is a run directory; a study, sweep or experiment needs its own",
+            out.display()
+        );
+    }
+    if let Some(within) = nested_in(out)? {
+        anyhow::bail!(
+            "--out {} is inside {within}: what is written there would be another's files (its \
+             reports, plans and ledgers do not list them); choose another --out",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a list flag that names one value twice (`--lengths 256,256`): a repeated value
 /// repeats its work and its rows, and a table keyed by it would hold two rows for one key.
 pub fn each_once<T: PartialEq + std::fmt::Debug>(flag: &str, values: &[T]) -> Result<()> {

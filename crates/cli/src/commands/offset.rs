@@ -68,6 +68,7 @@ pub struct OffsetArgs {
 
 /// Runs `ropelab offset`.
 pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
+    super::check_out_dir(&args.out, true)?;
     let mut e = Experiment::default();
     if let Some(v) = args.pe {
         e.pes = v;
@@ -101,6 +102,9 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
         e.heads = n as usize;
     }
     e.full_sequence = args.full_sequence;
+    if args.ape_beyond.is_some() && !e.pes.iter().any(|p| matches!(p, OffsetPe::Ape)) {
+        anyhow::bail!("--ape-beyond sets what APE runs do beyond their positions; no --pe is ape");
+    }
     match args.ape_beyond.as_deref() {
         Some("error") => e.ape_beyond = Beyond::Error,
         Some(_) => e.ape_beyond = Beyond::Clamp,

@@ -143,8 +143,8 @@ pub struct GenerateArgs {
     /// The prompt.
     pub prompt: String,
     /// Tokens to generate.
-    #[arg(long, default_value_t = 16)]
-    pub max_new: usize,
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_new: u64,
 }
 
 /// Which pretrained model a command runs on.
@@ -195,14 +195,14 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             let (model, tokenizer) = a.model.load()?;
             let load = start.elapsed().as_secs_f64();
             let ids = tokenizer.encode(&a.prompt)?;
-            let tokens = ids.len().saturating_add(a.max_new);
+            let tokens = ids.len().saturating_add(a.max_new as usize);
             let need = Need::new().memory(
                 model.config().cached_bytes(tokens, PREFILL_CHUNK, 1),
                 format!("a cached forward over {tokens} tokens"),
             );
             guard.check("pretrained generate", &need)?;
             let start = Instant::now();
-            let new = model.generate(&ids, a.max_new, tokenizer.eos)?;
+            let new = model.generate(&ids, a.max_new as usize, tokenizer.eos)?;
             let seconds = start.elapsed().as_secs_f64();
             println!("{}{}", a.prompt, tokenizer.decode(&new)?);
             eprintln!(

@@ -28,6 +28,15 @@ pub struct PureHeadsArgs {
 
 /// Runs `ropelab pure-heads`.
 pub fn run(args: PureHeadsArgs) -> Result<()> {
+    // The figure goes beside the CSV as .svg: a CSV path ending in .svg would be both.
+    if let Some(out) = &args.out {
+        anyhow::ensure!(
+            out.extension().is_none_or(|e| e != "svg"),
+            "--out {} names the figure's path (the figure goes beside the CSV as .svg): give \
+             the CSV's path",
+            out.display()
+        );
+    }
     anyhow::ensure!(
         args.dir.is_dir(),
         "{}: no such directory",

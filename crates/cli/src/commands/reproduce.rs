@@ -52,6 +52,7 @@ pub struct ReproduceArgs {
 /// Runs `ropelab reproduce`.
 pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
     let start = Instant::now();
+    super::check_out_dir(&args.out, true)?;
     let mut config = match &args.config {
         Some(path) => StudyConfig::load(path)?,
         None => StudyConfig::embedded(args.paper),

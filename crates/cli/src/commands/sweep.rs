@@ -37,7 +37,7 @@ pub struct SweepArgs {
     #[arg(long)]
     pub list: bool,
     /// Write a Slurm job array (`OUT/sweep.sbatch`) instead of running here.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["shard", "list"])]
     pub slurm: bool,
     /// With --slurm: submit it with `sbatch`.
     #[arg(long, requires = "slurm")]
@@ -58,7 +58,7 @@ pub struct SweepArgs {
     #[arg(long, requires = "slurm", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub cpus_per_task: u64,
     /// With --slurm: GPUs per array task.
-    #[arg(long, requires = "slurm")]
+    #[arg(long, requires = "slurm", value_parser = clap::value_parser!(u64).range(1..))]
     pub gpus: Option<u64>,
 }
 
@@ -85,6 +85,7 @@ pub struct CollectArgs {
 
 /// Runs `ropelab sweep`.
 pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
+    super::check_out_dir(&args.out, true)?;
     let sweep = Sweep::load(&args.spec)?;
     let jobs = sweep.jobs()?;
     let (index, count) = args.shard.unwrap_or((0, 1));

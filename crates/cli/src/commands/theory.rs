@@ -154,9 +154,9 @@ pub struct DiscrepancyArgs {
     /// RoPE angle theta per position (Index: > 0; Retrieval: >= 0).
     #[arg(long)]
     pub theta: f64,
-    /// Alphabet size |ALPH| of the Retrieval head.
-    #[arg(long, default_value_t = discrepancy::DEFAULT_ALPHABET)]
-    pub alphabet: usize,
+    /// Alphabet size |ALPH| of the Retrieval head (default 8; the Index head has none).
+    #[arg(long)]
+    pub alphabet: Option<usize>,
     /// Largest query position n0.
     #[arg(long, default_value_t = discrepancy::DEFAULT_MAX_N)]
     pub max_n: usize,
@@ -201,7 +201,13 @@ pub struct RopeStatsArgs {
 pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
     match cmd {
         TheoryCommand::Discrepancy(a) => {
-            let rows = discrepancy::curve(a.mechanism.into(), a.theta, a.alphabet, a.max_n)?;
+            // The Index head reads positions only: an alphabet would be ignored.
+            anyhow::ensure!(
+                a.alphabet.is_none() || a.mechanism == MechanismArg::Retrieval,
+                "--alphabet sizes the Retrieval head's alphabet; the Index head has none"
+            );
+            let alphabet = a.alphabet.unwrap_or(discrepancy::DEFAULT_ALPHABET);
+            let rows = discrepancy::curve(a.mechanism.into(), a.theta, alphabet, a.max_n)?;
             print!("{}", discrepancy_table(&rows));
             write_csv(&a.out, &rows)?;
             println!("wrote {}", a.out.display());

@@ -65,28 +65,6 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
         .map_err(|e: ropelab_train::TrainError| e.to_string())
 }
 
-/// The ropelab directory above `out` that a new run must not be made in: a run (its
-/// `config.toml` and `checkpoints/`), a checkpoint (`ropelab.json`), or a sweep's or study's
-/// directory (`plan.json`). Studies and sweeps place their own runs; `train --out` does not.
-fn nested_in(out: &std::path::Path) -> Result<Option<String>> {
-    let out = std::path::absolute(out)?;
-    for dir in out.ancestors().skip(1) {
-        if dir.join("config.toml").is_file() && dir.join("checkpoints").is_dir() {
-            return Ok(Some(format!("the run {}", dir.display())));
-        }
-        if dir.join("ropelab.json").is_file() {
-            return Ok(Some(format!("the checkpoint {}", dir.display())));
-        }
-        if dir.join("plan.json").is_file() {
-            return Ok(Some(format!(
-                "the sweep or study directory {}",
-                dir.display()
-            )));
-        }
-    }
-    Ok(None)
-}
-
 /// Runs `ropelab train`.
 pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
     let device = Device::Cpu;
@@ -150,13 +128,7 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
             config.optim.batch_size
         );
         config.check()?;
-        if let Some(within) = nested_in(&args.out)? {
-            anyhow::bail!(
-                "{} is inside {within}: a run there would be another's file (its reports, \
-                 plans and ledgers do not list it); choose another --out",
-                args.out.display()
-            );
-        }
+        super::check_out_dir(&args.out, false)?;
         guard.check("train", &training_need(&config, &args.out, 0, args.engine))?;
         let t = Trainer::start(&args.out, config, &device)?;
         println!("{announce}");
