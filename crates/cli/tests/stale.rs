@@ -71,6 +71,7 @@ fn a_sweep_whose_base_changed_refuses_its_old_result() {
     std::fs::write(&file, spec(40)).unwrap();
     ok(sweep(&file, &out, &[]));
     let before = std::fs::read(job_dir(&out).join("result.json")).unwrap();
+    let plan = std::fs::read(out.join("plan.json")).unwrap();
 
     std::fs::write(&file, spec(80)).unwrap();
     let rerun = sweep(&file, &out, &[]);
@@ -86,6 +87,8 @@ fn a_sweep_whose_base_changed_refuses_its_old_result() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+    // The plan its result was made by is kept (issue 55, third pass).
+    assert_eq!(std::fs::read(out.join("plan.json")).unwrap(), plan);
     let listed = ok(sweep(&file, &out, &["--list"]));
     assert!(listed.contains("stale"), "{listed}");
     assert!(!listed.contains(" done "), "{listed}");

@@ -202,6 +202,7 @@ impl StudyCanonical {
     /// The experiments this table describes, one per task, checked.
     pub fn experiments(&self) -> Result<Vec<Experiment>> {
         ensure!(!self.tasks.is_empty(), "tasks must name at least one task");
+        crate::grid::each_once("tasks", self.tasks.iter().cloned())?;
         let bands = self
             .bands
             .iter()

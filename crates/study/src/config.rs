@@ -305,6 +305,11 @@ impl StudyConfig {
             anyhow::ensure!(seen.insert(s), "--seeds: seed {s} is listed twice");
         }
         self.seeds = seeds.to_vec();
+        // The [compose] models pair with the study's number models of their seeds.
+        if let Some(plan) = &self.compose {
+            plan.check(self)
+                .map_err(|e| anyhow::anyhow!("--seeds {seeds:?}: [compose]: {e}"))?;
+        }
         Ok(())
     }
 
@@ -362,6 +367,15 @@ impl StudyConfig {
                 );
             }
         }
+        // The retrieval claim reads the exact curve up to retrieval_n: beyond the curve's
+        // max_n it could never be decided.
+        anyhow::ensure!(
+            config.claims.retrieval_n <= config.theory.max_n,
+            "{origin}: [claims] retrieval_n = {} is beyond [theory] max_n = {}: the curve it \
+             reads stops there",
+            config.claims.retrieval_n,
+            config.theory.max_n
+        );
         anyhow::ensure!(
             config.score.samples > 0,
             "{origin}: [score] samples must be at least 1"
@@ -611,6 +625,12 @@ mod tests {
     fn the_compose_table_is_checked_against_the_study() {
         let compose = |table: &str| format!("{QUICK}\n[compose]\n{table}\n");
         let ok = StudyConfig::parse(&compose("layers = 3\nseeds = [0, 2]"), "c.toml").unwrap();
+        // --seeds cannot drop the study's number model a compose model pairs with.
+        let err = ok.clone().set_seeds(&[0]).unwrap_err().to_string();
+        assert!(
+            err.contains("seed 2 is not one of the study's seeds [0]"),
+            "{err}"
+        );
         let plan = ok.compose.clone().unwrap();
         let jobs = plan.jobs(&ok).unwrap();
         assert_eq!(jobs.len(), 2);
@@ -712,6 +732,11 @@ mod tests {
                 "min_positional_layers = 2",
                 "min_positional_layers = 100000",
                 "[claims] min_positional_layers = 100000 can never hold on the study's 6-layer",
+            ),
+            (
+                "max_n = 1000",
+                "max_n = 50",
+                "[claims] retrieval_n = 100 is beyond [theory] max_n = 50",
             ),
             // The theory part runs last; its settings are refused before any training.
             ("d = 128", "d = 7", "head dimension d must be even"),

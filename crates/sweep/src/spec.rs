@@ -218,6 +218,10 @@ impl Sweep {
                 )
             }
         };
+        let base_keys: Vec<String> = flatten(&file.base, "")
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         for (key, value) in flatten(&file.base, "") {
             set(&mut base, &key, value).map_err(|m| SweepError::Spec {
                 origin: origin.to_string(),
@@ -237,6 +241,19 @@ impl Sweep {
                     origin,
                     format!("{name} ({}): `values` is empty", keys.join(", ")),
                 );
+            }
+            // A key listed twice in one axis, or also set in [base], would be set twice and
+            // keep only one value without a word.
+            for (j, k) in keys.iter().enumerate() {
+                if keys[..j].contains(k) {
+                    return bad(origin, format!("{name}: key {k} is listed twice"));
+                }
+                if base_keys.contains(k) {
+                    return bad(
+                        origin,
+                        format!("{name}: key {k} is also set in [base]; set it in one place"),
+                    );
+                }
             }
             let rows: Vec<Vec<Value>> = if keys.len() == 1 {
                 a.values.iter().map(|v| vec![v.clone()]).collect()

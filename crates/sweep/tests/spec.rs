@@ -150,6 +150,20 @@ proptest! {
     }
 }
 
+/// A key listed twice in one axis, or set both in `[base]` and on an axis, is refused: one of
+/// its values would be dropped without a word (issue 55, third pass).
+#[test]
+fn a_key_set_twice_is_refused() {
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkeys = [\"seed\", \"seed\"]\nvalues = [[0, 1]]\n"
+    ));
+    assert!(e.contains("key seed is listed twice"), "{e}");
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkey = \"optim.steps\"\nvalues = [1, 2]\n"
+    ));
+    assert!(e.contains("optim.steps is also set in [base]"), "{e}");
+}
+
 /// A `[measure]` key that no job of the sweep reads is refused naming it and its readers,
 /// instead of being ignored; the same key is accepted when some job reads it (issue 55, third
 /// pass).

@@ -143,7 +143,7 @@ impl FromStr for Band {
             other => {
                 let Some(list) = other.strip_prefix("planes=") else {
                     return bad(format!(
-                        "unknown band {other:?} (expected all, high, low, planes=LIST, no-BAND or sweep)"
+                        "unknown band {other:?} (expected all, high, low, planes=LIST or no-BAND)"
                     ));
                 };
                 let mut planes = vec![];
@@ -167,7 +167,13 @@ impl FromStr for Band {
                     }
                 }
                 planes.sort_unstable();
-                planes.dedup();
+                if let Some(w) = planes.windows(2).find(|w| w[0] == w[1]) {
+                    return bad(format!(
+                        "band {other:?}: plane {} is given twice (a repeated value or \
+                         overlapping ranges)",
+                        w[0]
+                    ));
+                }
                 Ok(Band::Planes(planes))
             }
         }
@@ -210,6 +216,8 @@ mod tests {
             "mid",
             "planes=",
             "planes=3-1",
+            "planes=3,3",
+            "planes=0-2,1",
             "planes=x",
             "no-all",
             "no-no-high",

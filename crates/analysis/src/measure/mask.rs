@@ -118,7 +118,12 @@ pub fn layer_groups(spec: &str, n_layers: usize) -> Result<Vec<Vec<usize>>> {
         )));
     }
     group.sort_unstable();
-    group.dedup();
+    if let Some(w) = group.windows(2).find(|w| w[0] == w[1]) {
+        return Err(invalid(format!(
+            "layer {} is given twice (a repeated value or overlapping ranges)",
+            w[0]
+        )));
+    }
     Ok(vec![group])
 }
 
@@ -247,7 +252,7 @@ mod tests {
             err.contains("layer 6 does not exist (the model has layers 0-5)"),
             "{err}"
         );
-        for bad in ["x", "3-1", "", "1,,2"] {
+        for bad in ["x", "3-1", "", "1,,2", "0,0", "0-2,1"] {
             assert!(layer_groups(bad, 6).is_err(), "{bad}");
         }
     }

@@ -64,9 +64,14 @@ pub fn run(args: ReproduceArgs, guard: super::Guard) -> Result<()> {
         config.train.precision = Some(p);
     }
     let parallel = args.jobs.map(|j| j as usize);
+    // A skipped stage is not estimated.
+    let mut estimated = config.clone();
+    if args.no_pretrained {
+        estimated.pretrained = None;
+    }
     guard.check(
         "reproduce",
-        &ropelab_study::resources::need(&config, &args.out, parallel)?,
+        &ropelab_study::resources::need(&estimated, &args.out, parallel)?,
     )?;
     let options = ropelab_study::Options {
         parallel,

@@ -99,6 +99,18 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
     // Training and measuring every job of this shard ([measure] included), args.jobs at once.
     let need = jobs_need(&mine, &args.out, &sweep.measure, args.jobs as usize);
     guard.check("sweep", &need)?;
+    // A job whose directory holds another config's run is refused before the plan is
+    // rewritten, so the directory keeps the plan its results were made by.
+    for job in &mine {
+        if let ropelab_sweep::JobState::Stale(why) = ropelab_sweep::job_state(job, &args.out)? {
+            anyhow::bail!(
+                "job {} in {}: {why}; rerunning will not help: move it away to run the new config \
+                 (nothing was written)",
+                job.id,
+                args.out.display()
+            );
+        }
+    }
     // Every shard records the whole plan (the same file), which `collect` pools by.
     let all: Vec<&ropelab_sweep::Job> = jobs.iter().collect();
     Plan::of(&format!("sweep {:?}", sweep.name), &all, &sweep.measure).write(&args.out)?;
