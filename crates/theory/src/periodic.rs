@@ -329,6 +329,17 @@ pub fn offset_table(
              position would be checked"
         ));
     }
+    // A rotation of whole turns per position leaves every position's score equal: the minimal
+    // scale 2 f_large / (1 - cos g) does not exist.
+    if let Some(g) = rotations
+        .iter()
+        .find(|g| !(g.is_finite() && 1.0 - g.cos() > f64::EPSILON))
+    {
+        return invalid(format!(
+            "the rotation g = {g} turns a whole number of times per position (1 - cos g = 0): \
+             no offset can be told apart"
+        ));
+    }
     let fl = f_large(format);
     let mut rows = vec![];
     for &g in rotations {
