@@ -2,7 +2,7 @@
 //! metadata, the tokenizer tables, and every tensor dequantized to f32 (exact with respect to
 //! the stored blocks: Q4_1 is d * q + m, Q8_0 is d * q, per block).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -145,9 +145,15 @@ impl LlamaConfig {
     pub fn validate(&self, source: &Path, tensors: usize) -> Result<()> {
         let c = self;
         let bad = |m: String| Err(PretrainedError::gguf(source, m));
+        if c.n_layers == 0 {
+            return bad("the model has 0 blocks".into());
+        }
+        if c.context_length == 0 {
+            return bad("the model's context length is 0".into());
+        }
         // Each block has its own tensors: a block count beyond the tensors in the file is a
         // corrupted header (and must not size any allocation).
-        if c.n_layers == 0 || c.n_layers > tensors {
+        if c.n_layers > tensors {
             return bad(format!(
                 "block count {} does not fit the {tensors} tensors in the file",
                 c.n_layers
@@ -276,6 +282,8 @@ pub struct GgufFile {
     path: PathBuf,
     content: Content,
     reader: BufReader<File>,
+    /// The tensors read so far ([`GgufFile::check_all_read`]).
+    read: HashSet<String>,
 }
 
 impl GgufFile {
@@ -283,21 +291,42 @@ impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| PretrainedError::io(path, e))?;
         let mut reader = BufReader::new(file);
+        let header =
+            crate::gguf_header::scan(&mut reader).map_err(|e| PretrainedError::io(path, e))?;
         // candle divides by the alignment while it parses: a zero is refused first.
-        if crate::gguf_alignment::declared_alignment(&mut reader)
-            .map_err(|e| PretrainedError::io(path, e))?
-            == Some(0)
-        {
+        if header.alignment == Some(0) {
             return Err(PretrainedError::gguf(
                 path,
                 "general.alignment is 0; it must be a power of two (GGUF's default is 32)",
             ));
         }
+        // candle keeps the last of a key or tensor given twice: which one a writer meant is
+        // unknown.
+        if let Some(key) = header.repeated_key {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "metadata key {} is given twice: give it once",
+                    crate::escaped(&key)
+                ),
+            ));
+        }
+        if let Some(name) = header.repeated_tensor {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {} is listed twice: give it once",
+                    crate::escaped(&name)
+                ),
+            ));
+        }
         let content = Content::read(&mut reader).map_err(|e| {
             // The parser may quote raw bytes of the file (a wrong magic, a bad string): printed
-            // escaped, never as control characters.
-            let text: String = e.to_string().chars().flat_map(char::escape_debug).collect();
-            PretrainedError::gguf(path, format!("not a readable GGUF file: {text}"))
+            // escaped, never as control characters, and without a backtrace.
+            PretrainedError::gguf(
+                path,
+                format!("not a readable GGUF file: {}", crate::first_line(&e)),
+            )
         })?;
         let file_len = reader
             .get_ref()
@@ -309,6 +338,7 @@ impl GgufFile {
             path: path.to_owned(),
             content,
             reader,
+            read: HashSet::new(),
         })
     }
 
@@ -317,41 +347,127 @@ impl GgufFile {
         &self.path
     }
 
+    /// An error naming the file.
+    fn error(&self, message: impl std::fmt::Display) -> PretrainedError {
+        PretrainedError::gguf(&self.path, message)
+    }
+
     /// A metadata value, or an error naming the missing key.
     pub fn value(&self, key: &str) -> Result<&Value> {
-        self.content.metadata.get(key).ok_or_else(|| {
-            PretrainedError::gguf(&self.path, format!("metadata key {key} is missing"))
-        })
+        self.content
+            .metadata
+            .get(key)
+            .ok_or_else(|| self.error(format!("metadata key {key} is missing")))
     }
 
-    /// An unsigned integer metadata value.
-    pub fn usize(&self, key: &str) -> Result<usize> {
-        let v = self.value(key)?;
-        let n = match v {
-            Value::I32(x) if *x >= 0 => *x as u64,
-            Value::I64(x) if *x >= 0 => *x as u64,
-            other => other.to_u64().map_err(|_| {
-                PretrainedError::gguf(&self.path, format!("{key} is not an unsigned integer"))
-            })?,
+    /// Whether the file has metadata key `key`.
+    pub fn has_key(&self, key: &str) -> bool {
+        self.content.metadata.contains_key(key)
+    }
+
+    /// An error saying that `key` holds a `value` that is not `what`.
+    fn wrong_type(&self, key: &str, value: &Value, what: &str) -> PretrainedError {
+        let shown = match value {
+            Value::String(s) if s.chars().count() > 40 => {
+                format!("the string {:?}...", s.chars().take(40).collect::<String>())
+            }
+            Value::String(s) => format!("the string {s:?}"),
+            Value::Array(items) => format!("an array of {}", items.len()),
+            Value::Bool(b) => format!("{b}"),
+            other => format!("{other:?}"),
         };
-        Ok(n as usize)
+        self.error(format!("{key} is {shown}, not {what}"))
     }
 
-    /// A float metadata value.
+    /// An unsigned integer metadata value of any integer type, or None when the key is absent;
+    /// a value of another type or a negative one is refused naming the key (a missing key may
+    /// take a default, a present one is never ignored).
+    pub fn optional_usize(&self, key: &str) -> Result<Option<usize>> {
+        let Some(v) = self.content.metadata.get(key) else {
+            return Ok(None);
+        };
+        let n = match *v {
+            Value::U8(x) => Some(u64::from(x)),
+            Value::U16(x) => Some(u64::from(x)),
+            Value::U32(x) => Some(u64::from(x)),
+            Value::U64(x) => Some(x),
+            Value::I8(x) => u64::try_from(x).ok(),
+            Value::I16(x) => u64::try_from(x).ok(),
+            Value::I32(x) => u64::try_from(x).ok(),
+            Value::I64(x) => u64::try_from(x).ok(),
+            _ => None,
+        };
+        match n.and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => Ok(Some(n)),
+            None => Err(self.wrong_type(key, v, "an unsigned integer")),
+        }
+    }
+
+    /// An unsigned integer metadata value ([`GgufFile::optional_usize`]) that must be present.
+    pub fn usize(&self, key: &str) -> Result<usize> {
+        self.optional_usize(key)?
+            .ok_or_else(|| self.error(format!("metadata key {key} is missing")))
+    }
+
+    /// A positive integer metadata value, or None when the key is absent.
+    fn optional_positive(&self, key: &str) -> Result<Option<usize>> {
+        match self.optional_usize(key)? {
+            Some(0) => Err(self.error(format!("{key} is 0; it must be positive"))),
+            n => Ok(n),
+        }
+    }
+
+    /// A positive integer metadata value that must be present.
+    fn positive(&self, key: &str) -> Result<usize> {
+        self.optional_positive(key)?
+            .ok_or_else(|| self.error(format!("metadata key {key} is missing")))
+    }
+
+    /// A float metadata value (F32 or F64), or None when the key is absent; another type is
+    /// refused naming the key. llama.cpp's loader refuses any type but F32 for its float keys
+    /// ("wrong type"), so an integer is refused here too; F64 holds the same numbers exactly.
+    pub fn optional_float(&self, key: &str) -> Result<Option<f64>> {
+        match self.content.metadata.get(key) {
+            None => Ok(None),
+            Some(Value::F32(x)) => Ok(Some(f64::from(*x))),
+            Some(Value::F64(x)) => Ok(Some(*x)),
+            Some(other) => Err(self.wrong_type(key, other, "a float (F32 or F64)")),
+        }
+    }
+
+    /// A float metadata value ([`GgufFile::optional_float`]) that must be present.
     pub fn float(&self, key: &str) -> Result<f64> {
-        match self.value(key)? {
-            Value::F32(x) => Ok(f64::from(*x)),
-            Value::F64(x) => Ok(*x),
-            _ => Err(PretrainedError::gguf(
-                &self.path,
-                format!("{key} is not a float"),
-            )),
+        self.optional_float(key)?
+            .ok_or_else(|| self.error(format!("metadata key {key} is missing")))
+    }
+
+    /// A string metadata value, or None when the key is absent; another type is refused.
+    pub fn optional_string(&self, key: &str) -> Result<Option<String>> {
+        match self.content.metadata.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.wrong_type(key, other, "a string")),
+        }
+    }
+
+    /// A string metadata value that must be present.
+    pub fn string(&self, key: &str) -> Result<String> {
+        self.optional_string(key)?
+            .ok_or_else(|| self.error(format!("metadata key {key} is missing")))
+    }
+
+    /// A boolean metadata value, or None when the key is absent; another type is refused.
+    pub fn optional_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.content.metadata.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.wrong_type(key, other, "true or false")),
         }
     }
 
     /// A string array metadata value.
     pub fn strings(&self, key: &str) -> Result<Vec<String>> {
-        let bad = || PretrainedError::gguf(&self.path, format!("{key} is not an array of strings"));
+        let bad = || self.error(format!("{key} is not an array of strings"));
         let Value::Array(items) = self.value(key)? else {
             return Err(bad());
         };
@@ -364,20 +480,23 @@ impl GgufFile {
             .collect()
     }
 
-    /// An integer array metadata value.
+    /// An integer array metadata value (elements of any integer type).
     pub fn ints(&self, key: &str) -> Result<Vec<i64>> {
-        let bad =
-            || PretrainedError::gguf(&self.path, format!("{key} is not an array of integers"));
+        let bad = || self.error(format!("{key} is not an array of integers"));
         let Value::Array(items) = self.value(key)? else {
             return Err(bad());
         };
         items
             .iter()
-            .map(|v| match v {
-                Value::I32(x) => Ok(i64::from(*x)),
-                Value::I64(x) => Ok(*x),
-                Value::U32(x) => Ok(i64::from(*x)),
-                Value::U8(x) => Ok(i64::from(*x)),
+            .map(|v| match *v {
+                Value::U8(x) => Ok(i64::from(x)),
+                Value::I8(x) => Ok(i64::from(x)),
+                Value::U16(x) => Ok(i64::from(x)),
+                Value::I16(x) => Ok(i64::from(x)),
+                Value::U32(x) => Ok(i64::from(x)),
+                Value::I32(x) => Ok(i64::from(x)),
+                Value::I64(x) => Ok(x),
+                Value::U64(x) => i64::try_from(x).map_err(|_| bad()),
                 _ => Err(bad()),
             })
             .collect()
@@ -385,107 +504,64 @@ impl GgufFile {
 
     /// The architecture the file names, if it is one ropelab reads ([`GGUF_ARCHITECTURES`]).
     pub fn architecture(&self) -> Result<String> {
-        let arch = match self.value("general.architecture")? {
-            Value::String(s) => s.clone(),
-            _ => String::new(),
-        };
+        let arch = self.string("general.architecture")?;
         if !GGUF_ARCHITECTURES.contains(&arch.as_str()) {
-            return Err(PretrainedError::gguf(
-                &self.path,
-                format!(
-                    "general.architecture {arch:?} is not supported (supported: {})",
-                    GGUF_ARCHITECTURES.join(", ")
-                ),
-            ));
+            return Err(self.error(format!(
+                "general.architecture {arch:?} is not supported (supported: {})",
+                GGUF_ARCHITECTURES.join(", ")
+            )));
         }
         Ok(arch)
     }
 
-    /// A string metadata value.
-    pub fn string(&self, key: &str) -> Result<String> {
-        match self.value(key)? {
-            Value::String(s) => Ok(s.clone()),
-            _ => Err(PretrainedError::gguf(
-                &self.path,
-                format!("{key} is not a string"),
-            )),
-        }
-    }
-
-    /// The Llama-family configuration, checked for consistency: RoPE scaling from
-    /// `<arch>.rope.scaling.*` (none or linear; any other type is refused naming the key); a
-    /// `rope_freqs.weight` tensor (Llama 3) is applied by the loader.
+    /// The Llama-family configuration, checked for consistency. An optional key that is present
+    /// must hold a usable value (a missing one takes llama.cpp's default). RoPE scaling from
+    /// `<arch>.rope.scaling.*` as llama.cpp reads it: a factor (or the older
+    /// `<arch>.rope.scale_linear`) without a type is linear scaling (llama.cpp's default type);
+    /// type none or linear, any other is refused naming the key. A `rope_freqs.weight` tensor
+    /// (Llama 3) is applied by the loader.
     pub fn llama_config(&self) -> Result<LlamaConfig> {
         let arch = self.architecture()?;
         let key = |k: &str| format!("{arch}.{k}");
-        let vocab_size = match self.usize(&key("vocab_size")) {
-            Ok(v) => v,
-            Err(_) => self.strings("tokenizer.ggml.tokens")?.len(),
+        let vocab_size = match self.optional_positive(&key("vocab_size"))? {
+            Some(v) => v,
+            None => self.strings("tokenizer.ggml.tokens")?.len(),
         };
-        let n_heads = self.usize(&key("attention.head_count"))?;
-        let d_model = self.usize(&key("embedding_length"))?;
-        let d_head = match self.usize(&key("attention.key_length")) {
-            Ok(k) => k,
-            Err(_) if n_heads > 0 => d_model / n_heads,
-            Err(_) => 0,
+        let n_heads = self.positive(&key("attention.head_count"))?;
+        let d_model = self.positive(&key("embedding_length"))?;
+        let d_head = match self.optional_positive(&key("attention.key_length"))? {
+            Some(k) => k,
+            None => d_model / n_heads,
         };
-        if let Ok(v) = self.usize(&key("attention.value_length")) {
+        if let Some(v) = self.optional_positive(&key("attention.value_length"))? {
             if v != d_head {
-                return Err(PretrainedError::gguf(
-                    &self.path,
-                    format!(
-                        "{} {v} differs from the key length {d_head}",
-                        key("attention.value_length")
-                    ),
-                ));
+                return Err(self.error(format!(
+                    "{} {v} differs from the key length {d_head}",
+                    key("attention.value_length")
+                )));
             }
         }
         let rope_base = self
-            .float(&key("rope.freq_base"))
+            .optional_float(&key("rope.freq_base"))?
             .unwrap_or(ropelab_model::rope::DEFAULT_BASE);
-        let rope_dim = self.usize(&key("rope.dimension_count")).unwrap_or(d_head);
-        let scaling_key = key("rope.scaling.type");
-        let rope_thetas = match self.string(&scaling_key).ok().as_deref() {
-            None | Some("none") => None,
-            Some("linear") => {
-                let factor = self.float(&key("rope.scaling.factor"))?;
-                if !(factor.is_finite() && factor > 0.0) {
-                    return Err(PretrainedError::gguf(
-                        &self.path,
-                        format!(
-                            "{} {factor} is not a positive factor",
-                            key("rope.scaling.factor")
-                        ),
-                    ));
-                }
-                Some(
-                    ropelab_model::rope::frequencies(rope_base, rope_dim)
-                        .into_iter()
-                        .map(|f| f / factor)
-                        .collect(),
-                )
-            }
-            Some(other) => {
-                return Err(PretrainedError::gguf(
-                    &self.path,
-                    format!("{scaling_key} {other:?} is not supported (none, linear)"),
-                ))
-            }
-        };
+        let rope_dim = self
+            .optional_positive(&key("rope.dimension_count"))?
+            .unwrap_or(d_head);
+        let rope_thetas = self.rope_scaling(&arch, rope_base, rope_dim)?;
         let block_key = key("block_count");
         let c = LlamaConfig {
             vocab_size,
-            n_layers: self.usize(&key("block_count"))?,
+            n_layers: self.positive(&block_key)?,
             n_heads,
             n_kv_heads: self
-                .usize(&key("attention.head_count_kv"))
+                .optional_positive(&key("attention.head_count_kv"))?
                 .unwrap_or(n_heads),
             d_model,
-            d_ff: self.usize(&key("feed_forward_length"))?,
+            d_ff: self.positive(&key("feed_forward_length"))?,
             rope_dim,
             rope_base,
             rms_eps: self.float(&key("attention.layer_norm_rms_epsilon"))?,
-            context_length: self.usize(&key("context_length"))?,
+            context_length: self.positive(&key("context_length"))?,
             d_head,
             qkv_bias: arch == "qwen2",
             block: BlockStyle::LLAMA,
@@ -502,16 +578,63 @@ impl GgufFile {
         // silently drop the blocks beyond it).
         let held = blocks_held(self.content.tensor_infos.keys(), "blk.");
         if let Some(held) = held.filter(|&h| h != c.n_layers) {
-            return Err(PretrainedError::gguf(
-                &self.path,
-                format!(
-                    "{block_key} is {} but the file holds {held} blocks (blk.0 .. blk.{})",
-                    c.n_layers,
-                    held - 1
-                ),
-            ));
+            return Err(self.error(format!(
+                "{block_key} is {} but the file holds {held} blocks (blk.0 .. blk.{})",
+                c.n_layers,
+                held - 1
+            )));
         }
         Ok(c)
+    }
+
+    /// The plane frequencies of `arch`'s RoPE scaling keys (None: unscaled), as llama.cpp reads
+    /// them: the type defaults to linear, the factor is `rope.scaling.factor` or the older
+    /// `rope.scale_linear`. A factor beside type none (which llama.cpp ignores) is refused
+    /// unless it is 1, so that no present key is ignored.
+    fn rope_scaling(&self, arch: &str, base: f64, rope_dim: usize) -> Result<Option<Vec<f64>>> {
+        let (type_key, factor_key, old_key) = (
+            format!("{arch}.rope.scaling.type"),
+            format!("{arch}.rope.scaling.factor"),
+            format!("{arch}.rope.scale_linear"),
+        );
+        let factor = match (
+            self.optional_float(&factor_key)?,
+            self.optional_float(&old_key)?,
+        ) {
+            (Some(f), Some(old)) if f != old => {
+                return Err(self.error(format!(
+                    "{factor_key} {f} and {old_key} {old} give two RoPE scaling factors: give one"
+                )))
+            }
+            (Some(f), _) => Some((f, &factor_key)),
+            (None, Some(old)) => Some((old, &old_key)),
+            (None, None) => None,
+        };
+        match (self.optional_string(&type_key)?.as_deref(), factor) {
+            (None | Some("none"), None) => Ok(None),
+            (Some("none"), Some((1.0, _))) => Ok(None),
+            (Some("none"), Some((f, name))) => Err(self.error(format!(
+                "{type_key} is \"none\" but {name} is {f}: give a scaling type for the factor, \
+                 or no factor"
+            ))),
+            (Some("linear"), None) => Err(self.error(format!(
+                "metadata key {factor_key} is missing ({type_key} is \"linear\")"
+            ))),
+            (None | Some("linear"), Some((factor, name))) => {
+                if !(factor.is_finite() && factor > 0.0) {
+                    return Err(self.error(format!("{name} {factor} is not a positive factor")));
+                }
+                Ok(Some(
+                    ropelab_model::rope::frequencies(base, rope_dim)
+                        .into_iter()
+                        .map(|f| f / factor)
+                        .collect(),
+                ))
+            }
+            (Some(other), _) => Err(self.error(format!(
+                "{type_key} {other:?} is not supported (none, linear)"
+            ))),
+        }
     }
 
     /// Tensor `name` dequantized to f32, checked against `shape` (candle order: [rows, cols]).
@@ -529,46 +652,50 @@ impl GgufFile {
         device: &Device,
     ) -> Result<(Tensor, Option<QuantMatrix>)> {
         let path = self.path.clone();
+        let shown = crate::escaped(name);
+        let failed = |e: candle_core::Error| {
+            PretrainedError::gguf(&path, format!("tensor {shown}: {}", crate::first_line(&e)))
+        };
         // Check the declared shape before reading: a corrupted dimension must be an error, not
         // a dequantization buffer of absurd size.
-        let info = self
-            .content
-            .tensor_infos
-            .get(name)
-            .ok_or_else(|| PretrainedError::gguf(&path, format!("tensor {name} is missing")))?;
+        let info =
+            self.content.tensor_infos.get(name).ok_or_else(|| {
+                PretrainedError::gguf(&path, format!("tensor {shown} is missing"))
+            })?;
         if info.shape.dims() != shape {
             return Err(PretrainedError::gguf(
                 &path,
                 format!(
-                    "tensor {name} has shape {:?}, the config needs {shape:?}",
+                    "tensor {shown} has shape {:?}, the config needs {shape:?}",
                     info.shape.dims()
                 ),
             ));
         }
+        self.read.insert(name.to_owned());
         let q = self
             .content
             .tensor(&mut self.reader, name, device)
-            .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?;
-        let t = q
-            .dequantize(device)
-            .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?;
+            .map_err(failed)?;
+        let t = q.dequantize(device).map_err(failed)?;
         finite(&path, name, &t)?;
         if t.dims() != shape {
             return Err(PretrainedError::gguf(
                 &path,
                 format!(
-                    "tensor {name} has shape {:?}, the config needs {shape:?}",
+                    "tensor {shown} has shape {:?}, the config needs {shape:?}",
                     t.dims()
                 ),
             ));
         }
         let blocks = match shape {
             [rows, cols] => {
-                let data = q
-                    .data()
-                    .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?;
-                QuantMatrix::from_gguf(q.dtype(), *rows, *cols, &data)
-                    .map_err(|e| PretrainedError::gguf(&path, format!("tensor {name}: {e}")))?
+                let data = q.data().map_err(failed)?;
+                QuantMatrix::from_gguf(q.dtype(), *rows, *cols, &data).map_err(|e| {
+                    PretrainedError::gguf(
+                        &path,
+                        format!("tensor {shown}: {}", crate::first_line(&e)),
+                    )
+                })?
             }
             _ => None,
         };
@@ -578,6 +705,35 @@ impl GgufFile {
     /// Whether the file holds tensor `name`.
     pub fn has_tensor(&self, name: &str) -> bool {
         self.content.tensor_infos.contains_key(name)
+    }
+
+    /// Refuses a file with tensors the model did not read (call after building it): llama.cpp
+    /// applies such tensors where ropelab's forward would leave them out (q/k/v and output
+    /// biases in a `llama` file, norms of other variants), so the model would compute another
+    /// function. Every tensor a supported file carries is read, `rope_freqs.weight` included.
+    pub(crate) fn check_all_read(&self, arch: &str) -> Result<()> {
+        let mut unread: Vec<&String> = self
+            .content
+            .tensor_infos
+            .keys()
+            .filter(|n| !self.read.contains(*n))
+            .collect();
+        if unread.is_empty() {
+            return Ok(());
+        }
+        unread.sort();
+        let shown: Vec<String> = unread.iter().take(5).map(|n| crate::escaped(n)).collect();
+        Err(self.error(format!(
+            "{} tensor(s) the {arch} model ropelab builds would not read: {}{}; a model that \
+             needs them would run as another function",
+            unread.len(),
+            shown.join(", "),
+            if unread.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        )))
     }
 
     /// Every metadata key and the type of its value (for inspection).
@@ -620,6 +776,8 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
     };
     let mut spans = Vec::with_capacity(content.tensor_infos.len());
     for (name, info) in &content.tensor_infos {
+        // Names come from the file: quoted escaped.
+        let name = crate::escaped(name);
         let dtype = info.ggml_dtype;
         let elements = info.shape.elem_count() as u64;
         let block = dtype.block_size() as u64;
@@ -654,11 +812,12 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
                 ),
             ));
         }
-        spans.push((start, end, name.as_str(), dtype));
+        spans.push((start, end, name, dtype));
     }
     spans.sort_unstable_by_key(|s| s.0);
     for pair in spans.windows(2) {
-        let ((_, end, name, dtype), (next, _, other, _)) = (pair[0], pair[1]);
+        let ((_, end, name, dtype), (next, _, other, _)) = (&pair[0], &pair[1]);
+        let (end, next) = (*end, *next);
         if end > next {
             return Err(PretrainedError::gguf(
                 path,
@@ -679,7 +838,8 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
             ));
         }
     }
-    if let Some(&(_, end, name, dtype)) = spans.last() {
+    if let Some((_, end, name, dtype)) = spans.last() {
+        let end = *end;
         // The file ends right after the last tensor or after its padding to the alignment: a
         // byte added or removed before the data (which moves every tensor) shows here.
         let padded = end.div_ceil(alignment).saturating_mul(alignment);
@@ -713,13 +873,19 @@ pub fn finite(path: &Path, name: &str, t: &candle_core::Tensor) -> Result<()> {
         .flatten_all()
         .and_then(|v| v.to_dtype(candle_core::DType::F32))
         .and_then(|v| v.to_vec1::<f32>())
-        .map_err(|e| PretrainedError::gguf(path, format!("tensor {name}: {e}")))?;
+        .map_err(|e| {
+            PretrainedError::gguf(
+                path,
+                format!("tensor {}: {}", crate::escaped(name), crate::first_line(&e)),
+            )
+        })?;
     match values.iter().position(|x| !x.is_finite()) {
         None => Ok(()),
         Some(i) => Err(PretrainedError::gguf(
             path,
             format!(
-                "tensor {name} holds {} at element {i}: not a weight",
+                "tensor {} holds {} at element {i}: not a weight",
+                crate::escaped(name),
                 values[i]
             ),
         )),

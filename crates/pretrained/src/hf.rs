@@ -68,6 +68,16 @@ impl ConfigJson {
         }
     }
 
+    /// String `key`, or `default` when it is absent; another type is refused naming the key.
+    fn string_or<'a>(&'a self, key: &str, default: &'a str) -> Result<&'a str> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_str()
+                .ok_or_else(|| self.error(format!("{key} is {}, not a string", shown(v)))),
+        }
+    }
+
     fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
         match self.get(key) {
             None => Ok(default),
@@ -75,6 +85,16 @@ impl ConfigJson {
                 .as_bool()
                 .ok_or_else(|| self.error(format!("{key} is not true or false"))),
         }
+    }
+}
+
+/// A JSON value as an error message shows it: its JSON text (control characters escaped),
+/// cut after 60 characters.
+fn shown(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(60) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text,
     }
 }
 
@@ -88,11 +108,25 @@ fn scaled_thetas(
     base: f64,
     rope_dim: usize,
 ) -> Result<Option<Vec<f64>>> {
-    let kind = p
-        .get("rope_type")
-        .or_else(|| p.get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
+    // transformers reads `rope_type`, else the older `type`: each given must be a string, and
+    // both given must agree (neither is ignored silently).
+    let type_of = |key: &str| -> Result<Option<&str>> {
+        match p.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| cfg.error(format!("{name}.{key} is {}, not a string", shown(v)))),
+        }
+    };
+    let kind = match (type_of("rope_type")?, type_of("type")?) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(cfg.error(format!(
+                "{name}.rope_type {a:?} and {name}.type {b:?} give two RoPE types: give one"
+            )))
+        }
+        (a, b) => a.or(b).unwrap_or("default"),
+    };
     let freqs = ropelab_model::rope::frequencies(base, rope_dim);
     let need = |key: &str| -> Result<f64> {
         cfg.float_in(p, key, &format!("{name}.{key}"))?
@@ -160,12 +194,12 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    let c = match arch.as_str() {
-        "LlamaForCausalLM" | "MistralForCausalLM" | "Qwen2ForCausalLM" => {
-            llama_config(&cfg, &arch)?
-        }
-        "GPTNeoXForCausalLM" => neox_config(&cfg)?,
-        "GPTJForCausalLM" => gptj_config(&cfg)?,
+    let model_type = match arch.as_str() {
+        "LlamaForCausalLM" => "llama",
+        "MistralForCausalLM" => "mistral",
+        "Qwen2ForCausalLM" => "qwen2",
+        "GPTNeoXForCausalLM" => "gpt_neox",
+        "GPTJForCausalLM" => "gptj",
         _ => {
             return Err(cfg.error(format!(
                 "architectures {arch:?} is not supported (supported: {})",
@@ -173,8 +207,111 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
             )))
         }
     };
+    // transformers builds the model `model_type` names (AutoConfig) where the class is not
+    // given: a config whose two keys disagree describes two models.
+    let given = cfg.string_or("model_type", model_type)?;
+    if given != model_type {
+        return Err(cfg.error(format!(
+            "model_type {given:?} does not match architectures {arch:?} (model_type \
+             {model_type:?})"
+        )));
+    }
+    let c = match arch.as_str() {
+        "GPTNeoXForCausalLM" => neox_config(&cfg)?,
+        "GPTJForCausalLM" => gptj_config(&cfg)?,
+        _ => llama_config(&cfg, &arch)?,
+    };
+    if let Some(types) = layer_types(&cfg)? {
+        if types.len() != c.n_layers {
+            return Err(cfg.error(format!(
+                "layer_types lists {} layers, the model has {}",
+                types.len(),
+                c.n_layers
+            )));
+        }
+    }
     c.validate(path, usize::MAX)?;
     Ok(c)
+}
+
+/// `layer_types` (transformers 5: each layer's attention), if given: every layer must use
+/// full attention, the only kind ropelab implements (a sliding window is refused here as it
+/// is under `sliding_window`).
+fn layer_types(cfg: &ConfigJson) -> Result<Option<Vec<&str>>> {
+    let Some(v) = cfg.get("layer_types") else {
+        return Ok(None);
+    };
+    let items = v
+        .as_array()
+        .ok_or_else(|| cfg.error(format!("layer_types is {}, not a list", shown(v))))?;
+    let types = items
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("full_attention") => Ok("full_attention"),
+            Some(other) => Err(cfg.error(format!(
+                "layer_types names {other:?}: only full_attention is supported"
+            ))),
+            None => Err(cfg.error(format!("layer_types holds {}, not a string", shown(t)))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(types))
+}
+
+/// The RoPE parameters in `rope_parameters` (`p`) and the key naming them in errors.
+/// transformers 5 nests them by layer type when the config has `layer_types`
+/// (`{"full_attention": {...}}`): read when every layer uses the same parameters, refused
+/// otherwise. A value other than an object is refused.
+fn rope_parameters(cfg: &ConfigJson, p: &Value) -> Result<(Value, String)> {
+    let object = p
+        .as_object()
+        .ok_or_else(|| cfg.error(format!("rope_parameters is {}, not an object", shown(p))))?;
+    let nested = !object.is_empty() && object.values().all(Value::is_object);
+    if !nested {
+        return Ok((p.clone(), "rope_parameters".into()));
+    }
+    // The layer types the layers use (every one given, without `layer_types`).
+    let mut used: Vec<&str> = match layer_types(cfg)? {
+        Some(types) => types,
+        None => object.keys().map(String::as_str).collect(),
+    };
+    used.sort_unstable();
+    used.dedup();
+    let mut chosen: Option<(&str, &Value)> = None;
+    for t in used {
+        let params = object.get(t).ok_or_else(|| {
+            cfg.error(format!(
+                "rope_parameters has no entry for layer type {t:?} (layer_types)"
+            ))
+        })?;
+        match chosen {
+            Some((first, q)) if q != params => {
+                return Err(cfg.error(format!(
+                    "rope_parameters.{} and rope_parameters.{} differ: layers with different \
+                     RoPE parameters are not supported",
+                    crate::escaped(first),
+                    crate::escaped(t)
+                )))
+            }
+            Some(_) => {}
+            None => chosen = Some((t, params)),
+        }
+    }
+    match chosen {
+        Some((t, params)) => Ok((
+            params.clone(),
+            format!("rope_parameters.{}", crate::escaped(t)),
+        )),
+        None => Err(cfg.error("layer_types is empty")),
+    }
+}
+
+/// The older `rope_scaling` object, if given (another value is refused naming it).
+fn scaling_object(cfg: &ConfigJson) -> Result<Option<&Value>> {
+    match cfg.get("rope_scaling") {
+        None => Ok(None),
+        Some(v) if v.is_object() => Ok(Some(v)),
+        Some(v) => Err(cfg.error(format!("rope_scaling is {}, not an object", shown(v)))),
+    }
 }
 
 /// The RoPE parameters of `config.json`: transformers 5 writes `rope_parameters` (theta,
@@ -189,12 +326,13 @@ fn rope_params(
     d_head: usize,
 ) -> Result<(f64, usize, Option<Vec<f64>>)> {
     let (params, name) = match cfg.get("rope_parameters") {
-        Some(p) => (p.clone(), "rope_parameters"),
+        Some(p) => rope_parameters(cfg, p)?,
         None => (
-            cfg.get("rope_scaling").cloned().unwrap_or(Value::Null),
-            "rope_scaling",
+            scaling_object(cfg)?.cloned().unwrap_or(Value::Null),
+            "rope_scaling".into(),
         ),
     };
+    let name = name.as_str();
     let top = cfg.float_in(&cfg.json, base_key, base_key)?;
     let base = match cfg.float_in(&params, "rope_theta", &format!("{name}.rope_theta"))? {
         Some(b) => {
@@ -251,8 +389,8 @@ fn rope_params(
     };
     // An older `rope_scaling` beside `rope_parameters` is read too (an unknown type is refused
     // whichever key holds it) and must scale as `rope_parameters` does.
-    if name == "rope_parameters" {
-        if let Some(old) = cfg.get("rope_scaling").filter(|v| v.is_object()) {
+    if name != "rope_scaling" {
+        if let Some(old) = scaling_object(cfg)? {
             let also = scaled_thetas(cfg, old, "rope_scaling", base, rope_dim)?;
             if also != thetas {
                 return Err(
@@ -266,8 +404,7 @@ fn rope_params(
 
 /// The MLP of activation `act` (key `key`): GELU exact or tanh-approximated.
 fn gelu_of(cfg: &ConfigJson, key: &str, default: &str) -> Result<Mlp> {
-    let act = cfg.get(key).and_then(Value::as_str).unwrap_or(default);
-    match act {
+    match cfg.string_or(key, default)? {
         "gelu" => Ok(Mlp::Gelu),
         "gelu_new" | "gelu_pytorch_tanh" => Ok(Mlp::GeluTanh),
         other => Err(cfg.error(format!(
@@ -278,10 +415,7 @@ fn gelu_of(cfg: &ConfigJson, key: &str, default: &str) -> Result<Mlp> {
 
 /// Llama, Mistral and Qwen2 (`arch`).
 fn llama_config(cfg: &ConfigJson, arch: &str) -> Result<LlamaConfig> {
-    let act = cfg
-        .get("hidden_act")
-        .and_then(Value::as_str)
-        .unwrap_or("silu");
+    let act = cfg.string_or("hidden_act", "silu")?;
     if act != "silu" {
         return Err(cfg.error(format!("hidden_act {act:?} is not supported (silu)")));
     }
@@ -290,19 +424,32 @@ fn llama_config(cfg: &ConfigJson, arch: &str) -> Result<LlamaConfig> {
             return Err(cfg.error(format!("{key} = true is not supported")));
         }
     }
-    let context_length = cfg.usize("max_position_embeddings")?;
+    let context_length = positive(cfg, "max_position_embeddings")?;
     if let Some(w) = cfg.get("sliding_window") {
-        let ok = arch == "Qwen2ForCausalLM" // used only with use_sliding_window, refused above
-            || w.as_u64().is_some_and(|w| w as usize >= context_length);
-        if !ok {
+        let w = w.as_u64().ok_or_else(|| {
+            cfg.error(format!(
+                "sliding_window is {}, not an unsigned integer",
+                shown(w)
+            ))
+        })?;
+        // Qwen2 uses its window only with use_sliding_window, refused above.
+        if arch != "Qwen2ForCausalLM" && (w as usize) < context_length {
             return Err(cfg.error(format!(
                 "sliding_window {w} is shorter than the context of {context_length}: not supported"
             )));
         }
     }
-    let d_model = cfg.usize("hidden_size")?;
+    let d_model = positive(cfg, "hidden_size")?;
     let n_heads = positive(cfg, "num_attention_heads")?;
-    let d_head = cfg.usize_or("head_dim", d_model / n_heads)?;
+    let d_head = match cfg.get("head_dim") {
+        Some(_) => positive(cfg, "head_dim")?,
+        None if d_model >= n_heads => d_model / n_heads,
+        None => {
+            return Err(cfg.error(format!(
+                "hidden_size {d_model} over num_attention_heads {n_heads} leaves no dims per head"
+            )))
+        }
+    };
     let (rope_base, rope_dim, rope_thetas) = rope_params(cfg, "rope_theta", None, d_head)?;
     if rope_dim != d_head {
         return Err(cfg.error(format!(
@@ -317,7 +464,7 @@ fn llama_config(cfg: &ConfigJson, arch: &str) -> Result<LlamaConfig> {
         }
         .to_owned(),
         vocab_size: cfg.usize("vocab_size")?,
-        n_layers: cfg.usize("num_hidden_layers")?,
+        n_layers: positive(cfg, "num_hidden_layers")?,
         n_heads,
         n_kv_heads: cfg.usize_or("num_key_value_heads", n_heads)?,
         d_model,
@@ -347,7 +494,7 @@ fn positive(cfg: &ConfigJson, key: &str) -> Result<usize> {
 /// GPT-NeoX (Pythia): LayerNorms, GELU MLP, fused q/k/v, split-halves RoPE over the first
 /// `rotary_pct` of each head, attention and MLP in parallel (`use_parallel_residual`).
 fn neox_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
-    let d_model = cfg.usize("hidden_size")?;
+    let d_model = positive(cfg, "hidden_size")?;
     let n_heads = positive(cfg, "num_attention_heads")?;
     if !d_model.is_multiple_of(n_heads) {
         return Err(cfg.error(format!(
@@ -361,7 +508,7 @@ fn neox_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
     Ok(LlamaConfig {
         arch: "gpt_neox".into(),
         vocab_size: cfg.usize("vocab_size")?,
-        n_layers: cfg.usize("num_hidden_layers")?,
+        n_layers: positive(cfg, "num_hidden_layers")?,
         n_heads,
         n_kv_heads: n_heads,
         d_model,
@@ -371,7 +518,7 @@ fn neox_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
         rms_eps: cfg
             .float_in(&cfg.json, "layer_norm_eps", "layer_norm_eps")?
             .unwrap_or(1e-5),
-        context_length: cfg.usize("max_position_embeddings")?,
+        context_length: positive(cfg, "max_position_embeddings")?,
         d_head,
         qkv_bias: bias,
         block: BlockStyle {
@@ -395,13 +542,13 @@ fn neox_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
 /// GELU MLP with biases, interleaved RoPE with base 10,000 over the first `rotary_dim` dims,
 /// an unembedding with a bias.
 fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
-    if cfg.get("ropelab_exact_in_transformers") == Some(&Value::Bool(false)) {
+    if !cfg.bool_or("ropelab_exact_in_transformers", true)? {
         return Err(cfg.error(
             "ropelab_exact_in_transformers = false: this ropelab checkpoint's position encoding \
              is not GPT-J's (score it with `ropelab score` on its run)",
         ));
     }
-    let d_model = cfg.usize("n_embd")?;
+    let d_model = positive(cfg, "n_embd")?;
     let n_heads = positive(cfg, "n_head")?;
     if !d_model.is_multiple_of(n_heads) {
         return Err(cfg.error(format!(
@@ -425,7 +572,7 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
     Ok(LlamaConfig {
         arch: "gptj".into(),
         vocab_size: cfg.usize("vocab_size")?,
-        n_layers: cfg.usize("n_layer")?,
+        n_layers: positive(cfg, "n_layer")?,
         n_heads,
         n_kv_heads: n_heads,
         d_model,
@@ -436,7 +583,7 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
         rms_eps: cfg
             .float_in(&cfg.json, "layer_norm_epsilon", "layer_norm_epsilon")?
             .unwrap_or(1e-5),
-        context_length: cfg.usize("n_positions")?,
+        context_length: positive(cfg, "n_positions")?,
         d_head,
         qkv_bias: false,
         block: BlockStyle {
@@ -482,10 +629,10 @@ impl HfWeights {
                 "not a model directory: config.json is missing",
             ));
         }
-        // A ropelab checkpoint (`ropelab.json` beside its files) is read only as its manifest
-        // sealed it: an edited config.json or weights file, or a missing manifest (unless
-        // `--force`), is refused by name.
-        if dir.join("ropelab.json").is_file() {
+        // A ropelab checkpoint (`ropelab.json` or ropelab's manifest beside its files) is read
+        // only as its manifest sealed it: an edited config.json or weights file, or a missing
+        // manifest (unless `--force`), is refused by name.
+        if dir.join("ropelab.json").is_file() || has_ropelab_manifest(dir) {
             let files = ["config.json", "model.safetensors"];
             match ropelab_io::checksum::Manifest::verify(dir, &files) {
                 Ok(None) => {}
@@ -523,18 +670,78 @@ impl HfWeights {
                     ));
                 }
             }
-            json.get("tie_word_embeddings")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
+            match json.get("tie_word_embeddings") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(PretrainedError::gguf(
+                        &config_path,
+                        format!("tie_word_embeddings is {}, not true or false", shown(other)),
+                    ))
+                }
+            }
         };
-        let mut tensors = HashMap::new();
-        for file in shards(dir)? {
+        let (files, index) = shards(dir)?;
+        let mut tensors: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
+        for file in files {
             let loaded = candle_core::safetensors::load(&file, device).map_err(|e| {
-                PretrainedError::gguf(&file, format!("not a readable safetensors file: {e}"))
+                PretrainedError::gguf(
+                    &file,
+                    format!("not a readable safetensors file: {}", crate::first_line(&e)),
+                )
             })?;
             for (name, t) in loaded {
                 crate::gguf::finite(&file, &name, &t)?;
+                let quoted = crate::escaped(&name);
+                // Which copy transformers reads depends on the index: a tensor is in one shard,
+                // the one the index names.
+                if let Some((_, first)) = tensors.get(&name) {
+                    return Err(PretrainedError::gguf(
+                        dir,
+                        format!(
+                            "tensor {quoted} is in two shards, {} and {}: give it once",
+                            file_name(first),
+                            file_name(&file)
+                        ),
+                    ));
+                }
+                if let Some((index, map)) = &index {
+                    match map.get(&name) {
+                        Some(listed) if *listed == file => {}
+                        Some(listed) => {
+                            return Err(PretrainedError::gguf(
+                                index,
+                                format!(
+                                    "tensor {quoted} is in {}, but weight_map names {}",
+                                    file_name(&file),
+                                    file_name(listed)
+                                ),
+                            ))
+                        }
+                        None => {
+                            return Err(PretrainedError::gguf(
+                                index,
+                                format!(
+                                    "tensor {quoted} of {} is not in weight_map",
+                                    file_name(&file)
+                                ),
+                            ))
+                        }
+                    }
+                }
                 tensors.insert(name, (t, file.clone()));
+            }
+        }
+        if let Some((index, map)) = &index {
+            if let Some((name, file)) = map.iter().find(|(n, _)| !tensors.contains_key(*n)) {
+                return Err(PretrainedError::gguf(
+                    index,
+                    format!(
+                        "weight_map places tensor {} in {}, which does not hold it",
+                        crate::escaped(name),
+                        file_name(file)
+                    ),
+                ));
             }
         }
         // Every block the weights hold must be in the config: a smaller `num_hidden_layers`
@@ -594,7 +801,7 @@ impl HfWeights {
             return Ok(());
         }
         unread.sort();
-        let shown: Vec<&str> = unread.iter().take(5).map(|n| n.as_str()).collect();
+        let shown: Vec<String> = unread.iter().take(5).map(|n| crate::escaped(n)).collect();
         Err(PretrainedError::gguf(
             &self.dir,
             format!(
@@ -708,11 +915,36 @@ impl HfWeights {
     }
 }
 
-/// The safetensors files of `dir`: `model.safetensors`, or the shards the index lists.
-fn shards(dir: &Path) -> Result<Vec<PathBuf>> {
+/// Whether `dir` holds ropelab's manifest ([`ropelab_io::checksum::MANIFEST`]): a file of that
+/// name that is not JSON, or JSON with ropelab's `sha256` table (a manifest of another tool, a
+/// JSON object without it, is not ropelab's).
+fn has_ropelab_manifest(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join(ropelab_io::checksum::MANIFEST)) else {
+        return dir.join(ropelab_io::checksum::MANIFEST).is_file();
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(json) => json.get("sha256").is_some(),
+        Err(_) => true,
+    }
+}
+
+/// The name of `path`'s file, escaped, for errors.
+fn file_name(path: &Path) -> String {
+    crate::escaped(&path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    ))
+}
+
+/// A shard index: its path and, for each tensor, the shard `weight_map` places it in.
+type ShardIndex = (PathBuf, HashMap<String, PathBuf>);
+
+/// The safetensors files of `dir`: `model.safetensors`, or the shards the index lists, with
+/// the index (each tensor's shard).
+fn shards(dir: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
     let single = dir.join("model.safetensors");
     if single.is_file() {
-        return Ok(vec![single]);
+        return Ok((vec![single], None));
     }
     let index = dir.join("model.safetensors.index.json");
     if !index.is_file() {
@@ -729,7 +961,8 @@ fn shards(dir: &Path) -> Result<Vec<PathBuf>> {
         .and_then(Value::as_object)
         .ok_or_else(|| PretrainedError::gguf(&index, "key weight_map is missing"))?;
     let mut files: Vec<PathBuf> = vec![];
-    for v in map.values() {
+    let mut placed = HashMap::new();
+    for (tensor, v) in map {
         let name = v
             .as_str()
             .filter(|n| !n.contains('/') && !n.contains('\\') && !n.starts_with('.'))
@@ -741,11 +974,12 @@ fn shards(dir: &Path) -> Result<Vec<PathBuf>> {
             })?;
         let path = dir.join(name);
         if !files.contains(&path) {
-            files.push(path);
+            files.push(path.clone());
         }
+        placed.insert(tensor.clone(), path);
     }
     files.sort();
-    Ok(files)
+    Ok((files, Some((index, placed))))
 }
 
 impl Weights for HfWeights {
@@ -969,6 +1203,197 @@ mod tests {
             let err = config(&json).expect_err(key);
             assert!(err.contains(key), "{key}: {err}");
             assert!(err.contains("config.json") && !err.contains('\n'), "{err}");
+        }
+    }
+
+    /// The tiny Llama config.json of the unit tests with `extra` keys added (or replaced: a
+    /// later key wins in serde_json).
+    fn llama_with(extra: &str) -> String {
+        format!(
+            r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+            "vocab_size": 300, "max_position_embeddings": 128{extra}}}"#
+        )
+    }
+
+    /// transformers 5 nests `rope_parameters` by layer type when the config has `layer_types`:
+    /// read when every layer uses the same parameters, refused otherwise; a `rope_parameters`,
+    /// `rope_scaling` or `rope_type` of the wrong kind is refused naming it (issue 55, fourth
+    /// pass, J).
+    #[test]
+    fn rope_parameters_nested_by_layer_type_are_read_or_refused() {
+        let nested = |params: &str, types: &str| {
+            config(&llama_with(&format!(
+                r#", "layer_types": {types}, "rope_parameters": {params}"#
+            )))
+        };
+        let full = r#"{"full_attention": {"rope_type": "default", "rope_theta": 1e6}}"#;
+        let c = nested(full, r#"["full_attention", "full_attention"]"#).unwrap();
+        assert_eq!((c.rope_base, c.rope_thetas), (1e6, None));
+        let linear = r#"{"full_attention": {"rope_type": "linear", "factor": 2.0}}"#;
+        let c = config(&llama_with(&format!(r#", "rope_parameters": {linear}"#))).unwrap();
+        assert_eq!(c.rope_thetas.unwrap()[0], 0.5);
+        let both = r#"{"full_attention": {"rope_theta": 1e6},
+            "sliding_attention": {"rope_theta": 1e6}}"#;
+        assert_eq!(
+            config(&llama_with(&format!(r#", "rope_parameters": {both}"#)))
+                .unwrap()
+                .rope_base,
+            1e6
+        );
+        for (json, want) in [
+            (
+                nested(
+                    r#"{"full_attention": {"rope_type": "yarn", "factor": 4.0}}"#,
+                    r#"["full_attention", "full_attention"]"#,
+                ),
+                "rope_parameters.full_attention.rope_type \"yarn\"",
+            ),
+            (
+                config(&llama_with(
+                    r#", "rope_parameters": {"full_attention": {"rope_theta": 1e6},
+                    "sliding_attention": {"rope_theta": 1e4}}"#,
+                )),
+                "rope_parameters.full_attention and rope_parameters.sliding_attention differ",
+            ),
+            (
+                nested(
+                    r#"{"other": {"rope_theta": 1e6}}"#,
+                    r#"["full_attention", "full_attention"]"#,
+                ),
+                "no entry for layer type \"full_attention\"",
+            ),
+            (
+                nested(full, r#"["full_attention", "sliding_attention"]"#),
+                "layer_types names \"sliding_attention\"",
+            ),
+            (
+                nested(full, r#"["full_attention"]"#),
+                "layer_types lists 1 layers",
+            ),
+            (
+                config(&llama_with(r#", "rope_parameters": "default""#)),
+                "rope_parameters is \"default\", not an object",
+            ),
+            (
+                config(&llama_with(r#", "rope_parameters": 5"#)),
+                "rope_parameters is 5",
+            ),
+            (
+                config(&llama_with(r#", "rope_parameters": [1]"#)),
+                "rope_parameters is [1]",
+            ),
+            (
+                config(&llama_with(r#", "rope_scaling": "linear""#)),
+                "rope_scaling is \"linear\"",
+            ),
+            (
+                config(&llama_with(
+                    r#", "rope_scaling": {"rope_type": 5, "factor": 2.0}"#,
+                )),
+                "rope_scaling.rope_type is 5, not a string",
+            ),
+            (
+                config(&llama_with(
+                    r#", "rope_scaling": {"rope_type": null, "type": "linear", "factor": 2.0}"#,
+                )),
+                "rope_scaling.rope_type is null, not a string",
+            ),
+            (
+                config(&llama_with(
+                    r#", "rope_scaling": {"rope_type": "default", "type": "linear", "factor": 2.0}"#,
+                )),
+                "give two RoPE types",
+            ),
+        ] {
+            let err = json.expect_err(want);
+            assert!(
+                err.contains(want) && err.contains("config.json"),
+                "{want}: {err}"
+            );
+        }
+    }
+
+    /// Values of the wrong kind that were read as a default are refused naming the key: a
+    /// non-string activation, a `model_type` of another architecture, a non-bool
+    /// `ropelab_exact_in_transformers` (issue 55, fourth pass, L).
+    #[test]
+    fn keys_of_the_wrong_kind_are_refused_not_defaulted() {
+        assert!(config(&llama_with(
+            r#", "model_type": "llama", "hidden_act": "silu""#
+        ))
+        .is_ok());
+        for (json, want) in [
+            (
+                llama_with(r#", "hidden_act": 3"#),
+                "hidden_act is 3, not a string",
+            ),
+            (
+                llama_with(r#", "hidden_act": "gelu""#),
+                "hidden_act \"gelu\" is not supported",
+            ),
+            (
+                NEOX_OLD.replace("\"gelu\"", "1"),
+                "hidden_act is 1, not a string",
+            ),
+            (
+                llama_with(r#", "model_type": "qwen2""#),
+                "model_type \"qwen2\" does not match architectures \"LlamaForCausalLM\"",
+            ),
+            (
+                r#"{"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_head": 4,
+                "n_layer": 2, "vocab_size": 300, "n_positions": 128, "rotary_dim": 8,
+                "ropelab_exact_in_transformers": "false"}"#
+                    .into(),
+                "ropelab_exact_in_transformers is not true or false",
+            ),
+        ] {
+            let err = config(&json).expect_err(want);
+            assert!(
+                err.contains(want) && err.contains("config.json"),
+                "{want}: {err}"
+            );
+        }
+    }
+
+    /// Each message names the key at fault and its real problem: a head_dim of 0 (not the
+    /// rotated fraction), a layer count of 0 (not the tensors), a sliding window that is not a
+    /// number (not its length), a context of 0 (issue 55, fourth pass, I and N).
+    #[test]
+    fn messages_name_the_real_key_and_problem() {
+        for (json, want, not) in [
+            (
+                llama_with(r#", "head_dim": 0"#),
+                "head_dim must be positive",
+                "partial_rotary",
+            ),
+            (
+                llama_with(r#", "num_hidden_layers": 0"#),
+                "num_hidden_layers must be positive",
+                "18446744073709551615",
+            ),
+            (
+                llama_with(r#", "sliding_window": "4096""#)
+                    .replace("LlamaForCausalLM", "MistralForCausalLM"),
+                "sliding_window is \"4096\", not an unsigned integer",
+                "shorter",
+            ),
+            (
+                llama_with(r#", "max_position_embeddings": 0"#),
+                "max_position_embeddings must be positive",
+                "sliding",
+            ),
+            (
+                NEOX_OLD.replace(
+                    "\"max_position_embeddings\": 128",
+                    "\"max_position_embeddings\": 0",
+                ),
+                "max_position_embeddings must be positive",
+                "sliding",
+            ),
+        ] {
+            let err = config(&json).expect_err(want);
+            assert!(err.contains(want) && !err.contains(not), "{want}: {err}");
         }
     }
 }

@@ -16,7 +16,7 @@
 pub mod fetch;
 pub mod fused;
 pub mod gguf;
-mod gguf_alignment;
+mod gguf_header;
 pub mod hf;
 pub mod llama;
 pub mod quant;
@@ -69,7 +69,8 @@ pub fn load_smollm2(
 }
 
 /// The model at `path` (a GGUF file or a Hugging Face directory, see [`llama::Llama::open`])
-/// and its tokenizer (from the GGUF metadata, or the directory's `tokenizer.json`), or
+/// and its tokenizer (from the GGUF metadata, or the directory's `tokenizer.json`; either
+/// refused when it can produce an id beyond the model's vocabulary), or
 /// SmolLM2-135M without a path: the one way every command opens a pretrained model.
 pub fn load_model(
     path: Option<&std::path::Path>,
@@ -102,13 +103,28 @@ pub fn load_model(
         tokenizer.check_ids(model.config().vocab_size, &file)?;
         tokenizer
     } else {
-        tokenizer::GgufTokenizer::from_gguf(&gguf::GgufFile::open(path)?)?
+        let tokenizer = tokenizer::GgufTokenizer::from_gguf(&gguf::GgufFile::open(path)?)?;
+        tokenizer.check_ids(model.config().vocab_size, path)?;
+        tokenizer
     };
     Ok((model, tokenizer))
 }
 
 /// Result alias of the pretrained crate.
 pub type Result<T> = std::result::Result<T, PretrainedError>;
+
+/// `text` from a file (a tensor name, a metadata string) as an error message quotes it: control
+/// characters escaped (`\n`, `\r`, `\u{1b}`), so a message stays one line and prints no
+/// terminal codes.
+pub(crate) fn escaped(text: &str) -> String {
+    text.chars().flat_map(char::escape_debug).collect()
+}
+
+/// The first line of an error from another crate, escaped ([`escaped`]): candle appends a
+/// backtrace on further lines when `RUST_BACKTRACE` is set.
+pub(crate) fn first_line(error: &impl std::fmt::Display) -> String {
+    escaped(error.to_string().lines().next().unwrap_or(""))
+}
 
 impl PretrainedError {
     pub(crate) fn gguf(path: impl Into<PathBuf>, message: impl std::fmt::Display) -> Self {
@@ -123,5 +139,23 @@ impl PretrainedError {
             path: path.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// candle appends a backtrace on further lines when `RUST_BACKTRACE` is set: only the first
+    /// line of its error reaches a message, escaped (issue 55, fourth pass, H).
+    #[test]
+    fn only_the_first_line_of_a_candle_error_is_quoted() {
+        let error = candle_core::Error::WithBacktrace {
+            inner: Box::new(candle_core::Error::Msg("gguf: bad \u{1b}[2J magic".into())),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        assert!(error.to_string().lines().count() > 1);
+        assert_eq!(first_line(&error), r"gguf: bad \u{1b}[2J magic");
+        assert_eq!(escaped("a\nb\rc"), r"a\nb\rc");
     }
 }

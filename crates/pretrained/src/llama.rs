@@ -6,9 +6,9 @@
 //! names, shapes and interventions are the GPT-J model's (keys and values are expanded to one
 //! per query head before their hooks).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use candle_core::{Device, Tensor, D};
+use candle_core::{DType, Device, Storage, Tensor, D};
 use ropelab_model::attention::{attend_in_blocks, blocked_softmax};
 use ropelab_model::ops::softmax_last_dim;
 use ropelab_model::{rope, AttentionKind, HookKind, HookPoint, Hooks, PositionEncoding, Rotation};
@@ -390,6 +390,8 @@ impl Weights for GgufFile {
 /// A Llama-family model (Llama, Qwen2) with f32 weights.
 pub struct Llama {
     pub(crate) config: LlamaConfig,
+    /// The file or directory the model was read from (named when its outputs overflow).
+    source: PathBuf,
     pub(crate) embed: Tensor, // [vocab, d_model]
     pub(crate) blocks: Vec<Block>,
     pub(crate) norm: NormWeights,
@@ -494,7 +496,9 @@ impl Llama {
             );
             c.validate(path, usize::MAX)?;
         }
-        Self::from_weights(c, &mut file, device)
+        let model = Self::from_weights(c, &mut file, path, device)?;
+        file.check_all_read(&model.config.arch)?;
+        Ok(model)
     }
 
     /// Loads a Llama-family model from `path`: a GGUF file ([`Llama::load`]) or a Hugging Face
@@ -502,7 +506,7 @@ impl Llama {
     pub fn open(path: &Path, device: &Device) -> Result<Self> {
         if path.is_dir() {
             let (c, mut weights) = crate::hf::HfWeights::open(path, device)?;
-            let model = Self::from_weights(c, &mut weights, device)?;
+            let model = Self::from_weights(c, &mut weights, path, device)?;
             weights.check_all_read()?;
             Ok(model)
         } else {
@@ -510,8 +514,14 @@ impl Llama {
         }
     }
 
-    /// Builds the model from configuration `c` and tensors named as in GGUF files.
-    fn from_weights(c: LlamaConfig, file: &mut impl Weights, device: &Device) -> Result<Self> {
+    /// Builds the model from configuration `c` and tensors named as in GGUF files, read from
+    /// `source`.
+    fn from_weights(
+        c: LlamaConfig,
+        file: &mut impl Weights,
+        source: &Path,
+        device: &Device,
+    ) -> Result<Self> {
         let (d, hd, ff, v) = (c.d_model, c.head_dim(), c.d_ff, c.vocab_size);
         let style = c.block;
         let layer_norm = style.norm == Norm::Layer;
@@ -627,6 +637,7 @@ impl Llama {
         let position = c.position();
         Ok(Self {
             config: c,
+            source: source.to_owned(),
             embed,
             blocks,
             norm,
@@ -722,7 +733,25 @@ impl Llama {
     /// Logits at every position: ids [batch, pos] -> [batch, pos, vocab].
     pub fn forward(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
         let x = self.trunk(ids, hooks)?;
-        self.unembed(&x, false)
+        self.finite(self.unembed(&x, false)?, "logits")
+    }
+
+    /// `t`, an output of the model (`what`: its logits, its residual stream), refused when it
+    /// holds NaN or an infinity: finite weights can overflow f32 in their products (a norm gain
+    /// of 3e38), and every value computed from such activations (greedy tokens, scores,
+    /// accuracies) would be garbage without an error. One scan of the output, not of every
+    /// intermediate.
+    fn finite(&self, t: Tensor, what: &str) -> Result<Tensor> {
+        if all_finite(&t)? {
+            return Ok(t);
+        }
+        Err(crate::PretrainedError::gguf(
+            &self.source,
+            format!(
+                "the model's activations overflow f32: its {what} hold NaN or an infinity (its \
+                 weights are finite, but too large for f32 arithmetic)"
+            ),
+        ))
     }
 
     /// x [..., d_model] through norm `n` (RMSNorm or LayerNorm, as the architecture's).
@@ -755,7 +784,7 @@ impl Llama {
     pub fn forward_last(&self, ids: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
         let x = self.trunk(ids, hooks)?;
         let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
-        self.unembed(&last, false)
+        self.finite(self.unembed(&last, false)?, "logits")
     }
 
     /// Residual stream after the last block: [batch, pos, d_model].
@@ -775,14 +804,21 @@ impl Llama {
         let (b, t) = ids.dims2()?;
         let mut x = self.embed(ids, b, t)?;
         for layer in 0..c.n_layers {
-            x = self.block(layer, &x, hooks)?;
+            x = self.block_unchecked(layer, &x, hooks)?;
             progress(layer + 1);
         }
-        Ok(x)
+        self.finite(x, "residual stream after the last block")
     }
 
-    /// One block: x + Attn(norm(x)), then + MLP(norm(.)).
+    /// One block: x + Attn(norm(x)), then + MLP(norm(.)); an output holding NaN or an
+    /// infinity is refused naming the block.
     pub fn block(&self, layer: usize, x: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
+        let y = self.block_unchecked(layer, x, hooks)?;
+        self.finite(y, &format!("residual stream after block {layer}"))
+    }
+
+    /// [`Llama::block`] without the check of its output.
+    fn block_unchecked(&self, layer: usize, x: &Tensor, hooks: &mut Hooks) -> Result<Tensor> {
         let mut path = Hooked { model: self, hooks };
         self.block_with(layer, x.clone(), false, &mut path)
     }
@@ -841,7 +877,8 @@ impl Llama {
     pub fn forward_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let x = self.trunk_cached(ids, cache)?; // [1, new, d_model]
         let last = x.narrow(1, x.dim(1)? - 1, 1)?.squeeze(1)?;
-        self.unembed_cached(&last, x.dim(1)? == 1 && self.decodes_quantized())
+        let logits = self.unembed_cached(&last, x.dim(1)? == 1 && self.decodes_quantized())?;
+        self.finite(logits, "logits")
     }
 
     /// Logits of residual rows x [n, d_model] of a cached or suffix call: fused unless the
@@ -858,7 +895,7 @@ impl Llama {
     /// new positions.
     pub fn forward_cached_all(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let x = self.trunk_cached(ids, cache)?.squeeze(0)?; // [new, d_model]
-        self.unembed_cached(&x, false)
+        self.finite(self.unembed_cached(&x, false)?, "logits")
     }
 
     /// The residual stream after the last block at the positions of `ids` [1, new], attending
@@ -956,6 +993,7 @@ impl Llama {
                 at += ids.len();
             }
             let logits = crate::fused::logits(self, &picked, false)?; // [sum of tails, vocab]
+            let logits = self.finite(logits, "logits")?;
             let mut out = Vec::with_capacity(tails.len());
             let mut at = 0;
             for &tail in tails {
@@ -1003,7 +1041,7 @@ impl Llama {
             .collect();
         let picked = Tensor::from_vec(rows, tails.iter().sum::<usize>(), &self.device)?;
         let h = x.reshape((b * s, c.d_model))?.index_select(&picked, 0)?;
-        let logits = self.unembed(&h, false)?; // [sum, vocab]
+        let logits = self.finite(self.unembed(&h, false)?, "logits")?; // [sum, vocab]
         let mut out = Vec::with_capacity(b);
         let mut at = 0;
         for &tail in tails {
@@ -1054,7 +1092,7 @@ impl Llama {
                 logits.push(self.unembed_cached(&rows, quantized)?);
             }
         }
-        Ok(Tensor::cat(&logits, 0)?)
+        self.finite(Tensor::cat(&logits, 0)?, "logits")
     }
 
     /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at `stop`. The
@@ -1162,10 +1200,50 @@ impl KvCache {
     }
 }
 
+/// Whether every element of `t` is finite: read in place for a contiguous f32 tensor on the
+/// CPU; elsewhere from the sum of 0 x (0 for a finite x, NaN otherwise).
+fn all_finite(t: &Tensor) -> Result<bool> {
+    if t.dtype() == DType::F32 {
+        let (storage, layout) = t.storage_and_layout();
+        if let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) {
+            return Ok(cpu.as_slice::<f32>()?[start..end]
+                .iter()
+                .all(|x| x.is_finite()));
+        }
+    }
+    let zero = t
+        .affine(0.0, 0.0)?
+        .to_dtype(DType::F32)?
+        .sum_all()?
+        .to_scalar::<f32>()?;
+    Ok(zero == 0.0)
+}
+
 /// Token-major rows x [rows, heads, hd] (flat) as a tensor [1, heads, rows, hd].
 fn head_major(x: &[f32], shape: (usize, usize, usize), device: &Device) -> Result<Tensor> {
     Ok(Tensor::from_slice(x, shape, device)?
         .transpose(0, 1)?
         .unsqueeze(0)?
         .contiguous()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NaN and infinities are found in place (contiguous f32 on the CPU) and through the
+    /// fallback (a transposed view, another dtype).
+    #[test]
+    fn non_finite_values_are_found_on_both_paths() {
+        let dev = Device::Cpu;
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let t = Tensor::from_vec(vec![1.0f32, 2.0, bad, 4.0, 5.0, 6.0], (2, 3), &dev).unwrap();
+            assert!(!all_finite(&t).unwrap());
+            assert!(!all_finite(&t.t().unwrap()).unwrap());
+            assert!(!all_finite(&t.to_dtype(DType::BF16).unwrap()).unwrap());
+        }
+        let t = Tensor::from_vec(vec![1.0f32, -3e38, 0.0, 4.0], (2, 2), &dev).unwrap();
+        assert!(all_finite(&t).unwrap());
+        assert!(all_finite(&t.t().unwrap()).unwrap());
+    }
 }

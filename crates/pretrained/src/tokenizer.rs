@@ -23,21 +23,32 @@ pub struct GgufTokenizer {
 }
 
 impl GgufTokenizer {
-    /// Builds the tokenizer from the metadata of `file`.
+    /// Builds the tokenizer from the metadata of `file`. A key ropelab would ignore or read
+    /// otherwise than llama.cpp is refused naming it: a missing `tokenizer.ggml.pre` (llama.cpp
+    /// then splits text with its default pre-tokenizer, not smollm's), `add_bos_token` or
+    /// `add_eos_token` true (ropelab adds neither to a prompt), special-token ids outside the
+    /// vocabulary, token types that are not one per token.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let err = |e: &dyn std::fmt::Display| {
             PretrainedError::Tokenizer(format!("{}: {e}", file.path().display()))
         };
-        let model = match file.value("tokenizer.ggml.model")? {
-            candle_core::quantized::gguf_file::Value::String(s) => s.clone(),
-            _ => String::new(),
-        };
-        if let Ok(pre) = file.string("tokenizer.ggml.pre") {
-            if pre != "smollm" {
+        let bad = |m: String| Err(PretrainedError::gguf(file.path(), m));
+        let model = file.string("tokenizer.ggml.model")?;
+        match file.optional_string("tokenizer.ggml.pre")?.as_deref() {
+            Some("smollm") => {}
+            None => {
+                return bad(
+                    "metadata key tokenizer.ggml.pre is missing: ropelab reads smollm's \
+                     pre-tokenizer only, and llama.cpp would split text with its default one \
+                     (or use the model's Hugging Face directory with its tokenizer.json)"
+                        .into(),
+                )
+            }
+            Some(pre) => {
                 return Err(err(&format!(
                     "tokenizer.ggml.pre {pre:?} is not supported (smollm; or use the model's \
                      Hugging Face directory with its tokenizer.json)"
-                )));
+                )))
             }
         }
         if model != "gpt2" {
@@ -45,8 +56,29 @@ impl GgufTokenizer {
                 "tokenizer model {model:?} is not the byte-level BPE (gpt2)"
             )));
         }
+        for (key, token) in [
+            ("tokenizer.ggml.add_bos_token", "a BOS token first"),
+            ("tokenizer.ggml.add_eos_token", "an EOS token last"),
+        ] {
+            if file.optional_bool(key)? == Some(true) {
+                return bad(format!(
+                    "{key} is true, but ropelab adds no token to a prompt: the model would see \
+                     other inputs than llama.cpp gives it ({token})"
+                ));
+            }
+        }
         let tokens = file.strings("tokenizer.ggml.tokens")?;
-        let types = file.ints("tokenizer.ggml.token_type").unwrap_or_default();
+        let types = match file.has_key("tokenizer.ggml.token_type") {
+            true => file.ints("tokenizer.ggml.token_type")?,
+            false => vec![],
+        };
+        if file.has_key("tokenizer.ggml.token_type") && types.len() != tokens.len() {
+            return bad(format!(
+                "tokenizer.ggml.token_type has {} entries for {} tokens: give one per token",
+                types.len(),
+                tokens.len()
+            ));
+        }
         let merges = file
             .strings("tokenizer.ggml.merges")?
             .into_iter()
@@ -64,7 +96,7 @@ impl GgufTokenizer {
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .build()
-            .map_err(|e| err(&e))?;
+            .map_err(|e| err(&crate::first_line(&e)))?;
         let mut inner = Tokenizer::new(bpe);
         inner.with_pre_tokenizer(Some(Sequence::new(vec![
             Digits::new(true).into(),
@@ -77,28 +109,36 @@ impl GgufTokenizer {
             .filter(|(_, &t)| t == CONTROL)
             .map(|(tok, _)| AddedToken::from(tok.clone(), true))
             .collect();
-        inner.add_special_tokens(specials).map_err(|e| err(&e))?;
-        let eos = file
-            .usize("tokenizer.ggml.eos_token_id")
-            .ok()
-            .map(|e| e as u32);
-        if let Some(e) = eos.filter(|&e| e as usize >= tokens.len()) {
-            return Err(PretrainedError::gguf(
-                file.path(),
-                format!(
-                    "tokenizer.ggml.eos_token_id {e} is not a token of its {} tokens",
+        inner
+            .add_special_tokens(specials)
+            .map_err(|e| err(&crate::first_line(&e)))?;
+        // The special-token ids must be tokens (a present id of another type is refused by
+        // `optional_usize`, never dropped).
+        let mut ids = [None, None];
+        for (id, key) in ids
+            .iter_mut()
+            .zip(["tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id"])
+        {
+            *id = file.optional_usize(key)?;
+            if let Some(i) = id.filter(|&i| i >= tokens.len()) {
+                return bad(format!(
+                    "{key} {i} is not a token of its {} tokens",
                     tokens.len()
-                ),
-            ));
+                ));
+            }
         }
-        Ok(Self { inner, eos })
+        Ok(Self {
+            inner,
+            eos: ids[0].map(|e| e as u32),
+        })
     }
 
     /// The tokenizer of a Hugging Face directory (`tokenizer.json`, read by the tokenizers
     /// crate itself) with end-of-sequence id `eos`.
     pub fn from_file(path: &std::path::Path, eos: Option<u32>) -> Result<Self> {
-        let inner = Tokenizer::from_file(path)
-            .map_err(|e| PretrainedError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let inner = Tokenizer::from_file(path).map_err(|e| {
+            PretrainedError::Tokenizer(format!("{}: {}", path.display(), crate::first_line(&e)))
+        })?;
         Ok(Self { inner, eos })
     }
 

@@ -70,6 +70,9 @@ struct Written {
     values: Vec<(String, Vec<usize>, Vec<f32>)>,
 }
 
+/// A tensor the writer stores: name, shape, values, storage type.
+type Stored = (String, Vec<usize>, Vec<f32>, GgmlDType);
+
 fn write_model(path: &Path) -> Written {
     write_model_with(path, GgmlDType::F32)
 }
@@ -77,10 +80,20 @@ fn write_model(path: &Path) -> Written {
 /// The tiny model with its value projections stored as `v_dtype` (F32 by default: a file that
 /// mixes block formats; Q8_0 makes every projection quantized).
 fn write_model_with(path: &Path, v_dtype: GgmlDType) -> Written {
+    write_edited(path, v_dtype, |_, _| {})
+}
+
+/// The tiny model with its metadata and tensors changed by `edit` before it is written (keys
+/// and tensors may be added, removed, replaced or given twice).
+fn write_edited(
+    path: &Path,
+    v_dtype: GgmlDType,
+    edit: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<Stored>),
+) -> Written {
     let dev = Device::Cpu;
     let toks = tokens();
     let v = toks.len();
-    let mut values: Vec<(String, Vec<usize>, Vec<f32>, GgmlDType)> = vec![
+    let mut values: Vec<Stored> = vec![
         (
             "token_embd.weight".into(),
             vec![v, D],
@@ -153,15 +166,8 @@ fn write_model_with(path: &Path, v_dtype: GgmlDType) -> Written {
             ),
         ]);
     }
-    let qtensors: Vec<(String, QTensor)> = values
-        .iter()
-        .map(|(n, shape, data, dtype)| {
-            let t = Tensor::from_vec(data.clone(), shape.as_slice(), &dev).unwrap();
-            (n.clone(), QTensor::quantize(&t, *dtype).unwrap())
-        })
-        .collect();
     let string = |s: &str| Value::String(s.to_owned());
-    let metadata: Vec<(&str, Value)> = vec![
+    let mut metadata: Vec<(String, Value)> = vec![
         ("general.architecture", string("llama")),
         ("llama.block_count", Value::U32(LAYERS as u32)),
         ("llama.context_length", Value::U32(256)),
@@ -173,6 +179,7 @@ fn write_model_with(path: &Path, v_dtype: GgmlDType) -> Written {
         ("llama.rope.dimension_count", Value::U32(HD as u32)),
         ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
         ("tokenizer.ggml.model", string("gpt2")),
+        ("tokenizer.ggml.pre", string("smollm")),
         (
             "tokenizer.ggml.tokens",
             Value::Array(toks.iter().map(|t| string(t)).collect()),
@@ -206,8 +213,19 @@ fn write_model_with(path: &Path, v_dtype: GgmlDType) -> Written {
         ),
         // GGUF's default, written last so a reader looking for it walks every type above.
         ("general.alignment", Value::U32(32)),
-    ];
-    let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    edit(&mut metadata, &mut values);
+    let qtensors: Vec<(String, QTensor)> = values
+        .iter()
+        .map(|(n, shape, data, dtype)| {
+            let t = Tensor::from_vec(data.clone(), shape.as_slice(), &dev).unwrap();
+            (n.clone(), QTensor::quantize(&t, *dtype).unwrap())
+        })
+        .collect();
+    let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> =
         qtensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut file = std::fs::File::create(path).unwrap();
@@ -1067,5 +1085,330 @@ fn files_that_would_load_silently_wrong_are_refused() {
     if let Err(e) = GgufFile::open(&old) {
         let text = e.to_string();
         assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+    }
+}
+
+/// `key` set to `value` in `meta`: replaced where it is, added otherwise.
+fn set(meta: &mut Vec<(String, Value)>, key: &str, value: Value) {
+    match meta.iter_mut().find(|(k, _)| k == key) {
+        Some(entry) => entry.1 = value,
+        None => meta.push((key.to_owned(), value)),
+    }
+}
+
+/// The tiny model edited by `edit`, written as `dir/name`.
+fn edited(
+    dir: &Path,
+    name: &str,
+    edit: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<Stored>),
+) -> std::path::PathBuf {
+    let path = dir.join(name);
+    write_edited(&path, GgmlDType::F32, edit);
+    path
+}
+
+/// The tiny model with metadata `key` set to `value`, written as `dir/bad.gguf`.
+fn with_key(dir: &Path, key: &str, value: Value) -> std::path::PathBuf {
+    edited(dir, "bad.gguf", |meta, _| set(meta, key, value))
+}
+
+/// The one-line error of loading `path` (model and tokenizer), or a panic naming `what`.
+fn refusal(path: &Path, what: &str) -> String {
+    let err = ropelab_pretrained::load_model(Some(path), &Device::Cpu)
+        .err()
+        .unwrap_or_else(|| panic!("{what} was accepted"))
+        .to_string();
+    assert!(!err.chars().any(char::is_control), "{what}: {err:?}");
+    err
+}
+
+/// A present optional key of the wrong type (or a negative integer) is refused naming it,
+/// never replaced by the key's default; integers of any width and sign load (issue 55, fourth
+/// pass, A).
+#[test]
+fn present_keys_of_the_wrong_type_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value) in [
+        ("llama.context_length", Value::I32(256)),
+        ("llama.context_length", Value::U64(256)),
+        ("llama.rope.freq_base", Value::F64(10_000.0)),
+        ("tokenizer.ggml.eos_token_id", Value::I64(0)),
+    ] {
+        let path = with_key(dir.path(), key, value.clone());
+        assert!(
+            ropelab_pretrained::load_model(Some(&path), &Device::Cpu).is_ok(),
+            "{key} = {value:?}"
+        );
+    }
+    for (key, value) in [
+        ("llama.rope.freq_base", Value::U32(10_000)),
+        ("llama.rope.freq_base", Value::String("1e4".into())),
+        ("llama.rope.scaling.type", Value::U32(1)),
+        ("llama.rope.dimension_count", Value::I8(-1)),
+        ("llama.attention.key_length", Value::F32(16.0)),
+        ("llama.attention.head_count_kv", Value::Bool(true)),
+        ("llama.vocab_size", Value::String("14".into())),
+        ("tokenizer.ggml.eos_token_id", Value::String("0".into())),
+        ("tokenizer.ggml.eos_token_id", Value::F32(0.0)),
+        ("tokenizer.ggml.eos_token_id", Value::I32(-1)),
+    ] {
+        let err = refusal(&with_key(dir.path(), key, value.clone()), key);
+        assert!(
+            err.contains("bad.gguf") && err.contains(key),
+            "{key} = {value:?}: {err}"
+        );
+    }
+}
+
+/// A tensor the model does not read (a bias or norm llama.cpp would apply) is refused naming
+/// it; `rope_freqs.weight`, which the loader applies as frequency factors, loads (issue 55,
+/// fourth pass, B).
+#[test]
+fn tensors_the_model_does_not_read_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = tokens().len();
+    let with_tensor = |name: &str, len: usize| {
+        let name = name.to_owned();
+        edited(dir.path(), "extra.gguf", move |_, tensors| {
+            tensors.push((name, vec![len], vec![1.0; len], GgmlDType::F32))
+        })
+    };
+    let freqs = with_tensor("rope_freqs.weight", HD / 2);
+    assert!(Llama::load(&freqs, &Device::Cpu).is_ok());
+    for (name, len) in [
+        ("blk.0.attn_q.bias", 2 * HD),
+        ("blk.1.attn_k_norm.weight", HD),
+        ("output.bias", n),
+    ] {
+        let err = Llama::load(&with_tensor(name, len), &Device::Cpu)
+            .err()
+            .unwrap_or_else(|| panic!("{name} was accepted"))
+            .to_string();
+        assert!(
+            err.contains("extra.gguf") && err.contains(name) && err.contains("would not read"),
+            "{name}: {err}"
+        );
+    }
+}
+
+/// `llama.rope.scaling.factor` without a type scales linearly, as llama.cpp reads it (its
+/// default type), and so does the older `llama.rope.scale_linear`; two factors that differ,
+/// or a factor beside type none, are refused (issue 55, fourth pass, C).
+#[test]
+fn a_scaling_factor_without_a_type_is_linear_as_in_llama_cpp() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain: Vec<f64> = ropelab_model::rope::frequencies(10_000.0, HD);
+    for (key, factor) in [
+        ("llama.rope.scaling.factor", 4.0f32),
+        ("llama.rope.scale_linear", 2.0),
+    ] {
+        let path = with_key(dir.path(), key, Value::F32(factor));
+        let model = Llama::load(&path, &Device::Cpu).unwrap();
+        let want: Vec<f64> = plain.iter().map(|f| f / f64::from(factor)).collect();
+        assert_eq!(model.config().rope_thetas.as_ref(), Some(&want), "{key}");
+    }
+    let cases: [(&[(&str, Value)], &str); 2] = [
+        (
+            &[
+                ("llama.rope.scaling.factor", Value::F32(4.0)),
+                ("llama.rope.scale_linear", Value::F32(2.0)),
+            ],
+            "two RoPE scaling factors",
+        ),
+        (
+            &[
+                ("llama.rope.scaling.factor", Value::F32(4.0)),
+                ("llama.rope.scaling.type", Value::String("none".into())),
+            ],
+            "llama.rope.scaling.type is \"none\" but llama.rope.scaling.factor is 4",
+        ),
+    ];
+    for (keys, want) in cases {
+        let path = edited(dir.path(), "bad.gguf", |meta, _| {
+            for (k, v) in keys {
+                set(meta, k, v.clone());
+            }
+        });
+        let err = refusal(&path, want);
+        assert!(err.contains("bad.gguf") && err.contains(want), "{err}");
+    }
+}
+
+/// A metadata key or a tensor given twice (candle would keep the last silently) is refused
+/// naming it (issue 55, fourth pass, D).
+#[test]
+fn a_key_or_tensor_given_twice_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = edited(dir.path(), "twice.gguf", |meta, _| {
+        meta.push(("llama.rope.freq_base".into(), Value::F32(5000.0)))
+    });
+    let err = refusal(&key, "a repeated key");
+    assert!(
+        err.contains("twice.gguf")
+            && err.contains("metadata key llama.rope.freq_base is given twice"),
+        "{err}"
+    );
+    let tensor = edited(dir.path(), "twice.gguf", |_, tensors| {
+        let norm = tensors
+            .iter()
+            .find(|t| t.0 == "output_norm.weight")
+            .unwrap()
+            .clone();
+        tensors.push(norm);
+    });
+    let err = refusal(&tensor, "a repeated tensor");
+    assert!(
+        err.contains("twice.gguf") && err.contains("tensor output_norm.weight is listed twice"),
+        "{err}"
+    );
+}
+
+/// A GGUF tokenizer with more tokens than the embedding has rows is refused at load, as for a
+/// Hugging Face directory (issue 55, fourth pass, E).
+#[test]
+fn a_tokenizer_larger_than_the_embedding_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = |n: usize| {
+        edited(dir.path(), "small.gguf", move |meta, tensors| {
+            set(meta, "llama.vocab_size", Value::U32(n as u32));
+            let embed = tensors
+                .iter_mut()
+                .find(|t| t.0 == "token_embd.weight")
+                .unwrap();
+            embed.1 = vec![n, D];
+            embed.2 = q8_values(n, D, 1);
+        })
+    };
+    // The edit reaches the embedding: as many rows as tokens loads.
+    assert!(ropelab_pretrained::load_model(Some(&rows(tokens().len())), &Device::Cpu).is_ok());
+    let err = refusal(&rows(12), "13 tokens over 12 embedding rows");
+    assert!(
+        err.contains("small.gguf") && err.contains("beyond the model's vocabulary of 12"),
+        "{err}"
+    );
+}
+
+/// Tokenizer keys ropelab would ignore or read otherwise than llama.cpp are refused naming
+/// them: no `tokenizer.ggml.pre`, `add_bos_token` or `add_eos_token` true, a BOS id outside
+/// the vocabulary, token types that are not one per token (issue 55, fourth pass, F).
+#[test]
+fn tokenizer_keys_ropelab_would_ignore_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value) in [
+        ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+        ("tokenizer.ggml.bos_token_id", Value::U32(1)),
+    ] {
+        let path = with_key(dir.path(), key, value);
+        assert!(ropelab_pretrained::load_model(Some(&path), &Device::Cpu).is_ok());
+    }
+    let no_pre = edited(dir.path(), "bad.gguf", |meta, _| {
+        meta.retain(|(k, _)| k != "tokenizer.ggml.pre")
+    });
+    let err = refusal(&no_pre, "a missing pre-tokenizer");
+    assert!(
+        err.contains("bad.gguf") && err.contains("tokenizer.ggml.pre is missing"),
+        "{err}"
+    );
+    for (key, value, want) in [
+        ("tokenizer.ggml.add_bos_token", Value::Bool(true), "is true"),
+        ("tokenizer.ggml.add_eos_token", Value::Bool(true), "is true"),
+        (
+            "tokenizer.ggml.add_bos_token",
+            Value::U8(1),
+            "not true or false",
+        ),
+        ("tokenizer.ggml.bos_token_id", Value::U32(5000), "5000"),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(vec![Value::I32(1); 3]),
+            "3 entries for 14 tokens",
+        ),
+    ] {
+        let err = refusal(&with_key(dir.path(), key, value), key);
+        assert!(
+            err.contains("bad.gguf") && err.contains(key) && err.contains(want),
+            "{key}: {err}"
+        );
+    }
+}
+
+/// Finite weights whose products overflow f32 (a norm gain of 3e38) are refused at every
+/// forward entry point, on the fused path and off it, instead of NaN logits that generate no
+/// token and score as garbage (issue 55, fourth pass, G).
+#[test]
+fn activations_that_overflow_f32_are_refused_at_every_entry_point() {
+    use ropelab_pretrained::llama::KvCache;
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited(dir.path(), "huge.gguf", |_, tensors| {
+        let norm = tensors
+            .iter_mut()
+            .find(|t| t.0 == "blk.0.attn_norm.weight")
+            .unwrap();
+        norm.2 = vec![3e38; D];
+    });
+    let ids = [2u32, 5, 7, 9];
+    let input = Tensor::new(&[ids], &Device::Cpu).unwrap();
+    for fused in [true, false] {
+        let model = Llama::load(&path, &Device::Cpu).unwrap().with_fused(fused);
+        let mut cache = KvCache::new(model.config().n_layers);
+        let mut head = KvCache::new(model.config().n_layers);
+        let results = [
+            model.forward(&input, &mut Hooks::new()).err(),
+            model.forward_last(&input, &mut Hooks::new()).err(),
+            model.trunk(&input, &mut Hooks::new()).err(),
+            model.forward_cached(&input, &mut cache).err(),
+            model.forward_cached_all(&input, &mut KvCache::new(2)).err(),
+            model.prefill(&ids, &mut head, 2, 1).err(),
+            model
+                .forward_suffixes(&KvCache::new(2), &[&ids[..2], &ids[1..]], &[1, 2])
+                .err(),
+            model.generate(&ids, 2, None).err(),
+        ];
+        for (i, err) in results.into_iter().enumerate() {
+            let err = err
+                .unwrap_or_else(|| panic!("entry point {i} (fused {fused}) gave a result"))
+                .to_string();
+            assert!(
+                err.contains("huge.gguf") && err.contains("overflow f32"),
+                "entry point {i} (fused {fused}): {err}"
+            );
+        }
+    }
+}
+
+/// Tensor names from the file are quoted escaped: a newline, a carriage return or an escape
+/// sequence in a name never reaches the terminal or cuts the one-line message (issue 55,
+/// fourth pass, H).
+#[test]
+fn tensor_names_in_errors_are_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "blk.0.odd\n\u{1b}[2J\rname";
+    let path = edited(dir.path(), "evil.gguf", |_, tensors| {
+        tensors.push((evil.to_owned(), vec![D], vec![1.0; D], GgmlDType::F32))
+    });
+    let err = Llama::load(&path, &Device::Cpu).err().unwrap().to_string();
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert!(err.contains(r"blk.0.odd\n\u{1b}[2J\rname"), "{err}");
+    // A misplaced tensor of that name: the layout check quotes it escaped too.
+    let moved = dir.path().join("moved.gguf");
+    std::fs::write(&moved, with_tensor_info(&path, evil, None, 4)).unwrap();
+    let err = Llama::load(&moved, &Device::Cpu).err().unwrap().to_string();
+    assert!(
+        !err.chars().any(char::is_control) && err.contains("not a multiple of the alignment"),
+        "{err:?}"
+    );
+}
+
+/// A context length or block count of 0 is refused naming its key (issue 55, fourth pass, I
+/// and N).
+#[test]
+fn a_zero_context_or_block_count_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for key in ["llama.context_length", "llama.block_count"] {
+        let err = refusal(&with_u32(dir.path(), key, 0), key);
+        assert!(
+            err.contains("bad.gguf") && err.contains(&format!("{key} is 0")),
+            "{err}"
+        );
     }
 }

@@ -214,3 +214,133 @@ fn a_tokenizer_id_beyond_the_vocabulary_is_refused_at_load() {
         "{err}"
     );
 }
+
+/// The tiny Llama directory with its weights in two shards and an index: `edit` changes the
+/// shards' tensors (by shard) and the index's `weight_map` before they are written.
+fn sharded(
+    edit: impl FnOnce(
+        &mut [std::collections::HashMap<String, candle_core::Tensor>; 2],
+        &mut serde_json::Map<String, serde_json::Value>,
+    ),
+) -> tempfile::TempDir {
+    let tensors =
+        candle_core::safetensors::load(llama().join("model.safetensors"), &Device::Cpu).unwrap();
+    let files = [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ];
+    let mut shards: [std::collections::HashMap<_, _>; 2] = Default::default();
+    let mut map = serde_json::Map::new();
+    for (name, t) in tensors {
+        // Blocks in the second shard, the rest in the first.
+        let s = usize::from(name.starts_with("model.layers."));
+        map.insert(name.clone(), files[s].into());
+        shards[s].insert(name, t);
+    }
+    edit(&mut shards, &mut map);
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(llama().join(file), dir.path().join(file)).unwrap();
+    }
+    for (shard, file) in shards.iter().zip(files) {
+        candle_core::safetensors::save(shard, dir.path().join(file)).unwrap();
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": map});
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    dir
+}
+
+/// Sharded weights must be as the index says: a tensor in two shards (transformers reads the
+/// one the index names, the loader took the last), a tensor in a shard the index does not
+/// name for it, and an index entry no shard holds are refused naming the tensor (issue 55,
+/// fourth pass, K).
+#[test]
+fn sharded_weights_must_follow_the_index() {
+    let fine = sharded(|_, _| {});
+    assert!(load_model(Some(fine.path()), &Device::Cpu).is_ok());
+    let norm = "model.norm.weight";
+    let twice = sharded(|shards, _| {
+        let t = shards[0][norm].clone();
+        shards[1].insert(norm.into(), t);
+    });
+    let moved = sharded(|_, map| {
+        map.insert(norm.into(), "model-00002-of-00002.safetensors".into());
+    });
+    let listed = sharded(|_, map| {
+        map.insert(
+            "model.extra.weight".into(),
+            "model-00001-of-00002.safetensors".into(),
+        );
+    });
+    for (dir, name, want) in [
+        (&twice, norm, "is in two shards"),
+        (
+            &moved,
+            norm,
+            "but weight_map names model-00002-of-00002.safetensors",
+        ),
+        (&listed, "model.extra.weight", "which does not hold it"),
+    ] {
+        let err = load_model(Some(dir.path()), &Device::Cpu)
+            .err()
+            .unwrap_or_else(|| panic!("{want}: accepted"))
+            .to_string();
+        assert!(
+            err.contains(&dir.path().display().to_string())
+                && err.contains(name)
+                && err.contains(want),
+            "{want}: {err}"
+        );
+    }
+}
+
+/// A ropelab checkpoint whose `ropelab.json` is gone but whose manifest is still there is
+/// verified against the manifest: an edited config.json is refused without `--force`
+/// (issue 55, fourth pass, M).
+#[test]
+fn a_checkpoint_with_its_manifest_but_no_ropelab_json_is_verified() {
+    use ropelab_model::checkpoint::{hf_config, save_weights};
+    use ropelab_model::{GptJ, ModelConfig, PositionEncoding};
+    let config = ModelConfig::tiny(PositionEncoding::gptj(4));
+    let model = GptJ::new(config.clone(), 3, &Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    save_weights(&model, &dir.path().join("model.safetensors")).unwrap();
+    let json = serde_json::to_string(&hf_config(&config)).unwrap();
+    std::fs::write(dir.path().join("config.json"), &json).unwrap();
+    let files = ["config.json", "model.safetensors"];
+    ropelab_io::checksum::Manifest::seal(dir.path(), &files).unwrap();
+    assert!(ropelab_pretrained::llama::Llama::open(dir.path(), &Device::Cpu).is_ok());
+    let mut edited: serde_json::Value = serde_json::from_str(&json).unwrap();
+    edited["layer_norm_epsilon"] = 0.5.into();
+    std::fs::write(dir.path().join("config.json"), edited.to_string()).unwrap();
+    let err = ropelab_pretrained::llama::Llama::open(dir.path(), &Device::Cpu)
+        .err()
+        .expect("an edited config.json was accepted")
+        .to_string();
+    assert!(
+        err.contains("config.json does not match its checksum"),
+        "{err}"
+    );
+}
+
+/// A context of 0 (`max_position_embeddings`) is refused at load naming the key (issue 55,
+/// fourth pass, I).
+#[test]
+fn a_context_of_zero_is_refused_naming_the_key() {
+    let config = std::fs::read_to_string(llama().join("config.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&config).unwrap();
+    json["max_position_embeddings"] = 0.into();
+    let dir = with_file("config.json", json.to_string().as_bytes());
+    let err = load_model(Some(dir.path()), &Device::Cpu)
+        .err()
+        .expect("a context of 0 was accepted")
+        .to_string();
+    assert!(
+        err.contains("config.json") && err.contains("max_position_embeddings"),
+        "{err}"
+    );
+}
