@@ -367,15 +367,6 @@ impl StudyConfig {
                 );
             }
         }
-        // The retrieval claim reads the exact curve up to retrieval_n: beyond the curve's
-        // max_n it could never be decided.
-        anyhow::ensure!(
-            config.claims.retrieval_n <= config.theory.max_n,
-            "{origin}: [claims] retrieval_n = {} is beyond [theory] max_n = {}: the curve it \
-             reads stops there",
-            config.claims.retrieval_n,
-            config.theory.max_n
-        );
         anyhow::ensure!(
             config.score.samples > 0,
             "{origin}: [score] samples must be at least 1"
@@ -732,11 +723,6 @@ mod tests {
                 "min_positional_layers = 2",
                 "min_positional_layers = 100000",
                 "[claims] min_positional_layers = 100000 can never hold on the study's 6-layer",
-            ),
-            (
-                "max_n = 1000",
-                "max_n = 50",
-                "[claims] retrieval_n = 100 is beyond [theory] max_n = 50",
             ),
             // The theory part runs last; its settings are refused before any training.
             ("d = 128", "d = 7", "head dimension d must be even"),

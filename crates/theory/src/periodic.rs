@@ -333,7 +333,7 @@ pub fn offset_table(
     // scale 2 f_large / (1 - cos g) does not exist.
     if let Some(g) = rotations
         .iter()
-        .find(|g| !(g.is_finite() && 1.0 - g.cos() > f64::EPSILON))
+        .find(|g| g.is_finite() && **g > 0.0 && 1.0 - g.cos() <= f64::EPSILON)
     {
         return invalid(format!(
             "the rotation g = {g} turns a whole number of times per position (1 - cos g = 0): \

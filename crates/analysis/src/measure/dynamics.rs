@@ -248,11 +248,14 @@ pub fn score_run(
         serde_json::to_writer(&mut text, line).expect("scores serialise");
         text.push(b'\n');
     }
-    // A `--out` onto another kind of file of a run, study or sweep is refused.
-    ropelab_io::refuse_other_shape(&path, &text).map_err(|e| AnalysisError::Io {
-        path: path.clone(),
-        source: e,
-    })?;
+    // A `--out` onto another kind of file of a run, study or sweep is refused (the run's own
+    // scores are rewritten whatever their options).
+    if path != root.join("scores.jsonl") {
+        ropelab_io::refuse_other_shape(&path, &text).map_err(|e| AnalysisError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+    }
     ropelab_io::write_atomic(&path, &text).map_err(|e| AnalysisError::Io {
         path: path.clone(),
         source: e,
