@@ -66,7 +66,17 @@ def test_hf_score_heads_equals_ropelab_pretrained_score(name, tmp_path, run_rope
 
     from ropelab.hf import score_heads
 
-    folder = FIXTURES / name
+    # The prompts (about 240 tokens) are longer than the fixtures' 128-token context, which
+    # `ropelab pretrained score` refuses: a copy with a 4,096-token context (RoPE learns no
+    # positions, so nothing else changes).
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    config = (folder / "config.json").read_text()
+    longer = config.replace('"max_position_embeddings": 128', '"max_position_embeddings": 4096')
+    assert longer != config
+    (folder / "config.json").write_text(longer)
     out = tmp_path / "scores.jsonl"
     run_ropelab("pretrained", "score", "--model", folder, "--task", "letter", "--n", "3", "--out", out)
     want = [json.loads(l) for l in out.read_text().splitlines()]
