@@ -701,7 +701,10 @@ fn a_run_is_not_made_inside_another_ropelab_directory() {
     for (inside, what) in [
         (run.join("inner"), "the run"),
         (checkpoint.join("inner"), "the checkpoint"),
-        (sweep.join("job"), "the sweep, study or experiment directory"),
+        (
+            sweep.join("job"),
+            "the sweep, study or experiment directory",
+        ),
     ] {
         let got = ropelab(&[&tiny[..], &["--out", inside.to_str().unwrap()]].concat());
         let err = String::from_utf8_lossy(&got.stderr);
