@@ -253,7 +253,7 @@ fn bench_gen(args: BenchGenArgs, guard: super::Guard) -> Result<()> {
         );
 
         let start = Instant::now();
-        write_jsonl(&data, io::sink(), || {})?;
+        write_jsonl(data, io::sink(), || {})?;
         report(
             "generate + JSON Lines (1 thread)",
             start.elapsed().as_secs_f64(),
