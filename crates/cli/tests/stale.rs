@@ -1053,6 +1053,56 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
             "--no-pretrained".into(),
         ],
     ];
+    // Another run's file of the same kind is that run's measurement (fourth pass).
+    let other = dir.path().join("other");
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "4",
+        "--save-every",
+        "2",
+        "--seed",
+        "1",
+        "--out",
+        other.to_str().unwrap(),
+    ]));
+    let o = other.to_str().unwrap();
+    let mut cases = cases;
+    cases.push(vec![
+        "lengthgen".into(),
+        "--run".into(),
+        o.into(),
+        "--extras".into(),
+        "0".into(),
+        "--n".into(),
+        "4".into(),
+        "--out".into(),
+        path(&kept[1]),
+    ]);
+    cases.push(vec![
+        "score".into(),
+        "--run".into(),
+        o.into(),
+        "--samples".into(),
+        "4".into(),
+        "--out".into(),
+        path(&kept[2]),
+    ]);
+    // One study named twice, spelled differently, is refused (fourth pass).
+    cases.push(vec![
+        "bias".into(),
+        "--quick".into(),
+        "--study".into(),
+        st.into(),
+        "--study".into(),
+        format!("{st}/"),
+        "--out".into(),
+        path(&dir.path().join("bias")),
+    ]);
     let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
     for case in &cases {
         let args: Vec<&str> = case.iter().map(String::as_str).collect();

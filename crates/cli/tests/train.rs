@@ -698,6 +698,20 @@ fn a_run_is_not_made_inside_another_ropelab_directory() {
         .unwrap()
         .unwrap()
         .path();
+    // A model directory (a copy of the tiny Llama fixture) is not a run's directory.
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models/llama");
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture.join(f), model.join(f)).unwrap();
+    }
+    let got = ropelab(&[&tiny[..], &["--out", model.to_str().unwrap()]].concat());
+    assert!(
+        !got.status.success(),
+        "a run was trained into a model directory"
+    );
+    assert!(String::from_utf8_lossy(&got.stderr).contains("is a model directory"));
+    assert!(!model.join("config.toml").exists());
     for (inside, what) in [
         (run.join("inner"), "the run"),
         (checkpoint.join("inner"), "the checkpoint"),

@@ -221,6 +221,25 @@ impl Ledger {
 /// directory above it lists (another run's or study's file, named through `--out`), unless the
 /// bytes about to be written (`contents`, when known) are the very bytes it recorded.
 pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
+    // An existing file of another run is that run's measurement, even of the same shape.
+    if let (Ok(t), Ok(r)) = (resolved(target), resolved(run)) {
+        let is_run = |d: &Path| d.join("config.toml").is_file() && d.join("checkpoints").is_dir();
+        if t.is_file() {
+            if let Some(owner) = t.ancestors().skip(1).find(|d| is_run(d)) {
+                if owner != r {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!(
+                            "{} is a file of the run in {}, not of {}: write elsewhere",
+                            target.display(),
+                            owner.display(),
+                            run.display()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
     refuse_in(run, target, contents)?;
     refuse_listed(target, contents)
 }

@@ -529,6 +529,18 @@ impl GgufFile {
         };
         let n_heads = self.positive(&key("attention.head_count"))?;
         let d_model = self.positive(&key("embedding_length"))?;
+        // A sliding window shorter than the context changes attention, and ropelab attends
+        // over the whole context (as the Hugging Face path refuses `sliding_window`).
+        let context = self.positive(&key("context_length"))?;
+        if let Some(w) = self.optional_usize(&key("attention.sliding_window"))? {
+            if w < context {
+                return Err(self.error(format!(
+                    "{} {w} is shorter than the context of {context}: sliding-window \
+                     attention is not supported",
+                    key("attention.sliding_window")
+                )));
+            }
+        }
         let d_head = match self.optional_positive(&key("attention.key_length"))? {
             Some(k) => k,
             None => d_model / n_heads,

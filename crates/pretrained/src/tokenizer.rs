@@ -127,6 +127,19 @@ impl GgufTokenizer {
                 ));
             }
         }
+        // The other special ids ropelab does not use must still be tokens of the file.
+        for key in [
+            "tokenizer.ggml.padding_token_id",
+            "tokenizer.ggml.unknown_token_id",
+            "tokenizer.ggml.seperator_token_id",
+        ] {
+            if let Some(i) = file.optional_usize(key)?.filter(|&i| i >= tokens.len()) {
+                return bad(format!(
+                    "{key} {i} is not a token of its {} tokens",
+                    tokens.len()
+                ));
+            }
+        }
         Ok(Self {
             inner,
             eos: ids[0].map(|e| e as u32),

@@ -1412,3 +1412,30 @@ fn a_zero_context_or_block_count_is_refused_naming_the_key() {
         );
     }
 }
+
+/// A sliding window shorter than the context (ropelab attends over all of it, as the Hugging
+/// Face path refuses `sliding_window`) and a special id beyond the tokens are refused naming the
+/// key; a window as long as the context loads (issue 55, fourth pass).
+#[test]
+fn a_short_sliding_window_and_a_padding_id_beyond_the_tokens_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = with_key(
+        dir.path(),
+        "llama.attention.sliding_window",
+        Value::U32(256),
+    );
+    assert!(ropelab_pretrained::load_model(Some(&full), &Device::Cpu).is_ok());
+    let short = with_key(dir.path(), "llama.attention.sliding_window", Value::U32(16));
+    let err = refusal(&short, "a 16-token window");
+    assert!(err.contains("llama.attention.sliding_window 16"), "{err}");
+    let pad = with_key(
+        dir.path(),
+        "tokenizer.ggml.padding_token_id",
+        Value::U32(5000),
+    );
+    let err = refusal(&pad, "a padding id beyond the tokens");
+    assert!(
+        err.contains("tokenizer.ggml.padding_token_id 5000"),
+        "{err}"
+    );
+}

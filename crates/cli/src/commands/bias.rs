@@ -142,7 +142,12 @@ fn slurm(args: &BiasArgs, runs: usize) -> Result<()> {
 /// Runs `ropelab bias`.
 pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
     super::check_out_dir(&args.out, true)?;
-    super::each_once("--study", &args.study)?;
+    let studies = args
+        .study
+        .iter()
+        .map(|s| ropelab_io::resolved(s))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    super::each_once("--study", &studies)?;
     let mut e = if args.quick {
         Experiment::quick()
     } else {

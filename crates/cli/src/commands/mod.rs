@@ -179,6 +179,21 @@ pub fn check_out_dir(out: &std::path::Path, grid: bool) -> Result<()> {
     if out.is_file() {
         anyhow::bail!("--out {} is a file, not a directory", out.display());
     }
+    // A model directory (weights beside a config.json) holds another model's files.
+    let weights = std::fs::read_dir(out).is_ok_and(|mut entries| {
+        entries.any(|e| {
+            e.is_ok_and(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.ends_with(".safetensors") || name.ends_with(".gguf")
+            })
+        })
+    });
+    if weights && out.join("config.json").is_file() {
+        anyhow::bail!(
+            "--out {} is a model directory (its weights and config.json); choose another --out",
+            out.display()
+        );
+    }
     if grid && out.join("config.toml").is_file() && out.join("checkpoints").is_dir() {
         anyhow::bail!(
             "--out {} is a run directory; a study, sweep or experiment needs its own",
