@@ -644,9 +644,14 @@ fn no_out_replaces_a_file_a_ledger_lists() {
             assert!(!got.status.success(), "{args:?} replaced {t}");
             assert!(
                 err.contains(target.file_name().unwrap().to_str().unwrap())
-                    && ["measured.json lists it", "keeps itself", "another table"]
-                        .iter()
-                        .any(|w| err.contains(w)),
+                    && [
+                        "measured.json lists it",
+                        "keeps itself",
+                        "another table",
+                        "a file of the run"
+                    ]
+                    .iter()
+                    .any(|w| err.contains(w)),
                 "{args:?}: {err}"
             );
             assert!(!err.contains("panicked"), "{args:?}: {err}");
