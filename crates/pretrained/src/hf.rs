@@ -182,6 +182,12 @@ pub fn llama3_theta(theta: f64, factor: f64, low: f64, high: f64, old: f64) -> f
 /// The configuration of a `config.json` (`path`).
 fn parse_config(path: &Path) -> Result<LlamaConfig> {
     let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
+    // serde_json keeps the last of a key given twice; transformers' json.load does too, but a
+    // file that says two things is refused rather than read one way.
+    serde_json::from_str::<UniqueKeys>(&text).map_err(|e| {
+        let text: String = e.to_string().chars().flat_map(char::escape_debug).collect();
+        PretrainedError::gguf(path, format!("not valid JSON: {text}"))
+    })?;
     let json: Value = serde_json::from_str(&text)
         .map_err(|e| PretrainedError::gguf(path, format!("not valid JSON: {e}")))?;
     let cfg = ConfigJson {
@@ -1060,6 +1066,68 @@ fn equal(a: &Tensor, b: &Tensor) -> Result<bool> {
     Ok(differ == 0.0)
 }
 
+/// A JSON value whose every object names each key once (deserializing it is the check).
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<UniqueKeys, A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "key {key:?} is given twice"
+                )));
+            }
+            map.next_value::<UniqueKeys>()?;
+        }
+        Ok(UniqueKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<UniqueKeys, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_unit<E>(self) -> std::result::Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+}
+
 /// The end-of-sequence id of a model directory's `config.json` (`eos_token_id`, the first of a
 /// list), if it names one.
 pub fn eos_token(dir: &Path) -> Option<u32> {
@@ -1145,6 +1213,29 @@ mod tests {
 
     /// GPT-NeoX's older `rotary_pct` beside the newer `partial_rotary_factor` (top level or in
     /// `rope_parameters`) must say the same: transformers reads one of them.
+    /// A key given twice in config.json (serde_json and json.load keep the last) is refused
+    /// naming it, at any depth (issue 55, fourth pass).
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        let twice = NEOX_OLD.replace(
+            "\"rotary_emb_base\": 5000,",
+            "\"rotary_emb_base\": 5000, \"rotary_emb_base\": 100,",
+        );
+        let err = config(&twice).unwrap_err();
+        assert!(
+            err.contains("\\\"rotary_emb_base\\\" is given twice")
+                || err.contains("rotary_emb_base"),
+            "{err}"
+        );
+        assert!(err.contains("given twice"), "{err}");
+        let nested = r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+            "vocab_size": 300, "max_position_embeddings": 128,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1.0, "rope_theta": 2.0}}"#;
+        assert!(config(nested).unwrap_err().contains("given twice"));
+        assert!(config(NEOX_OLD).is_ok());
+    }
+
     #[test]
     fn two_rotated_fractions_must_agree() {
         let both = |key: &str, value: &str| {
@@ -1206,14 +1297,21 @@ mod tests {
         }
     }
 
-    /// The tiny Llama config.json of the unit tests with `extra` keys added (or replaced: a
-    /// later key wins in serde_json).
+    /// The tiny Llama config.json of the unit tests with `extra` keys added or replaced.
     fn llama_with(extra: &str) -> String {
-        format!(
-            r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        // The extra keys replace the base's (a key given twice is refused on its own).
+        let mut base: Value = serde_json::from_str(
+            r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
             "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
-            "vocab_size": 300, "max_position_embeddings": 128{extra}}}"#
+            "vocab_size": 300, "max_position_embeddings": 128}"#,
         )
+        .unwrap();
+        let extra: Value =
+            serde_json::from_str(&format!("{{{}}}", extra.trim_start_matches(','))).unwrap();
+        for (k, v) in extra.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        base.to_string()
     }
 
     /// transformers 5 nests `rope_parameters` by layer type when the config has `layer_types`:
