@@ -90,6 +90,13 @@ pub fn load_model(
             "no such file or directory (a GGUF file or a Hugging Face model directory)",
         ));
     }
+    // A pipe or a device would block the read or never end: only a file or a directory.
+    if !path.is_file() && !path.is_dir() {
+        return Err(PretrainedError::gguf(
+            path,
+            "not a regular file or a directory (a GGUF file or a Hugging Face model directory)",
+        ));
+    }
     let model = llama::Llama::open(path, device)?;
     let tokenizer = if path.is_dir() {
         let file = path.join("tokenizer.json");
