@@ -791,7 +791,21 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
         // Names come from the file: quoted escaped.
         let name = crate::escaped(name);
         let dtype = info.ggml_dtype;
-        let elements = info.shape.elem_count() as u64;
+        // The dimensions come from the file: their product may not fit in 64 bits.
+        let elements = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+        let Some(elements) = elements else {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {name}: shape {:?} holds more elements than 64 bits can count",
+                    info.shape.dims()
+                ),
+            ));
+        };
         let block = dtype.block_size() as u64;
         if block == 0 || !elements.is_multiple_of(block) {
             return Err(PretrainedError::gguf(

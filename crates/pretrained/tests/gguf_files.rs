@@ -997,6 +997,52 @@ fn tensors_whose_type_or_offset_do_not_fit_their_bytes_are_refused() {
     }
 }
 
+/// A tensor whose dimensions multiply past 64 bits is refused naming the file and the tensor,
+/// never counted with an overflow (a debug build panicked: CI's fuzzer found it); and the
+/// fuzzer's own input is refused in one line.
+#[test]
+fn a_shape_beyond_64_bits_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let name = "blk.0.attn_output.weight";
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_slice())
+        .unwrap()
+        + key.len();
+    assert_eq!(u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()), 2);
+    for d in 0..2 {
+        let dim_at = at + 4 + 8 * d;
+        bytes[dim_at..dim_at + 8].copy_from_slice(&(1u64 << 33).to_le_bytes());
+    }
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    let err = Llama::load(&bad, &Device::Cpu)
+        .err()
+        .expect("a 2^66-element tensor loaded")
+        .to_string();
+    assert!(
+        err.contains("bad.gguf") && err.contains(name) && err.contains("64 bits"),
+        "{err}"
+    );
+    // The input CI's fuzzer found (fuzz/seeds/gguf keeps it for the fuzzer too).
+    let found = dir.path().join("found.gguf");
+    std::fs::write(
+        &found,
+        include_bytes!("../../../fuzz/seeds/gguf/shape-overflow.gguf"),
+    )
+    .unwrap();
+    let err = Llama::load(&found, &Device::Cpu)
+        .err()
+        .expect("the fuzzer's input loaded")
+        .to_string();
+    assert!(err.contains("found.gguf") && !err.contains('\n'), "{err}");
+}
+
 /// The file with the u32 metadata value of `key` set to `value`.
 fn with_u32(dir: &Path, key: &str, value: u32) -> std::path::PathBuf {
     with_value(dir, key, value.to_le_bytes())
