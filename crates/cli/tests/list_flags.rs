@@ -135,6 +135,15 @@ fn values_that_leave_nothing_to_check_are_refused() {
             ],
             "no --band sweep",
         ),
+        // The zoo's fixed shapes read no preset and no task (issue 55, fourth pass).
+        (
+            vec!["bench", "train", "--model", "toy", "--preset", "tiny"],
+            "--preset applies to --model gptj only",
+        ),
+        (
+            vec!["bench", "train", "--model", "formal", "--task", "letter"],
+            "--task applies to --model gptj only",
+        ),
     ] {
         let got = ropelab(&args);
         let err = String::from_utf8_lossy(&got.stderr);

@@ -1097,6 +1097,16 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         "--out".into(),
         path(&kept[2]),
     ]);
+    // A streamed table through a directory it would make: refused at commit, and the
+    // directory made for it goes too (fourth pass).
+    cases.push(vec![
+        "gen".into(),
+        "number".into(),
+        "--n".into(),
+        "2".into(),
+        "--out".into(),
+        format!("{r}/streamed/deeper/../../metrics.jsonl"),
+    ]);
     // One study named twice, spelled differently, is refused (fourth pass).
     cases.push(vec![
         "bias".into(),
@@ -1121,6 +1131,10 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
     }
     assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), metrics);
     assert!(!run.join("new").exists() && !run.join("inner").exists());
+    assert!(
+        !run.join("streamed").exists(),
+        "a refused stream left its directory"
+    );
     // The commands rewrite their own files.
     ok(ropelab(&[
         "lengthgen",

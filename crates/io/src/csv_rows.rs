@@ -123,6 +123,17 @@ pub fn display<T: fmt::Display, S: serde::Serializer>(x: &T, s: S) -> Result<S::
     s.collect_str(x)
 }
 
+/// Serialises an optional value with its `Display` form, and `None` as an empty cell.
+pub fn display_opt<T: fmt::Display, S: serde::Serializer>(
+    x: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(x) => s.collect_str(x),
+        None => s.serialize_str(""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -183,8 +183,13 @@ impl ModelConfig {
         if self.d_mlp == 0 {
             return bad("d_mlp must be at least 1".into());
         }
-        if !(self.ln_eps.is_finite() && self.ln_eps > 0.0) {
-            return bad(format!("ln_eps must be positive, got {}", self.ln_eps));
+        // Above 1 the epsilon outweighs the variance of any unit-scale activation: the norm
+        // would divide by (about) a constant, which no LayerNorm means.
+        if !(self.ln_eps.is_finite() && self.ln_eps > 0.0 && self.ln_eps <= 1.0) {
+            return bad(format!(
+                "ln_eps must be in (0, 1] (1e-5 in GPT-J), got {}",
+                self.ln_eps
+            ));
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
@@ -314,6 +319,9 @@ mod tests {
         assert!(err(&|c| c.position = PositionEncoding::gptj(7)).contains("even"));
         assert!(err(&|c| c.position = PositionEncoding::gptj(256)).contains("larger than d_head"));
         assert!(err(&|c| c.dropout = 1.5).contains("dropout"));
+        for eps in [0.0, -1.0, 1.5, 1e30, f64::NAN] {
+            assert!(err(&|c| c.ln_eps = eps).contains("ln_eps"), "{eps}");
+        }
         assert!(
             err(&|c| c.layer_positions = vec![PositionEncoding::None]).contains("layer_positions")
         );

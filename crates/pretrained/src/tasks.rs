@@ -45,9 +45,10 @@ pub struct SizeRow {
     /// Mean over runs.
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub mean: f64,
-    /// Standard deviation over runs (population).
-    #[serde(serialize_with = "ropelab_io::csv_rows::display")]
-    pub sd: f64,
+    /// Standard deviation over runs (population); none with a single run (an empty cell),
+    /// where a spread cannot be measured.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display_opt")]
+    pub sd: Option<f64>,
     /// Accuracy of each run.
     #[serde(serialize_with = "joined", deserialize_with = "split")]
     pub runs: Vec<f64>,
@@ -289,6 +290,15 @@ fn check(item: &Item, logits: &Tensor) -> Result<bool> {
     Ok((0..item.full.len() - at).all(|i| predicted[i] == item.full[at + i]))
 }
 
+/// The mean of `runs` and their population standard deviation, none for a single run (a
+/// spread one run cannot show).
+fn mean_and_spread(runs: &[f64]) -> (f64, Option<f64>) {
+    let mean = runs.iter().sum::<f64>() / runs.len() as f64;
+    let sd = (runs.len() > 1)
+        .then(|| (runs.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / runs.len() as f64).sqrt());
+    (mean, sd)
+}
+
 /// Accuracy of `model` on `n` prompts per run and size.
 pub fn accuracy_table(
     model: &Llama,
@@ -319,8 +329,7 @@ pub fn accuracy_table(
             .chunks(n.max(1))
             .map(|run| run.iter().filter(|a| a.0).count() as f64 / n as f64)
             .collect();
-        let mean = accs.iter().sum::<f64>() / accs.len() as f64;
-        let sd = (accs.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / accs.len() as f64).sqrt();
+        let (mean, sd) = mean_and_spread(&accs);
         rows.push(SizeRow {
             task,
             size,
@@ -421,4 +430,32 @@ pub fn index_accuracy(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One run has no spread: its sd is none and its CSV cell empty, read back as none; two
+    /// runs have their population sd (issue 55: one run printed sd 0.000).
+    #[test]
+    fn a_single_run_has_no_spread() {
+        assert_eq!(mean_and_spread(&[0.25]), (0.25, None));
+        assert_eq!(mean_and_spread(&[0.0, 1.0]), (0.5, Some(0.5)));
+        let row = |sd| SizeRow {
+            task: TaskKind::Number,
+            size: 4,
+            prompt_tokens: 20,
+            mean: 0.25,
+            sd,
+            runs: vec![0.25],
+        };
+        let text = ropelab_io::csv_rows::to_csv(&[row(None), row(Some(0.5))]).unwrap();
+        assert_eq!(
+            text,
+            "task,size,prompt_tokens,mean,sd,runs\nnumber,4,20,0.25,,0.25\nnumber,4,20,0.25,0.5,0.25\n"
+        );
+        let back: Vec<SizeRow> = ropelab_io::csv_rows::read_csv(&text, "t.csv").unwrap();
+        assert_eq!((back[0].sd, back[1].sd), (None, Some(0.5)));
+    }
 }

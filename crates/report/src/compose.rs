@@ -991,7 +991,7 @@ fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
                     r.size.to_string(),
                     r.prompt_tokens.to_string(),
                     format!("{:.3}", r.mean),
-                    format!("{:.3}", r.sd),
+                    r.sd.map_or("n/a".into(), |sd| format!("{sd:.3}")),
                     r.runs.len().to_string(),
                 ]
             })

@@ -137,8 +137,9 @@ pub fn task_accuracy(rows: &[SizeRow]) -> String {
                 rows.iter().map(|r| (r.size as f64, r.mean)).collect(),
             )
             .with_error_bars(
+                // A single run has no spread to draw.
                 rows.iter()
-                    .map(|r| (r.size as f64, r.mean - r.sd, r.mean + r.sd))
+                    .filter_map(|r| r.sd.map(|sd| (r.size as f64, r.mean - sd, r.mean + sd)))
                     .collect(),
             )
         })

@@ -75,7 +75,7 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
         size,
         prompt_tokens: 50 + size,
         mean,
-        sd,
+        sd: Some(sd),
         runs: vec![mean - sd, mean + sd],
     };
     let rows = vec![

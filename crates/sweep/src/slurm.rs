@@ -46,6 +46,17 @@ pub fn parse_time(s: &str) -> Result<String, String> {
     if !fine {
         return Err(bad());
     }
+    // Minutes and seconds below 60, and hours below 24 after a day count: sbatch would
+    // silently carry 01:61:00 into 02:01:00, which is not what was typed.
+    let value = |p: &str| p.parse::<u64>().unwrap_or(u64::MAX);
+    let carried =
+        parts.iter().skip(1).any(|p| value(p) >= 60) || (days.is_some() && value(parts[0]) >= 24);
+    if carried {
+        return Err(format!(
+            "{s:?}: minutes and seconds must be below 60 and hours below 24 after a day count \
+             (write 2-01:00:00, not 1-25:00:00)"
+        ));
+    }
     Ok(s.to_owned())
 }
 
@@ -132,6 +143,8 @@ mod tests {
             "2-0",
             "2-12:00",
             "1-00:00:00",
+            "48:00:00",
+            "90",
             "UNLIMITED",
         ] {
             assert_eq!(super::parse_time(t).as_deref(), Ok(t), "{t}");
@@ -145,6 +158,11 @@ mod tests {
             "a:b",
             "01:00\n#SBATCH --x",
             "1 -2",
+            "01:61:00",
+            "00:00:60",
+            "10:75",
+            "1-24",
+            "1-25:00:00",
         ] {
             assert!(super::parse_time(t).is_err(), "{t:?} accepted");
         }

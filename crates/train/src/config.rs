@@ -762,6 +762,15 @@ impl RunConfig {
             path: path.to_owned(),
             message: ropelab_io::toml_error::describe(text, &e),
         })?;
+        if let Some(message) = toml::from_str::<toml::Table>(text)
+            .ok()
+            .and_then(|t| keys_a_kind_never_reads(&t))
+        {
+            return Err(TrainError::ConfigFile {
+                path: path.to_owned(),
+                message,
+            });
+        }
         config.check().map_err(|e| TrainError::ConfigFile {
             path: path.to_owned(),
             message: e.to_string(),
@@ -794,6 +803,40 @@ impl RunConfig {
     }
 }
 
+/// A key beside a `kind` that reads nothing else (`[model.position] kind = "none"` with a
+/// `base`, `[model.head] kind = "lm"` with `classes`): serde would drop it without a word, so
+/// the config is refused naming it. ropelab never writes such a key; an axis of a sweep that
+/// switches the kind gives the whole table (`"model.position" = [{ kind = "none" }, ...]`).
+fn keys_a_kind_never_reads(config: &toml::Table) -> Option<String> {
+    let model = config.get("model")?.as_table()?;
+    let mut tables: Vec<(String, &toml::Table, &str)> = vec![];
+    if let Some(t) = model.get("position").and_then(|v| v.as_table()) {
+        tables.push(("[model.position]".into(), t, "none"));
+    }
+    if let Some(list) = model.get("layer_positions").and_then(|v| v.as_array()) {
+        for (i, v) in list.iter().enumerate() {
+            if let Some(t) = v.as_table() {
+                tables.push((format!("model.layer_positions[{i}]"), t, "none"));
+            }
+        }
+    }
+    if let Some(t) = model.get("head").and_then(|v| v.as_table()) {
+        tables.push(("[model.head]".into(), t, "lm"));
+    }
+    for (name, table, bare) in tables {
+        if table.get("kind").and_then(|k| k.as_str()) != Some(bare) {
+            continue;
+        }
+        if let Some(key) = table.keys().find(|k| *k != "kind") {
+            return Some(format!(
+                "{name} has kind = \"{bare}\", which reads no `{key}`: remove `{key}` (it would \
+                 be ignored)"
+            ));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -822,6 +865,55 @@ mod tests {
         // A config without the table keeps everything and writes no `keep` key.
         let c = Preset::Tiny.config(TaskKind::Number);
         assert!(!c.to_toml().contains("keep"));
+    }
+
+    /// A key beside a kind that reads nothing is refused naming it; the same config without
+    /// it loads, and one with a kind that reads it too (issue 55, fourth pass).
+    #[test]
+    fn keys_a_kind_never_reads_are_refused() {
+        let text = Preset::Tiny.config(TaskKind::Number).to_toml();
+        let path = Path::new("c.toml");
+        assert!(RunConfig::from_toml(&text, path).is_ok());
+        let rope = "kind = \"rope\"\nbase = 10000.0\nrotary_dim = 8\nlayout = \"interleaved\"";
+        assert!(text.contains(rope), "{text}");
+        let bare = text.replace(rope, "kind = \"none\"");
+        assert!(RunConfig::from_toml(&bare, path).is_ok());
+        for (from, to, key) in [
+            (rope, "kind = \"none\"\nbase = 5.0", "base"),
+            (rope, "kind = \"none\"\nrotary_dim = 4", "rotary_dim"),
+            (
+                "[model.head]\nkind = \"lm\"",
+                "[model.head]\nkind = \"lm\"\nclasses = 3",
+                "classes",
+            ),
+        ] {
+            let err = RunConfig::from_toml(&text.replace(from, to), path)
+                .err()
+                .unwrap_or_else(|| panic!("{key} accepted"))
+                .to_string();
+            assert!(
+                err.contains("c.toml") && err.contains(&format!("`{key}`")),
+                "{err}"
+            );
+        }
+        // In a per-layer list too.
+        let mut c = Preset::Tiny.config(TaskKind::Number);
+        c.model.layer_positions = vec![ropelab_model::PositionEncoding::None; c.model.n_layers];
+        let listed = c.to_toml();
+        assert!(RunConfig::from_toml(&listed, path).is_ok());
+        let at = listed
+            .find("[[model.layer_positions]]\nkind = \"none\"")
+            .unwrap();
+        let mut edited = listed.clone();
+        edited.insert_str(
+            at + "[[model.layer_positions]]\nkind = \"none\"".len(),
+            "\nbase = 3.0",
+        );
+        let err = RunConfig::from_toml(&edited, path).unwrap_err().to_string();
+        assert!(
+            err.contains("layer_positions[0]") && err.contains("`base`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -32,6 +32,15 @@ pub enum BenchModel {
 }
 
 impl BenchModel {
+    /// The name `--model` takes.
+    fn name(self) -> &'static str {
+        match self {
+            BenchModel::Gptj => "gptj",
+            BenchModel::Formal => "formal",
+            BenchModel::Toy => "toy",
+        }
+    }
+
     /// The length of step `step`'s batch: the formal model's bucketed lengths cycle through
     /// 9..=40 (`40 - 7 step mod 32`, the same formula as bench/torch_reference.py).
     fn seq(self, step: usize, fixed: usize) -> usize {
@@ -48,12 +57,14 @@ pub struct BenchTrainArgs {
     /// Which model shape: `gptj` (the preset's), `formal` or `toy` (the model zoo's).
     #[arg(long, value_enum, default_value = "gptj")]
     pub model: BenchModel,
-    /// Preset to measure (`paper`, `quick` or `tiny`).
-    #[arg(long, default_value = "paper", value_parser = |s: &str| s.parse::<Preset>().map_err(|e| e.to_string()))]
-    pub preset: Preset,
-    /// Task whose batches are used.
-    #[arg(long, default_value = "number")]
-    pub task: TaskKind,
+    /// Preset to measure (`paper`, `quick` or `tiny`; default `paper`); `--model gptj` only (the
+    /// formal and toy shapes are fixed).
+    #[arg(long, value_parser = |s: &str| s.parse::<Preset>().map_err(|e| e.to_string()))]
+    pub preset: Option<Preset>,
+    /// Task whose batches are used (default `number`); `--model gptj` only (the formal and toy
+    /// models read random tokens of their own shape).
+    #[arg(long)]
+    pub task: Option<TaskKind>,
     /// `fused` (the CPU kernel training uses) or `composed` (candle ops and autograd).
     #[arg(long, default_value = "fused", value_parser = |s: &str| s.parse::<Engine>())]
     pub engine: Engine,
@@ -169,7 +180,25 @@ impl Batches {
 /// Runs `ropelab bench train`.
 pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     super::each_once("--precision", &args.precision)?;
-    let mut config = args.preset.config(args.task);
+    if args.model != BenchModel::Gptj {
+        // A setting the zoo's fixed shapes would not read is refused, not dropped.
+        for (flag, given) in [
+            ("--preset", args.preset.is_some()),
+            ("--task", args.task.is_some()),
+        ] {
+            if given {
+                bail!(
+                    "bench train: {flag} applies to --model gptj only (the {} model's shape and \
+                     data are fixed)",
+                    args.model.name()
+                );
+            }
+        }
+    }
+    let mut config = args
+        .preset
+        .unwrap_or(Preset::Paper)
+        .config(args.task.unwrap_or(TaskKind::Number));
     let (zoo, zoo_batch, zoo_seq, objective) = zoo_model(args.model, &config.model);
     if args.model != BenchModel::Gptj {
         if args.model == BenchModel::Formal && args.seq.is_some() {

@@ -314,7 +314,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                     r.size.to_string(),
                     r.prompt_tokens.to_string(),
                     format!("{:.3}", r.mean),
-                    format!("{:.3}", r.sd),
+                    r.sd.map_or("n/a (1 run)".into(), |sd| format!("{sd:.3}")),
                 ]);
             }
             print!("{table}");

@@ -126,7 +126,7 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
             config.model.n_params(),
             config.optim.steps,
             config.optim.batch_size
-        );
+        ) + &switched_off(&config.model);
         config.check()?;
         super::check_out_dir(&args.out, false)?;
         guard.check("train", &training_need(&config, &args.out, 0, args.engine))?;
@@ -208,4 +208,23 @@ fn join_range(m: &std::collections::BTreeMap<usize, f64>) -> String {
         (Some(lo), Some(hi)) => format!("{lo}-{hi}"),
         _ => String::new(),
     }
+}
+
+/// What the banner adds for a block part switched off, naming the setting it leaves unread
+/// (a config keeps `d_mlp` and `ln_eps` so that a sweep can switch the part on and off).
+fn switched_off(model: &ropelab_model::ModelConfig) -> String {
+    let mut parts = vec![];
+    if !model.mlp {
+        parts.push(format!(
+            "; attention-only blocks (mlp = false: d_mlp = {} unused)",
+            model.d_mlp
+        ));
+    }
+    if !model.layer_norm {
+        parts.push(format!(
+            "; no LayerNorm (layer_norm = false: ln_eps = {} unused)",
+            model.ln_eps
+        ));
+    }
+    parts.concat()
 }
