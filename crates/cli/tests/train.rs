@@ -465,6 +465,11 @@ fn a_run_stopped_before_its_first_checkpoint_resumes_from_scratch() {
     // What a kill during model set-up leaves behind.
     std::fs::remove_dir_all(stopped.join("checkpoints")).unwrap();
     std::fs::create_dir(stopped.join("checkpoints")).unwrap();
+    // Checkpoints removed under a log of trained steps: refused, the log kept (issue 55).
+    let logged = read(&stopped.join("metrics.jsonl"));
+    let refused = ropelab(&["train", "--resume", "--out", stopped.to_str().unwrap()]);
+    one_line_error(&refused, "up to step 20");
+    assert_eq!(read(&stopped.join("metrics.jsonl")), logged);
     std::fs::write(stopped.join("metrics.jsonl"), "").unwrap();
     // And what a kill during a checkpoint save or a file write leaves (removed on resume).
     std::fs::create_dir(stopped.join("checkpoints/.tmp-step-x1y2")).unwrap();

@@ -60,7 +60,9 @@ pub struct DirLock {
 }
 
 impl DirLock {
-    /// Locks `dir` (created if missing) or fails at once, naming the holder.
+    /// Locks `dir` (created if missing) or fails at once, naming the holder. Once locked, the
+    /// temporary files a killed writer left in it are removed (see
+    /// [`remove_stale_temporaries`]).
     pub fn acquire(dir: &Path) -> Result<Self, LockError> {
         let io_err = |source| LockError::Io {
             dir: dir.to_owned(),
@@ -79,6 +81,7 @@ impl DirLock {
                 file.set_len(0).map_err(io_err)?;
                 file.rewind().map_err(io_err)?;
                 writeln!(file, "{}", std::process::id()).map_err(io_err)?;
+                remove_stale_temporaries(dir);
                 Ok(Self {
                     _file: file,
                     dir: dir.to_owned(),
@@ -114,6 +117,30 @@ impl DirLock {
     }
 }
 
+/// Removes the `.ropelab-*` temporary files (what [`crate::AtomicFile`] writes before its
+/// rename) that a killed writer left in `dir` and the directories below it, skipping every
+/// directory with a lock of its own (its holder cleans it) and symbolic links. Called by the
+/// holder of `dir`'s lock, which is its only writer: nothing it removes is being written.
+/// Best effort: a file that cannot be removed stays, and is never read.
+pub fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let path = entry.path();
+        if kind.is_dir() {
+            if !path.join(LOCK_FILE).exists() {
+                remove_stale_temporaries(&path);
+            }
+        } else if kind.is_file() && entry.file_name().to_string_lossy().starts_with(".ropelab-") {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +160,34 @@ mod tests {
         drop(first);
         let again = DirLock::acquire(&dir).unwrap();
         assert_eq!(again.dir(), dir.as_path());
+    }
+
+    /// A killed writer's temporary files go when the directory is next locked, below it too,
+    /// except inside a directory with its own lock; other files stay.
+    #[test]
+    fn a_killed_writers_temporaries_go_when_the_directory_is_locked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("study");
+        let run = dir.join("seed-0/number");
+        std::fs::create_dir_all(dir.join("theory")).unwrap();
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::write(run.join(LOCK_FILE), b"").unwrap();
+        for f in [
+            ".ropelab-a1",
+            "theory/.ropelab-b2",
+            "seed-0/number/.ropelab-c3",
+            "kept.json",
+        ] {
+            std::fs::write(dir.join(f), b"half").unwrap();
+        }
+        let _lock = DirLock::acquire(&dir).unwrap();
+        assert!(!dir.join(".ropelab-a1").exists());
+        assert!(!dir.join("theory/.ropelab-b2").exists());
+        assert!(
+            run.join(".ropelab-c3").exists(),
+            "another lock's directory was cleaned"
+        );
+        assert!(dir.join("kept.json").exists() && dir.join(LOCK_FILE).exists());
     }
 
     #[test]

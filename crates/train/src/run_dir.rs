@@ -365,6 +365,26 @@ impl RunDir {
         Ok(lines)
     }
 
+    /// The largest step a line of `metrics.jsonl` records (None without one; lines that do
+    /// not parse are skipped: this asks only whether training was logged).
+    pub fn last_logged_step(&self) -> Result<Option<usize>> {
+        #[derive(serde::Deserialize)]
+        struct Line {
+            step: usize,
+        }
+        let path = self.metrics_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(TrainError::io(&path, e)),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Line>(l).ok())
+            .map(|l| l.step)
+            .max())
+    }
+
     /// The last validation recorded in `metrics.jsonl` (None when there is none).
     pub fn last_validation(&self) -> Result<Option<Accuracy>> {
         #[derive(serde::Deserialize)]

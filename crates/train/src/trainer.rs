@@ -239,6 +239,18 @@ impl Trainer {
             config.check()?;
         }
         if dir.checkpoints()?.is_empty() {
+            // A log of trained steps without a checkpoint to go on from: the checkpoints were
+            // removed, and starting again would replace that log without a word.
+            if let Some(step) = dir.last_logged_step()?.filter(|&s| s > 0) {
+                return Err(TrainError::run_dir(
+                    root,
+                    format!(
+                        "has no checkpoint to resume from, but metrics.jsonl logs training up to \
+                         step {step} (its checkpoints were removed): train again into another \
+                         --out, or remove metrics.jsonl to restart this run from step 0"
+                    ),
+                ));
+            }
             // Stopped before its step-0 checkpoint: nothing was trained, so start it again
             // from its own config (the metrics of the lost start are dropped).
             dir.clear_metrics()?;
