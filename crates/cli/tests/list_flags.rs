@@ -152,3 +152,101 @@ fn values_that_leave_nothing_to_check_are_refused() {
         assert!(!std::path::Path::new(out).exists(), "{args:?} wrote");
     }
 }
+
+/// A theory or pretrained table's `--out` that is a directory or a model's file is refused
+/// before the work (nothing printed, nothing written), a model's shard index and a GGUF file
+/// without its extension included; and a context length past the model's is said in a note
+/// (issue 55, fifth pass).
+#[test]
+fn a_tables_out_is_checked_before_the_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models/llama");
+    let model = dir.path().join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    for f in std::fs::read_dir(&fixture).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, model.join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(model.join("model.safetensors.index.json"), b"{}").unwrap();
+    let gguf = dir.path().join("weights.bin");
+    std::fs::write(&gguf, b"GGUF\x03\0\0\0").unwrap();
+    let m = model.to_str().unwrap();
+    let index = model.join("model.safetensors.index.json");
+    for (args, needle) in [
+        (
+            vec![
+                "theory",
+                "discrepancy",
+                "--mechanism",
+                "index",
+                "--theta",
+                "0.5",
+                "--max-n",
+                "5",
+                "--out",
+                dir.path().to_str().unwrap(),
+            ],
+            "it is a directory",
+        ),
+        (
+            vec![
+                "pretrained",
+                "rope-stats",
+                "--model",
+                m,
+                "--lengths",
+                "64",
+                "--draws",
+                "5",
+                "--out",
+                index.to_str().unwrap(),
+            ],
+            "of the model in",
+        ),
+        (
+            vec![
+                "pretrained",
+                "rope-stats",
+                "--model",
+                m,
+                "--lengths",
+                "64",
+                "--draws",
+                "5",
+                "--out",
+                gguf.to_str().unwrap(),
+            ],
+            "a model's weights",
+        ),
+    ] {
+        let got = ropelab(&args);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(!got.status.success(), "{args:?} ran");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(got.stdout.is_empty(), "{args:?} worked first");
+    }
+    assert_eq!(std::fs::read(&index).unwrap(), b"{}");
+    assert_eq!(std::fs::read(&gguf).unwrap(), b"GGUF\x03\0\0\0");
+    // (An index beside the single file would be refused as two sets of weights.)
+    std::fs::remove_file(&index).unwrap();
+    let out = dir.path().join("rope.csv");
+    let got = ropelab(&[
+        "pretrained",
+        "rope-stats",
+        "--model",
+        m,
+        "--lengths",
+        "64,1000",
+        "--draws",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(got.status.success(), "{err}");
+    assert!(
+        err.contains("M = 1000 beyond the model's context of 128"),
+        "{err}"
+    );
+}

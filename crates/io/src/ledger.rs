@@ -413,6 +413,29 @@ fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
     }
 }
 
+/// Whether the file at `path` is model weights whatever its name: a GGUF file (its magic), or
+/// a safetensors file (an 8-byte little-endian header length inside the file, then `{`).
+fn holds_weights(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    if !meta.is_file() {
+        return false;
+    }
+    let mut head = Vec::with_capacity(9);
+    let Ok(_) = std::fs::File::open(path).and_then(|f| f.take(9).read_to_end(&mut head)) else {
+        return false;
+    };
+    if head.starts_with(b"GGUF") {
+        return true;
+    }
+    head.len() == 9 && head[8] == b'{' && {
+        let header = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        header >= 2 && header <= meta.len() - 8
+    }
+}
+
 /// The files ropelab keeps for a run or an experiment whether or not a ledger lists them,
 /// when `path` (absolute) is one that exists: the bookkeeping files of any directory (a
 /// ledger, a checkpoint manifest, a sweep's plan, a job's parameters and result), and a run
@@ -425,13 +448,15 @@ fn bookkeeping(path: &Path) -> Option<String> {
     let parent = path.parent()?;
     // A model's own files: no command writes weights, and a model directory's config and
     // tokenizer are read with them.
-    if name.ends_with(".gguf") || name.ends_with(".safetensors") {
+    if name.ends_with(".gguf") || name.ends_with(".safetensors") || holds_weights(path) {
         return Some("a model's weights".to_owned());
     }
+    // Every file of a model directory (its config, tokenizer, shard index, generation
+    // settings) is read with the weights: none is replaced.
     let model_dir = std::fs::read_dir(parent).is_ok_and(|mut entries| {
         entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".safetensors")))
     });
-    if model_dir && matches!(name.as_str(), "config.json" | "tokenizer.json") {
+    if model_dir {
         return Some(format!("the {name} of the model in {}", parent.display()));
     }
     // A study's saved datasets (`seed-S/data/`), which its runs are evaluated on.
@@ -556,6 +581,39 @@ mod tests {
             s => panic!("{s:?}"),
         }
         assert!(ledger.vouch(d, "a.csv", Expect::Any).is_err());
+    }
+
+    /// Every existing file of a model directory is refused (a shard index too), and weights
+    /// are known by their bytes whatever their name (fifth pass: both were overwritten).
+    #[test]
+    fn a_models_files_are_refused_whatever_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir_all(&model).unwrap();
+        let mut st = 2u64.to_le_bytes().to_vec();
+        st.extend_from_slice(b"{}");
+        std::fs::write(model.join("model-00001-of-00002.safetensors"), &st).unwrap();
+        for f in ["model.safetensors.index.json", "generation_config.json"] {
+            std::fs::write(model.join(f), b"{}").unwrap();
+            let err = refuse_listed(&model.join(f), None).unwrap_err();
+            assert!(err.to_string().contains("of the model in"), "{err}");
+        }
+        assert!(refuse_listed(&model.join("new.csv"), None).is_ok());
+        let plain = dir.path().join("plain");
+        std::fs::create_dir_all(&plain).unwrap();
+        for (name, bytes) in [("m.bin", b"GGUF\x03\0\0\0".to_vec()), ("w.bin", st.clone())] {
+            std::fs::write(plain.join(name), &bytes).unwrap();
+            let err = refuse_listed(&plain.join(name), None).unwrap_err();
+            assert!(
+                err.to_string().contains("a model's weights"),
+                "{name}: {err}"
+            );
+        }
+        // A table or a short file is not weights.
+        std::fs::write(plain.join("t.csv"), b"a,b\n1,2\n").unwrap();
+        std::fs::write(plain.join("s.bin"), b"GG").unwrap();
+        assert!(refuse_listed(&plain.join("t.csv"), None).is_ok());
+        assert!(refuse_listed(&plain.join("s.bin"), None).is_ok());
     }
 
     #[test]

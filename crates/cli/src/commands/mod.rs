@@ -107,6 +107,9 @@ impl Command {
     /// Runs the subcommand; `force` skips the up-front memory and disk check.
     pub fn run(self, force: bool) -> Result<()> {
         let guard = Guard { force };
+        if let Some(out) = self.table_out() {
+            check_out_file(out)?;
+        }
         match self {
             Command::Reproduce(args) => reproduce::run(args, guard),
             Command::Gen(args) => gen::run(args, guard),
@@ -133,6 +136,43 @@ impl Command {
             Command::Bench(cmd) => bench::run(cmd, guard),
         }
     }
+}
+
+impl Command {
+    /// The file `--out` names for the commands that compute a whole table before writing it
+    /// (the theory and pretrained commands, which read no run of their own), checked before the
+    /// work starts.
+    fn table_out(&self) -> Option<&std::path::Path> {
+        use pretrained::PretrainedCommand as P;
+        use theory::TheoryCommand as T;
+        match self {
+            Command::Theory(T::Discrepancy(a)) => Some(&a.out),
+            Command::Theory(T::RopeStats(a)) => Some(&a.out),
+            Command::Theory(T::Margins(a)) => Some(&a.out),
+            Command::Theory(T::Periodic(a)) => Some(&a.out),
+            Command::Theory(T::OffsetRange(a)) => Some(&a.out),
+            Command::Pretrained(P::Tasks(a)) => Some(&a.out),
+            Command::Pretrained(P::Score(a)) => Some(&a.out),
+            Command::Pretrained(P::RopeStats(a)) => Some(&a.out),
+            Command::Pretrained(P::IndexTask(a)) => Some(&a.out),
+            _ => None,
+        }
+    }
+}
+
+/// Refuses, before any work, an output file that is a directory or one ropelab keeps or a
+/// ledger lists (the check [`crate::output::Output::create`] makes again with the bytes).
+pub fn check_out_file(out: &std::path::Path) -> Result<()> {
+    if out.as_os_str() == "-" {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        !out.is_dir(),
+        "cannot write {}: it is a directory",
+        out.display()
+    );
+    ropelab_io::refuse_listed(out, None)?;
+    Ok(())
 }
 
 /// The up-front resource check of one command (see `ropelab_io::resources`).

@@ -77,7 +77,8 @@ pub struct PretrainedRopeArgs {
     /// layer: 0,15,29 for SmolLM2].
     #[arg(long, value_delimiter = ',')]
     pub layers: Option<Vec<usize>>,
-    /// Context lengths M, comma-separated.
+    /// Context lengths M, comma-separated (beyond the model's context: an extrapolation, said in
+    /// a note).
     #[arg(long, value_delimiter = ',', default_values_t = ModelRopeOptions::default().lengths)]
     pub lengths: Vec<usize>,
     /// (q, k1, k2) triples per layer, drawn from the prompt's positions.
@@ -431,6 +432,23 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
         format: a.format,
     };
     guard.check("pretrained rope-stats", &options.need(model.config()))?;
+    // Lengths past the context are an extrapolation the statistics can make (q and k rotated
+    // to distances the model never saw): said, so no row reads as the model's own range.
+    let context = model.config().context_length;
+    let beyond: Vec<String> = a
+        .lengths
+        .iter()
+        .filter(|&&m| m > context)
+        .map(|m| m.to_string())
+        .collect();
+    if !beyond.is_empty() {
+        eprintln!(
+            "note: M = {} beyond the model's context of {context} tokens: q and k from a text of \
+             {} tokens rotated to distances the model never attended over (an extrapolation)",
+            beyond.join(", "),
+            options.text_tokens(context)
+        );
+    }
     let start = Instant::now();
     let bar = progress(model.config().n_layers as u64, "rope-stats blocks");
     let rows = model_rope_failures(&model, &tokenizer, &options, |d| bar.set_position(d as u64))?;
