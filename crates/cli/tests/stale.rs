@@ -1107,6 +1107,38 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         "--out".into(),
         format!("{r}/streamed/deeper/../../metrics.jsonl"),
     ]);
+    // The study's failure table, which its report draws (fifth pass).
+    cases.push(vec![
+        "theory".into(),
+        "rope-stats".into(),
+        "--d".into(),
+        "8".into(),
+        "--lengths".into(),
+        "16".into(),
+        "--bases".into(),
+        "100".into(),
+        "--draws".into(),
+        "2".into(),
+        "--out".into(),
+        format!("{st}/theory/rope-failures.csv"),
+    ]);
+    // A study's job is not extended behind its back, and a run's lock is kept (fifth pass).
+    cases.push(vec![
+        "train".into(),
+        "--resume".into(),
+        "--steps".into(),
+        "30".into(),
+        "--out".into(),
+        format!("{st}/seed-3/number"),
+    ]);
+    cases.push(vec![
+        "gen".into(),
+        "number".into(),
+        "--n".into(),
+        "2".into(),
+        "--out".into(),
+        format!("{r}/.ropelab.lock"),
+    ]);
     // One study named twice, spelled differently, is refused (fourth pass).
     cases.push(vec![
         "bias".into(),

@@ -255,7 +255,8 @@ pub fn refuse_other_shape(target: &Path, contents: &[u8]) -> io::Result<()> {
         Some(what) => Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
-                "{} is {what}; what was written is another kind of file: write elsewhere",
+                "{} is {what}; what this command wrote (not kept) is another kind of file: write \
+                 elsewhere",
                 target.display()
             ),
         )),
@@ -381,6 +382,16 @@ fn ropelab_dir(path: &Path) -> Option<&Path> {
 fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
     let name = path.file_name()?.to_string_lossy().into_owned();
     let dir = ropelab_dir(path)?;
+    if !path.exists() {
+        // A new file in a ropelab directory is what its name says: CSV rows are no
+        // `scores.jsonl`, whatever the command (fifth pass).
+        let extension = name.rsplit_once('.').map_or("", |(_, e)| e);
+        let contents = contents?;
+        return (matches!(extension, "csv" | "jsonl" | "json" | "html" | "svg")
+            && !contents.is_empty()
+            && shape(&name, contents).is_none())
+        .then(|| format!("a .{extension} name in {}", dir.display()));
+    }
     if !path.is_file() {
         return None;
     }
@@ -474,6 +485,7 @@ fn bookkeeping(path: &Path) -> Option<String> {
     }
     let named = match name.as_str() {
         LEDGER => Some("a ledger of measured files"),
+        crate::lock::LOCK_FILE => Some("a directory's lock"),
         crate::checksum::MANIFEST => Some("a checkpoint's manifest"),
         "plan.json" => Some("a sweep's plan"),
         "job.json" | "result.json" => Some("a sweep job's record"),
@@ -581,6 +593,30 @@ mod tests {
             s => panic!("{s:?}"),
         }
         assert!(ledger.vouch(d, "a.csv", Expect::Any).is_err());
+    }
+
+    /// A new file in a ropelab directory is what its name says (CSV rows are no
+    /// `scores.jsonl`), and a directory's lock is never replaced (fifth pass).
+    #[test]
+    fn a_new_file_in_a_run_is_what_its_name_says_and_its_lock_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir_all(run.join("checkpoints")).unwrap();
+        std::fs::write(run.join("config.toml"), b"x").unwrap();
+        let scores = run.join("scores.jsonl");
+        let err = refuse_listed(&scores, Some(b"extra,length\n0,17\n")).unwrap_err();
+        assert!(err.to_string().contains("a .jsonl name in"), "{err}");
+        assert!(refuse_other_shape(&scores, b"extra,length\n").is_err());
+        assert!(refuse_listed(&scores, Some(b"{\"step\":0}\n")).is_ok());
+        assert!(refuse_listed(&run.join("t.csv"), Some(b"{\"a\":1}\n")).is_err());
+        assert!(refuse_listed(&run.join("t.csv"), Some(b"a,b\n")).is_ok());
+        assert!(refuse_listed(&run.join("empty.jsonl"), Some(b"")).is_ok());
+        assert!(refuse_listed(&run.join("notes.txt"), Some(b"anything")).is_ok());
+        // Outside a ropelab directory a name binds nothing.
+        assert!(refuse_listed(&dir.path().join("s.jsonl"), Some(b"a,b\n")).is_ok());
+        std::fs::write(run.join(crate::lock::LOCK_FILE), b"123\n").unwrap();
+        let err = refuse_listed(&run.join(crate::lock::LOCK_FILE), None).unwrap_err();
+        assert!(err.to_string().contains("lock"), "{err}");
     }
 
     /// Every existing file of a model directory is refused (a shard index too), and weights

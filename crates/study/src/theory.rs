@@ -5,7 +5,6 @@ use std::path::Path;
 
 use anyhow::Result;
 use ropelab_analysis::claims::files::record_table;
-use ropelab_io::write_csv;
 use ropelab_theory::discrepancy::{curve, DiscrepancyRow, Mechanism};
 use ropelab_theory::failures::{failure_table, FailureConfig, FailureRow};
 
@@ -44,7 +43,12 @@ pub fn run(config: &StudyConfig, out: &Path, progress: &dyn Progress) -> Result<
     let stage = progress.stage("rope-stats", t.bases.len() as u64);
     let failures = failure_table(&failures_config, |done, _| stage.set(done as u64))?;
     drop(stage);
-    write_csv(&out.join("theory/rope-failures.csv"), &failures)?;
+    // The report draws it: recorded too, so no other command's table takes its place.
+    record_table(
+        &out.join("theory/rope-failures.csv"),
+        "theory",
+        ropelab_io::to_csv(&failures)?.as_bytes(),
+    )?;
     Ok(TheoryResults {
         curves,
         failures_config,

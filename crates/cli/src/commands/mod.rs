@@ -193,7 +193,7 @@ impl Guard {
 /// `config.toml` and `checkpoints/`), a checkpoint (`ropelab.json`), or a sweep's, study's or
 /// experiment's directory (`plan.json`). Studies and sweeps place their own runs; a command's
 /// `--out` does not.
-fn nested_in(out: &std::path::Path) -> Result<Option<String>> {
+pub fn nested_in(out: &std::path::Path) -> Result<Option<String>> {
     let out = ropelab_io::resolved(out)?;
     for dir in out.ancestors().skip(1) {
         if dir.join("config.toml").is_file() && dir.join("checkpoints").is_dir() {

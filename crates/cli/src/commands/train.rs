@@ -70,6 +70,15 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
     let device = Device::Cpu;
     let steps = args.steps.map(|s| s as usize);
     let mut trainer = if args.resume {
+        // A job of a study, sweep or experiment is trained by it (its ledger and plan record
+        // the steps it was measured at): extending it here would stale the whole directory.
+        if let Some(owner) = super::nested_in(&args.out)? {
+            anyhow::bail!(
+                "{} is a job of {owner}, which trains it itself: change that directory's config \
+                 and rerun it instead of resuming the job",
+                args.out.display()
+            );
+        }
         // The estimate of the rest of the run; a directory that cannot be read is reported by
         // `Trainer::resume` itself.
         if let Ok((dir, mut config)) = RunDir::open(&args.out) {
