@@ -88,6 +88,23 @@ fn main() -> ExitCode {
         ropelab_io::atomic::remove_live_temporaries();
         std::process::exit(130);
     });
+    // A reader that closed standard output (`ropelab train ... | head -1`) ends the command as
+    // SIGPIPE would, quietly and with its temporary files removed, not with a panic's
+    // backtrace: `println!` panics on a closed pipe.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to std") && message.contains("Broken pipe") {
+            ropelab_io::atomic::remove_live_temporaries();
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err)

@@ -577,7 +577,32 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     };
     bad(
         &["discrepancy", "--mechanism", "index", "--theta", "0"],
-        "theta must be positive",
+        "theta must lie in (0, 2 pi]",
+    );
+    // Angles past a turn, and scales or rotations the numbers cannot hold (fifth pass).
+    bad(
+        &["discrepancy", "--mechanism", "index", "--theta", "1e300"],
+        "theta must lie in (0, 2 pi]",
+    );
+    bad(
+        &["offset-range", "--g", "1e300", "--cap", "100"],
+        "g must lie in (0, 2 pi]",
+    );
+    bad(
+        &[
+            "offset-range",
+            "--g",
+            "1",
+            "--k",
+            "4",
+            "--scales",
+            "1000",
+            "--cap",
+            "1000",
+            "--format",
+            "f16",
+        ],
+        "overflows f16",
     );
     bad(
         &["discrepancy", "--mechanism", "index", "--theta=-1"],
@@ -792,4 +817,37 @@ fn pretrained_commands_take_any_local_rope_model() {
         "a",
     ]);
     assert_one_line_error(&out, "BertForMaskedLM");
+}
+
+/// A reader that closes standard output ends the command quietly, as SIGPIPE would (exit
+/// 141), not with a panic's backtrace (fifth pass: `train ... | head -1` panicked).
+#[test]
+fn a_closed_standard_output_is_no_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ropelab"))
+        .args([
+            "train",
+            "--task",
+            "number",
+            "--preset",
+            "tiny",
+            "--steps",
+            "3",
+            "--out",
+            dir.path().join("run").to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read end closes before the banner is printed.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        matches!(out.status.code(), Some(141) | Some(0)),
+        "{:?}: {err}",
+        out.status
+    );
 }

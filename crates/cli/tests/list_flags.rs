@@ -135,6 +135,20 @@ fn values_that_leave_nothing_to_check_are_refused() {
             ],
             "no --band sweep",
         ),
+        // Random inputs no longer than the exhaustive ones check nothing new (fifth pass).
+        (
+            vec![
+                "theory",
+                "construct",
+                "--mechanism",
+                "index",
+                "--n0",
+                "5",
+                "--long",
+                "3",
+            ],
+            "must exceed --n0 5",
+        ),
         // The zoo's fixed shapes read no preset and no task (issue 55, fourth pass).
         (
             vec!["bench", "train", "--model", "toy", "--preset", "tiny"],

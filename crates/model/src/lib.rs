@@ -30,4 +30,5 @@ pub use layout::{
 pub use objective::Objective;
 pub use position::{
     Beyond, PeriodicTables, PlaneMask, PlaneMode, PositionEncoding, RopeLayout, Rotation, Turn,
+    BASE_RANGE,
 };

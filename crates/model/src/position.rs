@@ -410,10 +410,15 @@ fn check_periods(periods: &[usize], key: &str) -> Result<()> {
     Ok(())
 }
 
+/// The bases a position encoding accepts: 1e-12 to 1e12, the range the tests cover (beyond it
+/// `base^(-2k/d)` leaves f64's precision for the rotations the lens computes).
+pub const BASE_RANGE: (f64, f64) = (1e-12, 1e12);
+
 fn check_base(base: f64, key: &str) -> Result<()> {
-    if !(base.is_finite() && base > 0.0) {
+    let (lo, hi) = BASE_RANGE;
+    if !(base.is_finite() && (lo..=hi).contains(&base)) {
         return bad(format!(
-            "{key}.base must be positive and finite, got {base}"
+            "{key}.base must lie in [{lo:e}, {hi:e}], got {base}"
         ));
     }
     Ok(())
@@ -615,8 +620,14 @@ impl PositionEncoding {
                 mask_fits(planes, rotary_dim / 2)
             }
             PositionEncoding::Angles { thetas, planes, .. } => {
-                if thetas.is_empty() || thetas.iter().any(|t| !t.is_finite()) {
-                    return bad(format!("{key}.thetas must list at least one finite angle"));
+                if thetas.is_empty() {
+                    return bad(format!("{key}.thetas must list at least one angle"));
+                }
+                if let Some(k) = thetas.iter().position(|t| !t.is_finite()) {
+                    return bad(format!(
+                        "{key}.thetas[{k}] is {}: every angle must be finite",
+                        thetas[k]
+                    ));
                 }
                 fits_head(thetas.len(), "angles")?;
                 mask_fits(planes, thetas.len())

@@ -707,7 +707,18 @@ mod tests {
             (
                 "length_ratio = 4.0",
                 "length_ratio = 4.0\ncompose_drop = 2.0",
-                "[claims] compose_drop = 2 is out of range: it must be in [0, 1]",
+                "[claims] compose_drop = 2 is out of range: it must be in (0, 1]",
+            ),
+            // Thresholds that decide a claim whatever is measured (fifth pass).
+            (
+                "learned_accuracy = 0.99",
+                "learned_accuracy = 0.0",
+                "[claims] learned_accuracy = 0 is out of range: it must be in (0, 1]",
+            ),
+            (
+                "min_positional_layers = 2",
+                "min_positional_layers = 0",
+                "[claims] min_positional_layers must be at least 1",
             ),
             (
                 "learned_accuracy = 0.99",
@@ -735,7 +746,7 @@ mod tests {
             (
                 "index_theta = 0.866",
                 "index_theta = -1.0",
-                "theta must be positive",
+                "theta must lie in (0, 2 pi]",
             ),
             ("sizes = [12, 32]", "sizes = [0, 32]", "[pretrained]"),
             (

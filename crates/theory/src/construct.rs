@@ -71,8 +71,10 @@ fn rows<const W: usize>(values: Vec<[f64; W]>, device: &Device) -> Result<Tensor
 impl HandHead {
     /// The Index head over `letters` letters and integers 1..=`max_int`.
     pub fn index(letters: usize, max_int: usize, theta: f64, beta: f64) -> Result<Self> {
-        if !(theta.is_finite() && theta > 0.0) {
-            return invalid(format!("theta must be positive, got {theta}"));
+        if !(theta.is_finite() && theta > 0.0 && theta <= std::f64::consts::TAU) {
+            return invalid(format!(
+                "theta must lie in (0, 2 pi] (angles repeat every turn), got {theta}"
+            ));
         }
         let vocab: Vec<Symbol> = (0..letters)
             .map(Symbol::Letter)
@@ -101,8 +103,10 @@ impl HandHead {
 
     /// The Retrieval head over `letters` letters (alphabet) and numbers 1..=`numbers`.
     pub fn retrieval(letters: usize, numbers: usize, theta: f64, beta: f64) -> Result<Self> {
-        if !(theta.is_finite() && theta >= 0.0) {
-            return invalid(format!("theta must be non-negative, got {theta}"));
+        if !(theta.is_finite() && theta >= 0.0 && theta <= std::f64::consts::TAU) {
+            return invalid(format!(
+                "theta must lie in [0, 2 pi] (angles repeat every turn), got {theta}"
+            ));
         }
         if letters < 2 {
             return invalid(format!(
@@ -153,8 +157,10 @@ impl HandHead {
                 "Partial Induction needs at least 2 symbols and 2 attributes, got {symbols} x {attributes}"
             ));
         }
-        if !(theta.is_finite() && theta >= 0.0) {
-            return invalid(format!("theta must be non-negative, got {theta}"));
+        if !(theta.is_finite() && theta >= 0.0 && theta <= std::f64::consts::TAU) {
+            return invalid(format!(
+                "theta must lie in [0, 2 pi] (angles repeat every turn), got {theta}"
+            ));
         }
         if !(content.is_finite() && recency.is_finite() && content >= 0.0 && recency >= 0.0) {
             return invalid(format!(
@@ -642,6 +648,13 @@ impl ConstructOptions {
         }
         if self.n0 > max {
             return crate::invalid(format!("n0 must be at most {max}, got {}", self.n0));
+        }
+        if self.long <= self.n0 {
+            return crate::invalid(format!(
+                "the random inputs' length (--long {}) must exceed --n0 {}: every input up to \
+                 n0 is checked already",
+                self.long, self.n0
+            ));
         }
         Ok(())
     }

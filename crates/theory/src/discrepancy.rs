@@ -123,8 +123,10 @@ pub fn check(mechanism: Mechanism, theta: f64, alphabet: usize, max_n: usize) ->
 
 /// Index-head margins for n = 1..=max_n with angle `theta` (> 0).
 pub fn index(theta: f64, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
-    if !(theta.is_finite() && theta > 0.0) {
-        return invalid(format!("theta must be positive, got {theta}"));
+    if !(theta.is_finite() && theta > 0.0 && theta <= std::f64::consts::TAU) {
+        return invalid(format!(
+            "theta must lie in (0, 2 pi] (angles repeat every turn), got {theta}"
+        ));
     }
     check_n(max_n)?;
     // best[u] = max_{1 <= t <= u} cos(t theta).
@@ -153,9 +155,9 @@ pub fn index_bound_best_input(theta: f64, n: usize) -> f64 {
 /// encoding) and an alphabet of `alphabet` symbols (>= 2). The bound column is
 /// 1 - cos(omega - n theta).
 pub fn retrieval(theta: f64, alphabet: usize, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
-    if !(theta.is_finite() && theta >= 0.0) {
+    if !(theta.is_finite() && theta >= 0.0 && theta <= std::f64::consts::TAU) {
         return invalid(format!(
-            "theta must be non-negative for the Retrieval head, got {theta}"
+            "theta must lie in [0, 2 pi] for the Retrieval head (angles repeat every turn), got {theta}"
         ));
     }
     if !(2..=MAX_ALPHABET).contains(&alphabet) {

@@ -202,8 +202,13 @@ impl FailureConfig {
                 self.d
             ));
         }
-        if let Some(b) = self.bases.iter().find(|b| !(b.is_finite() && **b > 0.0)) {
-            return invalid(format!("base must be positive, got {b}"));
+        let (lo, hi) = ropelab_model::BASE_RANGE;
+        if let Some(b) = self
+            .bases
+            .iter()
+            .find(|b| !(b.is_finite() && (lo..=hi).contains(*b)))
+        {
+            return invalid(format!("base must lie in [{lo:e}, {hi:e}], got {b}"));
         }
         if let Some(m) = self
             .lengths
@@ -397,25 +402,55 @@ fn change(rows: &[FailureRow], rate: Rate, vary: Rate, fixed: Rate) -> f64 {
 }
 
 /// Direction of each failure rate as M grows (at each base) and as B grows (at each M):
-/// `"up"`, `"down"` or `"flat"`, comparing the smallest and largest value of the parameter.
+/// `"up"`, `"down"` or `"flat"`, comparing the smallest and largest value of the parameter;
+/// `"n/a"` where the rows hold one value of it (nothing was compared).
 pub fn trade_off(rows: &[FailureRow]) -> Vec<(&'static str, &'static str, &'static str)> {
     let length: Rate = |r| r.length as f64;
     let base: Rate = |r| r.base;
+    let varies = |vary: Rate| {
+        let mut values: Vec<f64> = rows.iter().map(vary).collect();
+        values.sort_by(f64::total_cmp);
+        values.dedup();
+        values.len() > 1
+    };
+    let along = |rate: Rate, vary: Rate, fixed: Rate| {
+        if varies(vary) {
+            direction(change(rows, rate, vary, fixed))
+        } else {
+            "n/a"
+        }
+    };
     EVENTS
         .iter()
-        .map(|&(name, rate)| {
-            (
-                name,
-                direction(change(rows, rate, length, base)),
-                direction(change(rows, rate, base, length)),
-            )
-        })
+        .map(|&(name, rate)| (name, along(rate, length, base), along(rate, base, length)))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One base or one length compares nothing: its direction is "n/a", not "flat".
+    #[test]
+    fn a_single_value_has_no_direction() {
+        let row = |base: f64, length: usize, rate: f64| FailureRow {
+            base,
+            length,
+            position_inversion: rate,
+            position_aliasing: rate,
+            token_inversion: rate,
+            token_aliasing: rate,
+            position_alias_pairs: 0.0,
+            mu_approx: 0.0,
+            mu_empirical: 0.0,
+            sigma_approx: 0.0,
+            sigma_empirical: 0.0,
+        };
+        let one = trade_off(&[row(100.0, 16, 0.1)]);
+        assert!(one.iter().all(|t| t.1 == "n/a" && t.2 == "n/a"), "{one:?}");
+        let by_m = trade_off(&[row(100.0, 16, 0.1), row(100.0, 64, 0.3)]);
+        assert!(by_m.iter().all(|t| t.1 == "up" && t.2 == "n/a"), "{by_m:?}");
+    }
 
     /// Brute force over all pairs.
     fn inversion_slow(curve: &[f64]) -> f64 {
@@ -484,6 +519,8 @@ mod tests {
             c.check().unwrap_err().to_string()
         };
         assert!(err(&|c| c.bases = vec![0.0]).contains("base"));
+        assert!(err(&|c| c.bases = vec![1e300]).contains("base must lie in"));
+        assert!(err(&|c| c.bases = vec![1e-300]).contains("base must lie in"));
         assert!(err(&|c| c.lengths = vec![1]).contains("between 2 and"));
         assert!(err(&|c| c.lengths = vec![10_000_000_000]).contains("between 2 and"));
         assert!(err(&|c| c.d = 1 << 20).contains("at most"));

@@ -172,11 +172,22 @@ pub fn offset_range(
     format: NumberFormat,
     cap: usize,
 ) -> Result<Option<usize>> {
-    if !(g.is_finite() && g > 0.0) {
-        return invalid(format!("the rotation g must be positive, got {g}"));
+    // Past one turn a rotation is another's (g and g - 2 pi turn alike), and its angles
+    // g t leave f64's precision long before the search ends.
+    if !(g.is_finite() && g > 0.0 && g <= std::f64::consts::TAU) {
+        return invalid(format!(
+            "the rotation g must lie in (0, 2 pi] radians per position, got {g}"
+        ));
     }
     if !(c.is_finite() && c > 0.0) {
         return invalid(format!("the scale C must be positive, got {c}"));
+    }
+    // A scale the format cannot hold makes every score infinite: nothing is certified.
+    if !format.round(c).is_finite() {
+        return invalid(format!(
+            "the scale C = {c:.1} overflows {format}: its scores would be infinite; choose a \
+             smaller scale"
+        ));
     }
     let fl = f_large(format);
     let score = |t: i64| format.round(c * format.round((g * t as f64).cos()));

@@ -177,10 +177,15 @@ fn bad_position_values_name_the_file_and_the_key() {
         ("kind = \"learned\"\nmax_len = 0", "position.max_len must be at least 1"),
         (
             "kind = \"rope\"\nbase = 0.0\nrotary_dim = 8\nlayout = \"interleaved\"",
-            "position.base must be positive and finite",
+            "position.base must lie in",
         ),
-        ("kind = \"sinusoidal\"\nbase = -inf", "position.base must be positive and finite"),
-        ("kind = \"sinusoidal\"\nbase = nan", "position.base must be positive and finite"),
+        ("kind = \"sinusoidal\"\nbase = -inf", "position.base must lie in"),
+        ("kind = \"sinusoidal\"\nbase = nan", "position.base must lie in"),
+        ("kind = \"sinusoidal\"\nbase = 1e300", "position.base must lie in"),
+        (
+            "kind = \"rope\"\nbase = 1e-300\nrotary_dim = 8\nlayout = \"interleaved\"",
+            "position.base must lie in",
+        ),
         (
             "kind = \"periodic\"\nperiods = [2, 2]\ntables = [[0.0, 1.0]]\nlayout = \"interleaved\"",
             "position.tables has 1 tables for 2 periods",

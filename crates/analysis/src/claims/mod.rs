@@ -150,11 +150,13 @@ impl Thresholds {
                 Err(format!("{key} = {v} is out of range: it must be {range}"))
             }
         };
+        // Tolerances may be 0; an accuracy, a mass or a drop of 0 would make its claim hold
+        // (or fail) whatever was measured, so those lie in (0, 1].
+        within("hop_spread", self.hop_spread, 0.0, 1.0, false)?;
+        within("peak_tolerance", self.peak_tolerance, 0.0, 1.0, false)?;
         for (key, v) in [
             ("learned_accuracy", self.learned_accuracy),
             ("hop_accuracy", self.hop_accuracy),
-            ("hop_spread", self.hop_spread),
-            ("peak_tolerance", self.peak_tolerance),
             ("length_accuracy", self.length_accuracy),
             ("offset_accuracy", self.offset_accuracy),
             ("offset_fail_accuracy", self.offset_fail_accuracy),
@@ -165,7 +167,7 @@ impl Thresholds {
             ("kept_accuracy", self.kept_accuracy),
             ("compose_drop", self.compose_drop),
         ] {
-            within(key, v, 0.0, 1.0, false)?;
+            within(key, v, 0.0, 1.0, true)?;
         }
         within(
             "retrieval_fraction",
@@ -181,6 +183,7 @@ impl Thresholds {
             ("retrieval_n", self.retrieval_n),
             ("offset_factor", self.offset_factor),
             ("min_seeds", self.min_seeds),
+            ("min_positional_layers", self.min_positional_layers),
         ] {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));

@@ -106,9 +106,15 @@ impl FromStr for Pe {
                 Err(_) => Err(AnalysisError::Invalid(format!(
                     "position encoding {s:?}: {text:?} is not a number"
                 ))),
-                Ok(b) if !(b.is_finite() && b > 0.0) => Err(AnalysisError::Invalid(format!(
-                    "position encoding {s:?}: the base must be positive and finite, got {b}"
-                ))),
+                Ok(b)
+                    if !(b.is_finite()
+                        && (ropelab_model::BASE_RANGE.0..=ropelab_model::BASE_RANGE.1)
+                            .contains(&b)) =>
+                {
+                    Err(AnalysisError::Invalid(format!(
+                        "position encoding {s:?}: the base must lie in [1e-12, 1e12], got {b}"
+                    )))
+                }
                 Ok(b) => Ok(b),
             }
         };

@@ -92,9 +92,15 @@ impl FromStr for OffsetPe {
             None if s == "nope" => Ok(OffsetPe::Nope),
             Some(("rope", b)) => match b.parse::<f64>() {
                 Err(_) => bad(format!("position encoding {s:?}: {b:?} is not a number")),
-                Ok(base) if !(base.is_finite() && base > 0.0) => bad(format!(
-                    "position encoding {s:?}: the base must be positive and finite, got {base}"
-                )),
+                Ok(base)
+                    if !(base.is_finite()
+                        && (ropelab_model::BASE_RANGE.0..=ropelab_model::BASE_RANGE.1)
+                            .contains(&base)) =>
+                {
+                    bad(format!(
+                        "position encoding {s:?}: the base must lie in [1e-12, 1e12], got {base}"
+                    ))
+                }
                 Ok(base) => Ok(OffsetPe::Rope(base)),
             },
             _ => bad(format!(

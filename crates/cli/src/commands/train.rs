@@ -135,7 +135,8 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
             config.model.n_params(),
             config.optim.steps,
             config.optim.batch_size
-        ) + &switched_off(&config.model);
+        ) + &switched_off(&config.model)
+            + &short_of_warmup(&config);
         config.check()?;
         super::check_out_dir(&args.out, false)?;
         guard.check("train", &training_need(&config, &args.out, 0, args.engine))?;
@@ -236,4 +237,18 @@ fn switched_off(model: &ropelab_model::ModelConfig) -> String {
         ));
     }
     parts.concat()
+}
+
+/// What the banner adds when the run ends inside its warm-up: the learning rate never reaches
+/// the config's `lr` (a short test run may mean it; a long one rarely does).
+fn short_of_warmup(config: &RunConfig) -> String {
+    let o = &config.optim;
+    if o.warmup >= o.steps {
+        format!(
+            "; warmup {} >= {} steps: the learning rate never reaches lr = {}",
+            o.warmup, o.steps, o.lr
+        )
+    } else {
+        String::new()
+    }
 }
