@@ -1178,4 +1178,23 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         "4",
     ]));
     ok(ropelab(&["report", st]));
+    // A job's config.toml edited after it ran is not reused by the study (fifth pass).
+    let job_config = study.join("seed-3/number/config.toml");
+    let text = std::fs::read_to_string(&job_config).unwrap();
+    assert!(text.contains("\nlr = "), "{text}");
+    std::fs::write(&job_config, text.replace("\nlr = ", "\nlr = 0.5 #")).unwrap();
+    let got = ropelab(&[
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        st,
+        "--no-pretrained",
+    ]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(!got.status.success(), "an edited job config was reused");
+    assert!(
+        err.contains("config.toml says optim.lr = 0.5") && err.contains("edited after it ran"),
+        "{err}"
+    );
 }

@@ -305,6 +305,19 @@ pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
     }
     if let Some(r) = &result {
         if r.config_sha256.as_deref() == Some(digest.as_str()) {
+            // The run directory's own config must still be the one that ran: an edit after
+            // the job finished is refused by name (fifth pass), as `eval` refuses it.
+            if RunDir::new(&run).config_path().exists() {
+                let (_, existing) = RunDir::open(&run)?;
+                if let Some((key, now, was)) = job.config.difference(&existing) {
+                    return Ok(JobState::Stale(format!(
+                        "{}/config.toml says {key} = {was}, but the job that ran gives {key} = \
+                         {now} (edited after it ran): its results are not reused; remove the \
+                         job's directory or choose another --out",
+                        run.display()
+                    )));
+                }
+            }
             // Done while its ledger vouches for every file it measured; a file moved away or
             // replaced sends the job back to its measurement (which remeasures a missing file
             // and refuses a replaced one by name).
