@@ -252,30 +252,46 @@ impl FlatNorm {
 
     /// `out` = the norm of every row of `x` (rows of d_model values), as the hooked path
     /// computes it: RMSNorm x / sqrt(mean(x^2) + eps) * w, LayerNorm (x - mean) /
-    /// sqrt(var + eps) * w + b (biased variance).
-    fn apply(&self, kind: Norm, eps: f64, x: &[f32], out: &mut [f32]) {
+    /// sqrt(var + eps) * w + b (biased variance). An error ([`Llama::norm_overflow`]) when a
+    /// row's mean of squares (or variance) is not finite: the row would become zeros, finite
+    /// values no scan of the output would catch. One comparison per row.
+    fn apply(&self, model: &Llama, x: &[f32], out: &mut [f32]) -> Result<()> {
+        let c = &model.config;
+        let (kind, eps) = (c.block.norm, c.rms_eps as f32);
         let d = self.weight.len();
-        let eps = eps as f32;
-        out.par_chunks_mut(d)
+        let finite = out
+            .par_chunks_mut(d)
             .zip(x.par_chunks(d))
-            .for_each(|(o, x)| match kind {
+            .all(|(o, x)| match kind {
                 Norm::Rms => {
                     let ms = x.iter().map(|v| v * v).sum::<f32>() / d as f32;
+                    if !ms.is_finite() {
+                        return false;
+                    }
                     let r = (ms + eps).sqrt();
                     for ((o, v), w) in o.iter_mut().zip(x).zip(&self.weight) {
                         *o = v / r * w;
                     }
+                    true
                 }
                 Norm::Layer => {
                     let mean = x.iter().sum::<f32>() / d as f32;
                     let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+                    if !var.is_finite() {
+                        return false;
+                    }
                     let r = (var + eps).sqrt();
                     for (i, (o, v)) in o.iter_mut().zip(x).enumerate() {
                         let b = self.bias.as_ref().map_or(0.0, |b| b[i]);
                         *o = (v - mean) / r * self.weight[i] + b;
                     }
+                    true
                 }
             });
+        match finite {
+            true => Ok(()),
+            false => Err(model.norm_overflow()),
+        }
     }
 }
 
@@ -381,7 +397,7 @@ pub(crate) fn trunk(
         let pb = packed.map(|p| &p.blocks[layer]);
         let qb = blk.quant.as_ref().filter(|_| quantized);
         let attn_norm = FlatNorm::of(&blk.attn_norm)?;
-        attn_norm.apply(style.norm, c.rms_eps, &x, &mut h);
+        attn_norm.apply(model, &x, &mut h)?;
 
         // q, k, v for every token: [n, width], biased, q and k rotated.
         let w_qkv = Weight::of(
@@ -468,7 +484,7 @@ pub(crate) fn trunk(
         let ffn_norm = blk.ffn_norm.as_ref().map(FlatNorm::of).transpose()?;
         if style.residual != Residual::Sequential {
             match &ffn_norm {
-                Some(norm) => norm.apply(style.norm, c.rms_eps, &x, &mut h2),
+                Some(norm) => norm.apply(model, &x, &mut h2)?,
                 None => h2.copy_from_slice(&h), // GPT-J: the attention's norm serves both
             }
         }
@@ -483,7 +499,7 @@ pub(crate) fn trunk(
             let norm = ffn_norm.as_ref().ok_or_else(|| {
                 PretrainedError::Input("a sequential block without its MLP norm".into())
             })?;
-            norm.apply(style.norm, c.rms_eps, &x, &mut h);
+            norm.apply(model, &x, &mut h)?;
             &h
         } else {
             &h2
@@ -647,7 +663,7 @@ pub(crate) fn logits(model: &Llama, x: &[f32], quantized: bool) -> Result<Tensor
     let d = c.d_model;
     let n = x.len() / d;
     let mut h = vec![0f32; n * d];
-    FlatNorm::of(&model.norm)?.apply(c.block.norm, c.rms_eps, x, &mut h);
+    FlatNorm::of(&model.norm)?.apply(model, x, &mut h)?;
     let packed = model.packed.as_ref();
     let w = Weight::of(
         &model.unembed,

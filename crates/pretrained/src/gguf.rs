@@ -20,6 +20,30 @@ use crate::{PretrainedError, Result};
 /// RoPE layout.
 pub const GGUF_ARCHITECTURES: [&str; 2] = ["llama", "qwen2"];
 
+/// The RoPE bases ropelab reads: (1, [`ROPE_BASE_MAX`]]. At a base of 1 every plane turns 1
+/// rad per token (no spread of frequencies) and below 1 the order reverses (1e-300 overflows
+/// f32 frequencies to infinity); above about 1e45 the slowest planes' frequencies underflow f32
+/// to 0 (transformers computes them in f32). Released models use 1e4 to about 1e8; 1e12 leaves
+/// room for any of them while every plane's frequency stays a normal f32 number.
+pub const ROPE_BASE_MAX: f64 = 1e12;
+
+/// The RoPE scaling factors ropelab reads (a linear or Llama 3 `factor`, `low_freq_factor`,
+/// `high_freq_factor`, each of Llama 3's per-plane `rope_freqs.weight` factors): from
+/// `ROPE_FACTOR_RANGE.0` to `ROPE_FACTOR_RANGE.1`. Released models scale by 1 to 64; a factor
+/// of 1e-30 would turn every plane 1e30 times faster (angles of pure f32 rounding noise), one of
+/// 1e30 would all but stop them.
+pub const ROPE_FACTOR_RANGE: (f64, f64) = (1e-6, 1e6);
+
+/// Whether `base` is a RoPE base ropelab reads (see [`ROPE_BASE_MAX`]; NaN is not).
+pub fn rope_base_in_range(base: f64) -> bool {
+    base > 1.0 && base <= ROPE_BASE_MAX
+}
+
+/// Whether `factor` is a RoPE scaling factor ropelab reads ([`ROPE_FACTOR_RANGE`]; NaN is not).
+pub fn rope_factor_in_range(factor: f64) -> bool {
+    factor >= ROPE_FACTOR_RANGE.0 && factor <= ROPE_FACTOR_RANGE.1
+}
+
 /// Sizes and structure of a RoPE decoder (the Llama family, GPT-NeoX, GPT-J), from a GGUF
 /// file's `<arch>.*` metadata keys or a Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -178,12 +202,13 @@ impl LlamaConfig {
         if c.vocab_size == 0 || c.d_model == 0 || c.d_ff == 0 {
             return bad("vocabulary, residual and MLP sizes must be positive".into());
         }
-        // A RoPE base or norm epsilon that is not a finite positive number gives NaN angles or
-        // divisions by zero: no model has one.
-        if !(c.rope_base.is_finite() && c.rope_base > 0.0) {
+        // A RoPE base outside (1, 1e12] (NaN, 0, 1e-300, 1e300) gives NaN, infinite or
+        // meaningless angles, and a norm epsilon that is not a finite positive number divisions
+        // by zero: no model has one.
+        if !rope_base_in_range(c.rope_base) {
             return bad(format!(
-                "RoPE base {} is not a finite positive number",
-                c.rope_base
+                "RoPE base {} is outside (1, {ROPE_BASE_MAX:e}]: no model rotates so",
+                crate::number(c.rope_base)
             ));
         }
         if !(c.rms_eps.is_finite() && c.rms_eps > 0.0) {
@@ -193,11 +218,21 @@ impl LlamaConfig {
             ));
         }
         if let Some(t) = &c.rope_thetas {
-            if t.len() != c.rope_dim / 2 || t.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            if t.len() != c.rope_dim / 2 {
                 return bad(format!(
-                    "{} RoPE frequencies for {} planes (each finite, at least 0)",
+                    "{} RoPE frequencies for {} planes: give one per plane",
                     t.len(),
                     c.rope_dim / 2
+                ));
+            }
+            if let Some((k, x)) = t
+                .iter()
+                .enumerate()
+                .find(|(_, x)| !(x.is_finite() && **x > 0.0))
+            {
+                return bad(format!(
+                    "the scaled RoPE frequency of plane {k} is {}, not a finite positive number",
+                    crate::number(*x)
                 ));
             }
         }
@@ -293,6 +328,17 @@ impl GgufFile {
         let mut reader = BufReader::new(file);
         let header =
             crate::gguf_header::scan(&mut reader).map_err(|e| PretrainedError::io(path, e))?;
+        // llama.cpp reads versions 2 and 3 only (version 1 is "no longer supported"); another
+        // version's header would be read as garbage (a tensor of 1630432353 dimensions).
+        if let Some(v) = header.version.filter(|v| !matches!(v, 2 | 3)) {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "GGUF version {v} is not supported: ropelab reads versions 2 and 3 (as \
+                     llama.cpp does; convert the file again)"
+                ),
+            ));
+        }
         // candle divides by the alignment while it parses: a zero is refused first.
         if header.alignment == Some(0) {
             return Err(PretrainedError::gguf(
@@ -553,12 +599,30 @@ impl GgufFile {
                 )));
             }
         }
-        let rope_base = self
-            .optional_float(&key("rope.freq_base"))?
-            .unwrap_or(ropelab_model::rope::DEFAULT_BASE);
-        let rope_dim = self
-            .optional_positive(&key("rope.dimension_count"))?
-            .unwrap_or(d_head);
+        let rope_base = match self.optional_float(&key("rope.freq_base"))? {
+            Some(b) if !rope_base_in_range(b) => {
+                return Err(self.error(format!(
+                    "{} {} is not a RoPE base ropelab reads: it must lie in (1, \
+                     {ROPE_BASE_MAX:e}] (a base of 1 or less, or one beyond, is no model's)",
+                    key("rope.freq_base"),
+                    crate::number(b)
+                )))
+            }
+            Some(b) => b,
+            None => ropelab_model::rope::DEFAULT_BASE,
+        };
+        // llama.cpp rotates every dim of a head in these architectures (it refuses a llama
+        // file whose n_rot is not the head size), as transformers' Llama and Qwen2 do.
+        let rope_dim = match self.optional_positive(&key("rope.dimension_count"))? {
+            Some(n) if n != d_head => {
+                return Err(self.error(format!(
+                    "{} {n} differs from the head size {d_head}: partial rotary is not \
+                     supported for {arch} (every dim of a head rotates)",
+                    key("rope.dimension_count")
+                )))
+            }
+            _ => d_head,
+        };
         let rope_thetas = self.rope_scaling(&arch, rope_base, rope_dim)?;
         let block_key = key("block_count");
         let c = LlamaConfig {
@@ -633,8 +697,14 @@ impl GgufFile {
                 "metadata key {factor_key} is missing ({type_key} is \"linear\")"
             ))),
             (None | Some("linear"), Some((factor, name))) => {
-                if !(factor.is_finite() && factor > 0.0) {
-                    return Err(self.error(format!("{name} {factor} is not a positive factor")));
+                if !rope_factor_in_range(factor) {
+                    return Err(self.error(format!(
+                        "{name} {} is not a RoPE scaling factor ropelab reads: it must lie \
+                         in [{:e}, {:e}]",
+                        crate::number(factor),
+                        ROPE_FACTOR_RANGE.0,
+                        ROPE_FACTOR_RANGE.1
+                    )));
                 }
                 Ok(Some(
                     ropelab_model::rope::frequencies(base, rope_dim)

@@ -17,10 +17,14 @@ const MAX_COUNT: u64 = 1 << 30;
 /// Dimensions of a tensor at most (candle's limit).
 const MAX_DIMS: u32 = 4;
 
-/// What the walk over a GGUF header found. Every field is None when the walk could not finish
-/// (candle's parse then reports the damage itself).
+/// What the walk over a GGUF header found. Every field but `version` is None when the walk
+/// could not finish (candle's parse then reports the damage itself).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Header {
+    /// The format version, whenever the file starts with GGUF's magic (read before the walk,
+    /// so that a version ropelab does not read is refused as such, not as the garbage its
+    /// layout makes of the rest).
+    pub(crate) version: Option<u32>,
     /// `general.alignment` as candle will read it: the value of a key of an unsigned or
     /// non-negative signed type of up to 32 bits; None when the key is absent or of another
     /// type (candle then uses its default of 32).
@@ -34,19 +38,29 @@ pub(crate) struct Header {
 /// Walks the header of the GGUF file in `reader`, from its start, and leaves the reader there.
 pub(crate) fn scan(reader: &mut (impl Read + Seek)) -> std::io::Result<Header> {
     reader.seek(SeekFrom::Start(0))?;
-    let found = walk(reader).unwrap_or_default();
+    let version = version_of(reader).ok().flatten();
+    let mut found = match version {
+        Some(v) => walk(reader, v).unwrap_or_default(),
+        None => Header::default(),
+    };
+    found.version = version;
     reader.seek(SeekFrom::Start(0))?;
     Ok(found)
 }
 
-/// The walk; any read error (a short file) or a count beyond candle's limits ends it with `Err`.
-fn walk(r: &mut impl Read) -> std::io::Result<Header> {
+/// The version of a file starting with GGUF's magic (None for another magic).
+fn version_of(r: &mut impl Read) -> std::io::Result<Option<u32>> {
     let mut magic = [0u8; 4];
     r.read_exact(&mut magic)?;
     if &magic != b"GGUF" {
-        return Ok(Header::default());
+        return Ok(None);
     }
-    let version = u32_of(r)?;
+    Ok(Some(u32_of(r)?))
+}
+
+/// The walk after the magic and the version; any read error (a short file) or a count beyond
+/// candle's limits ends it with `Err`.
+fn walk(r: &mut impl Read, version: u32) -> std::io::Result<Header> {
     // Version 1 writes counts and string lengths as u32; later versions as u64.
     let wide = match version {
         1 => false,
@@ -279,7 +293,14 @@ mod tests {
             &[("a.b", 4, one(1)), ("a.c", 4, one(2))],
             &[("t.weight", &[4, 2]), ("u.weight", &[4])],
         );
-        assert_eq!(scan(&mut Cursor::new(clean)).unwrap(), Header::default());
+        let found = scan(&mut Cursor::new(clean)).unwrap();
+        assert_eq!(
+            found,
+            Header {
+                version: Some(3),
+                ..Header::default()
+            }
+        );
         let keys = file(
             &[("a.b", 4, one(1)), ("a.c", 4, one(2)), ("a.b\0", 6, one(3))],
             &[],
@@ -290,5 +311,28 @@ mod tests {
         let found = scan(&mut Cursor::new(tensors)).unwrap();
         assert_eq!(found.repeated_tensor.as_deref(), Some("t.weight"));
         assert_eq!(found.repeated_key, None);
+    }
+
+    /// The version is found whenever the magic is GGUF's, also where the rest of the header
+    /// cannot be walked (a version-1 file read with version 3's layout; adversarial pass 5,
+    /// U4); another magic has none.
+    #[test]
+    fn the_version_is_found_before_the_walk() {
+        let mut v1 = header(&[("general.alignment", 4, 32u32.to_le_bytes().to_vec())]);
+        v1[4..8].copy_from_slice(&1u32.to_le_bytes());
+        assert_eq!(scan(&mut Cursor::new(v1)).unwrap().version, Some(1));
+        let mut v9 = header(&[]);
+        v9[4..8].copy_from_slice(&9u32.to_le_bytes());
+        assert_eq!(scan(&mut Cursor::new(v9)).unwrap().version, Some(9));
+        assert_eq!(
+            scan(&mut Cursor::new(b"GGUF".to_vec())).unwrap().version,
+            None
+        );
+        assert_eq!(
+            scan(&mut Cursor::new(b"GGMLxxxx".to_vec()))
+                .unwrap()
+                .version,
+            None
+        );
     }
 }

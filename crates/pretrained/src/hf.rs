@@ -132,24 +132,45 @@ fn scaled_thetas(
         cfg.float_in(p, key, &format!("{name}.{key}"))?
             .ok_or_else(|| cfg.error(format!("key {name}.{key} is missing")))
     };
+    // A scaling factor must lie in the range ropelab reads (see ROPE_FACTOR_RANGE).
+    let factor_of = |key: &str| -> Result<f64> {
+        let f = need(key)?;
+        if !crate::gguf::rope_factor_in_range(f) {
+            let (low, high) = crate::gguf::ROPE_FACTOR_RANGE;
+            return Err(cfg.error(format!(
+                "{name}.{key} {} is not a RoPE scaling factor ropelab reads: it must lie in \
+                 [{low:e}, {high:e}]",
+                crate::number(f)
+            )));
+        }
+        Ok(f)
+    };
     match kind {
-        "default" => Ok(None),
-        "linear" => {
-            let factor = need("factor")?;
-            if factor <= 0.0 {
-                return Err(cfg.error(format!("{name}.factor {factor} is not positive")));
+        "default" => {
+            // transformers' default RoPE reads no factor: one beside it (other than 1) would be
+            // ignored.
+            match cfg.float_in(p, "factor", &format!("{name}.factor"))? {
+                Some(f) if f != 1.0 => Err(cfg.error(format!(
+                    "{name}.factor {} is given with rope_type \"default\", which does not \
+                     scale: give a scaling type (linear, llama3), or no factor",
+                    crate::number(f)
+                ))),
+                _ => Ok(None),
             }
+        }
+        "linear" => {
+            let factor = factor_of("factor")?;
             Ok(Some(freqs.iter().map(|f| f / factor).collect()))
         }
         "llama3" => {
-            let factor = need("factor")?;
-            let low = need("low_freq_factor")?;
-            let high = need("high_freq_factor")?;
+            let factor = factor_of("factor")?;
+            let low = factor_of("low_freq_factor")?;
+            let high = factor_of("high_freq_factor")?;
             let old = need("original_max_position_embeddings")?;
-            if factor <= 0.0 || low <= 0.0 || high <= low || old <= 0.0 {
+            if high <= low || old <= 0.0 {
                 return Err(cfg.error(format!(
-                    "{name}: llama3 scaling needs factor > 0 and 0 < low_freq_factor < \
-                     high_freq_factor and a positive original context"
+                    "{name}: llama3 scaling needs low_freq_factor < high_freq_factor and a \
+                     positive original_max_position_embeddings"
                 )));
             }
             Ok(Some(
@@ -184,22 +205,14 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
     let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
     // serde_json keeps the last of a key given twice; transformers' json.load does too, but a
     // file that says two things is refused rather than read one way.
-    serde_json::from_str::<UniqueKeys>(&text).map_err(|e| {
-        let text: String = e.to_string().chars().flat_map(char::escape_debug).collect();
-        PretrainedError::gguf(path, format!("not valid JSON: {text}"))
-    })?;
+    unique_keys(path, text.as_bytes(), "")?;
     let json: Value = serde_json::from_str(&text)
         .map_err(|e| PretrainedError::gguf(path, format!("not valid JSON: {e}")))?;
     let cfg = ConfigJson {
         path: path.to_owned(),
         json,
     };
-    let arch = cfg
-        .get("architectures")
-        .and_then(|a| a.get(0))
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    let arch = architecture(&cfg)?;
     let model_type = match arch.as_str() {
         "LlamaForCausalLM" => "llama",
         "MistralForCausalLM" => "mistral",
@@ -238,6 +251,80 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
     }
     c.validate(path, usize::MAX)?;
     Ok(c)
+}
+
+/// The model class `config.json`'s `architectures` names: a list of one class (given twice
+/// is the same class). A missing or empty list, another value, and two different classes
+/// (which one the weights are is unclear) are refused naming the key.
+fn architecture(cfg: &ConfigJson) -> Result<String> {
+    let supported = HF_ARCHITECTURES.join(", ");
+    let items = match cfg.get("architectures") {
+        None => {
+            return Err(cfg.error(format!(
+                "key architectures is missing: name the model class (supported: {supported})"
+            )))
+        }
+        Some(Value::Array(items)) => items,
+        Some(v) => {
+            return Err(cfg.error(format!(
+                "architectures is {}, not a list of model classes (supported: {supported})",
+                shown(v)
+            )))
+        }
+    };
+    let mut classes: Vec<&str> = Vec::new();
+    for v in items {
+        let class = v.as_str().ok_or_else(|| {
+            cfg.error(format!(
+                "architectures holds {}, not a model class name",
+                shown(v)
+            ))
+        })?;
+        if !classes.contains(&class) {
+            classes.push(class);
+        }
+    }
+    match classes.as_slice() {
+        [] => Err(cfg.error(format!(
+            "architectures is an empty list: name the model class (supported: {supported})"
+        ))),
+        [one] => Ok((*one).to_owned()),
+        [a, b, ..] => Err(cfg.error(format!(
+            "architectures lists two model classes, {a:?} and {b:?}: which one the weights are \
+             is unclear; give one"
+        ))),
+    }
+}
+
+/// Refuses JSON `bytes` (the file `path`; `what` begins messages, e.g. "the safetensors
+/// header: ") that gives a key twice in one object, at any depth: serde_json and Python's
+/// json.load keep the last, so a file that says two things is refused rather than read one
+/// way. Text that is not JSON is refused too.
+fn unique_keys(path: &Path, bytes: &[u8], what: &str) -> Result<()> {
+    match serde_json::from_slice::<UniqueKeys>(bytes) {
+        Ok(_) => Ok(()),
+        // The visitor accepts every value: a data error is a key given twice, quoted by the
+        // visitor with its control characters escaped (so only those are escaped here, not
+        // the quotes).
+        Err(e) if e.is_data() => {
+            let text: String = e
+                .to_string()
+                .chars()
+                .flat_map(|c| match c.is_control() {
+                    true => c.escape_debug().collect::<Vec<_>>(),
+                    false => vec![c],
+                })
+                .collect();
+            Err(PretrainedError::gguf(
+                path,
+                format!("{what}{text}: give it once"),
+            ))
+        }
+        Err(e) => Err(PretrainedError::gguf(
+            path,
+            format!("{what}not valid JSON: {}", crate::escaped(&e.to_string())),
+        )),
+    }
 }
 
 /// `layer_types` (transformers 5: each layer's attention), if given: every layer must use
@@ -340,7 +427,8 @@ fn rope_params(
     };
     let name = name.as_str();
     let top = cfg.float_in(&cfg.json, base_key, base_key)?;
-    let base = match cfg.float_in(&params, "rope_theta", &format!("{name}.rope_theta"))? {
+    let inner_key = format!("{name}.rope_theta");
+    let (base, from) = match cfg.float_in(&params, "rope_theta", &inner_key)? {
         Some(b) => {
             // A top-level base beside it must say the same (none is ignored silently).
             if let Some(t) = top.filter(|&t| t != b) {
@@ -348,12 +436,17 @@ fn rope_params(
                     "{base_key} {t} and {name}.rope_theta {b} give two RoPE bases: give one"
                 )));
             }
-            b
+            (b, inner_key.as_str())
         }
-        None => top.unwrap_or(ropelab_model::rope::DEFAULT_BASE),
+        None => (top.unwrap_or(ropelab_model::rope::DEFAULT_BASE), base_key),
     };
-    if !(base.is_finite() && base > 0.0) {
-        return Err(cfg.error(format!("rope_theta {base} is not positive")));
+    if !crate::gguf::rope_base_in_range(base) {
+        return Err(cfg.error(format!(
+            "{from} {} is not a RoPE base ropelab reads: it must lie in (1, {:e}] (a base \
+             of 1 or less, or one beyond, is no model's)",
+            crate::number(base),
+            crate::gguf::ROPE_BASE_MAX
+        )));
     }
     // The rotated fraction may be given under several keys (transformers reads the newest);
     // every one given must agree, so none is ignored silently.
@@ -554,6 +647,18 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
              is not GPT-J's (score it with `ropelab score` on its run)",
         ));
     }
+    // transformers' GPT-J builds its sin/cos table with base 10,000, unscaled, whatever the
+    // config says: a key asking for another RoPE would be ignored silently. One that says what
+    // GPT-J does anyway (base 10,000, type default) is read.
+    for key in ["rope_theta", "rope_scaling", "rope_parameters"] {
+        if let Some(v) = cfg.get(key).filter(|v| !gptj_rope_as_fixed(key, v)) {
+            return Err(cfg.error(format!(
+                "{key} is {}: transformers' GPT-J ignores it (its RoPE base is fixed at 10,000, \
+                 unscaled); remove it",
+                shown(v)
+            )));
+        }
+    }
     let d_model = positive(cfg, "n_embd")?;
     let n_heads = positive(cfg, "n_head")?;
     if !d_model.is_multiple_of(n_heads) {
@@ -605,6 +710,22 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
     })
 }
 
+/// Whether `value`, GPT-J config key `key`, says what transformers' GPT-J computes anyway:
+/// `rope_theta` 10,000, or a `rope_parameters` / `rope_scaling` object holding only
+/// `rope_type` (or `type`) "default" and `rope_theta` 10,000.
+fn gptj_rope_as_fixed(key: &str, value: &Value) -> bool {
+    let base = |v: &Value| v.as_f64() == Some(ropelab_model::rope::DEFAULT_BASE);
+    match (key, value) {
+        ("rope_theta", v) => base(v),
+        (_, Value::Object(map)) => map.iter().all(|(k, v)| match k.as_str() {
+            "rope_type" | "type" => v.as_str() == Some("default"),
+            "rope_theta" => base(v),
+            _ => false,
+        }),
+        _ => false,
+    }
+}
+
 /// The tensors of a Hugging Face directory, converted to f32 as they are read.
 pub struct HfWeights {
     dir: PathBuf,
@@ -629,7 +750,7 @@ impl HfWeights {
     /// Reads `dir`'s `config.json` and its safetensors weights.
     pub fn open(dir: &Path, device: &Device) -> Result<(LlamaConfig, Self)> {
         let config_path = dir.join("config.json");
-        if !config_path.is_file() {
+        if !regular_file(&config_path)? {
             return Err(PretrainedError::gguf(
                 dir,
                 "not a model directory: config.json is missing",
@@ -640,6 +761,8 @@ impl HfWeights {
         // manifest (unless `--force`), is refused by name.
         if dir.join("ropelab.json").is_file() || has_ropelab_manifest(dir) {
             let files = ["config.json", "model.safetensors"];
+            // Hashing a pipe or a device would block or never end.
+            regular_file(&dir.join("model.safetensors"))?;
             match ropelab_io::checksum::Manifest::verify(dir, &files) {
                 Ok(None) => {}
                 Ok(Some(why)) => {
@@ -656,8 +779,9 @@ impl HfWeights {
             let text = std::fs::read_to_string(&config_path)
                 .map_err(|e| PretrainedError::io(&config_path, e))?;
             let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-            // The special token ids must be tokens of the model (one id or a list of them).
-            for key in ["eos_token_id", "bos_token_id"] {
+            // The special token ids must be tokens of the model (one id or a list of them): a
+            // padding id too (transformers' embedding refuses one beyond its rows).
+            for key in ["eos_token_id", "bos_token_id", "pad_token_id"] {
                 let ids: Vec<&Value> = match json.get(key) {
                     None | Some(Value::Null) => vec![],
                     Some(Value::Array(items)) => items.iter().collect(),
@@ -690,6 +814,7 @@ impl HfWeights {
         let (files, index) = shards(dir)?;
         let mut tensors: HashMap<String, (Tensor, PathBuf)> = HashMap::new();
         for file in files {
+            check_safetensors_header(&file)?;
             let loaded = candle_core::safetensors::load(&file, device).map_err(|e| {
                 PretrainedError::gguf(
                     &file,
@@ -945,27 +1070,172 @@ fn file_name(path: &Path) -> String {
 /// A shard index: its path and, for each tensor, the shard `weight_map` places it in.
 type ShardIndex = (PathBuf, HashMap<String, PathBuf>);
 
+/// Whether `path` is a regular file (following a symbolic link): false when nothing is there;
+/// anything else (a directory, a named pipe, a device, a socket, a link to nothing) is refused
+/// naming it and saying what it is, since reading it would fail, block or never end.
+pub(crate) fn regular_file(path: &Path) -> Result<bool> {
+    let kind = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => return Ok(true),
+        Ok(m) => kind_of(&m.file_type()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(path).is_err() {
+                return Ok(false);
+            }
+            "a symbolic link to nothing"
+        }
+        Err(e) => return Err(PretrainedError::io(path, e)),
+    };
+    Err(PretrainedError::gguf(
+        path,
+        format!("is {kind}, not a regular file"),
+    ))
+}
+
+/// What a file of type `t` (not a regular file) is, in words.
+fn kind_of(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a named pipe";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file ropelab can read"
+    }
+}
+
+/// Checks the header of safetensors file `path` where the safetensors reader trusts it or
+/// names nothing: a key given twice (a tensor listed twice: the reader keeps the last) is
+/// refused naming it, and a tensor whose dtype and shape do not fill its `data_offsets` (a
+/// relabelled dtype) is refused naming the tensor. A header that cannot be read this far is
+/// left to the reader, which reports it.
+fn check_safetensors_header(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|e| PretrainedError::io(path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| PretrainedError::io(path, e))?
+        .len();
+    let mut n = [0u8; 8];
+    if file.read_exact(&mut n).is_err() {
+        return Ok(());
+    }
+    let n = u64::from_le_bytes(n);
+    // The safetensors reader's own limit on a header (100 MB), and the file's length.
+    if n > 100_000_000 || n > len.saturating_sub(8) {
+        return Ok(());
+    }
+    let mut header = vec![0u8; n as usize];
+    if file.read_exact(&mut header).is_err() {
+        return Ok(());
+    }
+    unique_keys(path, &header, "the safetensors header: ")?;
+    let Ok(Value::Object(entries)) = serde_json::from_slice::<Value>(&header) else {
+        return Ok(());
+    };
+    for (name, info) in &entries {
+        if name == "__metadata__" {
+            continue;
+        }
+        let bytes = info
+            .get("dtype")
+            .and_then(Value::as_str)
+            .and_then(safetensors_dtype_bytes);
+        let shape: Option<Vec<u64>> = info
+            .get("shape")
+            .and_then(Value::as_array)
+            .and_then(|dims| dims.iter().map(Value::as_u64).collect());
+        let offsets: Option<Vec<u64>> = info
+            .get("data_offsets")
+            .and_then(Value::as_array)
+            .and_then(|o| o.iter().map(Value::as_u64).collect());
+        let (Some(bytes), Some(shape), Some(offsets)) = (bytes, shape, offsets) else {
+            continue;
+        };
+        let [start, end] = offsets[..] else {
+            continue;
+        };
+        let need = shape.iter().try_fold(bytes, |n, &d| n.checked_mul(d));
+        if let Some(need) = need.filter(|&need| end >= start && need != end - start) {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "tensor {} is {} of shape {shape:?} ({need} bytes), but its data_offsets \
+                     span {} bytes: its dtype or shape does not match its data",
+                    crate::escaped(name),
+                    info["dtype"].as_str().unwrap_or(""),
+                    end - start
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes per element of safetensors dtype `name` (None: one the check leaves to the reader).
+fn safetensors_dtype_bytes(name: &str) -> Option<u64> {
+    Some(match name {
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" => 1,
+        "U16" | "I16" | "F16" | "BF16" => 2,
+        "U32" | "I32" | "F32" => 4,
+        "U64" | "I64" | "F64" => 8,
+        _ => return None,
+    })
+}
+
 /// The safetensors files of `dir`: `model.safetensors`, or the shards the index lists, with
-/// the index (each tensor's shard).
+/// the index (each tensor's shard). A directory with both is refused: which weights are the
+/// model's is unclear.
 fn shards(dir: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
     let single = dir.join("model.safetensors");
-    if single.is_file() {
-        return Ok((vec![single], None));
-    }
     let index = dir.join("model.safetensors.index.json");
-    if !index.is_file() {
-        return Err(PretrainedError::gguf(
-            dir,
-            "no weights: neither model.safetensors nor model.safetensors.index.json",
-        ));
+    match (regular_file(&single)?, regular_file(&index)?) {
+        (true, true) => {
+            return Err(PretrainedError::gguf(
+                dir,
+                "holds both model.safetensors and model.safetensors.index.json (with its \
+                 shards): which weights are the model's is unclear; remove one",
+            ))
+        }
+        (true, false) => return Ok((vec![single], None)),
+        (false, false) => {
+            return Err(PretrainedError::gguf(
+                dir,
+                "no weights: neither model.safetensors nor model.safetensors.index.json",
+            ))
+        }
+        (false, true) => {}
     }
-    let text = std::fs::read_to_string(&index).map_err(|e| PretrainedError::io(&index, e))?;
-    let json: Value = serde_json::from_str(&text)
+    let text = std::fs::read(&index).map_err(|e| PretrainedError::io(&index, e))?;
+    // A key given twice (a tensor placed in two shards, `weight_map` itself) is refused, not
+    // read as the last.
+    unique_keys(&index, &text, "")?;
+    let json: Value = serde_json::from_slice(&text)
         .map_err(|e| PretrainedError::gguf(&index, format!("not valid JSON: {e}")))?;
-    let map = json
-        .get("weight_map")
-        .and_then(Value::as_object)
-        .ok_or_else(|| PretrainedError::gguf(&index, "key weight_map is missing"))?;
+    let map = match json.get("weight_map") {
+        None | Some(Value::Null) => {
+            return Err(PretrainedError::gguf(&index, "key weight_map is missing"))
+        }
+        Some(Value::Object(map)) => map,
+        Some(v) => {
+            return Err(PretrainedError::gguf(
+                &index,
+                format!(
+                    "weight_map is {}, not an object of tensor names and their shards",
+                    shown(v)
+                ),
+            ))
+        }
+    };
     let mut files: Vec<PathBuf> = vec![];
     let mut placed = HashMap::new();
     for (tensor, v) in map {
@@ -980,6 +1250,16 @@ fn shards(dir: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
             })?;
         let path = dir.join(name);
         if !files.contains(&path) {
+            if !regular_file(&path)? {
+                return Err(PretrainedError::gguf(
+                    &index,
+                    format!(
+                        "weight_map places tensor {} in {}, which is missing",
+                        crate::escaped(tensor),
+                        file_name(&path)
+                    ),
+                ));
+            }
             files.push(path.clone());
         }
         placed.insert(tensor.clone(), path);
@@ -1492,6 +1772,167 @@ mod tests {
         ] {
             let err = config(&json).expect_err(want);
             assert!(err.contains(want) && !err.contains(not), "{want}: {err}");
+        }
+    }
+
+    /// The tiny GPT-J config.json of the unit tests with `extra` keys added.
+    fn gptj_with(extra: &str) -> String {
+        format!(
+            r#"{{"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_head": 4,
+            "n_layer": 2, "vocab_size": 300, "n_positions": 128, "rotary_dim": 8{extra}}}"#
+        )
+    }
+
+    /// GPT-J's RoPE is base 10,000 unscaled whatever the config says (transformers): a
+    /// `rope_theta`, `rope_scaling` or `rope_parameters` asking for another is refused naming
+    /// the key, not ignored; one saying what GPT-J does loads (adversarial pass 5, S5).
+    #[test]
+    fn gptj_rope_keys_it_would_ignore_are_refused() {
+        for fine in [
+            "",
+            r#", "rope_theta": 10000"#,
+            r#", "rope_scaling": null"#,
+            r#", "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}"#,
+        ] {
+            let c = config(&gptj_with(fine)).unwrap_or_else(|e| panic!("{fine}: {e}"));
+            assert_eq!((c.rope_base, c.rope_thetas), (10_000.0, None));
+        }
+        for (extra, key) in [
+            (r#", "rope_theta": 500"#, "rope_theta is 500"),
+            (
+                r#", "rope_scaling": {"rope_type": "linear", "factor": 2.0}"#,
+                "rope_scaling is",
+            ),
+            (
+                r#", "rope_scaling": {"type": "yarn", "factor": 4.0}"#,
+                "rope_scaling is",
+            ),
+            (
+                r#", "rope_parameters": {"rope_type": "default", "rope_theta": 77}"#,
+                "rope_parameters is",
+            ),
+        ] {
+            let err = config(&gptj_with(extra)).expect_err(extra);
+            assert!(
+                err.contains(key)
+                    && err.contains("GPT-J ignores it")
+                    && err.contains("config.json"),
+                "{extra}: {err}"
+            );
+        }
+    }
+
+    /// A scaling factor beside `rope_type` "default" (which scales nothing) is refused, in
+    /// `rope_parameters` and in `rope_scaling`; a factor of 1 says nothing and loads
+    /// (adversarial pass 5, S6).
+    #[test]
+    fn a_factor_beside_the_default_rope_type_is_refused() {
+        let fine = llama_with(r#", "rope_parameters": {"rope_type": "default", "factor": 1.0}"#);
+        assert!(config(&fine).unwrap().rope_thetas.is_none());
+        for (extra, want) in [
+            (
+                r#", "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "factor": 4.0}"#,
+                "rope_parameters.factor 4 is given with rope_type \"default\"",
+            ),
+            (
+                r#", "rope_scaling": {"rope_type": "default", "factor": 4.0}"#,
+                "rope_scaling.factor 4 is given with rope_type \"default\"",
+            ),
+            (
+                r#", "rope_scaling": {"type": "default", "factor": 2.0}"#,
+                "rope_scaling.factor 2",
+            ),
+        ] {
+            let err = config(&llama_with(extra)).expect_err(want);
+            assert!(err.contains(want), "{want}: {err}");
+        }
+    }
+
+    /// RoPE bases outside (1, 1e12] and scaling factors outside [1e-6, 1e6] are refused naming
+    /// the key (adversarial pass 5, S7); the bounds themselves load.
+    #[test]
+    fn absurd_rope_bases_and_factors_are_refused() {
+        for fine in [
+            r#", "rope_theta": 1e12"#,
+            r#", "rope_theta": 1.0001"#,
+            r#", "rope_scaling": {"rope_type": "linear", "factor": 1e-6}"#,
+            r#", "rope_scaling": {"rope_type": "linear", "factor": 1e6}"#,
+        ] {
+            assert!(config(&llama_with(fine)).is_ok(), "{fine}");
+        }
+        for (extra, want) in [
+            (
+                r#", "rope_theta": 1e-300"#,
+                "rope_theta 1e-300 is not a RoPE base",
+            ),
+            (r#", "rope_theta": 1.0"#, "rope_theta 1 is not a RoPE base"),
+            (r#", "rope_theta": 1e13"#, "rope_theta 1e13 is not"),
+            (
+                r#", "rope_parameters": {"rope_type": "default", "rope_theta": 1e300}"#,
+                "rope_parameters.rope_theta 1e300 is not",
+            ),
+            (
+                r#", "rope_scaling": {"rope_type": "linear", "factor": 1e-300}"#,
+                "rope_scaling.factor 1e-300 is not a RoPE scaling factor",
+            ),
+            (
+                r#", "rope_scaling": {"rope_type": "linear", "factor": 1e7}"#,
+                "rope_scaling.factor 10000000 is not a RoPE scaling factor",
+            ),
+            (
+                r#", "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                "low_freq_factor": 1e-30, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64}"#,
+                "rope_scaling.low_freq_factor 1e-30 is not",
+            ),
+        ] {
+            let err = config(&llama_with(extra)).expect_err(want);
+            assert!(
+                err.contains(want) && err.contains("config.json") && !err.contains('\n'),
+                "{want}: {err}"
+            );
+        }
+        let neox = NEOX_OLD.replace("\"rotary_emb_base\": 5000", "\"rotary_emb_base\": 0.5");
+        let err = config(&neox).unwrap_err();
+        assert!(
+            err.contains("rotary_emb_base 0.5 is not a RoPE base"),
+            "{err}"
+        );
+    }
+
+    /// `architectures` must name one model class: two different ones (which the weights are
+    /// is unclear), a string, an empty list and a missing key are refused saying so; a class
+    /// given twice is one class (adversarial pass 5, S14 and U5).
+    #[test]
+    fn architectures_must_name_one_class() {
+        let arch =
+            |value: &str| llama_with("").replace(r#""architectures":["LlamaForCausalLM"]"#, value);
+        assert!(config(&llama_with("")).is_ok());
+        assert!(config(&arch(
+            r#""architectures":["LlamaForCausalLM","LlamaForCausalLM"]"#
+        ))
+        .is_ok());
+        for (value, want) in [
+            (
+                r#""architectures":["LlamaForCausalLM","GPTJForCausalLM"]"#,
+                "architectures lists two model classes, \"LlamaForCausalLM\" and \"GPTJForCausalLM\"",
+            ),
+            (
+                r#""architectures":["LlamaForCausalLM","Qwen2ForCausalLM"]"#,
+                "two model classes",
+            ),
+            (
+                r#""architectures":"LlamaForCausalLM""#,
+                "architectures is \"LlamaForCausalLM\", not a list",
+            ),
+            (r#""architectures":[]"#, "architectures is an empty list"),
+            (r#""architectures":[5]"#, "architectures holds 5"),
+            (r#""model_type":"llama""#, "key architectures is missing"),
+        ] {
+            let json = arch(value);
+            assert_ne!(json, llama_with(""), "the edit reaches the key");
+            let err = config(&json).expect_err(want);
+            assert!(err.contains(want) && err.contains("config.json"), "{want}: {err}");
         }
     }
 }

@@ -100,7 +100,8 @@ pub fn load_model(
     let model = llama::Llama::open(path, device)?;
     let tokenizer = if path.is_dir() {
         let file = path.join("tokenizer.json");
-        if !file.is_file() {
+        // A directory, pipe or device under the name is refused saying what it is.
+        if !hf::regular_file(&file)? {
             return Err(PretrainedError::gguf(
                 path,
                 "tokenizer.json is missing (a ropelab checkpoint has none: score its run with `ropelab score`)",
@@ -125,6 +126,21 @@ pub type Result<T> = std::result::Result<T, PretrainedError>;
 /// terminal codes.
 pub(crate) fn escaped(text: &str) -> String {
     text.chars().flat_map(char::escape_debug).collect()
+}
+
+/// A number from a file as an error message shows it: plainly between 1e-4 and 1e9 (and 0),
+/// in exponent form beyond (`1e-300`, not three hundred zeros); a value an f32 holds exactly
+/// (a GGUF F32 key, a tensor element) in f32's shortest digits (`1e-30`, not
+/// `1.0000000031710769e-30`).
+pub(crate) fn number(x: f64) -> String {
+    let plain = x == 0.0 || !x.is_finite() || (1e-4..1e9).contains(&x.abs());
+    let narrow = x as f32;
+    match (f64::from(narrow) == x, plain) {
+        (true, true) => format!("{narrow}"),
+        (true, false) => format!("{narrow:e}"),
+        (false, true) => format!("{x}"),
+        (false, false) => format!("{x:e}"),
+    }
 }
 
 /// The first line of an error from another crate, escaped ([`escaped`]): candle appends a
@@ -164,5 +180,24 @@ mod tests {
         assert!(error.to_string().lines().count() > 1);
         assert_eq!(first_line(&error), r"gguf: bad \u{1b}[2J magic");
         assert_eq!(escaped("a\nb\rc"), r"a\nb\rc");
+    }
+
+    #[test]
+    fn numbers_far_from_one_are_shown_with_an_exponent() {
+        for (x, shown) in [
+            (1e-300, "1e-300"),
+            (1e300, "1e300"),
+            (-5.0, "-5"),
+            (0.0, "0"),
+            (10_000.0, "10000"),
+            (0.5, "0.5"),
+            (1e13, "1e13"),
+            (f64::NAN, "NaN"),
+            (f64::from(1e-30f32), "1e-30"),
+            (f64::from(0.1f32), "0.1"),
+            (0.1, "0.1"),
+        ] {
+            assert_eq!(number(x), shown);
+        }
     }
 }

@@ -455,20 +455,38 @@ fn transposed(w: Tensor) -> Result<Tensor> {
 
 /// x / sqrt(mean(x^2) + eps) * weight over the last dim.
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    Ok(rms_norm_and_spread(x, weight, eps)?.0)
+}
+
+/// [`rms_norm`] and the mean of squares of every row ([..., 1]).
+fn rms_norm_and_spread(x: &Tensor, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
     let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-    Ok(x.broadcast_div(&(ms + eps)?.sqrt()?)?
-        .broadcast_mul(weight)?)
+    let y = x
+        .broadcast_div(&(&ms + eps)?.sqrt()?)?
+        .broadcast_mul(weight)?;
+    Ok((y, ms))
 }
 
 /// (x - mean(x)) / sqrt(var(x) + eps) * weight + bias over the last dim (the biased variance,
 /// as torch's LayerNorm).
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+    Ok(layer_norm_and_spread(x, weight, bias, eps)?.0)
+}
+
+/// [`layer_norm`] and the variance of every row ([..., 1]).
+fn layer_norm_and_spread(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
     let centered = x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?;
     let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
-    Ok(centered
-        .broadcast_div(&(var + eps)?.sqrt()?)?
+    let y = centered
+        .broadcast_div(&(&var + eps)?.sqrt()?)?
         .broadcast_mul(weight)?
-        .broadcast_add(bias)?)
+        .broadcast_add(bias)?;
+    Ok((y, var))
 }
 
 impl Llama {
@@ -478,11 +496,38 @@ impl Llama {
         let mut file = GgufFile::open(path)?;
         let mut c = file.llama_config()?;
         if file.has_tensor("rope_freqs.weight") {
-            // Llama 3's frequency scaling as llama.cpp stores it: theta_k / factor_k.
+            // Llama 3's frequency scaling as llama.cpp stores it: theta_k / factor_k. llama.cpp
+            // reads the tensor in `llama` files only: another architecture's would not be
+            // applied there.
+            if c.arch != "llama" {
+                return Err(crate::PretrainedError::gguf(
+                    path,
+                    format!(
+                        "tensor rope_freqs.weight (Llama 3's frequency factors) is in a {} \
+                         file: llama.cpp reads it for llama files only",
+                        crate::escaped(&c.arch)
+                    ),
+                ));
+            }
             let planes = c.rope_dim / 2;
             let factors: Vec<f32> = file
                 .tensor("rope_freqs.weight", &[planes], device)?
                 .to_vec1()?;
+            let (low, high) = crate::gguf::ROPE_FACTOR_RANGE;
+            if let Some((k, f)) = factors
+                .iter()
+                .enumerate()
+                .find(|(_, f)| !crate::gguf::rope_factor_in_range(f64::from(**f)))
+            {
+                return Err(crate::PretrainedError::gguf(
+                    path,
+                    format!(
+                        "tensor rope_freqs.weight holds {} for plane {k}: each Llama 3 \
+                         frequency factor must lie in [{low:e}, {high:e}]",
+                        crate::number(f64::from(*f))
+                    ),
+                ));
+            }
             let thetas = c
                 .rope_thetas
                 .clone()
@@ -745,25 +790,50 @@ impl Llama {
         if all_finite(&t)? {
             return Ok(t);
         }
-        Err(crate::PretrainedError::gguf(
+        Err(self.overflow(&format!("its {what} hold NaN or an infinity")))
+    }
+
+    /// The error of activations that overflow f32 (`how`: where it shows), naming the model.
+    pub(crate) fn overflow(&self, how: &str) -> crate::PretrainedError {
+        crate::PretrainedError::gguf(
             &self.source,
             format!(
-                "the model's activations overflow f32: its {what} hold NaN or an infinity (its \
-                 weights are finite, but too large for f32 arithmetic)"
+                "the model's activations overflow f32: {how} (its weights are finite, but too \
+                 large for f32 arithmetic)"
             ),
+        )
+    }
+
+    /// The error of a norm whose mean of squares (RMSNorm) or variance (LayerNorm) over a row
+    /// is not finite: it would scale the row to zeros (finite, so no later scan sees it) or NaN.
+    pub(crate) fn norm_overflow(&self) -> crate::PretrainedError {
+        let what = match self.config.block.norm {
+            Norm::Rms => "mean of squares",
+            Norm::Layer => "variance",
+        };
+        self.overflow(&format!(
+            "the {what} a norm divides a row by is not finite (the row would become 0)"
         ))
     }
 
-    /// x [..., d_model] through norm `n` (RMSNorm or LayerNorm, as the architecture's).
+    /// x [..., d_model] through norm `n` (RMSNorm or LayerNorm, as the architecture's); a row
+    /// whose mean of squares (or variance) overflows is refused ([`Llama::norm_overflow`]).
     fn normalize(&self, x: &Tensor, n: &NormWeights) -> Result<Tensor> {
         let eps = self.config.rms_eps;
-        match (self.config.block.norm, &n.bias) {
-            (Norm::Layer, Some(bias)) => layer_norm(x, &n.weight, bias, eps),
-            (Norm::Layer, None) => Err(crate::PretrainedError::Input(
-                "a LayerNorm without its bias".into(),
-            )),
-            (Norm::Rms, _) => rms_norm(x, &n.weight, eps),
+        let (y, spread) = match (self.config.block.norm, &n.bias) {
+            (Norm::Layer, Some(bias)) => layer_norm_and_spread(x, &n.weight, bias, eps)?,
+            (Norm::Layer, None) => {
+                return Err(crate::PretrainedError::Input(
+                    "a LayerNorm without its bias".into(),
+                ))
+            }
+            (Norm::Rms, _) => rms_norm_and_spread(x, &n.weight, eps)?,
+        };
+        // One value per row: cheap beside the norm itself.
+        if !all_finite(&spread)? {
+            return Err(self.norm_overflow());
         }
+        Ok(y)
     }
 
     /// Logits of residual rows x [..., d_model]: the final norm, then the unembedding (from

@@ -15,6 +15,10 @@ use crate::{PretrainedError, Result};
 /// GGUF token type of control tokens.
 const CONTROL: i64 = 3;
 
+/// The GGUF token types llama.cpp knows: undefined, normal, unknown, control, user-defined,
+/// unused, byte.
+const TOKEN_TYPES: std::ops::RangeInclusive<i64> = 0..=6;
+
 /// A tokenizer with the file's special-token ids.
 pub struct GgufTokenizer {
     inner: Tokenizer,
@@ -27,7 +31,8 @@ impl GgufTokenizer {
     /// otherwise than llama.cpp is refused naming it: a missing `tokenizer.ggml.pre` (llama.cpp
     /// then splits text with its default pre-tokenizer, not smollm's), `add_bos_token` or
     /// `add_eos_token` true (ropelab adds neither to a prompt), special-token ids outside the
-    /// vocabulary, token types that are not one per token.
+    /// vocabulary, token types that are not one per token or not llama.cpp's (0 to 6), a token
+    /// string given twice (llama.cpp refuses each).
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let err = |e: &dyn std::fmt::Display| {
             PretrainedError::Tokenizer(format!("{}: {e}", file.path().display()))
@@ -68,6 +73,17 @@ impl GgufTokenizer {
             }
         }
         let tokens = file.strings("tokenizer.ggml.tokens")?;
+        // A token given twice has two ids but maps back to one (llama.cpp refuses it).
+        let mut seen = std::collections::HashMap::with_capacity(tokens.len());
+        for (id, token) in tokens.iter().enumerate() {
+            if let Some(first) = seen.insert(token.as_str(), id) {
+                return bad(format!(
+                    "tokenizer.ggml.tokens lists {:?} twice (ids {first} and {id}): each token \
+                     must have one id",
+                    token
+                ));
+            }
+        }
         let types = match file.has_key("tokenizer.ggml.token_type") {
             true => file.ints("tokenizer.ggml.token_type")?,
             false => vec![],
@@ -77,6 +93,18 @@ impl GgufTokenizer {
                 "tokenizer.ggml.token_type has {} entries for {} tokens: give one per token",
                 types.len(),
                 tokens.len()
+            ));
+        }
+        if let Some((id, t)) = types
+            .iter()
+            .enumerate()
+            .find(|(_, t)| !TOKEN_TYPES.contains(*t))
+        {
+            return bad(format!(
+                "tokenizer.ggml.token_type {t} of token {id} is not a llama.cpp token type \
+                 ({} to {})",
+                TOKEN_TYPES.start(),
+                TOKEN_TYPES.end()
             ));
         }
         let merges = file
@@ -147,11 +175,49 @@ impl GgufTokenizer {
     }
 
     /// The tokenizer of a Hugging Face directory (`tokenizer.json`, read by the tokenizers
-    /// crate itself) with end-of-sequence id `eos`.
+    /// crate itself) with end-of-sequence id `eos`. What the tokenizers crate reads otherwise
+    /// than the file says is refused: two tokens of `model.vocab` sharing one id (one of them
+    /// could never be decoded), and an added token whose declared id is not the one the
+    /// tokenizer gives it (the crate renumbers it silently).
     pub fn from_file(path: &std::path::Path, eos: Option<u32>) -> Result<Self> {
-        let inner = Tokenizer::from_file(path).map_err(|e| {
-            PretrainedError::Tokenizer(format!("{}: {}", path.display(), crate::first_line(&e)))
-        })?;
+        let failed = |m: String| PretrainedError::Tokenizer(format!("{}: {m}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
+        let inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| failed(crate::first_line(&e)))?;
+        let quoted = |t: &str| format!("{:?}", t);
+        if let Some(vocab) = json.pointer("/model/vocab").and_then(|v| v.as_object()) {
+            let mut owner: std::collections::HashMap<u64, &str> =
+                std::collections::HashMap::with_capacity(vocab.len());
+            for (token, id) in vocab {
+                let Some(id) = id.as_u64() else { continue };
+                if let Some(first) = owner.insert(id, token) {
+                    return Err(failed(format!(
+                        "tokens {} and {} of model.vocab share id {id}: each id must be one token",
+                        quoted(first),
+                        quoted(token)
+                    )));
+                }
+            }
+        }
+        let added = json.get("added_tokens").and_then(|a| a.as_array());
+        for token in added.into_iter().flatten() {
+            let (Some(content), Some(id)) = (
+                token.get("content").and_then(|c| c.as_str()),
+                token.get("id").and_then(|i| i.as_u64()),
+            ) else {
+                continue;
+            };
+            let given = inner.token_to_id(content);
+            if given.map(u64::from) != Some(id) {
+                return Err(failed(format!(
+                    "added token {} declares id {id}, but the tokenizer numbers it {}: added \
+                     tokens must keep the ids of the vocabulary, or follow it without a gap",
+                    quoted(content),
+                    given.map_or("nothing".to_owned(), |g| g.to_string())
+                )));
+            }
+        }
         Ok(Self { inner, eos })
     }
 

@@ -1485,3 +1485,279 @@ fn a_short_sliding_window_and_a_padding_id_beyond_the_tokens_are_refused() {
         "{err}"
     );
 }
+
+/// The tiny model's embedding stored as F32 (Q8_0's f16 scale cannot hold 1e20) and scaled
+/// by `scale`, written as `dir/huge.gguf`.
+fn with_scaled_embedding(dir: &Path, scale: f32) -> std::path::PathBuf {
+    edited(dir, "huge.gguf", |_, tensors| {
+        let embed = tensors
+            .iter_mut()
+            .find(|t| t.0 == "token_embd.weight")
+            .unwrap();
+        embed.3 = GgmlDType::F32;
+        embed.2.iter_mut().for_each(|v| *v *= scale);
+    })
+}
+
+/// Finite activations whose mean of squares overflows f32 inside an RMSNorm (an embedding
+/// scaled by 1e20) would make every normed row 0, finite, so no scan of the outputs sees it:
+/// the norm refuses it on the fused path and off it, at every entry point (adversarial pass
+/// 5, S1).
+#[test]
+fn a_norm_whose_mean_of_squares_overflows_is_refused() {
+    use ropelab_pretrained::llama::KvCache;
+    let dir = tempfile::tempdir().unwrap();
+    let ids = [2u32, 5, 7, 9];
+    let input = Tensor::new(&[ids], &Device::Cpu).unwrap();
+    // The edit reaches the model: scaled by 1 it runs.
+    let fine = Llama::load(&with_scaled_embedding(dir.path(), 1.0), &Device::Cpu).unwrap();
+    assert_eq!(fine.generate(&ids, 2, None).unwrap().len(), 2);
+    let path = with_scaled_embedding(dir.path(), 1e20);
+    for fused in [true, false] {
+        let model = Llama::load(&path, &Device::Cpu).unwrap().with_fused(fused);
+        let mut cache = KvCache::new(model.config().n_layers);
+        let results = [
+            model.forward(&input, &mut Hooks::new()).err(),
+            model.forward_last(&input, &mut Hooks::new()).err(),
+            model.trunk(&input, &mut Hooks::new()).err(),
+            model.forward_cached(&input, &mut cache).err(),
+            model.prefill(&ids, &mut KvCache::new(2), 2, 1).err(),
+            model
+                .forward_suffixes(&KvCache::new(2), &[&ids[..2], &ids[1..]], &[1, 2])
+                .err(),
+            model.generate(&ids, 2, None).err(),
+        ];
+        for (i, err) in results.into_iter().enumerate() {
+            let err = err
+                .unwrap_or_else(|| panic!("entry point {i} (fused {fused}) gave a result"))
+                .to_string();
+            assert!(
+                err.contains("huge.gguf")
+                    && err.contains("overflow f32")
+                    && err.contains("mean of squares"),
+                "entry point {i} (fused {fused}): {err}"
+            );
+        }
+    }
+}
+
+/// The tiny model as a `qwen2` file (keys renamed, q/k/v biases added), with `edit` applied
+/// after.
+fn qwen2_edited(
+    dir: &Path,
+    edit: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<Stored>),
+) -> std::path::PathBuf {
+    edited(dir, "qwen2.gguf", |meta, tensors| {
+        for (k, v) in meta.iter_mut() {
+            if let Some(rest) = k.strip_prefix("llama.") {
+                *k = format!("qwen2.{rest}");
+            }
+            if k == "general.architecture" {
+                *v = Value::String("qwen2".into());
+            }
+        }
+        for l in 0..LAYERS {
+            for (name, n) in [("attn_q", 2 * HD), ("attn_k", HD), ("attn_v", HD)] {
+                tensors.push((
+                    format!("blk.{l}.{name}.bias"),
+                    vec![n],
+                    vec![0.25; n],
+                    GgmlDType::F32,
+                ));
+            }
+        }
+        edit(meta, tensors);
+    })
+}
+
+/// Llama 3's `rope_freqs.weight` is read for `llama` files only, as llama.cpp does: a `qwen2`
+/// file holding it is refused, not run with the factors applied (adversarial pass 5, S3).
+#[test]
+fn rope_freqs_in_a_qwen2_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = qwen2_edited(dir.path(), |_, _| {});
+    let model = Llama::load(&plain, &Device::Cpu).unwrap();
+    assert_eq!(model.config().arch, "qwen2");
+    let freqs = qwen2_edited(dir.path(), |_, tensors| {
+        tensors.push((
+            "rope_freqs.weight".into(),
+            vec![HD / 2],
+            vec![8.0; HD / 2],
+            GgmlDType::F32,
+        ))
+    });
+    let err = refusal(&freqs, "rope_freqs.weight in a qwen2 file");
+    assert!(
+        err.contains("qwen2.gguf")
+            && err.contains("rope_freqs.weight")
+            && err.contains("llama files only"),
+        "{err}"
+    );
+}
+
+/// A `rope.dimension_count` other than the head size (partial rotary) is refused for `llama`
+/// and `qwen2` files, as llama.cpp refuses it and as a Llama directory's partial rotary is
+/// refused (adversarial pass 5, S4).
+#[test]
+fn partial_rotary_in_a_llama_or_qwen2_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let same = with_key(
+        dir.path(),
+        "llama.rope.dimension_count",
+        Value::U32(HD as u32),
+    );
+    assert!(Llama::load(&same, &Device::Cpu).is_ok());
+    let err = refusal(
+        &with_key(dir.path(), "llama.rope.dimension_count", Value::U32(8)),
+        "8 rotated dims of 16",
+    );
+    assert!(
+        err.contains("bad.gguf")
+            && err.contains("llama.rope.dimension_count 8 differs from the head size 16"),
+        "{err}"
+    );
+    let qwen = qwen2_edited(dir.path(), |meta, _| {
+        set(meta, "qwen2.rope.dimension_count", Value::U32(8))
+    });
+    let err = refusal(&qwen, "8 rotated dims of 16 in qwen2");
+    assert!(
+        err.contains("qwen2.rope.dimension_count 8 differs"),
+        "{err}"
+    );
+}
+
+/// RoPE bases outside (1, 1e12] (also stored as F64, which holds what f32 cannot), linear
+/// factors outside [1e-6, 1e6] and Llama 3 frequency factors outside it are refused naming
+/// the key or tensor and the value (adversarial pass 5, S7 and U3).
+#[test]
+fn absurd_rope_bases_and_factors_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (key, value) in [
+        ("llama.rope.freq_base", Value::F64(1e12)),
+        ("llama.rope.freq_base", Value::F32(500_000.0)),
+        ("llama.rope.scaling.factor", Value::F64(1e-6)),
+    ] {
+        let path = with_key(dir.path(), key, value.clone());
+        assert!(
+            Llama::load(&path, &Device::Cpu).is_ok(),
+            "{key} = {value:?}"
+        );
+    }
+    for (key, value, want) in [
+        (
+            "llama.rope.freq_base",
+            Value::F64(1e300),
+            "llama.rope.freq_base 1e300 is not a RoPE base",
+        ),
+        (
+            "llama.rope.freq_base",
+            Value::F64(1e-300),
+            "llama.rope.freq_base 1e-300 is not a RoPE base",
+        ),
+        (
+            "llama.rope.freq_base",
+            Value::F32(1.0),
+            "llama.rope.freq_base 1 is not a RoPE base",
+        ),
+        (
+            "llama.rope.scaling.factor",
+            Value::F32(1e-30),
+            "llama.rope.scaling.factor 1e-30 is not a RoPE scaling factor",
+        ),
+    ] {
+        let err = refusal(&with_key(dir.path(), key, value), want);
+        assert!(err.contains("bad.gguf") && err.contains(want), "{err}");
+    }
+    let linear = edited(dir.path(), "bad.gguf", |meta, _| {
+        set(
+            meta,
+            "llama.rope.scaling.type",
+            Value::String("linear".into()),
+        );
+        set(meta, "llama.rope.scaling.factor", Value::F32(1e-30));
+    });
+    let err = refusal(&linear, "type linear, factor 1e-30");
+    assert!(err.contains("llama.rope.scaling.factor 1e-30"), "{err}");
+    let freqs = |f: f32| {
+        edited(dir.path(), "freqs.gguf", move |_, tensors| {
+            tensors.push((
+                "rope_freqs.weight".into(),
+                vec![HD / 2],
+                vec![f; HD / 2],
+                GgmlDType::F32,
+            ))
+        })
+    };
+    assert!(Llama::load(&freqs(8.0), &Device::Cpu).is_ok());
+    for (f, shown) in [
+        (1e-30f32, "1e-30"),
+        (0.0, "0"),
+        (-1.0, "-1"),
+        (1e7, "10000000"),
+    ] {
+        let err = refusal(&freqs(f), shown);
+        assert!(
+            err.contains("freqs.gguf")
+                && err.contains(&format!("rope_freqs.weight holds {shown} for plane 0"))
+                && err.contains("[1e-6, 1e6]"),
+            "{f}: {err}"
+        );
+    }
+}
+
+/// Tokenizer tables llama.cpp refuses: a token string given twice (two ids, one of which
+/// the string never maps back to) and a token type outside llama.cpp's 0 to 6 (adversarial
+/// pass 5, S10).
+#[test]
+fn duplicate_tokens_and_unknown_token_types_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let string = |s: &str| Value::String(s.to_owned());
+    let mut toks: Vec<Value> = tokens().iter().map(|t| string(t)).collect();
+    toks[13] = string("x");
+    let err = refusal(
+        &with_key(dir.path(), "tokenizer.ggml.tokens", Value::Array(toks)),
+        "a token given twice",
+    );
+    assert!(
+        err.contains("bad.gguf")
+            && err.contains("tokenizer.ggml.tokens lists \"x\" twice (ids 12 and 13)"),
+        "{err}"
+    );
+    let n = tokens().len();
+    for (t, fine) in [(6, true), (99, false), (-1, false)] {
+        let mut types = vec![Value::I32(1); n];
+        types[4] = Value::I32(t);
+        let path = with_key(dir.path(), "tokenizer.ggml.token_type", Value::Array(types));
+        if fine {
+            assert!(ropelab_pretrained::load_model(Some(&path), &Device::Cpu).is_ok());
+            continue;
+        }
+        let err = refusal(&path, "an unknown token type");
+        assert!(
+            err.contains("bad.gguf")
+                && err.contains(&format!("tokenizer.ggml.token_type {t} of token 4")),
+            "{err}"
+        );
+    }
+}
+
+/// A file whose version is 1 (which llama.cpp no longer reads) is refused as such, not
+/// described from the garbage its layout makes of the header (adversarial pass 5, U4).
+#[test]
+fn a_version_1_file_is_refused_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    for version in [1u32, 4] {
+        bytes[4..8].copy_from_slice(&version.to_le_bytes());
+        let old = dir.path().join("old.gguf");
+        std::fs::write(&old, &bytes).unwrap();
+        let err = refusal(&old, "a version-1 file");
+        assert!(
+            err.contains("old.gguf")
+                && err.contains(&format!("GGUF version {version} is not supported")),
+            "{err}"
+        );
+    }
+}

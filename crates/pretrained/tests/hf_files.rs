@@ -366,3 +366,300 @@ fn a_pipe_given_as_the_model_is_refused_without_blocking() {
         .to_string();
     assert!(err.contains("not a regular file or a directory"), "{err}");
 }
+
+/// A copy of fixture directory `name` (config.json, model.safetensors, tokenizer.json) with
+/// its config.json changed by `edit`.
+fn fixture_with_config(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
+    let from = llama().with_file_name(name);
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(from.join(file), dir.path().join(file)).unwrap();
+    }
+    let text = std::fs::read_to_string(from.join("config.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut json);
+    std::fs::write(dir.path().join("config.json"), json.to_string()).unwrap();
+    dir
+}
+
+/// The tiny Llama directory with its tensors changed by `edit` before they are written.
+fn with_tensors(
+    edit: impl FnOnce(&mut std::collections::HashMap<String, candle_core::Tensor>),
+) -> tempfile::TempDir {
+    let mut tensors =
+        candle_core::safetensors::load(llama().join("model.safetensors"), &Device::Cpu).unwrap();
+    edit(&mut tensors);
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(llama().join(file), dir.path().join(file)).unwrap();
+    }
+    candle_core::safetensors::save(&tensors, dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+/// The tiny Llama directory with the JSON header of model.safetensors changed by `edit` (the
+/// data after it unchanged: offsets count from the end of the header).
+fn with_header(edit: impl FnOnce(&str) -> String) -> tempfile::TempDir {
+    let bytes = std::fs::read(llama().join("model.safetensors")).unwrap();
+    let end = header_end(&bytes);
+    let header = edit(std::str::from_utf8(&bytes[8..end]).unwrap());
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header.as_bytes());
+    out.extend(&bytes[end..]);
+    with_file("model.safetensors", &out)
+}
+
+/// The one-line error of loading `dir` (model and tokenizer), or a panic naming `what`.
+fn refusal(dir: &Path, what: &str) -> String {
+    let err = load_model(Some(dir), &Device::Cpu)
+        .err()
+        .unwrap_or_else(|| panic!("{what} was accepted"))
+        .to_string();
+    assert!(!err.contains('\n'), "{what}: {err}");
+    err
+}
+
+/// Finite weights whose activations overflow f32 inside a norm (an embedding scaled by 1e20,
+/// one MLP weight of 3e38) would make every normed row 0, finite: no scan of the outputs saw
+/// it, and `generate` returned no token. The norm refuses it, on the fused path and off it
+/// (adversarial pass 5, S1).
+#[test]
+fn activations_that_overflow_inside_a_norm_are_refused() {
+    use candle_core::Tensor;
+    let embed = with_tensors(|t| {
+        let e = t.get_mut("model.embed_tokens.weight").unwrap();
+        *e = (&*e * 1e20).unwrap();
+    });
+    let down = with_tensors(|t| {
+        let w = t.get_mut("model.layers.0.mlp.down_proj.weight").unwrap();
+        let mut v: Vec<f32> = w.flatten_all().unwrap().to_vec1().unwrap();
+        v[0] = 3e38;
+        *w = Tensor::from_vec(v, w.dims(), &Device::Cpu).unwrap();
+    });
+    let ids = [5u32, 17, 42, 99];
+    for dir in [&embed, &down] {
+        let (model, _) = load_model(Some(dir.path()), &Device::Cpu).unwrap();
+        for fused in [true, false] {
+            let model = ropelab_pretrained::llama::Llama::open(dir.path(), &Device::Cpu)
+                .unwrap()
+                .with_fused(fused);
+            let err = model
+                .generate(&ids, 3, None)
+                .err()
+                .unwrap_or_else(|| panic!("fused {fused}: generated"))
+                .to_string();
+            assert!(
+                err.contains(&dir.path().display().to_string())
+                    && err.contains("overflow f32")
+                    && err.contains("mean of squares"),
+                "fused {fused}: {err}"
+            );
+        }
+        let input = Tensor::new(&[ids], &Device::Cpu).unwrap();
+        let err = model
+            .forward(&input, &mut ropelab_model::Hooks::new())
+            .expect_err("the hooked forward gave logits")
+            .to_string();
+        assert!(err.contains("mean of squares"), "{err}");
+    }
+}
+
+/// A `pad_token_id` outside the vocabulary is refused as `bos_token_id` and `eos_token_id`
+/// are (adversarial pass 5, S11).
+#[test]
+fn a_padding_id_beyond_the_vocabulary_is_refused() {
+    let fine = fixture_with_config("llama", |j| j["pad_token_id"] = 299.into());
+    assert!(load_model(Some(fine.path()), &Device::Cpu).is_ok());
+    let bad = fixture_with_config("llama", |j| j["pad_token_id"] = 99_999.into());
+    let err = refusal(bad.path(), "pad_token_id 99999");
+    assert!(
+        err.contains("config.json")
+            && err.contains("pad_token_id 99999 is not a token of the model's vocabulary of 300"),
+        "{err}"
+    );
+}
+
+/// GPT-J's fixed RoPE (base 10,000, unscaled): a config key asking for another is refused
+/// at load, not ignored (adversarial pass 5, S5; the unit tests cover each key).
+#[test]
+fn a_gptj_directory_asking_for_another_rope_is_refused() {
+    let fine = fixture_with_config("gptj", |j| j["rope_theta"] = 10_000.into());
+    assert!(load_model(Some(fine.path()), &Device::Cpu).is_ok());
+    let bad = fixture_with_config("gptj", |j| j["rope_theta"] = 500.into());
+    let err = refusal(bad.path(), "GPT-J rope_theta 500");
+    assert!(
+        err.contains("config.json")
+            && err.contains("rope_theta is 500: transformers' GPT-J ignores it"),
+        "{err}"
+    );
+}
+
+/// A tensor listed twice in a safetensors header (the reader keeps the last) is refused naming
+/// it, and a dtype relabelled (F32 declared F16) is refused naming the tensor (adversarial
+/// pass 5, S12 and U2).
+#[test]
+fn safetensors_headers_listing_a_tensor_twice_or_mislabelled_are_refused() {
+    let norm = "\"model.norm.weight\":";
+    let entry = |h: &str| {
+        let at = h.find(norm).unwrap();
+        let end = at + h[at..].find('}').unwrap() + 1;
+        h[at..end].to_owned()
+    };
+    let same = with_header(|h| h.to_owned());
+    assert!(load_model(Some(same.path()), &Device::Cpu).is_ok());
+    let twice = with_header(|h| h.replacen('{', &format!("{{{},", entry(h)), 1));
+    let err = refusal(twice.path(), "a tensor listed twice");
+    assert!(
+        err.contains("model.safetensors")
+            && err.contains("the safetensors header")
+            && err.contains("model.norm.weight")
+            && err.contains("given twice"),
+        "{err}"
+    );
+    let relabelled = with_header(|h| {
+        let e = entry(h);
+        assert!(e.contains("\"F32\""), "{e}");
+        h.replace(&e, &e.replace("\"F32\"", "\"F16\""))
+    });
+    let err = refusal(relabelled.path(), "F32 declared F16");
+    assert!(
+        err.contains("model.safetensors")
+            && err.contains(
+                "tensor model.norm.weight is F16 of shape [64] (128 bytes), but its \
+                             data_offsets span 256 bytes"
+            ),
+        "{err}"
+    );
+}
+
+/// The shard index must say one thing: a key given twice in it (a tensor placed twice, last
+/// wins) is refused naming it, a `weight_map` that is not an object is refused saying so, a
+/// shard the index names but the directory lacks is named, and a directory with both
+/// model.safetensors and an index is refused naming both (adversarial pass 5, S12, S13, U6).
+#[test]
+fn an_ambiguous_shard_index_is_refused() {
+    let index_of = |dir: &tempfile::TempDir| dir.path().join("model.safetensors.index.json");
+    let twice = sharded(|_, _| {});
+    let text = std::fs::read_to_string(index_of(&twice)).unwrap();
+    let dup = text.replacen(
+        "\"weight_map\":{",
+        "\"weight_map\":{\"lm_head.weight\":\"model-00001-of-00002.safetensors\",",
+        1,
+    );
+    assert_ne!(dup, text, "the edit reaches the index");
+    std::fs::write(index_of(&twice), dup).unwrap();
+    let err = refusal(twice.path(), "a tensor placed twice in weight_map");
+    assert!(
+        err.contains("model.safetensors.index.json")
+            && err.contains("lm_head.weight")
+            && err.contains("given twice"),
+        "{err}"
+    );
+    let list = sharded(|_, _| {});
+    std::fs::write(index_of(&list), r#"{"weight_map": ["lm_head.weight"]}"#).unwrap();
+    let err = refusal(list.path(), "a weight_map list");
+    assert!(
+        err.contains("weight_map is [\"lm_head.weight\"], not an object"),
+        "{err}"
+    );
+    let lost = sharded(|_, _| {});
+    std::fs::remove_file(lost.path().join("model-00002-of-00002.safetensors")).unwrap();
+    let err = refusal(lost.path(), "a missing shard");
+    assert!(
+        err.contains("in model-00002-of-00002.safetensors, which is missing"),
+        "{err}"
+    );
+    let both = sharded(|_, _| {});
+    std::fs::copy(
+        llama().join("model.safetensors"),
+        both.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let err = refusal(both.path(), "model.safetensors beside an index");
+    assert!(
+        err.contains(&both.path().display().to_string())
+            && err.contains("both model.safetensors and model.safetensors.index.json"),
+        "{err}"
+    );
+}
+
+/// config.json, tokenizer.json or model.safetensors that is a directory, a named pipe or a
+/// link to a device is refused saying what it is, not reported missing (adversarial pass 5,
+/// U1). The pipe is skipped, saying so, where `mkfifo` is missing.
+#[cfg(unix)]
+#[test]
+fn a_model_file_that_is_not_a_regular_file_is_named_as_such() {
+    for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+        let dir = with_file(file, b"");
+        let path = dir.path().join(file);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let err = refusal(dir.path(), "a directory");
+        assert!(
+            err.contains(&path.display().to_string())
+                && err.contains("is a directory, not a regular file"),
+            "{file}: {err}"
+        );
+        std::fs::remove_dir(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let err = refusal(dir.path(), "a link to /dev/zero");
+        assert!(
+            err.contains("is a device, not a regular file"),
+            "{file}: {err}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            eprintln!("skipped: mkfifo is not available here");
+            continue;
+        }
+        let err = refusal(dir.path(), "a pipe");
+        assert!(
+            err.contains("is a named pipe, not a regular file"),
+            "{file}: {err}"
+        );
+    }
+}
+
+/// tokenizer.json tables the tokenizers crate reads otherwise than they say: two tokens
+/// sharing one id, and an added token whose declared id the crate renumbers (reported with
+/// the declared id; adversarial pass 5, S10 and U7).
+#[test]
+fn tokenizer_ids_that_would_be_read_otherwise_are_refused() {
+    let text = std::fs::read_to_string(llama().join("tokenizer.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let token_of = |id: u64| {
+        json["model"]["vocab"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(_, v)| v.as_u64() == Some(id))
+            .unwrap()
+            .0
+            .clone()
+    };
+    let mut shared = json.clone();
+    shared["model"]["vocab"][&token_of(2)] = 1.into();
+    let dir = with_file("tokenizer.json", shared.to_string().as_bytes());
+    let err = refusal(dir.path(), "two tokens sharing id 1");
+    assert!(
+        err.contains("tokenizer.json") && err.contains("share id 1"),
+        "{err}"
+    );
+    let mut added = json.clone();
+    added["added_tokens"].as_array_mut().unwrap().push(
+        serde_json::json!({"id": 500, "content": "<x>", "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": true}),
+    );
+    let dir = with_file("tokenizer.json", added.to_string().as_bytes());
+    let err = refusal(dir.path(), "an added token declared 500");
+    assert!(
+        err.contains("tokenizer.json")
+            && err
+                .contains("added token \"<x>\" declares id 500, but the tokenizer numbers it 300"),
+        "{err}"
+    );
+}

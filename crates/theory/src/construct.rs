@@ -103,7 +103,7 @@ impl HandHead {
 
     /// The Retrieval head over `letters` letters (alphabet) and numbers 1..=`numbers`.
     pub fn retrieval(letters: usize, numbers: usize, theta: f64, beta: f64) -> Result<Self> {
-        if !(theta.is_finite() && theta >= 0.0 && theta <= std::f64::consts::TAU) {
+        if !((0.0..=std::f64::consts::TAU).contains(&theta)) {
             return invalid(format!(
                 "theta must lie in [0, 2 pi] (angles repeat every turn), got {theta}"
             ));
@@ -157,7 +157,7 @@ impl HandHead {
                 "Partial Induction needs at least 2 symbols and 2 attributes, got {symbols} x {attributes}"
             ));
         }
-        if !(theta.is_finite() && theta >= 0.0 && theta <= std::f64::consts::TAU) {
+        if !((0.0..=std::f64::consts::TAU).contains(&theta)) {
             return invalid(format!(
                 "theta must lie in [0, 2 pi] (angles repeat every turn), got {theta}"
             ));

@@ -155,7 +155,7 @@ pub fn index_bound_best_input(theta: f64, n: usize) -> f64 {
 /// encoding) and an alphabet of `alphabet` symbols (>= 2). The bound column is
 /// 1 - cos(omega - n theta).
 pub fn retrieval(theta: f64, alphabet: usize, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
-    if !(theta.is_finite() && theta >= 0.0 && theta <= std::f64::consts::TAU) {
+    if !((0.0..=std::f64::consts::TAU).contains(&theta)) {
         return invalid(format!(
             "theta must lie in [0, 2 pi] for the Retrieval head (angles repeat every turn), got {theta}"
         ));

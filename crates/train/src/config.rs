@@ -522,6 +522,17 @@ impl RunConfig {
                 self.task
             )));
         }
+        // Only the multi-hop tasks read `[layout]`; another task's run keeps the default there
+        // (as ropelab writes it), and a changed one would be dropped without a word.
+        if !matches!(self.task, TaskKind::Number | TaskKind::Letter)
+            && self.layout != Layout::default()
+        {
+            return Err(TrainError::Config(format!(
+                "[layout] is read by the number and letter tasks only; the {} task would ignore \
+                 it: drop the table (or give its defaults)",
+                self.task
+            )));
+        }
         let vocab = match self.task {
             TaskKind::Language => {
                 self.check_language()?;
@@ -912,6 +923,21 @@ mod tests {
         let err = RunConfig::from_toml(&edited, path).unwrap_err().to_string();
         assert!(
             err.contains("layer_positions[0]") && err.contains("`base`"),
+            "{err}"
+        );
+    }
+
+    /// A task that reads no `[layout]` refuses a changed one instead of dropping it (fifth
+    /// pass); its default, as ropelab writes it, loads.
+    #[test]
+    fn a_layout_no_task_reads_is_refused() {
+        let c = Preset::Tiny.config(TaskKind::Language);
+        assert!(c.check().is_ok());
+        let mut changed = c.clone();
+        changed.layout.target_window = 3;
+        let err = changed.check().unwrap_err().to_string();
+        assert!(
+            err.contains("[layout]") && err.contains("language"),
             "{err}"
         );
     }
