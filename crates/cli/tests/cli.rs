@@ -644,14 +644,14 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         ],
         "alphabet",
     );
-    bad(&["rope-stats", "--bases", "0"], "base must be positive");
+    bad(&["rope-stats", "--bases", "0"], "base must lie in");
     bad(&["rope-stats", "--lengths", "1"], "between 2 and");
     // Sizes that would take tens of gigabytes are refused up front, not attempted.
     bad(&["rope-stats", "--lengths", "10000000000"], "between 2 and");
     bad(&["rope-stats", "--d", "1048576"], "at most");
     bad(&["rope-stats", "--format", "fp8"], "unknown number format");
     bad(&["periodic", "--m", "1"], "at least 2");
-    bad(&["offset-range", "--g", "0"], "g must be positive");
+    bad(&["offset-range", "--g", "0"], "g must lie in (0, 2 pi]");
     let out = ropelab(&[
         "theory", "periodic", "--m", "3", "--len", "1000", "--out", c,
     ]);

@@ -823,8 +823,9 @@ mod tests {
         assert!(err(&format!("{rope}base = 100.0\nplanes = \"RRR\""))
             .contains("layer_positions[1].planes lists 3 planes, but the head has 2"));
         assert!(err(&format!("{rope}base = 0.0")).contains("layer_positions[1].base"));
-        assert!(err(&format!("{rope}base = -1.0")).contains("positive"));
-        assert!(err(&format!("{rope}base = inf")).contains("finite"));
+        assert!(err(&format!("{rope}base = -1.0")).contains("must lie in [1e-12, 1e12]"));
+        assert!(err(&format!("{rope}base = inf")).contains("must lie in"));
+        assert!(err(&format!("{rope}base = 1e300")).contains("must lie in"));
         let periodic = "[position]\nkind = \"periodic\"\nlayout = \"interleaved\"\n";
         assert!(err(&format!("{periodic}periods = [2, 0]"))
             .contains("layer_positions[1].periods[1] is 0"));

@@ -385,9 +385,10 @@ mod tests {
         assert_eq!("rope-periodic".parse::<Pe>().unwrap(), Pe::RopePeriodic);
         assert_eq!(Pe::Rope(1e-8).to_string(), "rope:1e-8");
         for (bad, want) in [
-            ("rope:0", "positive"),
-            ("rope:-1", "positive"),
-            ("sipe:inf", "positive"),
+            ("rope:0", "must lie in"),
+            ("rope:-1", "must lie in"),
+            ("sipe:inf", "must lie in"),
+            ("rope:1e300", "must lie in"),
             ("rope:abc", "not a number"),
             ("alibi", "unknown position encoding"),
             ("rope", "unknown position encoding"),

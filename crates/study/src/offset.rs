@@ -481,7 +481,8 @@ mod tests {
         assert_eq!(OffsetPe::Rope(1e4).to_string(), "rope");
         assert_eq!(OffsetPe::Rope(100.0).to_string(), "rope:1e2");
         for (bad, want) in [
-            ("rope:0", "positive"),
+            ("rope:0", "must lie in"),
+            ("rope:1e300", "must lie in"),
             ("rope:x", "not a number"),
             ("alibi", "unknown position encoding"),
         ] {
