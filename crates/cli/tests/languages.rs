@@ -81,8 +81,14 @@ fn bad_input_is_a_one_line_error() {
         &["languages", "--lang", "(abc)*", "--out", o],
         "unknown language",
     );
-    one_line_error(&["languages", "--pe", "rope:0", "--out", o], "the base must lie in");
-    one_line_error(&["languages", "--pe", "rope:-1e4", "--out", o], "the base must lie in");
+    one_line_error(
+        &["languages", "--pe", "rope:0", "--out", o],
+        "the base must lie in",
+    );
+    one_line_error(
+        &["languages", "--pe", "rope:-1e4", "--out", o],
+        "the base must lie in",
+    );
     one_line_error(
         &["languages", "--pe", "alibi", "--out", o],
         "unknown position encoding",

@@ -86,7 +86,10 @@ fn bad_input_is_a_one_line_error() {
         &["offset", "--pe", "alibi", "--out", o],
         "unknown position encoding",
     );
-    one_line_error(&["offset", "--pe", "rope:-1", "--out", o], "the base must lie in");
+    one_line_error(
+        &["offset", "--pe", "rope:-1", "--out", o],
+        "the base must lie in",
+    );
     one_line_error(
         &["offset", "--attention", "flash", "--out", o],
         "unknown attention",

@@ -732,3 +732,30 @@ fn a_run_is_not_made_inside_another_ropelab_directory() {
         assert!(!inside.exists());
     }
 }
+
+/// A run extended with `--steps` and resumed again without it continues towards the length its
+/// latest checkpoint was trained for, not config.toml's shorter one (fifth pass: "resuming at
+/// step 30 of 20").
+#[test]
+fn an_extended_run_resumes_towards_its_extended_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let r = run.to_str().unwrap();
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "20",
+        "--save-every",
+        "10",
+        "--out",
+        r,
+    ]));
+    let extended = ok(ropelab(&["train", "--resume", "--steps", "30", "--out", r]));
+    assert!(extended.contains("at step 20 of 30"), "{extended}");
+    let again = ok(ropelab(&["train", "--resume", "--out", r]));
+    assert!(again.contains("at step 30 of 30"), "{again}");
+}

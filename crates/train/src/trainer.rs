@@ -257,6 +257,15 @@ impl Trainer {
             return Self::initialise(lock, dir, config, device);
         }
         let step = dir.latest_checkpoint()?;
+        // A run extended by `--steps` records its new length in its checkpoints, not in
+        // config.toml (whose digest keys what was measured of it): without `--steps`, a
+        // resume continues to the length its latest checkpoint was trained towards.
+        if steps.is_none() {
+            let recorded = dir.checkpoint_config(step)?.optim.steps;
+            if recorded > config.optim.steps {
+                config.optim.steps = recorded;
+            }
+        }
         let (model, optimizer, state) = dir.load_training_state(step, &config, device)?;
         let mut restore = dir.checkpoint_metrics_lines(step)?;
         if let Some(line) = state.metrics_line.clone() {
