@@ -1178,6 +1178,21 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         "4",
     ]));
     ok(ropelab(&["report", st]));
+    // A hand-edited verdict is not shown as the study's (fifth pass).
+    let claims = study.join("claims.json");
+    let verdicts = std::fs::read_to_string(&claims).unwrap();
+    let edited = verdicts.replacen("\"verdict\": \"", "\"verdict\": \"x", 1);
+    assert_ne!(edited, verdicts);
+    std::fs::write(&claims, &edited).unwrap();
+    let got = ropelab(&["report", st]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(!got.status.success(), "an edited claims.json was reported");
+    assert!(
+        err.contains("claims.json") && err.contains("replaced"),
+        "{err}"
+    );
+    std::fs::write(&claims, &verdicts).unwrap();
+    ok(ropelab(&["report", st]));
     // A job's config.toml edited after it ran is not reused by the study (fifth pass).
     let job_config = study.join("seed-3/number/config.toml");
     let text = std::fs::read_to_string(&job_config).unwrap();

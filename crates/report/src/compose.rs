@@ -557,6 +557,15 @@ pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Sectio
         s.not_run("claims.json is missing (the study has not finished)");
         return Ok(s);
     };
+    // The verdicts the study wrote, unchanged since (a study from before the ledger recorded
+    // them is shown as it is).
+    if let Some(ledger) = ropelab_io::Ledger::load(dir)
+        .map_err(|e| ReportError::Input(format!("{}: {e}", dir.display())))?
+    {
+        ledger
+            .vouch(dir, "claims.json", ropelab_io::Expect::Any)
+            .map_err(|e| ReportError::Input(e.to_string()))?;
+    }
     let claims: Vec<Claim> = serde_json::from_str(&text)
         .map_err(|e| ReportError::Input(format!("{}: {e}", path.display())))?;
     s.text(&format!(

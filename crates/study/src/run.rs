@@ -135,8 +135,11 @@ pub fn reproduce(
     // its files were read back after training; StudyFiles::load verifies them again).
     let files = StudyFiles::load_expecting(out, &config.seeds, &job::expected_files(config))?;
     let verdicts = claims::verdicts(&files, &config.claims);
-    write_json(
+    // Recorded in the study's ledger: the report shows these verdicts only while they are the
+    // ones written here (a hand edit is refused by name).
+    ropelab_analysis::claims::files::record_table(
         &study.claims(),
+        "claims",
         serde_json::to_string_pretty(&verdicts)?.as_bytes(),
     )?;
     report(Milestone::Claims(&verdicts))?;
