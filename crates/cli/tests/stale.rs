@@ -1178,6 +1178,12 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         "4",
     ]));
     ok(ropelab(&["report", st]));
+    // A seed the config does not list is named, not mixed into the report (fifth pass).
+    std::fs::create_dir_all(study.join("seed-7/number")).unwrap();
+    ok(ropelab(&["report", st]));
+    let html = std::fs::read_to_string(study.join("report.html")).unwrap();
+    assert!(html.contains("Seeds this study does not list") && html.contains("seed-7/"));
+    std::fs::remove_dir_all(study.join("seed-7")).unwrap();
     // A hand-edited verdict is not shown as the study's (fifth pass).
     let claims = study.join("claims.json");
     let verdicts = std::fs::read_to_string(&claims).unwrap();

@@ -66,13 +66,32 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         DirKind::Study { collected } => {
             let gamma = configured_gamma(dir)?;
             let study = StudyDir::new(dir);
-            let seeds = study.seeds().map_err(|e| ReportError::io(dir, e))?;
+            let present = study.seeds().map_err(|e| ReportError::io(dir, e))?;
+            // Only the seeds the study's config lists are its own (the claims were judged on
+            // them); a `seed-S/` a rerun with another --seeds left is named, not mixed in.
+            let listed = configured_seeds(dir)?;
+            let (seeds, left): (Vec<u64>, Vec<u64>) = present
+                .into_iter()
+                .partition(|s| listed.as_ref().is_none_or(|l| l.contains(s)));
             let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
             sections.push(claims_section(
                 dir,
                 "claims",
                 "Claims of the paper, as measured",
             )?);
+            if !left.is_empty() {
+                let mut s = Section::new("other-seeds", "Seeds this study does not list");
+                s.text(&format!(
+                    "{} hold models of seeds this study's config.toml does not list (seeds = \
+                     {:?}), left by a run with another --seeds: not shown, and not in the claims",
+                    left.iter()
+                        .map(|s| format!("seed-{s}/"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    listed.unwrap_or_default()
+                ));
+                sections.push(s);
+            }
             sections.push(seeds_section(&files, gamma));
             if collected {
                 sections.push(sweep_section(dir)?);
@@ -523,6 +542,23 @@ pub(crate) fn read_text(path: &Path) -> Result<Option<String>> {
 /// `dir` or in the study above it (a study's model is two folders down, a head-count study's
 /// part one), so that a study run at gamma 0.05 draws what it judges; the default 0.1 where no
 /// study config sets one. A study config whose gamma is out of range is an error naming it.
+/// The seeds a study's `config.toml` lists (None when it has none, or cannot be read: every
+/// `seed-S/` is then shown).
+fn configured_seeds(dir: &Path) -> Result<Option<Vec<u64>>> {
+    let Some(text) = read_text(&dir.join("config.toml"))? else {
+        return Ok(None);
+    };
+    let Ok(value) = text.parse::<toml::Table>() else {
+        return Ok(None);
+    };
+    Ok(value.get("seeds").and_then(|s| s.as_array()).map(|seeds| {
+        seeds
+            .iter()
+            .filter_map(|s| s.as_integer().and_then(|s| u64::try_from(s).ok()))
+            .collect()
+    }))
+}
+
 pub fn configured_gamma(dir: &Path) -> Result<Gamma> {
     for up in dir.ancestors().take(4) {
         let path = up.join("config.toml");
