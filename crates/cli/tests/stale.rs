@@ -1199,6 +1199,23 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
     );
     std::fs::write(&claims, &verdicts).unwrap();
     ok(ropelab(&["report", st]));
+    // ... nor a replaced failure table (fifth pass, recheck).
+    let failures = study.join("theory/rope-failures.csv");
+    let table = std::fs::read_to_string(&failures).unwrap();
+    let first_row = table.lines().nth(1).unwrap().to_owned();
+    std::fs::write(&failures, format!("{table}{first_row}\n")).unwrap();
+    let got = ropelab(&["report", st]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(
+        !got.status.success(),
+        "a replaced failure table was reported"
+    );
+    assert!(
+        err.contains("rope-failures.csv") && err.contains("replaced"),
+        "{err}"
+    );
+    std::fs::write(&failures, &table).unwrap();
+    ok(ropelab(&["report", st]));
     // A job's config.toml edited after it ran is not reused by the study (fifth pass).
     let job_config = study.join("seed-3/number/config.toml");
     let text = std::fs::read_to_string(&job_config).unwrap();

@@ -410,6 +410,17 @@ fn check_periods(periods: &[usize], key: &str) -> Result<()> {
     Ok(())
 }
 
+/// `x` as a message prints it: plainly, or in exponent form when very large or small (never
+/// 300 digits).
+fn number(x: f64) -> String {
+    let a = x.abs();
+    if a.is_finite() && a != 0.0 && !(1e-4..1e6).contains(&a) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
 /// The bases a position encoding accepts: 1e-12 to 1e12, the range the tests cover (beyond it
 /// `base^(-2k/d)` leaves f64's precision for the rotations the lens computes).
 pub const BASE_RANGE: (f64, f64) = (1e-12, 1e12);
@@ -418,7 +429,8 @@ fn check_base(base: f64, key: &str) -> Result<()> {
     let (lo, hi) = BASE_RANGE;
     if !(base.is_finite() && (lo..=hi).contains(&base)) {
         return bad(format!(
-            "{key}.base must lie in [{lo:e}, {hi:e}], got {base}"
+            "{key}.base must lie in [{lo:e}, {hi:e}], got {}",
+            number(base)
         ));
     }
     Ok(())
@@ -623,10 +635,13 @@ impl PositionEncoding {
                 if thetas.is_empty() {
                     return bad(format!("{key}.thetas must list at least one angle"));
                 }
-                if let Some(k) = thetas.iter().position(|t| !t.is_finite()) {
+                // Past a turn an angle is another's, and its rotations leave f64's precision.
+                let turn = std::f64::consts::TAU;
+                if let Some(k) = thetas.iter().position(|t| !(-turn..=turn).contains(t)) {
                     return bad(format!(
-                        "{key}.thetas[{k}] is {}: every angle must be finite",
-                        thetas[k]
+                        "{key}.thetas[{k}] is {}: every angle must lie in [-2 pi, 2 pi] radians \
+                         per position",
+                        number(thetas[k])
                     ));
                 }
                 fits_head(thetas.len(), "angles")?;

@@ -595,13 +595,7 @@ pub(crate) fn claims_section(dir: &Path, id: &str, title: &str) -> Result<Sectio
     };
     // The verdicts the study wrote, unchanged since (a study from before the ledger recorded
     // them is shown as it is).
-    if let Some(ledger) = ropelab_io::Ledger::load(dir)
-        .map_err(|e| ReportError::Input(format!("{}: {e}", dir.display())))?
-    {
-        ledger
-            .vouch(dir, "claims.json", ropelab_io::Expect::Any)
-            .map_err(|e| ReportError::Input(e.to_string()))?;
-    }
+    unchanged_since_recorded(dir, "claims.json")?;
     let claims: Vec<Claim> = serde_json::from_str(&text)
         .map_err(|e| ReportError::Input(format!("{}: {e}", path.display())))?;
     s.text(&format!(
@@ -893,6 +887,20 @@ fn hops_section(id: &str, title: &str, rows: &[HopRow]) -> Option<Section> {
     Some(s)
 }
 
+/// Refuses `folder/file` when the folder's ledger lists it and it changed since it was
+/// recorded (a file the ledger does not list, as in a study from before it did, is read as it
+/// is).
+fn unchanged_since_recorded(folder: &Path, file: &str) -> Result<()> {
+    if let Some(ledger) = ropelab_io::Ledger::load(folder)
+        .map_err(|e| ReportError::Input(format!("{}: {e}", folder.display())))?
+    {
+        ledger
+            .vouch(folder, file, ropelab_io::Expect::Any)
+            .map_err(|e| ReportError::Input(e.to_string()))?;
+    }
+    Ok(())
+}
+
 fn theory_section(dir: &Path) -> Result<Section> {
     let mut s = Section::new("theory", "Theory: discrepancy and RoPE failures");
     let mut svgs = vec![];
@@ -914,6 +922,7 @@ fn theory_section(dir: &Path) -> Result<Section> {
     let path = dir.join("theory/rope-failures.csv");
     match read_text(&path)? {
         Some(text) => {
+            unchanged_since_recorded(&dir.join("theory"), "rope-failures.csv")?;
             let rows: Vec<FailureRow> = ropelab_io::read_csv(&text, &path.display().to_string())
                 .map_err(ReportError::from_display)?;
             svgs.extend(Rate::ALL.map(|r| figures::failure_rates(&rows, r)));

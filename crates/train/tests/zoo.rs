@@ -183,6 +183,14 @@ fn bad_position_values_name_the_file_and_the_key() {
         ("kind = \"sinusoidal\"\nbase = nan", "position.base must lie in"),
         ("kind = \"sinusoidal\"\nbase = 1e300", "position.base must lie in"),
         (
+            "kind = \"angles\"\nthetas = [1e300, 1.0]\nlayout = \"interleaved\"",
+            "position.thetas[0] is 1e300: every angle must lie in [-2 pi, 2 pi]",
+        ),
+        (
+            "kind = \"angles\"\nthetas = [1.0, nan]\nlayout = \"interleaved\"",
+            "position.thetas[1] is NaN",
+        ),
+        (
             "kind = \"rope\"\nbase = 1e-300\nrotary_dim = 8\nlayout = \"interleaved\"",
             "position.base must lie in",
         ),
