@@ -1214,7 +1214,25 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         err.contains("rope-failures.csv") && err.contains("replaced"),
         "{err}"
     );
+    let plotted = dir.path().join("failures.svg");
+    let got = ropelab(&[
+        "plot",
+        "failures",
+        "--dir",
+        st,
+        "--out",
+        plotted.to_str().unwrap(),
+    ]);
+    assert!(!got.status.success(), "plot drew a replaced failure table");
     std::fs::write(&failures, &table).unwrap();
+    ok(ropelab(&[
+        "plot",
+        "failures",
+        "--dir",
+        st,
+        "--out",
+        plotted.to_str().unwrap(),
+    ]));
     ok(ropelab(&["report", st]));
     // A job's config.toml edited after it ran is not reused by the study (fifth pass).
     let job_config = study.join("seed-3/number/config.toml");

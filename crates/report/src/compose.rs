@@ -1185,7 +1185,15 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             .map_err(ReportError::from_display)?
             .scores)
     };
-    let csv = |file: &str| need(file).map(|text| (text, dir.join(file).display().to_string()));
+    // A table the study recorded is drawn only while its ledger vouches for it.
+    let csv = |file: &str| {
+        let text = need(file)?;
+        let path = dir.join(file);
+        if let (Some(folder), Some(name)) = (path.parent(), path.file_name()) {
+            unchanged_since_recorded(folder, &name.to_string_lossy())?;
+        }
+        Ok::<_, ReportError>((text, path.display().to_string()))
+    };
     let gamma = configured_gamma(dir)?;
     Ok(match kind {
         PlotKind::Accuracy => figures::accuracy_by_hop(&scores()?, &title),
