@@ -758,4 +758,8 @@ fn an_extended_run_resumes_towards_its_extended_length() {
     assert!(extended.contains("at step 20 of 30"), "{extended}");
     let again = ok(ropelab(&["train", "--resume", "--out", r]));
     assert!(again.contains("at step 30 of 30"), "{again}");
+    one_line_error(
+        &ropelab(&["train", "--resume", "--steps", "10", "--out", r]),
+        "give at least 30 (or nothing, to finish its own 30)",
+    );
 }

@@ -195,11 +195,18 @@ impl Ledger {
         };
         let got = sha256_file(&path).map_err(|e| invalid(&path, e))?;
         if &got != want {
+            // A training log is written by training, which a rerun does not repeat: only a
+            // new run makes it again.
+            let advice = if file.ends_with("metrics.jsonl") {
+                "a training log is not measured again: remove the run's directory (a study's \
+                 or sweep's job folder) and rerun to train it again"
+            } else {
+                "move it away and rerun to measure it again"
+            };
             return Err(invalid(
                 &path,
                 format!(
-                    "replaced after it was measured (its SHA-256 differs from {LEDGER}); move \
-                     it away and rerun to measure it again"
+                    "replaced after it was measured (its SHA-256 differs from {LEDGER}); {advice}"
                 ),
             ));
         }
@@ -593,6 +600,30 @@ mod tests {
             s => panic!("{s:?}"),
         }
         assert!(ledger.vouch(d, "a.csv", Expect::Any).is_err());
+    }
+
+    /// A changed training log is not "measured again" by a rerun: the advice says to train
+    /// it again (fifth-pass recheck: the old advice looped).
+    #[test]
+    fn a_changed_training_log_advises_a_new_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for f in ["metrics.jsonl", "scores.jsonl"] {
+            std::fs::write(d.join(f), b"{}\n").unwrap();
+            Ledger::finish(d, f, "k").unwrap();
+            std::fs::write(d.join(f), b"{\"x\":1}\n").unwrap();
+        }
+        let ledger = Ledger::load(d).unwrap().unwrap();
+        let log = ledger.vouch(d, "metrics.jsonl", Expect::Any).unwrap_err();
+        assert!(
+            log.to_string().contains("remove the run's directory"),
+            "{log}"
+        );
+        let scores = ledger.vouch(d, "scores.jsonl", Expect::Any).unwrap_err();
+        assert!(
+            scores.to_string().contains("move it away and rerun"),
+            "{scores}"
+        );
     }
 
     /// A new file in a ropelab directory is what its name says (CSV rows are no

@@ -229,10 +229,13 @@ impl Trainer {
         if let Some(steps) = steps {
             let done = dir.checkpoints()?.last().copied().unwrap_or(0);
             if steps < done {
+                // Its own length: the one its latest checkpoint was trained towards.
+                let own = dir.checkpoint_config(done).map_or(config.optim.steps, |c| {
+                    c.optim.steps.max(config.optim.steps)
+                });
                 return Err(TrainError::Config(format!(
-                    "{} is at step {done}: --steps {steps} would shorten it; give at least {done} (or nothing, to finish its own {})",
+                    "{} is at step {done}: --steps {steps} would shorten it; give at least {done} (or nothing, to finish its own {own})",
                     root.display(),
-                    config.optim.steps
                 )));
             }
             config.optim.steps = steps;
