@@ -1234,6 +1234,29 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         plotted.to_str().unwrap(),
     ]));
     ok(ropelab(&["report", st]));
+    // A plan entry moved by hand is refused, not kept as a phantom job (fifth-pass recheck).
+    let plan = study.join("plan.json");
+    let planned = std::fs::read_to_string(&plan).unwrap();
+    let moved = planned.replace("\"seed-3/number\": {", "\"seed-9/number\": {");
+    assert_ne!(moved, planned);
+    std::fs::write(&plan, &moved).unwrap();
+    let rerun = [
+        "reproduce",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        st,
+        "--no-pretrained",
+    ];
+    let got = ropelab(&rerun);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(!got.status.success(), "a moved plan entry was kept");
+    assert!(
+        err.contains("under both seed-3/number and seed-9/number"),
+        "{err}"
+    );
+    std::fs::write(&plan, &planned).unwrap();
+    ok(ropelab(&rerun));
     // A job's config.toml edited after it ran is not reused by the study (fifth pass).
     let job_config = study.join("seed-3/number/config.toml");
     let text = std::fs::read_to_string(&job_config).unwrap();

@@ -136,6 +136,21 @@ impl Plan {
         });
         plan.jobs
             .extend(self.jobs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // One job lives in one directory: an id under two keys is an entry edited or copied
+        // by hand (it would stand in `collect` as a job that never ran).
+        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+        for (dir, job) in &plan.jobs {
+            if let Some(first) = seen.insert(&job.id, dir) {
+                return Err(SweepError::Spec {
+                    origin: out.join(PLAN).display().to_string(),
+                    message: format!(
+                        "lists job {} under both {first} and {dir}: an entry was edited or \
+                         copied by hand; restore the file or choose another --out",
+                        job.id
+                    ),
+                });
+            }
+        }
         plan.write(out)
     }
 
