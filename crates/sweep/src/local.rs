@@ -343,8 +343,10 @@ pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
     let (_, existing) = RunDir::open(&run)?;
     if let Some((key, now, was)) = job.config.difference(&existing) {
         return Ok(JobState::Stale(format!(
-            "{} was run with {key} = {was}, the sweep now gives {key} = {now}: its results are \
-             not reused; remove the job's directory or choose another --out",
+            "{} was run with {key} = {was}, but the job now asks for {key} = {now} (set by the \
+             sweep file, the study config or the command's flags, or derived from them: an \
+             experiment's data sizes follow its --steps and --per-length): its results are not \
+             reused; remove the job's directory or choose another --out",
             run.display()
         )));
     }
