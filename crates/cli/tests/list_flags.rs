@@ -187,6 +187,20 @@ fn a_tables_out_is_checked_before_the_work() {
     std::fs::write(&gguf, b"GGUF\x03\0\0\0").unwrap();
     let m = model.to_str().unwrap();
     let index = model.join("model.safetensors.index.json");
+    let rope_stats = |out| {
+        vec![
+            "pretrained",
+            "rope-stats",
+            "--model",
+            m,
+            "--lengths",
+            "64",
+            "--draws",
+            "5",
+            "--out",
+            out,
+        ]
+    };
     for (args, needle) in [
         (
             vec![
@@ -203,36 +217,8 @@ fn a_tables_out_is_checked_before_the_work() {
             ],
             "it is a directory",
         ),
-        (
-            vec![
-                "pretrained",
-                "rope-stats",
-                "--model",
-                m,
-                "--lengths",
-                "64",
-                "--draws",
-                "5",
-                "--out",
-                index.to_str().unwrap(),
-            ],
-            "of the model in",
-        ),
-        (
-            vec![
-                "pretrained",
-                "rope-stats",
-                "--model",
-                m,
-                "--lengths",
-                "64",
-                "--draws",
-                "5",
-                "--out",
-                gguf.to_str().unwrap(),
-            ],
-            "a model's weights",
-        ),
+        (rope_stats(index.to_str().unwrap()), "of the model in"),
+        (rope_stats(gguf.to_str().unwrap()), "a model's weights"),
     ] {
         let got = ropelab(&args);
         let err = String::from_utf8_lossy(&got.stderr);
