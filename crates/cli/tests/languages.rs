@@ -101,6 +101,12 @@ fn bad_input_is_a_one_line_error() {
         &["languages", "--test-lengths", "50-41", "--out", o],
         "backwards",
     );
+    // Too few positions beyond training for the MOD heads: refused before training, not after
+    // it (sixth pass, A406).
+    one_line_error(
+        &["languages", "--test-lengths", "41-42", "--out", o],
+        "the longest test length 42 leaves 2 positions beyond the training lengths (up to 40)",
+    );
     one_line_error(
         &["languages", "--protocol", "huge", "--out", o],
         "unknown protocol",

@@ -98,3 +98,76 @@ fn bad_input_is_a_one_line_error() {
     one_line_error(&["offset", "--k", "0", "--out", o], "at least 1");
     assert!(!out.exists(), "a refused experiment wrote nothing");
 }
+
+/// An experiment's directory is its own (sixth pass): a rerun with another grid says which of
+/// its tables it replaced (A404); another experiment is refused there, before it trains; and
+/// its tables, recorded in the directory's ledger, are no other command's `--out`.
+#[test]
+fn an_experiments_tables_are_replaced_aloud_and_by_no_other_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("offset");
+    let o = out.to_str().unwrap();
+    let offset = |k: &str| {
+        ropelab(&[
+            "offset",
+            "--pe",
+            "rope",
+            "--attention",
+            "softmax",
+            "--k",
+            k,
+            "--seeds",
+            "0",
+            "--train-len",
+            "8",
+            "--steps",
+            "2",
+            "--per-length",
+            "2",
+            "--out",
+            o,
+        ])
+    };
+    let first = offset("2");
+    assert!(first.status.success());
+    assert!(!String::from_utf8_lossy(&first.stderr).contains("note: replaced"));
+    let same = offset("2");
+    assert!(same.status.success());
+    assert!(
+        !String::from_utf8_lossy(&same.stderr).contains("note: replaced"),
+        "a rerun of the same grid replaces nothing"
+    );
+    let other = offset("3");
+    assert!(other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        err.contains("note: replaced accuracy.csv, runs.csv, mechanism.csv in")
+            && err.contains("another grid"),
+        "{err}"
+    );
+    one_line_error(
+        &["languages", "--steps", "1", "--out", o],
+        "which measured.json lists as offset tables written by the study",
+    );
+    assert!(!out.join("runs/ab-star").exists(), "nothing was trained");
+    let table = out.join("accuracy.csv");
+    let before = std::fs::read(&table).unwrap();
+    one_line_error(
+        &[
+            "theory",
+            "rope-stats",
+            "--d",
+            "16",
+            "--bases",
+            "100",
+            "--lengths",
+            "64",
+            "--draws",
+            "2",
+            "--out",
+            table.to_str().unwrap(),
+        ],
+        "accuracy.csv",
+    );
+    assert_eq!(std::fs::read(&table).unwrap(), before, "the table is kept");
+}

@@ -762,4 +762,13 @@ fn an_extended_run_resumes_towards_its_extended_length() {
         &ropelab(&["train", "--resume", "--steps", "10", "--out", r]),
         "give at least 30 (or nothing, to finish its own 30)",
     );
+    // The run's report says how long it was trained, not only config.toml's 20 (sixth pass).
+    let html = dir.path().join("report.html");
+    ok(ropelab(&["report", r, "--out", html.to_str().unwrap()]));
+    let page = String::from_utf8(read(&html)).unwrap();
+    assert!(
+        page.contains("trained towards 30 steps")
+            && page.contains("config.toml keeps the 20 it started with"),
+        "the report does not say the run was extended"
+    );
 }

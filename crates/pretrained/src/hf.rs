@@ -773,6 +773,9 @@ impl HfWeights {
                 }
                 Err(e) => return Err(PretrainedError::io(dir, e)),
             }
+            // Unsealed (`--force`), the two configs must still say one model: config.json is
+            // what is read, ropelab.json what was trained.
+            agrees_with_ropelab_json(dir)?;
         }
         let c = parse_config(&config_path)?;
         let tied = {
@@ -1206,12 +1209,31 @@ fn shards(dir: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
                  shards): which weights are the model's is unclear; remove one",
             ))
         }
-        (true, false) => return Ok((vec![single], None)),
+        (true, false) => {
+            // Shards beside the single file, with no index to say which is the model's: the
+            // single file would be read and the shards ignored without a word.
+            if let Some(shard) = unindexed_shard(dir)? {
+                return Err(PretrainedError::gguf(
+                    dir,
+                    format!(
+                        "holds both model.safetensors and the shard {shard} (without \
+                         model.safetensors.index.json): which weights are the model's is \
+                         unclear; remove one"
+                    ),
+                ));
+            }
+            return Ok((vec![single], None));
+        }
         (false, false) => {
-            return Err(PretrainedError::gguf(
-                dir,
-                "no weights: neither model.safetensors nor model.safetensors.index.json",
-            ))
+            let why = match unindexed_shard(dir)? {
+                Some(shard) => format!(
+                    "no weights it can read: the shard {shard} is there, but not \
+                     model.safetensors.index.json, which says where each tensor lies"
+                ),
+                None => "no weights: neither model.safetensors nor model.safetensors.index.json"
+                    .to_owned(),
+            };
+            return Err(PretrainedError::gguf(dir, why));
         }
         (false, true) => {}
     }
@@ -1266,6 +1288,68 @@ fn shards(dir: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
     }
     files.sort();
     Ok((files, Some((index, placed))))
+}
+
+/// Refuses a ropelab checkpoint whose `config.json` says another model than its `ropelab.json`
+/// (the run config it was trained with): every key ropelab writes into `config.json` must be
+/// the one `ropelab.json`'s model gives (its RoPE's exactness in transformers among them).
+fn agrees_with_ropelab_json(dir: &Path) -> Result<()> {
+    let path = dir.join("ropelab.json");
+    if !path.is_file() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| PretrainedError::io(&path, e))?;
+    let run: Value = serde_json::from_str(&text)
+        .map_err(|e| PretrainedError::gguf(&path, format!("not valid JSON: {e}")))?;
+    let model: ropelab_model::ModelConfig = run
+        .get("model")
+        .cloned()
+        .ok_or_else(|| PretrainedError::gguf(&path, "key model is missing"))
+        .and_then(|m| {
+            serde_json::from_value(m)
+                .map_err(|e| PretrainedError::gguf(&path, format!("not a model config: {e}")))
+        })?;
+    let config_path = dir.join("config.json");
+    let text =
+        std::fs::read_to_string(&config_path).map_err(|e| PretrainedError::io(&config_path, e))?;
+    let Ok(Value::Object(found)) = serde_json::from_str::<Value>(&text) else {
+        // parse_config names what is wrong with it.
+        return Ok(());
+    };
+    let Value::Object(want) = ropelab_model::checkpoint::hf_config(&model) else {
+        return Ok(());
+    };
+    for (key, v) in &want {
+        if found.get(key) != Some(v) {
+            return Err(PretrainedError::gguf(
+                &config_path,
+                format!(
+                    "{key} is {} but ropelab.json's model gives {}: the two files of this \
+                     checkpoint disagree (one was edited); restore it",
+                    found.get(key).map_or("missing".into(), shown),
+                    shown(v)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first shard of a sharded checkpoint in `dir` (`model-00001-of-00002.safetensors`, as
+/// transformers names them), when there is one.
+fn unindexed_shard(dir: &Path) -> Result<Option<String>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| PretrainedError::io(dir, e))?;
+    let mut shards: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| {
+            n.strip_prefix("model-")
+                .and_then(|n| n.strip_suffix(".safetensors"))
+                .is_some_and(|n| n.contains("-of-"))
+        })
+        .collect();
+    shards.sort();
+    Ok(shards.into_iter().next())
 }
 
 impl Weights for HfWeights {

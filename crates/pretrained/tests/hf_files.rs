@@ -581,6 +581,21 @@ fn an_ambiguous_shard_index_is_refused() {
             && err.contains("both model.safetensors and model.safetensors.index.json"),
         "{err}"
     );
+    // Shards beside model.safetensors with no index: not read as the single file alone
+    // (sixth pass, h13); shards alone, with no index, say what is missing.
+    std::fs::remove_file(index_of(&both)).unwrap();
+    let err = refusal(both.path(), "model.safetensors beside unindexed shards");
+    assert!(
+        err.contains("both model.safetensors and the shard model-00001-of-00002.safetensors"),
+        "{err}"
+    );
+    std::fs::remove_file(both.path().join("model.safetensors")).unwrap();
+    let err = refusal(both.path(), "shards without their index");
+    assert!(
+        err.contains("the shard model-00001-of-00002.safetensors is there, but not")
+            && err.contains("model.safetensors.index.json"),
+        "{err}"
+    );
 }
 
 /// config.json, tokenizer.json or model.safetensors that is a directory, a named pipe or a

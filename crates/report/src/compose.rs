@@ -52,6 +52,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         Some(config) => {
             about.text("Config (config.toml):");
             about.pre(&config);
+            if let Some(line) = extended_length(dir, &config) {
+                about.text(&line);
+            }
         }
         None if kind.has_no_config() => {}
         None => about.not_run("config.toml is missing"),
@@ -542,6 +545,40 @@ pub(crate) fn read_text(path: &Path) -> Result<Option<String>> {
 /// `dir` or in the study above it (a study's model is two folders down, a head-count study's
 /// part one), so that a study run at gamma 0.05 draws what it judges; the default 0.1 where no
 /// study config sets one. A study config whose gamma is out of range is an error naming it.
+/// A line saying that the run in `dir` was extended by `train --resume --steps` past the
+/// length its `config.toml` (text `config`) gives: the latest checkpoint records the new length
+/// (config.toml keeps the one it started with, which keys what was measured of it).
+fn extended_length(dir: &Path, config: &str) -> Option<String> {
+    let started = toml::from_str::<toml::Value>(config)
+        .ok()?
+        .get("optim")?
+        .get("steps")?
+        .as_integer()?;
+    let (latest, checkpoint) = std::fs::read_dir(dir.join("checkpoints"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let step: u64 = name.strip_prefix("step-")?.parse().ok()?;
+            e.path()
+                .join("state.json")
+                .is_file()
+                .then(|| (step, e.path()))
+        })
+        .max()?;
+    let path = checkpoint.join("ropelab.json");
+    let recorded: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
+    let steps = recorded.get("optim")?.get("steps")?.as_i64()?;
+    (steps > started).then(|| {
+        format!(
+            "Extended with train --resume --steps: trained towards {steps} steps (its latest \
+             checkpoint, step-{latest}, records them); config.toml keeps the {started} it \
+             started with."
+        )
+    })
+}
+
 /// The seeds a study's `config.toml` lists (None when it has none, or cannot be read: every
 /// `seed-S/` is then shown).
 fn configured_seeds(dir: &Path) -> Result<Option<Vec<u64>>> {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 use ropelab_analysis::lens::swap::{swap_scores, Tau};
-use ropelab_io::{read_csv_file, write_atomic, write_csv};
+use ropelab_io::{read_csv_file, write_atomic};
 use ropelab_model::{AttentionKind, Head, ModelConfig, Objective, PositionEncoding, RopeLayout};
 pub use ropelab_sweep::measure::canonical::{HeadReport, PlaneScore};
 use ropelab_sweep::{Job, MeasureOptions};
@@ -421,7 +421,7 @@ pub fn run(
             serde_json::to_string_pretty(&hand)?.as_bytes(),
         )?;
     }
-    write_csv(&out.join("per_position.csv"), &rows)?;
+    crate::record_csv(&out.join("per_position.csv"), "canonical", &rows)?;
     // The summary the verdicts read is recorded in the ledger of `out`.
     ropelab_analysis::claims::files::record_table(
         &out.join("summary.json"),

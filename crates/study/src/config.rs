@@ -365,6 +365,25 @@ impl StudyConfig {
                     config.claims.min_positional_layers,
                     run.model.n_layers
                 );
+                // An accuracy that counts as learned must beat a uniform guess over the
+                // model's outputs, or a model that learned nothing would meet it.
+                let chance = 1.0 / run.model.out_dim() as f64;
+                for (key, v) in [
+                    ("learned_accuracy", config.claims.learned_accuracy),
+                    ("hop_accuracy", config.claims.hop_accuracy),
+                    ("length_accuracy", config.claims.length_accuracy),
+                    ("kept_accuracy", config.claims.kept_accuracy),
+                ] {
+                    // (0 and NaN are out of range, which the [claims] check below says.)
+                    anyhow::ensure!(
+                        !(v > 0.0 && v <= chance),
+                        "{origin}: [claims] {key} = {v} is at or below chance on the {} task \
+                         (1/{} = {chance:.4}, a uniform guess over the model's outputs): a model \
+                         that learned nothing would meet it",
+                        kind,
+                        run.model.out_dim()
+                    );
+                }
             }
         }
         anyhow::ensure!(
@@ -734,6 +753,12 @@ mod tests {
                 "min_positional_layers = 2",
                 "min_positional_layers = 100000",
                 "[claims] min_positional_layers = 100000 can never hold on the study's 6-layer",
+            ),
+            // An accuracy a uniform guess meets counts nothing as learned (sixth pass).
+            (
+                "learned_accuracy = 0.99",
+                "learned_accuracy = 1e-9",
+                "[claims] learned_accuracy = 0.000000001 is at or below chance on the number task",
             ),
             // The theory part runs last; its settings are refused before any training.
             ("d = 128", "d = 7", "head dimension d must be even"),

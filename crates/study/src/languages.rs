@@ -10,7 +10,7 @@ pub use ropelab_analysis::measure::languages::{
     n_star, offset_rows, LengthRow, NStarRow, OffsetRow, Pe, PERIODS,
 };
 pub use ropelab_analysis::measure::modular::{ModHeadRow, MOD_THRESHOLD};
-use ropelab_io::{read_csv_file, write_csv};
+use ropelab_io::read_csv_file;
 use ropelab_model::{AttentionKind, Head, ModelConfig, Objective};
 pub use ropelab_sweep::measure::language::HEAD_STRINGS;
 use ropelab_sweep::{Job, MeasureOptions};
@@ -162,6 +162,17 @@ impl Experiment {
             self.test_lengths.windows(2).all(|w| w[0] < w[1]),
             "test lengths must be ascending"
         );
+        let need = ropelab_analysis::measure::languages::mod_heads_need(hi);
+        if let Some(&longest) = self.test_lengths.last().filter(|&&t| t < need) {
+            bail!(
+                "the longest test length {longest} leaves {} positions beyond the training \
+                 lengths (up to {hi}); the MOD heads are scored on at least {} of them (every \
+                 residue of period {}): test up to {need} or more",
+                longest - hi,
+                need - hi,
+                need - hi
+            );
+        }
         ensure!(
             self.steps >= 1 && self.batch >= 1 && self.per_length >= 1,
             "steps, batch and strings per length must be at least 1"
@@ -366,10 +377,10 @@ pub fn run(
         outcome.nstar.push(run_row);
         outcome.heads.extend(heads);
     }
-    write_csv(&out.join("accuracy.csv"), &all)?;
-    write_csv(&out.join("nstar.csv"), &outcome.nstar)?;
-    write_csv(&out.join("heads.csv"), &outcome.heads)?;
-    write_csv(&out.join("offset.csv"), &outcome.offsets)?;
+    crate::record_csv(&out.join("accuracy.csv"), "languages", &all)?;
+    crate::record_csv(&out.join("nstar.csv"), "languages", &outcome.nstar)?;
+    crate::record_csv(&out.join("heads.csv"), "languages", &outcome.heads)?;
+    crate::record_csv(&out.join("offset.csv"), "languages", &outcome.offsets)?;
     Ok(outcome)
 }
 

@@ -30,3 +30,19 @@ pub use heads::reproduce_heads;
 pub use run::{reproduce, Milestone, Options, PretrainedStage};
 
 pub use ropelab_io::progress::{Progress, Quiet, Stage};
+
+/// Writes `rows` to the CSV table `path`, recorded in the ledger of its directory under
+/// `stage` (docs/study.md): no other command's `--out` may then replace it, and a reader
+/// refuses it once it is changed by hand.
+pub(crate) fn record_csv<T: serde::Serialize>(
+    path: &std::path::Path,
+    stage: &str,
+    rows: &[T],
+) -> anyhow::Result<()> {
+    ropelab_analysis::claims::files::record_table(
+        path,
+        stage,
+        ropelab_io::to_csv(rows)?.as_bytes(),
+    )?;
+    Ok(())
+}

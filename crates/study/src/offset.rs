@@ -10,7 +10,7 @@ pub use ropelab_analysis::measure::offset::{
     attention_name, parse_attention, CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetPe,
     OffsetRunRow,
 };
-use ropelab_io::{read_csv_file, write_csv};
+use ropelab_io::read_csv_file;
 use ropelab_model::{AttentionKind, Beyond, Head, ModelConfig, Objective};
 pub use ropelab_sweep::measure::offset::{EQUIVARIANCE_SHIFT, MECHANISM_ROWS};
 use ropelab_sweep::{Job, MeasureOptions};
@@ -421,7 +421,7 @@ pub fn run(
         "offset",
         ropelab_io::to_csv(&outcome.runs)?.as_bytes(),
     )?;
-    write_csv(&out.join("mechanism.csv"), &outcome.mechanisms)?;
+    crate::record_csv(&out.join("mechanism.csv"), "offset", &outcome.mechanisms)?;
     Ok(outcome)
 }
 

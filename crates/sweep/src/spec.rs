@@ -431,6 +431,22 @@ fn measure_options(file: &MeasureFile) -> std::result::Result<MeasureOptions, St
 /// Refuses a job whose task cannot be tested at the lengths `measure` asks for (a fixed-offset
 /// sequence no longer than its offset, a language length inside the training range).
 fn check_measure(config: &RunConfig, measure: &MeasureOptions) -> std::result::Result<(), String> {
+    if let (Some(language), true) = (&config.language, measure.heads) {
+        let hi = language.lengths[1];
+        let longest = match &measure.lengths {
+            Some(lengths) => lengths.last().copied().unwrap_or(hi),
+            None => crate::measure::LANGUAGE_REACH * hi,
+        };
+        let need = ropelab_analysis::measure::languages::mod_heads_need(hi);
+        if longest < need {
+            return Err(format!(
+                "[measure] heads = true scores the MOD heads beyond the training lengths (up to \
+                 {hi}) on at least {} positions, but the longest tested length is {longest}: \
+                 give [measure] lengths reaching {need} or more",
+                need - hi
+            ));
+        }
+    }
     let Some(lengths) = &measure.lengths else {
         return Ok(());
     };

@@ -193,3 +193,26 @@ fn a_measure_key_no_job_reads_is_refused() {
     let letter = "name = \"t\"\npreset = \"tiny\"\ntask = \"offset\"\n[measure]\nextras = [0, 4]\n";
     assert!(err(letter).contains("read by number, letter jobs only"));
 }
+
+/// A language job measured with `heads = true` must be tested far enough beyond its training
+/// lengths for every residue of the MOD heads' longest period: refused when the sweep is
+/// read, not after training (sixth pass, A406).
+#[test]
+fn language_heads_need_seven_positions_beyond_training() {
+    let file = |lengths: &str| {
+        format!(
+            "name = \"t\"\npreset = \"tiny\"\ntask = \"language\"\n\
+             [measure]\nlengths = {lengths}\nheads = true\n"
+        )
+    };
+    let jobs = |text: &str| Sweep::parse(text, "t.toml").and_then(|s| s.jobs());
+    let Err(e) = jobs(&file("[41, 42]")) else {
+        panic!("too short a test was accepted")
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("on at least 7 positions, but the longest tested length is 42"),
+        "{e}"
+    );
+    assert!(jobs(&file("[41, 100]")).is_ok());
+}

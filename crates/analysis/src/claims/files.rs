@@ -484,3 +484,24 @@ pub fn record_table(path: &Path, stage: &str, bytes: &[u8]) -> Result<()> {
     ropelab_io::write_atomic(path, bytes).map_err(|e| invalid(path, e))?;
     Ledger::finish(dir, name, &key).map_err(ledger)
 }
+
+/// Refuses `dir` as the output of the study stage (or experiment) `stage` when its ledger
+/// lists files that something else wrote there (another experiment's tables, a study's or a
+/// run's measurements): writing this stage's tables beside them would replace theirs (an
+/// `accuracy.csv` of one experiment under another's name).
+pub fn refuse_other_tables(dir: &Path, stage: &str) -> Result<()> {
+    let key = crate::measure::keys::study_table(stage);
+    let Some(ledger) = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))? else {
+        return Ok(());
+    };
+    match ledger.files.iter().find(|(_, entry)| entry.key != key) {
+        Some((file, entry)) => Err(invalid(
+            dir,
+            format!(
+                "holds {file}, which {} lists as {}, not as {key}: choose another --out",
+                LEDGER, entry.key
+            ),
+        )),
+        None => Ok(()),
+    }
+}

@@ -16,6 +16,14 @@ use crate::{AnalysisError, Result};
 /// tell positions apart modulo 210.
 pub const PERIODS: [usize; 4] = [2, 3, 5, 7];
 
+/// The shortest longest-tested length at which the MOD heads of a run trained on strings up to
+/// `hi` can be scored: the positions beyond training must hold every residue of the longest
+/// period (a head's residue is chosen on the training positions and its contrast read beyond
+/// them), so at least 7 of them.
+pub fn mod_heads_need(hi: usize) -> usize {
+    hi + PERIODS[PERIODS.len() - 1]
+}
+
 /// One position encoding of the experiment.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Pe {

@@ -142,6 +142,7 @@ fn slurm(args: &BiasArgs, runs: usize) -> Result<()> {
 /// Runs `ropelab bias`.
 pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
     super::check_out_dir(&args.out, true)?;
+    ropelab_analysis::claims::files::refuse_other_tables(&args.out, "bias")?;
     let studies = args
         .study
         .iter()
@@ -209,6 +210,17 @@ pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
+    let before = super::TablesBefore::take(
+        &args.out,
+        &[
+            "mechanism.csv",
+            "accuracy.csv",
+            "heads.csv",
+            "claims.csv",
+            "transfer.csv",
+            "transfer_lengths.csv",
+        ],
+    );
     let outcome = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
     if !outcome.remeasured.is_empty() {
@@ -219,6 +231,7 @@ pub fn run_command(args: BiasArgs, guard: Guard) -> Result<()> {
         );
     }
     let claims = write_report(&e, &outcome, &args.out)?;
+    before.note();
     let mut t = Table::new(&[
         ("bias", Align::Left),
         ("positional", Align::Right),

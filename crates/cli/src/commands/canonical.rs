@@ -61,6 +61,7 @@ pub struct CanonicalArgs {
 /// Runs `ropelab canonical`.
 pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     super::check_out_dir(&args.out, true)?;
+    ropelab_analysis::claims::files::refuse_other_tables(&args.out, "canonical")?;
     let (symbols, attributes) = default_sizes(args.task, args.len);
     let task = CanonicalTask::new(
         args.task,
@@ -117,8 +118,13 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
+    let before = super::TablesBefore::take(
+        &args.out,
+        &["summary.json", "per_position.csv", "hand_head.json"],
+    );
     let summary = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
+    before.note();
     let t = band_table(&summary);
     println!("{}", t.to_string().trim_end());
     if task.kind == CanonicalKind::Partial {

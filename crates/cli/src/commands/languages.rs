@@ -59,6 +59,7 @@ pub struct LanguagesArgs {
 /// Runs `ropelab languages`.
 pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
     super::check_out_dir(&args.out, true)?;
+    ropelab_analysis::claims::files::refuse_other_tables(&args.out, "languages")?;
     let mut e = Experiment::new(args.protocol, args.languages, args.pe, args.seeds, args.lrs)?;
     if let Some(s) = args.steps {
         e.steps = s as usize;
@@ -95,8 +96,13 @@ pub fn run_command(args: LanguagesArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
+    let before = super::TablesBefore::take(
+        &args.out,
+        &["accuracy.csv", "nstar.csv", "heads.csv", "offset.csv"],
+    );
     let outcome = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
+    before.note();
     println!("{}\n", table(&outcome.nstar));
     println!(
         "The strongest MOD_m^r head of each run (contrast: mean BOS weight at positions i = r \

@@ -367,3 +367,49 @@ pub fn write_run_csv<T: serde::Serialize>(
     }
     Ok(())
 }
+
+/// The tables an experiment writes in its output directory as they stood before it ran: when
+/// a run of another grid (or other settings) replaces one, [`TablesBefore::note`] says so, so
+/// an earlier command's tables do not change under a reader without a word.
+pub struct TablesBefore {
+    dir: std::path::PathBuf,
+    tables: Vec<(String, String)>,
+}
+
+impl TablesBefore {
+    /// The SHA-256 of each of `names` that exists in `dir` now.
+    pub fn take(dir: &std::path::Path, names: &[&str]) -> Self {
+        let tables = names
+            .iter()
+            .filter_map(|n| {
+                let sha = ropelab_io::sha256_file(&dir.join(n)).ok()?;
+                Some(((*n).to_owned(), sha))
+            })
+            .collect();
+        Self {
+            dir: dir.to_owned(),
+            tables,
+        }
+    }
+
+    /// Says on stderr which of the tables that existed now hold other contents.
+    pub fn note(&self) {
+        let changed: Vec<&str> = self
+            .tables
+            .iter()
+            .filter(|(n, sha)| {
+                ropelab_io::sha256_file(&self.dir.join(n)).is_ok_and(|now| &now != sha)
+            })
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if !changed.is_empty() {
+            eprintln!(
+                "note: replaced {} in {}, written by an earlier command with another grid or \
+                 other settings; the runs they were made from stay under runs/ (rerun that \
+                 command to write its tables again: it reuses them)",
+                changed.join(", "),
+                self.dir.display()
+            );
+        }
+    }
+}

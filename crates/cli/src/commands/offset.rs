@@ -69,6 +69,7 @@ pub struct OffsetArgs {
 /// Runs `ropelab offset`.
 pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
     super::check_out_dir(&args.out, true)?;
+    ropelab_analysis::claims::files::refuse_other_tables(&args.out, "offset")?;
     let mut e = Experiment::default();
     if let Some(v) = args.pe {
         e.pes = v;
@@ -139,8 +140,11 @@ pub fn run_command(args: OffsetArgs, guard: Guard) -> Result<()> {
     );
     let start = Instant::now();
     let bars = Bars::default();
+    let before =
+        super::TablesBefore::take(&args.out, &["accuracy.csv", "runs.csv", "mechanism.csv"]);
     let outcome = run(&e, &args.out, args.jobs.map(|j| j as usize), &bars)?;
     drop(bars);
+    before.note();
     println!("{}", accuracy_table(&e, &outcome));
     println!("\n{}", mechanism_table(&outcome.runs, &outcome.mechanisms));
     println!(

@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, ensure, Result};
 use ropelab_analysis::claims::{decide, welch_difference, Outcome as Judged, Tally, Verdict};
-use ropelab_io::{read_csv_file, write_csv};
+use ropelab_io::read_csv_file;
 use ropelab_model::{Head, ModelConfig, PlaneMask, PositionEncoding, RopeLayout};
 use ropelab_sweep::measure::ambiguous::{letters, read_conflict, AmbiguousHead};
 use ropelab_sweep::{Job, MeasureOptions};
@@ -638,9 +638,9 @@ pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
             kind: h.kind.to_string(),
         }));
     }
-    write_csv(&out.join("mechanism.csv"), &o.mechanisms)?;
-    write_csv(&out.join("accuracy.csv"), &o.accuracy)?;
-    write_csv(&out.join("heads.csv"), &o.heads)?;
+    crate::record_csv(&out.join("mechanism.csv"), "bias", &o.mechanisms)?;
+    crate::record_csv(&out.join("accuracy.csv"), "bias", &o.accuracy)?;
+    crate::record_csv(&out.join("heads.csv"), "bias", &o.heads)?;
     Ok(o)
 }
 
@@ -1164,7 +1164,7 @@ pub fn report_sections(
 /// Writes `out/claims.csv` and `out/report.html` (self-contained) for an outcome.
 pub fn write_report(e: &Experiment, o: &Outcome, out: &Path) -> Result<Vec<BiasClaim>> {
     let claims = claims(&o.mechanisms, o.transfer.as_ref());
-    write_csv(&out.join("claims.csv"), &claims)?;
+    crate::record_csv(&out.join("claims.csv"), "bias", &claims)?;
     let html = ropelab_report::html::page(
         "ropelab: can training be biased toward symbolic solutions?",
         "The bias experiment on the ambiguous task (docs/bias.md)",

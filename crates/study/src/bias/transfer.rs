@@ -347,8 +347,8 @@ pub fn run(
             train_seconds: result.train_seconds,
         });
     }
-    ropelab_io::write_csv(&out.join("transfer.csv"), &o.runs)?;
-    ropelab_io::write_csv(&out.join("transfer_lengths.csv"), &o.lengths)?;
+    crate::record_csv(&out.join("transfer.csv"), "bias", &o.runs)?;
+    crate::record_csv(&out.join("transfer_lengths.csv"), "bias", &o.lengths)?;
     Ok(o)
 }
 
