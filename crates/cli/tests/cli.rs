@@ -577,12 +577,23 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     };
     bad(
         &["discrepancy", "--mechanism", "index", "--theta", "0"],
-        "theta must lie in (0, 2 pi]",
+        "theta must lie in (0, 2 pi)",
+    );
+    // A full turn is theta = 0 again: every margin 0 (sixth pass, S4).
+    bad(
+        &[
+            "discrepancy",
+            "--mechanism",
+            "index",
+            "--theta",
+            "6.283185307179586",
+        ],
+        "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0)",
     );
     // Angles past a turn, and scales or rotations the numbers cannot hold (fifth pass).
     bad(
         &["discrepancy", "--mechanism", "index", "--theta", "1e300"],
-        "theta must lie in (0, 2 pi]",
+        "theta must lie in (0, 2 pi)",
     );
     bad(
         &["offset-range", "--g", "1e300", "--cap", "100"],
@@ -652,6 +663,32 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     bad(&["rope-stats", "--format", "fp8"], "unknown number format");
     bad(&["periodic", "--m", "1"], "at least 2");
     bad(&["offset-range", "--g", "0"], "g must lie in (0, 2 pi]");
+    // One letter: an Index head that reads the wrong letter position is still right (sixth
+    // pass, S5).
+    assert_one_line_error(
+        &ropelab(&[
+            "theory",
+            "construct",
+            "--mechanism",
+            "index",
+            "--theta",
+            "0.866",
+            "--letters",
+            "1",
+            "--n0",
+            "3",
+            "--long",
+            "8",
+            "--samples",
+            "2",
+        ]),
+        "the Index head needs at least 2 letters, got 1",
+    );
+    // A base whose frequencies overflow is no benchmark of RoPE (sixth pass, S6).
+    assert_one_line_error(
+        &ropelab(&["bench", "rope", "--base", "1e-300"]),
+        "base must lie in [1e-12, 1e12], got 0.000",
+    );
     let out = ropelab(&[
         "theory", "periodic", "--m", "3", "--len", "1000", "--out", c,
     ]);

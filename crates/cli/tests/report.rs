@@ -152,3 +152,23 @@ fn plot_writes_one_figure_and_names_a_missing_input() {
     let bad = ropelab(&["plot", "nonsense", "--dir", run_s, "--out", "x.svg"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("choose one of"));
 }
+
+/// A directory holding nothing ropelab reads (an empty one, a checkpoint) is not reported as
+/// a run whose every section is "not run" (sixth pass, S7).
+#[test]
+fn a_directory_that_is_no_run_is_not_reported_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let html = dir.path().join("r.html");
+    common::refused(
+        &[
+            "report",
+            empty.to_str().unwrap(),
+            "--out",
+            html.to_str().unwrap(),
+        ],
+        "is not a run, study, sweep or experiment directory",
+    );
+    assert!(!html.exists());
+}

@@ -280,3 +280,77 @@ fn experiment_jobs_measure_what_their_task_asks() {
         assert_eq!(!star.is_empty(), task == "language", "{summary}");
     }
 }
+
+/// A sweep and an experiment keep to their own directories (sixth pass): an experiment into a
+/// sweep's directory, a sweep into an experiment's, and a Slurm script into another sweep's
+/// directory are refused before anything is written (A3, A4).
+#[test]
+fn sweeps_and_experiments_keep_to_their_own_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = "name = \"t\"\npreset = \"tiny\"\ntask = \"number\"\n[base]\noptim.steps = 2\n\
+                 data.train = 64\ndata.test = 16\n";
+    let spec = dir.path().join("sweep.toml");
+    std::fs::write(&spec, small).unwrap();
+    let other = dir.path().join("other.toml");
+    std::fs::write(&other, small.replace("name = \"t\"", "name = \"o\"")).unwrap();
+    let sw = dir.path().join("sw");
+    let (spec, other, s) = (
+        spec.to_str().unwrap(),
+        other.to_str().unwrap(),
+        sw.to_str().unwrap(),
+    );
+    ok(ropelab(&["sweep", spec, "--out", s, "--jobs", "1"]));
+    refused(
+        &[
+            "offset",
+            "--pe",
+            "rope",
+            "--attention",
+            "softmax",
+            "--k",
+            "1",
+            "--seeds",
+            "0",
+            "--train-len",
+            "4",
+            "--steps",
+            "1",
+            "--per-length",
+            "2",
+            "--out",
+            s,
+        ],
+        "holds the jobs of a sweep or study (plan.json): choose another --out",
+    );
+    refused(
+        &["sweep", other, "--out", s, "--slurm"],
+        "holds the jobs of sweep \"t\", not of sweep \"o\"",
+    );
+    assert!(!sw.join("sweep.sbatch").exists());
+    let ox = dir.path().join("ox");
+    let o = ox.to_str().unwrap();
+    ok(ropelab(&[
+        "offset",
+        "--pe",
+        "rope",
+        "--attention",
+        "softmax",
+        "--k",
+        "1",
+        "--seeds",
+        "0",
+        "--train-len",
+        "4",
+        "--steps",
+        "1",
+        "--per-length",
+        "2",
+        "--out",
+        o,
+    ]));
+    refused(
+        &["sweep", spec, "--out", o, "--jobs", "1"],
+        "holds an experiment's tables (measured.json lists them)",
+    );
+    assert!(!ox.join("plan.json").exists());
+}

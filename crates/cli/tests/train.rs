@@ -772,3 +772,27 @@ fn an_extended_run_resumes_towards_its_extended_length() {
         "the report does not say the run was extended"
     );
 }
+
+/// An analysis of one run may not be written as another run's file, even one that run has
+/// not written yet: its report and ablation would read it as their own (sixth pass, A1).
+#[test]
+fn one_runs_measurement_is_not_written_into_another_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    ok(train_tiny("number", "2", &a, &[]));
+    ok(train_tiny("number", "2", &b, &["--seed", "1"]));
+    let target = a.join("scores.jsonl");
+    one_line_error(
+        &ropelab(&[
+            "score",
+            "--run",
+            b.to_str().unwrap(),
+            "--samples",
+            "2",
+            "--out",
+            target.to_str().unwrap(),
+        ]),
+        "is a file of the run in",
+    );
+    assert!(!target.exists());
+}

@@ -228,22 +228,22 @@ impl Ledger {
 /// directory above it lists (another run's or study's file, named through `--out`), unless the
 /// bytes about to be written (`contents`, when known) are the very bytes it recorded.
 pub fn refuse_owned(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
-    // An existing file of another run is that run's measurement, even of the same shape.
+    // A file in another run's directory is that run's measurement, even of the same shape,
+    // and even before it exists (`score --run A --out B/scores.jsonl` would give B's report
+    // and ablation A's scores; sixth pass, A1).
     if let (Ok(t), Ok(r)) = (resolved(target), resolved(run)) {
         let is_run = |d: &Path| d.join("config.toml").is_file() && d.join("checkpoints").is_dir();
-        if t.is_file() {
-            if let Some(owner) = t.ancestors().skip(1).find(|d| is_run(d)) {
-                if owner != r {
-                    return Err(io::Error::new(
-                        io::ErrorKind::AlreadyExists,
-                        format!(
-                            "{} is a file of the run in {}, not of {}: write elsewhere",
-                            target.display(),
-                            owner.display(),
-                            run.display()
-                        ),
-                    ));
-                }
+        if let Some(owner) = t.ancestors().skip(1).find(|d| is_run(d)) {
+            if owner != r && !r.starts_with(owner) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} is a file of the run in {}, not of {}: write elsewhere",
+                        target.display(),
+                        owner.display(),
+                        run.display()
+                    ),
+                ));
             }
         }
     }
@@ -459,11 +459,22 @@ fn holds_weights(path: &Path) -> bool {
 /// ledger, a checkpoint manifest, a sweep's plan, a job's parameters and result), and a run
 /// directory's config, training log and checkpoints. What it is, in words.
 fn bookkeeping(path: &Path) -> Option<String> {
+    let is_run = |d: &Path| d.join("config.toml").is_file() && d.join("checkpoints").is_dir();
+    // A run's checkpoints, and a checkpoint's folder, hold what its manifest seals and what
+    // training writes: no new file of another command goes among them either.
+    if let Some(a) = path.ancestors().skip(1).find(|a| {
+        a.file_name().is_some_and(|n| n == "checkpoints") && a.parent().is_some_and(is_run)
+    }) {
+        return Some(format!("a file of the checkpoints in {}", a.display()));
+    }
+    let parent = path.parent()?;
+    if parent.join("ropelab.json").is_file() || parent.join(crate::checksum::MANIFEST).is_file() {
+        return Some(format!("a file of the checkpoint in {}", parent.display()));
+    }
     if !path.exists() {
         return None;
     }
     let name = path.file_name()?.to_string_lossy().into_owned();
-    let parent = path.parent()?;
     // A model's own files: no command writes weights, and a model directory's config and
     // tokenizer are read with them.
     if name.ends_with(".gguf") || name.ends_with(".safetensors") || holds_weights(path) {
@@ -471,9 +482,11 @@ fn bookkeeping(path: &Path) -> Option<String> {
     }
     // Every file of a model directory (its config, tokenizer, shard index, generation
     // settings) is read with the weights: none is replaced.
-    let model_dir = std::fs::read_dir(parent).is_ok_and(|mut entries| {
-        entries.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".safetensors")))
-    });
+    let model_dir = parent.join("config.json").is_file()
+        && std::fs::read_dir(parent).is_ok_and(|mut entries| {
+            entries
+                .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".safetensors")))
+        });
     if model_dir {
         return Some(format!("the {name} of the model in {}", parent.display()));
     }
@@ -501,16 +514,10 @@ fn bookkeeping(path: &Path) -> Option<String> {
     if let Some(what) = named {
         return Some(what.to_owned());
     }
-    let is_run = |d: &Path| d.join("config.toml").is_file() && d.join("checkpoints").is_dir();
     if is_run(parent) && matches!(name.as_str(), "config.toml" | "metrics.jsonl") {
         return Some(format!("the {name} of the run in {}", parent.display()));
     }
-    path.ancestors()
-        .skip(1)
-        .find(|a| {
-            a.file_name().is_some_and(|n| n == "checkpoints") && a.parent().is_some_and(is_run)
-        })
-        .map(|a| format!("a file of the checkpoints in {}", a.display()))
+    None
 }
 
 fn refuse_in(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
@@ -660,6 +667,7 @@ mod tests {
         let mut st = 2u64.to_le_bytes().to_vec();
         st.extend_from_slice(b"{}");
         std::fs::write(model.join("model-00001-of-00002.safetensors"), &st).unwrap();
+        std::fs::write(model.join("config.json"), b"{}").unwrap();
         for f in ["model.safetensors.index.json", "generation_config.json"] {
             std::fs::write(model.join(f), b"{}").unwrap();
             let err = refuse_listed(&model.join(f), None).unwrap_err();
@@ -681,6 +689,36 @@ mod tests {
         std::fs::write(plain.join("s.bin"), b"GG").unwrap();
         assert!(refuse_listed(&plain.join("t.csv"), None).is_ok());
         assert!(refuse_listed(&plain.join("s.bin"), None).is_ok());
+        // Weights without a config.json do not make their folder a model's: a table written
+        // there before is rewritten (sixth pass, U2).
+        std::fs::write(plain.join("outside.safetensors"), &st).unwrap();
+        assert!(refuse_listed(&plain.join("t.csv"), None).is_ok());
+    }
+
+    /// No new file of another command goes into a run's checkpoints or a checkpoint's folder
+    /// (sixth pass, S12: only existing files were refused).
+    #[test]
+    fn nothing_new_goes_into_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let step = run.join("checkpoints").join("step-000003");
+        std::fs::create_dir_all(&step).unwrap();
+        std::fs::write(run.join("config.toml"), b"").unwrap();
+        for target in [
+            step.join("new.csv"),
+            run.join("checkpoints").join("step-000009"),
+        ] {
+            let err = refuse_listed(&target, None).unwrap_err().to_string();
+            assert!(err.contains("a file of the checkpoints in"), "{err}");
+        }
+        let loose = dir.path().join("export");
+        std::fs::create_dir_all(&loose).unwrap();
+        std::fs::write(loose.join("ropelab.json"), b"{}").unwrap();
+        let err = refuse_listed(&loose.join("heads.jsonl"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a file of the checkpoint in"), "{err}");
+        assert!(refuse_listed(&run.join("scores.csv"), None).is_ok());
     }
 
     #[test]
@@ -723,9 +761,10 @@ mod tests {
             let err = refuse_listed(&other.join(f), None).unwrap_err().to_string();
             assert!(err.contains("keeps itself"), "{f}: {err}");
         }
-        // A file of the same name elsewhere, or one not there yet, may be written.
+        // A file of the same name elsewhere may be written; a new one among the checkpoints
+        // may not (sixth pass, S12).
         assert!(refuse_listed(&dir.path().join("config.toml"), None).is_ok());
-        assert!(refuse_listed(&other.join("checkpoints/step-000010/new.csv"), None).is_ok());
+        assert!(refuse_listed(&other.join("checkpoints/step-000010/new.csv"), None).is_err());
         assert!(refuse_listed(&dir.path().join("plan.json"), None).is_ok());
         // A run's table is rewritten only by a table of its own shape.
         std::fs::write(other.join("scores.jsonl"), b"{\"step\":1,\"s\":0.5}\n").unwrap();

@@ -203,18 +203,18 @@ impl LlamaConfig {
             return bad("vocabulary, residual and MLP sizes must be positive".into());
         }
         // A RoPE base outside (1, 1e12] (NaN, 0, 1e-300, 1e300) gives NaN, infinite or
-        // meaningless angles, and a norm epsilon that is not a finite positive number divisions
-        // by zero: no model has one.
+        // meaningless angles, and a norm epsilon outside (0, 1] divisions by zero or a norm
+        // that flattens every row (1e30): no model has one.
         if !rope_base_in_range(c.rope_base) {
             return bad(format!(
                 "RoPE base {} is outside (1, {ROPE_BASE_MAX:e}]: no model rotates so",
                 crate::number(c.rope_base)
             ));
         }
-        if !(c.rms_eps.is_finite() && c.rms_eps > 0.0) {
+        if !(c.rms_eps > 0.0 && c.rms_eps <= 1.0) {
             return bad(format!(
-                "norm epsilon {} is not a finite positive number",
-                c.rms_eps
+                "norm epsilon {} is outside (0, 1]: no model normalises so",
+                crate::number(c.rms_eps)
             ));
         }
         if let Some(t) = &c.rope_thetas {
@@ -367,12 +367,26 @@ impl GgufFile {
             ));
         }
         let content = Content::read(&mut reader).map_err(|e| {
+            let text = crate::first_line(&e);
+            // candle names a type it does not know as if it were a tensor ("unknown dtype for
+            // tensor 99"): the walk names the tensor, or says where the index went wrong.
+            if text.contains("unknown dtype") {
+                let why = match &header.unknown_type {
+                    Some((name, kind)) => format!(
+                        "tensor {} has GGML type {kind}, which ropelab does not read (it reads \
+                         F32, F16, BF16, Q4_0 to Q8_1 and the K quants), or the header's \
+                         tensor_count / metadata_kv_count do not match its entries",
+                        crate::escaped(name)
+                    ),
+                    None => "the tensor index is unreadable: the header's tensor_count or \
+                             metadata_kv_count does not match its entries"
+                        .to_owned(),
+                };
+                return PretrainedError::gguf(path, why);
+            }
             // The parser may quote raw bytes of the file (a wrong magic, a bad string): printed
             // escaped, never as control characters, and without a backtrace.
-            PretrainedError::gguf(
-                path,
-                format!("not a readable GGUF file: {}", crate::first_line(&e)),
-            )
+            PretrainedError::gguf(path, format!("not a readable GGUF file: {text}"))
         })?;
         let file_len = reader
             .get_ref()

@@ -33,14 +33,26 @@ pub(crate) struct Header {
     pub(crate) repeated_key: Option<String>,
     /// The first tensor name given twice, as candle names it.
     pub(crate) repeated_tensor: Option<String>,
+    /// The first tensor whose GGML type candle does not read, with that type (found even when
+    /// the walk stops later, at damage further on).
+    pub(crate) unknown_type: Option<(String, u32)>,
 }
+
+/// The GGML types candle's reader knows (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, the K
+/// quants Q2_K to Q8_K, BF16).
+const KNOWN_TYPES: [u32; 15] = [0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 30];
 
 /// Walks the header of the GGUF file in `reader`, from its start, and leaves the reader there.
 pub(crate) fn scan(reader: &mut (impl Read + Seek)) -> std::io::Result<Header> {
     reader.seek(SeekFrom::Start(0))?;
     let version = version_of(reader).ok().flatten();
     let mut found = match version {
-        Some(v) => walk(reader, v).unwrap_or_default(),
+        Some(v) => {
+            let mut types = None;
+            let mut header = walk(reader, v, &mut types).unwrap_or_default();
+            header.unknown_type = types;
+            header
+        }
         None => Header::default(),
     };
     found.version = version;
@@ -60,7 +72,11 @@ fn version_of(r: &mut impl Read) -> std::io::Result<Option<u32>> {
 
 /// The walk after the magic and the version; any read error (a short file) or a count beyond
 /// candle's limits ends it with `Err`.
-fn walk(r: &mut impl Read, version: u32) -> std::io::Result<Header> {
+fn walk(
+    r: &mut impl Read,
+    version: u32,
+    unknown_type: &mut Option<(String, u32)>,
+) -> std::io::Result<Header> {
     // Version 1 writes counts and string lengths as u32; later versions as u64.
     let wide = match version {
         1 => false,
@@ -103,7 +119,11 @@ fn walk(r: &mut impl Read, version: u32) -> std::io::Result<Header> {
             return Err(std::io::Error::other("too many dimensions"));
         }
         skip(r, u64::from(dims) * if wide { 8 } else { 4 })?;
-        skip(r, 4 + 8)?; // type and offset
+        let kind = u32_of(r)?;
+        if !KNOWN_TYPES.contains(&kind) && unknown_type.is_none() {
+            *unknown_type = Some((name.clone(), kind));
+        }
+        skip(r, 8)?; // offset
         if !names.insert(name.clone()) && header.repeated_tensor.is_none() {
             header.repeated_tensor = Some(name);
         }

@@ -300,7 +300,7 @@ fn architecture(cfg: &ConfigJson) -> Result<String> {
 /// header: ") that gives a key twice in one object, at any depth: serde_json and Python's
 /// json.load keep the last, so a file that says two things is refused rather than read one
 /// way. Text that is not JSON is refused too.
-fn unique_keys(path: &Path, bytes: &[u8], what: &str) -> Result<()> {
+pub(crate) fn unique_keys(path: &Path, bytes: &[u8], what: &str) -> Result<()> {
     match serde_json::from_slice::<UniqueKeys>(bytes) {
         Ok(_) => Ok(()),
         // The visitor accepts every value: a data error is a key given twice, quoted by the

@@ -54,6 +54,29 @@ pub struct SizeRow {
     pub runs: Vec<f64>,
 }
 
+impl SizeRow {
+    /// Why this row (read back from a file) is not one `pretrained tasks` writes: an accuracy
+    /// outside [0, 1], no runs, or a mean that is not the mean of its runs.
+    pub fn defect(&self) -> Option<String> {
+        let unit = |x: f64| (0.0..=1.0).contains(&x);
+        let what = format!("{} at size {}", self.task, self.size);
+        if self.runs.is_empty() {
+            return Some(format!("{what}: no run's accuracy"));
+        }
+        if let Some(x) = self.runs.iter().chain([&self.mean]).find(|x| !unit(**x)) {
+            return Some(format!("{what}: accuracy {x} must lie in [0, 1]"));
+        }
+        let mean = self.runs.iter().sum::<f64>() / self.runs.len() as f64;
+        if (mean - self.mean).abs() > 1e-9 {
+            return Some(format!(
+                "{what}: mean {} is not the mean {mean} of its runs",
+                self.mean
+            ));
+        }
+        None
+    }
+}
+
 fn joined<S: serde::Serializer>(runs: &[f64], s: S) -> std::result::Result<S::Ok, S::Error> {
     let cells: Vec<String> = runs.iter().map(f64::to_string).collect();
     s.serialize_str(&cells.join(";"))

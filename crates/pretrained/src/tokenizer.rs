@@ -182,6 +182,8 @@ impl GgufTokenizer {
     pub fn from_file(path: &std::path::Path, eos: Option<u32>) -> Result<Self> {
         let failed = |m: String| PretrainedError::Tokenizer(format!("{}: {m}", path.display()));
         let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
+        // A token (or a table) given twice is read as the last by the tokenizers crate.
+        crate::hf::unique_keys(path, text.as_bytes(), "")?;
         let inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;
         let json: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| failed(crate::first_line(&e)))?;

@@ -359,7 +359,8 @@ fn values_no_model_has_are_refused_naming_the_file() {
         ("llama.rope.freq_base", "RoPE base"),
         ("llama.attention.layer_norm_rms_epsilon", "norm epsilon"),
     ] {
-        for value in [f32::NAN, -1.0, 0.0, f32::INFINITY] {
+        // 1e30 (sixth pass): a norm that flattens every row; a base beyond 1e12.
+        for value in [f32::NAN, -1.0, 0.0, f32::INFINITY, 1e30] {
             let bad = with_f32(dir.path(), key, value);
             let err = Llama::load(&bad, &Device::Cpu).err().unwrap().to_string();
             assert!(
@@ -1760,4 +1761,38 @@ fn a_version_1_file_is_refused_as_such() {
             "{err}"
         );
     }
+}
+
+/// A tensor of a GGML type candle does not read is refused naming the tensor and the type,
+/// not as candle's "unknown dtype for tensor 99" (sixth pass, U1).
+#[test]
+fn an_unknown_tensor_type_names_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_model(&path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The tensor index entry of output_norm.weight: u64 name length, name, u32 dims, u64 per
+    // dim, then its u32 type.
+    let name = b"output_norm.weight";
+    let mut at = bytes
+        .windows(8 + name.len())
+        .position(|w| w[..8] == (name.len() as u64).to_le_bytes() && &w[8..] == name)
+        .unwrap()
+        + 8
+        + name.len();
+    let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    at += 4 + 8 * dims;
+    assert_eq!(
+        &bytes[at..at + 4],
+        &0u32.to_le_bytes(),
+        "the edit reaches an F32 type"
+    );
+    bytes[at..at + 4].copy_from_slice(&99u32.to_le_bytes());
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    let err = Llama::load(&bad, &Device::Cpu).err().unwrap().to_string();
+    assert!(
+        err.contains("bad.gguf") && err.contains("tensor output_norm.weight has GGML type 99"),
+        "{err}"
+    );
 }

@@ -103,6 +103,7 @@ fn absurd_config_values_are_refused_naming_the_file() {
         ("rope_theta", serde_json::json!(-1.0)),
         ("rope_theta", serde_json::json!(0.0)),
         ("rms_norm_eps", serde_json::json!(-1.0)),
+        ("rms_norm_eps", serde_json::json!(1e30)),
         ("num_attention_heads", serde_json::json!(0)),
         ("hidden_size", serde_json::json!(1u64 << 40)),
         ("num_hidden_layers", serde_json::json!(1u64 << 40)),
@@ -675,6 +676,15 @@ fn tokenizer_ids_that_would_be_read_otherwise_are_refused() {
         err.contains("tokenizer.json")
             && err
                 .contains("added token \"<x>\" declares id 500, but the tokenizer numbers it 300"),
+        "{err}"
+    );
+    // A token given twice in model.vocab (sixth pass, S3): the crate keeps the last.
+    let twice = text.replacen("\"vocab\": {", "\"vocab\": {\"h\": 299, ", 1);
+    assert_ne!(twice, text, "the edit reaches model.vocab");
+    let dir = with_file("tokenizer.json", twice.as_bytes());
+    let err = refusal(dir.path(), "a token given twice");
+    assert!(
+        err.contains("tokenizer.json") && err.contains("give it once"),
         "{err}"
     );
 }

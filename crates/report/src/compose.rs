@@ -45,6 +45,15 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     let mut sections = vec![];
     let pretrained = pretrained_section(dir)?;
     let kind = DirKind::detect(dir, pretrained.is_some());
+    // A run has its config.toml: a directory with nothing ropelab reads (an empty one, a
+    // checkpoint) would give a page of "not run" sections under a run's title.
+    if matches!(kind, DirKind::Run) && !dir.join("config.toml").is_file() {
+        return Err(ReportError::Input(format!(
+            "{} is not a run, study, sweep or experiment directory (no config.toml, claims.json, \
+             plan.json or experiment tables): nothing to report",
+            dir.display()
+        )));
+    }
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
@@ -114,7 +123,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
                 }
             }
             sections.push(pretrained.unwrap_or_else(|| {
-                let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
+                let mut s = Section::new("pretrained", "The pretrained model");
                 s.not_run(
                     "pretrained/ holds no `ropelab pretrained` output (the study's [pretrained] stage was skipped or could not fetch the model: see reproduce's output)",
                 );
@@ -385,6 +394,23 @@ fn is_offset(dir: &Path) -> bool {
     dir.join("runs.csv").exists() && dir.join("accuracy.csv").exists()
 }
 
+/// The rows of an offset `accuracy.csv` (text `text`, named `origin`), each an accuracy in
+/// [0, 1] over at least one sequence (a table edited by hand is not drawn as measured).
+fn offset_accuracy(text: &str, origin: &str) -> Result<Vec<OffsetAccuracyRow>> {
+    let rows: Vec<OffsetAccuracyRow> = read_csv(text, origin).map_err(ReportError::from_display)?;
+    if let Some(r) = rows
+        .iter()
+        .find(|r| r.n == 0 || !(0.0..=1.0).contains(&r.accuracy))
+    {
+        return Err(ReportError::Input(format!(
+            "{origin}: {} {} k = {} seed {} at length {}: accuracy {} over {} sequences is no \
+             measured accuracy (it lies in [0, 1], over at least one)",
+            r.pe, r.attention, r.k, r.seed, r.test_len, r.accuracy, r.n
+        )));
+    }
+    Ok(rows)
+}
+
 /// The implicit-bias experiment of `ropelab offset` (or a study's `offset/`): accuracy versus
 /// test length, the dilution law, pinning, and the mechanisms per run.
 fn offset_section(dir: &Path) -> Result<Section> {
@@ -395,7 +421,7 @@ fn offset_section(dir: &Path) -> Result<Section> {
     let rows = |name: &str| -> Result<Option<String>> { read_text(&dir.join(name)) };
     let origin = |name: &str| dir.join(name).display().to_string();
     let accuracy: Vec<OffsetAccuracyRow> = match rows("accuracy.csv")? {
-        Some(t) => read_csv(&t, &origin("accuracy.csv")).map_err(ReportError::from_display)?,
+        Some(t) => offset_accuracy(&t, &origin("accuracy.csv"))?,
         None => vec![],
     };
     let runs: Vec<OffsetRunRow> = match rows("runs.csv")? {
@@ -1011,7 +1037,27 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
             if ext == "csv" && first.starts_with(TASKS_HEADER) {
                 let rows: Vec<SizeRow> =
                     ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
-                out.tasks.extend(rows);
+                // Rows no `pretrained tasks` writes, or a second table of the same windows
+                // (another model's, or another run's), are not drawn as one chart.
+                for row in &rows {
+                    if let Some(why) = row.defect() {
+                        return Err(ReportError::Input(format!("{origin}: {why}")));
+                    }
+                    if out
+                        .tasks
+                        .iter()
+                        .any(|t| (t.task, t.size) == (row.task, row.size))
+                    {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: {} at size {} is in another table of {} too (two \
+                             `pretrained tasks` outputs in one directory): keep one",
+                            row.task,
+                            row.size,
+                            folder.display()
+                        )));
+                    }
+                    out.tasks.push(row.clone());
+                }
             } else if ext == "csv" && first.starts_with(FAILURES_HEADER) {
                 let rows: Vec<LayerFailureRow> =
                     ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
@@ -1032,6 +1078,18 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                         })
                     })
                     .collect::<Result<Vec<PromptHead>>>()?;
+                let mut seen = std::collections::BTreeSet::new();
+                for h in &heads {
+                    if let Some(why) = h.defect() {
+                        return Err(ReportError::Input(format!("{origin}: {why}")));
+                    }
+                    if !seen.insert((h.layer, h.head)) {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: layer {} head {} is listed twice",
+                            h.layer, h.head
+                        )));
+                    }
+                }
                 let stem = path
                     .file_stem()
                     .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
@@ -1048,13 +1106,13 @@ fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
     if files.scores.is_empty() && files.tasks.is_empty() && files.failures.is_empty() {
         return Ok(None);
     }
-    let mut s = Section::new("pretrained", "The pretrained model (SmolLM2-135M)");
+    let mut s = Section::new("pretrained", "The pretrained model");
     let mut svgs = vec![];
     let gamma = configured_gamma(dir)?;
     for (stem, heads) in &files.scores {
         svgs.push(pretrained::head_type_map(
             heads,
-            &format!("SmolLM2 heads ({stem}; hover a cell, gamma {gamma})"),
+            &format!("Pretrained heads ({stem}; hover a cell, gamma {gamma})"),
             gamma,
         ));
     }
@@ -1293,7 +1351,7 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
                     dir.display()
                 ))
             })?;
-            pretrained::head_type_map(heads, &format!("SmolLM2 heads ({stem})"), gamma)
+            pretrained::head_type_map(heads, &format!("Pretrained heads ({stem})"), gamma)
         }
         PlotKind::PretrainedTasks => {
             let files = pretrained_files(dir)?;
@@ -1331,9 +1389,7 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
         }
         PlotKind::OffsetAccuracy => {
             let (text, origin) = csv("accuracy.csv")?;
-            let rows: Vec<OffsetAccuracyRow> =
-                ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
-            crate::offset::accuracy_vs_length(&rows)
+            crate::offset::accuracy_vs_length(&offset_accuracy(&text, &origin)?)
         }
         PlotKind::OffsetDilution | PlotKind::OffsetPinning => {
             let (text, origin) = csv("mechanism.csv")?;

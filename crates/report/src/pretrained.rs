@@ -1,6 +1,6 @@
-//! Figures of the real pretrained model (SmolLM2-135M), from the files of the
-//! `ropelab pretrained` commands: the layer x head type map of `pretrained score` (hover a cell
-//! for its scores), the prompt tasks' accuracy per window size with error bars
+//! Figures of a real pretrained model (SmolLM2-135M in the study, or any `--model`), from the
+//! files of the `ropelab pretrained` commands: the layer x head type map of `pretrained score`
+//! (hover a cell for its scores), the prompt tasks' accuracy per window size with error bars
 //! (`pretrained tasks`), and the RoPE failure events measured with the model's own q and k
 //! (`pretrained rope-stats`).
 
@@ -145,7 +145,7 @@ pub fn task_accuracy(rows: &[SizeRow]) -> String {
         })
         .collect();
     Chart {
-        title: "SmolLM2: prompt-task accuracy versus window size".into(),
+        title: "Pretrained model: prompt-task accuracy versus window size".into(),
         x_label: "target-window size".into(),
         y_label: "accuracy".into(),
         log_x: true,
@@ -173,7 +173,7 @@ pub fn model_failures(rows: &[LayerFailureRow], rate: Rate) -> String {
             .push((r.length as f64, v));
     }
     Chart {
-        title: format!("SmolLM2's own q, k: {}", rate.name()),
+        title: format!("The model's own q, k: {}", rate.name()),
         x_label: "context length M".into(),
         y_label: "rate".into(),
         log_x: true,

@@ -146,7 +146,7 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
     .unwrap();
     let html = ropelab_report::report(dir.path(), "test").unwrap();
     assert!(html.contains("id=\"pretrained\""));
-    assert!(html.contains("SmolLM2 heads (my-heads"));
+    assert!(html.contains("Pretrained heads (my-heads"));
     assert!(html.contains("not run: no `pretrained rope-stats` output"));
     assert!(!html.contains("config.toml is missing"));
     assert!(html.contains("<td>number</td><td>12</td><td>82</td><td>0.500</td>"));

@@ -771,7 +771,7 @@ mod tests {
             (
                 "index_theta = 0.866",
                 "index_theta = -1.0",
-                "theta must lie in (0, 2 pi]",
+                "theta must lie in (0, 2 pi)",
             ),
             ("sizes = [12, 32]", "sizes = [0, 32]", "[pretrained]"),
             (

@@ -92,7 +92,7 @@ impl Plan {
     /// Refuses to plan into `out` when it holds the plan of something else (another sweep, by
     /// name, or a study where a sweep would go, and back): its finished jobs would be orphaned,
     /// or pooled with these.
-    fn check_owner(&self, out: &Path) -> Result<()> {
+    pub fn check_owner(&self, out: &Path) -> Result<()> {
         let study = |o: &str| o.starts_with("reproduce");
         match Self::load(out)? {
             Some(old)

@@ -71,9 +71,16 @@ fn rows<const W: usize>(values: Vec<[f64; W]>, device: &Device) -> Result<Tensor
 impl HandHead {
     /// The Index head over `letters` letters and integers 1..=`max_int`.
     pub fn index(letters: usize, max_int: usize, theta: f64, beta: f64) -> Result<Self> {
-        if !(theta.is_finite() && theta > 0.0 && theta <= std::f64::consts::TAU) {
+        if !(theta.is_finite() && theta > 0.0 && theta < std::f64::consts::TAU) {
             return invalid(format!(
-                "theta must lie in (0, 2 pi] (angles repeat every turn), got {theta}"
+                "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0), got {theta}"
+            ));
+        }
+        // With one letter every letter position holds the same symbol: reading the wrong
+        // one could not be seen.
+        if letters < 2 {
+            return invalid(format!(
+                "the Index head needs at least 2 letters, got {letters}"
             ));
         }
         let vocab: Vec<Symbol> = (0..letters)

@@ -123,9 +123,9 @@ pub fn check(mechanism: Mechanism, theta: f64, alphabet: usize, max_n: usize) ->
 
 /// Index-head margins for n = 1..=max_n with angle `theta` (> 0).
 pub fn index(theta: f64, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
-    if !(theta.is_finite() && theta > 0.0 && theta <= std::f64::consts::TAU) {
+    if !(theta.is_finite() && theta > 0.0 && theta < std::f64::consts::TAU) {
         return invalid(format!(
-            "theta must lie in (0, 2 pi] (angles repeat every turn), got {theta}"
+            "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0), got {theta}"
         ));
     }
     check_n(max_n)?;

@@ -52,8 +52,11 @@ impl Schedule {
     /// theta_n for n = 0 .. h - 1 (radians per position).
     pub fn frequencies(&self, h: usize) -> Result<Vec<f64>> {
         let base = self.base();
-        if !(base.is_finite() && base > 0.0) {
-            return invalid(format!("base must be positive, got {base}"));
+        // Beyond the range every position encoding accepts, base^(-2n/d) overflows or leaves
+        // f64's precision (1e-300 gives infinite frequencies).
+        let (lo, hi) = ropelab_model::BASE_RANGE;
+        if !(base.is_finite() && (lo..=hi).contains(&base)) {
+            return invalid(format!("base must lie in [{lo:e}, {hi:e}], got {base}"));
         }
         if h == 0 {
             return invalid("a head needs at least one plane (h >= 1)");

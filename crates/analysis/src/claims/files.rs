@@ -490,6 +490,14 @@ pub fn record_table(path: &Path, stage: &str, bytes: &[u8]) -> Result<()> {
 /// run's measurements): writing this stage's tables beside them would replace theirs (an
 /// `accuracy.csv` of one experiment under another's name).
 pub fn refuse_other_tables(dir: &Path, stage: &str) -> Result<()> {
+    // A sweep's or study's directory: its collect and report would hide these tables, and
+    // this experiment's report would replace the sweep's (sixth pass, A4).
+    if dir.join("plan.json").is_file() {
+        return Err(invalid(
+            dir,
+            "holds the jobs of a sweep or study (plan.json): choose another --out",
+        ));
+    }
     let key = crate::measure::keys::study_table(stage);
     let Some(ledger) = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))? else {
         return Ok(());

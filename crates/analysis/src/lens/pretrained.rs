@@ -59,6 +59,43 @@ pub struct PromptHead {
     pub freq_mean_plane: f64,
 }
 
+impl PromptHead {
+    /// Why this row (read back from a file) is not one [`score_prompts`] writes: scores outside
+    /// [0, 1], an entropy that is no entropy, or a type its own scores do not give.
+    pub fn defect(&self) -> Option<String> {
+        let unit = |x: f64| (0.0..=1.0).contains(&x);
+        if !(unit(self.s_pos) && unit(self.s_sym)) {
+            return Some(format!(
+                "layer {} head {}: scores s_pos {} and s_sym {} must lie in [0, 1]",
+                self.layer, self.head, self.s_pos, self.s_sym
+            ));
+        }
+        if !(self.entropy.is_finite() && self.entropy >= 0.0) {
+            return Some(format!(
+                "layer {} head {}: entropy {} is not a finite non-negative number",
+                self.layer, self.head, self.entropy
+            ));
+        }
+        let scores = SwapScores {
+            s_pos: self.s_pos,
+            s_sym: self.s_sym,
+        };
+        for (key, gamma, kind) in [
+            ("pure_0_1", Gamma::DEFAULT, self.pure_0_1),
+            ("pure_0_05", Gamma::STRICT, self.pure_0_05),
+        ] {
+            let own = purity(scores, gamma);
+            if own != kind {
+                return Some(format!(
+                    "layer {} head {}: {key} is {kind}, but its scores make it {own}",
+                    self.layer, self.head
+                ));
+            }
+        }
+        None
+    }
+}
+
 /// Bytes of captured attention patterns one batch of [`score_prompts`] may hold (every layer's
 /// [rows, heads, pos, pos] in f32); a batch takes as many prompts as fit, at least one.
 pub const SCORE_BATCH_BYTES: u64 = 256 << 20;
@@ -179,7 +216,7 @@ pub fn score_prompts_in_batches(
 pub struct ModelRopeOptions {
     /// Layers whose heads supply q and k.
     pub layers: Vec<usize>,
-    /// Context lengths M (each at least 2).
+    /// Context lengths M (each at least 3).
     pub lengths: Vec<usize>,
     /// (q, k1, k2) triples per layer, drawn from the prompt's positions.
     pub draws: usize,
@@ -311,9 +348,13 @@ pub fn model_rope_failures(
             c.n_layers
         )));
     }
-    if options.lengths.iter().any(|&m| m < 2) || options.draws == 0 {
+    // Positions 1..M hold the query and two distinct keys (position 0 is the first token,
+    // which many heads use as a sink): M = 2 would compare a key with itself.
+    if options.lengths.iter().any(|&m| m < 3) || options.draws == 0 {
         return Err(AnalysisError::Invalid(
-            "context lengths must be at least 2 and draws at least 1".into(),
+            "context lengths must be at least 3 (a query and two distinct keys after the first \
+             token) and draws at least 1"
+                .into(),
         ));
     }
     let want = options.text_tokens(c.context_length);
@@ -324,9 +365,10 @@ pub fn model_rope_failures(
     }
     ids.truncate(want);
     let t = ids.len();
-    if t < 2 {
+    if t < 3 {
         return Err(AnalysisError::Invalid(format!(
-            "the text is {t} token(s) long: the statistics need a query and keys at two positions"
+            "the text is {t} token(s) long: the statistics need a query and keys at two distinct \
+             positions after the first token"
         )));
     }
     let input = Tensor::from_vec(ids, (1, t), &Device::Cpu)?;
@@ -379,11 +421,11 @@ pub fn model_rope_failures(
             let draws: Vec<Triple> = (0..options.draws)
                 .map(|_| {
                     let head = rng.random_range(0..c.n_heads);
-                    let (i, j1, j2) = (
-                        rng.random_range(1..below),
-                        rng.random_range(1..below),
-                        rng.random_range(1..below),
-                    );
+                    let i = rng.random_range(1..below);
+                    // Two distinct key positions in 1..below: j2 is j1 moved on by 1 to
+                    // below - 2 places, wrapping (a key compared with itself aliases always).
+                    let j1 = rng.random_range(1..below);
+                    let j2 = 1 + (j1 - 1 + rng.random_range(1..below - 1)) % (below - 1);
                     Triple {
                         q: vec_at(&q, head, i),
                         k1: vec_at(&k, head, j1),

@@ -11,7 +11,7 @@ use ropelab_io::{write_atomic, Align, Table};
 use ropelab_sweep::collect::{collect, not_finished, summarise, unfinished, UNFINISHED};
 use ropelab_sweep::estimate::{estimate, TIMED_STEPS};
 use ropelab_sweep::need::jobs_need;
-use ropelab_sweep::plan::Plan;
+use ropelab_sweep::plan::{Plan, PLAN as PLAN_FILE};
 use ropelab_sweep::slurm::{script, SlurmOptions};
 use ropelab_sweep::spec::shard;
 use ropelab_sweep::Sweep;
@@ -86,6 +86,15 @@ pub struct CollectArgs {
 /// Runs `ropelab sweep`.
 pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
     super::check_out_dir(&args.out, true)?;
+    // An experiment's directory (its tables listed in its ledger, no plan): a sweep there
+    // would hide them from its report, and its report would replace theirs (sixth pass, A4).
+    if args.out.join(ropelab_io::LEDGER).is_file() && !args.out.join(PLAN_FILE).is_file() {
+        anyhow::bail!(
+            "--out {} holds an experiment's tables ({} lists them): choose another --out",
+            args.out.display(),
+            ropelab_io::LEDGER
+        );
+    }
     let sweep = Sweep::load(&args.spec)?;
     let jobs = sweep.jobs()?;
     let (index, count) = args.shard.unwrap_or((0, 1));
@@ -94,6 +103,11 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
         return list(&sweep, &jobs, &mine, &args.out, guard);
     }
     if args.slurm {
+        // The script goes where the jobs will: a directory of another sweep's or a study's
+        // jobs is refused now, not when the array runs (sixth pass, A3).
+        let all: Vec<&ropelab_sweep::Job> = jobs.iter().collect();
+        Plan::of(&format!("sweep {:?}", sweep.name), &all, &sweep.measure)
+            .check_owner(&args.out)?;
         return slurm(&args, &sweep, jobs.len());
     }
     // Training and measuring every job of this shard ([measure] included), args.jobs at once.
