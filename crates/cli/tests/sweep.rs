@@ -354,3 +354,42 @@ fn sweeps_and_experiments_keep_to_their_own_directories() {
     );
     assert!(!ox.join("plan.json").exists());
 }
+
+/// A collected table edited by hand is not drawn as measured: `collect` records its tables
+/// and `report` refuses one changed since (sixth pass, A2).
+#[test]
+fn an_edited_collected_table_is_refused_by_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("sweep.toml");
+    std::fs::write(
+        &spec,
+        "name = \"t\"\npreset = \"tiny\"\ntask = \"number\"\n[base]\noptim.steps = 2\n\
+         data.train = 64\ndata.test = 16\n",
+    )
+    .unwrap();
+    let sw = dir.path().join("sw");
+    let s = sw.to_str().unwrap();
+    ok(ropelab(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        s,
+        "--jobs",
+        "1",
+    ]));
+    ok(ropelab(&["collect", s]));
+    let html = dir.path().join("r.html");
+    let h = html.to_str().unwrap();
+    ok(ropelab(&["report", s, "--out", h]));
+    let summary = sw.join("collected/summary.csv");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    let edited = text.replacen('\n', "\n ", 1).replacen("\n ", "\n", 1) + "\n";
+    assert_ne!(edited, text, "the edit changes the file");
+    std::fs::write(&summary, edited).unwrap();
+    refused(
+        &["report", s, "--out", h],
+        "is not as `ropelab collect` wrote it",
+    );
+    ok(ropelab(&["collect", s]));
+    ok(ropelab(&["report", s, "--out", h]));
+}

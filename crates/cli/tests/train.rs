@@ -796,3 +796,61 @@ fn one_runs_measurement_is_not_written_into_another_run() {
     );
     assert!(!target.exists());
 }
+
+/// A run refused at its start leaves no run directory behind to resume (sixth pass, A5): bf16
+/// with the composed engine is refused before the directory is made, and a learned position
+/// table too short for the task's inputs (found at step 0's evaluation) removes what it made.
+#[test]
+fn a_run_refused_at_its_start_leaves_nothing_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bf16 = Preset::Tiny.config(TaskKind::Number);
+    bf16.precision = ropelab_model::kernel::Precision::Bf16;
+    let path = dir.path().join("bf16.toml");
+    std::fs::write(&path, bf16.to_toml()).unwrap();
+    let run = dir.path().join("bf16");
+    one_line_error(
+        &ropelab(&[
+            "train",
+            "--config",
+            path.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+            "--engine",
+            "composed",
+        ]),
+        "precision bf16 is computed by the fused engine",
+    );
+    assert!(!run.exists(), "a refused run made {}", run.display());
+    let mut short = Preset::Tiny.config(TaskKind::Number);
+    short.model.position = ropelab_model::PositionEncoding::Learned {
+        max_len: 4,
+        beyond: ropelab_model::Beyond::Error,
+    };
+    let path = dir.path().join("short.toml");
+    std::fs::write(&path, short.to_toml()).unwrap();
+    for existed in [false, true] {
+        let run = dir.path().join(format!("short-{existed}"));
+        if existed {
+            std::fs::create_dir(&run).unwrap();
+        }
+        one_line_error(
+            &ropelab(&[
+                "train",
+                "--config",
+                path.to_str().unwrap(),
+                "--out",
+                run.to_str().unwrap(),
+            ]),
+            "max_len 4",
+        );
+        let left: Vec<_> = std::fs::read_dir(&run)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        assert_eq!(
+            run.exists(),
+            existed,
+            "the directory is kept only if it was there"
+        );
+    }
+}

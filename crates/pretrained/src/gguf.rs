@@ -589,6 +589,18 @@ impl GgufFile {
         };
         let n_heads = self.positive(&key("attention.head_count"))?;
         let d_model = self.positive(&key("embedding_length"))?;
+        // The embedding's width is the residual width: a mismatch is named here, before the
+        // head size derived from it is (sixth pass, B34).
+        if let Some(info) = self.content.tensor_infos.get("token_embd.weight") {
+            if let Some(&width) = info.shape.dims().last() {
+                if width != d_model {
+                    return Err(self.error(format!(
+                        "{} {d_model} differs from the width {width} of token_embd.weight",
+                        key("embedding_length")
+                    )));
+                }
+            }
+        }
         // A sliding window shorter than the context changes attention, and ropelab attends
         // over the whole context (as the Hugging Face path refuses `sliding_window`).
         let context = self.positive(&key("context_length"))?;

@@ -119,13 +119,16 @@ fn scaled_thetas(
                 .ok_or_else(|| cfg.error(format!("{name}.{key} is {}, not a string", shown(v)))),
         }
     };
-    let kind = match (type_of("rope_type")?, type_of("type")?) {
+    // The key the type was read from, for messages (sixth pass, U3).
+    let (kind, type_key) = match (type_of("rope_type")?, type_of("type")?) {
         (Some(a), Some(b)) if a != b => {
             return Err(cfg.error(format!(
                 "{name}.rope_type {a:?} and {name}.type {b:?} give two RoPE types: give one"
             )))
         }
-        (a, b) => a.or(b).unwrap_or("default"),
+        (Some(a), _) => (a, "rope_type"),
+        (None, Some(b)) => (b, "type"),
+        (None, None) => ("default", "rope_type"),
     };
     let freqs = ropelab_model::rope::frequencies(base, rope_dim);
     let need = |key: &str| -> Result<f64> {
@@ -181,7 +184,7 @@ fn scaled_thetas(
             ))
         }
         other => Err(cfg.error(format!(
-            "{name}.rope_type {other:?} is not supported (default, linear, llama3)"
+            "{name}.{type_key} {other:?} is not supported (default, linear, llama3)"
         ))),
     }
 }
@@ -1321,10 +1324,20 @@ fn agrees_with_ropelab_json(dir: &Path) -> Result<()> {
     };
     for (key, v) in &want {
         if found.get(key) != Some(v) {
+            // The one key that stands for the position encoding: say what ropelab.json has.
+            let why = if key == "ropelab_exact_in_transformers" {
+                format!(
+                    " (its position encoding, {}, is {}what transformers' GPT-J computes)",
+                    shown(&serde_json::to_value(&model.position).unwrap_or(Value::Null)),
+                    if model.hf_exact() { "" } else { "not " }
+                )
+            } else {
+                String::new()
+            };
             return Err(PretrainedError::gguf(
                 &config_path,
                 format!(
-                    "{key} is {} but ropelab.json's model gives {}: the two files of this \
+                    "{key} is {} but ropelab.json's model gives {}{why}: the two files of this \
                      checkpoint disagree (one was edited); restore it",
                     found.get(key).map_or("missing".into(), shown),
                     shown(v)
@@ -1564,8 +1577,9 @@ mod tests {
             r#", "rope_scaling": {"type": "yarn", "factor": 4.0}"#,
         ))
         .unwrap_err();
+        // Named by the key the file uses (`type`, not `rope_type`; sixth pass, U3).
         assert!(
-            err.contains("rope_scaling") && err.contains("yarn"),
+            err.contains("rope_scaling.type \"yarn\" is not supported"),
             "{err}"
         );
         let err = config(&llama(
@@ -1640,7 +1654,7 @@ mod tests {
                     "\"rotary_pct\": 0.25,",
                     "\"rope_scaling\": {\"type\": \"yarn\"},",
                 ),
-                "rope_type",
+                "rope_scaling.type",
             ),
             (
                 r#"{"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_head": 4,

@@ -184,9 +184,49 @@ impl GgufTokenizer {
         let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
         // A token (or a table) given twice is read as the last by the tokenizers crate.
         crate::hf::unique_keys(path, text.as_bytes(), "")?;
-        let inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;
         let json: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| failed(crate::first_line(&e)))?;
+        // The families ropelab reads all tokenize by BPE: another model type (WordPiece,
+        // Unigram, WordLevel) is named here, not by the tokenizers crate's message without the
+        // file (earlier passes, B11).
+        match json.pointer("/model/type").and_then(|t| t.as_str()) {
+            Some("BPE") | None => {}
+            Some(other) => {
+                return Err(failed(format!(
+                    "model.type {other:?} is not supported: ropelab reads BPE tokenizers (those \
+                     of Llama, Mistral, Qwen2, GPT-NeoX and GPT-J)"
+                )))
+            }
+        }
+        // BPE merges are all "a b" strings or all [a, b] pairs: one of the other form is named
+        // here, not left to the tokenizers crate's "did not match any variant of untagged enum
+        // MergeType" (sixth pass, U4).
+        if let Some(merges) = json.pointer("/model/merges").and_then(|m| m.as_array()) {
+            let pair = |m: &serde_json::Value| {
+                m.as_array()
+                    .is_some_and(|p| p.len() == 2 && p.iter().all(|s| s.is_string()))
+            };
+            let string =
+                |m: &serde_json::Value| m.as_str().is_some_and(|s| s.split(' ').count() == 2);
+            let first_pair = merges.first().is_some_and(pair);
+            if let Some((i, m)) = merges
+                .iter()
+                .enumerate()
+                .find(|(_, m)| !(if first_pair { pair(m) } else { string(m) }))
+            {
+                return Err(failed(format!(
+                    "model.merges[{i}] is {}, but the merges are {}: give every merge in that \
+                     form",
+                    m,
+                    if first_pair {
+                        "pairs [\"a\", \"b\"]"
+                    } else {
+                        "strings \"a b\""
+                    }
+                )));
+            }
+        }
+        let inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;
         let quoted = |t: &str| format!("{:?}", t);
         if let Some(vocab) = json.pointer("/model/vocab").and_then(|v| v.as_object()) {
             let mut owner: std::collections::HashMap<u64, &str> =

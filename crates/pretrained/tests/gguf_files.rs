@@ -1796,3 +1796,23 @@ fn an_unknown_tensor_type_names_the_tensor() {
         "{err}"
     );
 }
+
+/// An embedding length that is not the embedding's width is named as such, not as a RoPE
+/// dimension that differs from the head size derived from it (sixth pass, B34).
+#[test]
+fn an_embedding_length_off_the_embeddings_width_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = with_value(
+        dir.path(),
+        "llama.embedding_length",
+        (2 * D as u32).to_le_bytes(),
+    );
+    let err = Llama::load(&bad, &Device::Cpu).err().unwrap().to_string();
+    assert!(
+        err.contains(&format!(
+            "llama.embedding_length {} differs from the width {D} of token_embd.weight",
+            2 * D
+        )),
+        "{err}"
+    );
+}

@@ -687,4 +687,22 @@ fn tokenizer_ids_that_would_be_read_otherwise_are_refused() {
         err.contains("tokenizer.json") && err.contains("give it once"),
         "{err}"
     );
+    // A tokenizer of another model type is named with the file (earlier passes, B11).
+    let mut wordpiece = json.clone();
+    wordpiece["model"]["type"] = "WordPiece".into();
+    let dir = with_file("tokenizer.json", wordpiece.to_string().as_bytes());
+    let err = refusal(dir.path(), "a WordPiece tokenizer");
+    assert!(
+        err.contains("tokenizer.json: model.type \"WordPiece\" is not supported"),
+        "{err}"
+    );
+    // A string merge among pair merges is named (sixth pass, U4).
+    let mut mixed = json.clone();
+    mixed["model"]["merges"][1] = "a r".into();
+    let dir = with_file("tokenizer.json", mixed.to_string().as_bytes());
+    let err = refusal(dir.path(), "a string merge among pairs");
+    assert!(
+        err.contains("model.merges[1] is \"a r\", but the merges are pairs"),
+        "{err}"
+    );
 }

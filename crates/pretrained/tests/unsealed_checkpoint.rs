@@ -38,7 +38,8 @@ fn config_json_must_say_what_ropelab_json_trained() {
         .expect_err("a relabelled base was read")
         .to_string();
     assert!(
-        err.contains("ropelab_exact_in_transformers is true but ropelab.json's model gives false"),
+        err.contains("ropelab_exact_in_transformers is true but ropelab.json's model gives false")
+            && err.contains("\"base\":500"),
         "{err}"
     );
     let wider = unsealed(&gptj, |j| j["rotary_dim"] = 2.into());

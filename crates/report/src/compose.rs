@@ -228,6 +228,7 @@ fn languages_section(dir: &Path) -> Result<Section> {
 fn sweep_section(dir: &Path) -> Result<Section> {
     let mut s = Section::new("sweep", "Sweep: every configuration over its seeds");
     let path = dir.join("collected/summary.csv");
+    ropelab_sweep::collect::vouch_collected(&path).map_err(ReportError::Input)?;
     let rows: Vec<ConfigSummary> = match read_text(&path)? {
         Some(t) => read_csv(&t, &path.display().to_string()).map_err(ReportError::from_display)?,
         None => vec![],
@@ -239,6 +240,7 @@ fn sweep_section(dir: &Path) -> Result<Section> {
     );
     let mut figures = vec![crate::sweep::accuracy_by_config(&rows)];
     let path = dir.join("collected/lengths.csv");
+    ropelab_sweep::collect::vouch_collected(&path).map_err(ReportError::Input)?;
     let lengths: Vec<LengthSummary> = match read_text(&path)? {
         Some(t) => read_csv(&t, &path.display().to_string()).map_err(ReportError::from_display)?,
         None => vec![],

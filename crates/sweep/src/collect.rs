@@ -354,6 +354,30 @@ pub fn unfinished(out: &Path) -> Result<Vec<String>> {
 /// The file that lists a partial collection's unfinished jobs (absent when none was).
 pub const UNFINISHED: &str = "unfinished.txt";
 
+/// The key under which `collect` records its tables in the ledger of `collected/`.
+pub const COLLECTED_KEY: &str = "tables written by ropelab collect";
+
+/// Checks that the collected table at `path` (in `collected/`) is as `collect` wrote it, when
+/// that folder has a ledger (older collects wrote none): an error naming the file otherwise.
+pub fn vouch_collected(path: &Path) -> std::result::Result<(), String> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Ok(());
+    };
+    if !dir.join(ropelab_io::LEDGER).is_file() {
+        return Ok(());
+    }
+    match ropelab_io::Ledger::check(dir, name, COLLECTED_KEY) {
+        Ok(ropelab_io::Standing::Own | ropelab_io::Standing::Absent) => Ok(()),
+        Ok(_) => Err(format!(
+            "{} is not as `ropelab collect` wrote it ({} records another checksum, or none): \
+             run `ropelab collect` again",
+            path.display(),
+            dir.join(ropelab_io::LEDGER).display()
+        )),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
 /// Writes `out/collected/{jobs.csv, jobs.jsonl, summary.csv, lengths.csv}` (and
 /// `unfinished.txt`, one job directory per line, when some planned or started jobs have no
 /// result yet: the tables then count only the finished ones); returns the results. A directory
@@ -361,6 +385,19 @@ pub const UNFINISHED: &str = "unfinished.txt";
 /// written.
 pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
     let all = results(out)?;
+    // An experiment's directory (`offset`, `languages`, `canonical`, `bias`: its tables in its
+    // ledger, no plan) has its tables already; collect merges a sweep's or study's jobs.
+    if all.is_empty() && out.join(ropelab_io::LEDGER).is_file() && !out.join(PLAN).is_file() {
+        return Err(SweepError::Job {
+            id: "collect".into(),
+            message: format!(
+                "{} is an experiment's directory ({} lists its tables, which are its merged \
+                 results already): collect merges the jobs of a sweep or a study; nothing written",
+                out.display(),
+                ropelab_io::LEDGER
+            ),
+        });
+    }
     if all.is_empty() {
         return Err(SweepError::Job {
             id: "collect".into(),
@@ -388,19 +425,34 @@ pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
         let text: String = pending.iter().map(|p| format!("{p}\n")).collect();
         write_atomic(&list, text.as_bytes()).map_err(io(list.clone()))?;
     }
-    write_atomic(&dir.join("jobs.csv"), jobs_csv(&all).as_bytes())
-        .map_err(io(dir.join("jobs.csv")))?;
     let mut lines = String::new();
     for r in &all {
         lines += &serde_json::to_string(r)?;
         lines.push('\n');
     }
-    write_atomic(&dir.join("jobs.jsonl"), lines.as_bytes()).map_err(io(dir.join("jobs.jsonl")))?;
     let csv_error = |e: ropelab_io::CsvError| SweepError::Job {
         id: "collect".into(),
         message: e.to_string(),
     };
-    ropelab_io::write_csv(&dir.join("summary.csv"), &summarise(&all)).map_err(csv_error)?;
-    ropelab_io::write_csv(&dir.join("lengths.csv"), &length_summary(&all)).map_err(csv_error)?;
+    let tables = [
+        ("jobs.csv", jobs_csv(&all)),
+        ("jobs.jsonl", lines),
+        (
+            "summary.csv",
+            ropelab_io::to_csv(&summarise(&all)).map_err(csv_error)?,
+        ),
+        (
+            "lengths.csv",
+            ropelab_io::to_csv(&length_summary(&all)).map_err(csv_error)?,
+        ),
+    ];
+    // Each table is recorded in `collected/`'s ledger, so a report refuses one edited since
+    // (sixth pass, A2).
+    for (name, text) in tables {
+        let path = dir.join(name);
+        ropelab_io::Ledger::begin(&dir, name, COLLECTED_KEY).map_err(io(path.clone()))?;
+        write_atomic(&path, text.as_bytes()).map_err(io(path.clone()))?;
+        ropelab_io::Ledger::finish(&dir, name, COLLECTED_KEY).map_err(io(path))?;
+    }
     Ok(all)
 }

@@ -111,17 +111,12 @@ impl Stepper {
         Self::with_precision(engine, Precision::F32, model)
     }
 
-    /// A stepper whose matrix products run in `precision`; bf16 needs the fused engine.
+    /// A stepper whose matrix products run in `precision`; bf16 needs the fused engine
+    /// ([`engine_computes`]).
     pub fn with_precision(engine: Engine, precision: Precision, model: &GptJ) -> Result<Self> {
+        engine_computes(engine, precision)?;
         let params = match engine {
             Engine::Fused => Some(FlatParams::from_model(model)?),
-            Engine::Composed if precision == Precision::Bf16 => {
-                return Err(TrainError::Config(
-                    "precision bf16 is computed by the fused engine (the CPU kernel); the \
-                     composed engine trains in f32"
-                        .into(),
-                ))
-            }
             Engine::Composed => None,
         };
         Ok(Self {
@@ -230,4 +225,17 @@ fn times(t0: Instant, t1: Instant, t2: Instant) -> StepTimes {
         backward: (t2 - t1).as_secs_f64(),
         optimizer: t2.elapsed().as_secs_f64(),
     }
+}
+
+/// Refuses an engine that cannot train in `precision` (bf16 is the fused CPU kernel's): checked
+/// before a run directory is made, so a refused run leaves none.
+pub fn engine_computes(engine: Engine, precision: Precision) -> Result<()> {
+    if engine == Engine::Composed && precision == Precision::Bf16 {
+        return Err(TrainError::Config(
+            "precision bf16 is computed by the fused engine (the CPU kernel); the composed \
+             engine trains in f32"
+                .into(),
+        ));
+    }
+    Ok(())
 }

@@ -176,9 +176,25 @@ impl Trainer {
     /// evaluates it and saves checkpoint 0.
     pub fn start(root: &Path, config: RunConfig, device: &Device) -> Result<Self> {
         config.check()?;
+        let existed = root.exists();
+        let had_metrics = root.join("metrics.jsonl").exists();
         let lock = DirLock::acquire(root)?;
         let dir = RunDir::create(root, &config)?;
-        Self::initialise(lock, dir, config, device)
+        // A run refused at its start (a model its data does not fit, step 0's evaluation
+        // failing) leaves nothing behind: a config.toml and checkpoints/ would make a
+        // resumable run of a refused command (sixth pass, A5).
+        Self::initialise(lock, dir, config, device).inspect_err(|_| {
+            if existed {
+                let _ = std::fs::remove_file(root.join("config.toml"));
+                if !had_metrics {
+                    let _ = std::fs::remove_file(root.join("metrics.jsonl"));
+                }
+                let _ = std::fs::remove_dir_all(root.join("checkpoints"));
+                let _ = std::fs::remove_file(root.join(ropelab_io::lock::LOCK_FILE));
+            } else {
+                let _ = std::fs::remove_dir_all(root);
+            }
+        })
     }
 
     /// Step 0 of a run whose directory holds its config: the model from the seed, its

@@ -91,7 +91,10 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
             bands.push(b.parse::<Band>()?);
         }
     }
-    super::each_once("--band", &bands)?;
+    super::each_once(
+        "--band",
+        &bands.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    )?;
     e.bands = bands;
     e.check()?;
     guard.check(

@@ -72,7 +72,10 @@ pub fn run(args: MaskArgs, guard: Guard) -> Result<()> {
             .collect::<Result<_, _>>()?
     };
     super::each_once("--layers", &groups)?;
-    super::each_once("--band", &bands)?;
+    super::each_once(
+        "--band",
+        &bands.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    )?;
     let n = args.n.map_or(config.data.test, |n| n as usize);
     let passes = bytes(&[groups.len(), bands.len()]).saturating_add(1);
     let need = inference_need(&config.model, config.layout.core_len(), args.memory).compute(

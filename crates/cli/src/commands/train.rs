@@ -138,6 +138,7 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
         ) + &switched_off(&config.model)
             + &short_of_warmup(&config);
         config.check()?;
+        ropelab_train::step::engine_computes(args.engine, config.precision)?;
         super::check_out_dir(&args.out, false)?;
         guard.check("train", &training_need(&config, &args.out, 0, args.engine))?;
         let t = Trainer::start(&args.out, config, &device)?;
