@@ -684,6 +684,27 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         ]),
         "the Index head needs at least 2 letters, got 1",
     );
+    // `--out -`: standard output holds the table alone, the summary goes to standard error
+    // (seventh pass, TP6).
+    let piped = ropelab(&[
+        "theory",
+        "discrepancy",
+        "--mechanism",
+        "index",
+        "--theta",
+        "0.5",
+        "--max-n",
+        "3",
+        "--out",
+        "-",
+    ]);
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let table = String::from_utf8_lossy(&piped.stdout);
+    assert!(
+        table.starts_with("n,delta,bound,delta_max\n") && table.lines().count() == 4,
+        "{table}"
+    );
+    assert!(stderr(&piped).contains("wrote -"), "{}", stderr(&piped));
     // A base whose frequencies overflow is no benchmark of RoPE (sixth pass, S6).
     assert_one_line_error(
         &ropelab(&["bench", "rope", "--base", "1e-300"]),

@@ -147,7 +147,7 @@ fn an_experiments_tables_are_replaced_aloud_and_by_no_other_command() {
     );
     one_line_error(
         &["languages", "--steps", "1", "--out", o],
-        "which measured.json lists as offset tables written by the study",
+        "which measured.json lists as offset tables, not as languages tables",
     );
     assert!(!out.join("runs/ab-star").exists(), "nothing was trained");
     let table = out.join("accuracy.csv");
@@ -170,4 +170,13 @@ fn an_experiments_tables_are_replaced_aloud_and_by_no_other_command() {
         "accuracy.csv",
     );
     assert_eq!(std::fs::read(&table).unwrap(), before, "the table is kept");
+    // A table changed by hand is not drawn by the report (seventh pass, t1).
+    let mut edited = before.clone();
+    edited.extend_from_slice(b"rope,softmax,9,0,8,8,2,1.0,0.0\n");
+    std::fs::write(&table, edited).unwrap();
+    let html = dir.path().join("r.html");
+    one_line_error(
+        &["report", o, "--out", html.to_str().unwrap()],
+        "replaced after it was measured",
+    );
 }

@@ -392,4 +392,13 @@ fn an_edited_collected_table_is_refused_by_the_report() {
     );
     ok(ropelab(&["collect", s]));
     ok(ropelab(&["report", s, "--out", h]));
+    // Without its ledger, or with a table it lists gone, neither is trusted (seventh pass,
+    // kx1, kx2).
+    std::fs::remove_file(sw.join("collected/lengths.csv")).unwrap();
+    refused(&["report", s, "--out", h], "is missing, though");
+    ok(ropelab(&["collect", s]));
+    std::fs::remove_file(sw.join("collected/measured.json")).unwrap();
+    refused(&["report", s, "--out", h], "has no");
+    ok(ropelab(&["collect", s]));
+    ok(ropelab(&["report", s, "--out", h]));
 }

@@ -795,6 +795,21 @@ fn one_runs_measurement_is_not_written_into_another_run() {
         "is a file of the run in",
     );
     assert!(!target.exists());
+    // mask too, before its work (seventh pass, p3).
+    let mask = a.join("mask.csv");
+    one_line_error(
+        &ropelab(&[
+            "mask",
+            "--run",
+            b.to_str().unwrap(),
+            "--n",
+            "2",
+            "--out",
+            mask.to_str().unwrap(),
+        ]),
+        "is a file of the run in",
+    );
+    assert!(!mask.exists());
 }
 
 /// A run refused at its start leaves no run directory behind to resume (sixth pass, A5): bf16

@@ -355,12 +355,18 @@ fn shape(name: &str, text: &[u8]) -> Option<String> {
         "csv" => (!first.trim_start().starts_with(['{', '[', '<'])).then(|| first.to_owned()),
         "jsonl" => keys(serde_json::from_str(first).ok()?),
         "json" => keys(serde_json::from_slice(text).ok()?),
+        // A page and a figure are both markup: told apart by how they begin (an SVG figure
+        // written under a report's name is no page; seventh pass, L13).
         "html" | "svg" => {
-            let start = std::str::from_utf8(&text[..text.len().min(512)]).ok()?;
-            start
-                .trim_start()
-                .starts_with('<')
-                .then(|| extension.to_owned())
+            let end = (0..=text.len().min(512))
+                .rev()
+                .find(|&i| std::str::from_utf8(&text[..i]).is_ok())?;
+            let start = std::str::from_utf8(&text[..end]).ok()?.trim_start();
+            let start = start.to_ascii_lowercase();
+            let page = start.starts_with("<!doctype html") || start.starts_with("<html");
+            let figure = start.starts_with("<svg") || start.starts_with("<?xml");
+            let fits = if extension == "html" { page } else { figure };
+            fits.then(|| extension.to_owned())
         }
         _ => Some(extension.to_owned()),
     }
@@ -471,10 +477,29 @@ fn bookkeeping(path: &Path) -> Option<String> {
     if parent.join("ropelab.json").is_file() || parent.join(crate::checksum::MANIFEST).is_file() {
         return Some(format!("a file of the checkpoint in {}", parent.display()));
     }
+    // ropelab's bookkeeping, whether or not it is there now (a lock comes and goes with its
+    // holder: a file written in its place would stand in for the next one; seventh pass, L14).
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let named = match name.as_str() {
+        LEDGER => Some("a ledger of measured files"),
+        crate::lock::LOCK_FILE => Some("a directory's lock"),
+        crate::checksum::MANIFEST => Some("a checkpoint's manifest"),
+        _ => None,
+    };
+    if let Some(what) = named {
+        return Some(what.to_owned());
+    }
     if !path.exists() {
         return None;
     }
-    let name = path.file_name()?.to_string_lossy().into_owned();
+    let named = match name.as_str() {
+        "plan.json" => Some("a sweep's plan"),
+        "job.json" | "result.json" => Some("a sweep job's record"),
+        _ => None,
+    };
+    if let Some(what) = named {
+        return Some(what.to_owned());
+    }
     // A model's own files: no command writes weights, and a model directory's config and
     // tokenizer are read with them.
     if name.ends_with(".gguf") || name.ends_with(".safetensors") || holds_weights(path) {
@@ -502,17 +527,6 @@ fn bookkeeping(path: &Path) -> Option<String> {
             .is_some_and(|st| st.join("config.toml").is_file())
     {
         return Some(format!("a dataset of the study in {}", parent.display()));
-    }
-    let named = match name.as_str() {
-        LEDGER => Some("a ledger of measured files"),
-        crate::lock::LOCK_FILE => Some("a directory's lock"),
-        crate::checksum::MANIFEST => Some("a checkpoint's manifest"),
-        "plan.json" => Some("a sweep's plan"),
-        "job.json" | "result.json" => Some("a sweep job's record"),
-        _ => None,
-    };
-    if let Some(what) = named {
-        return Some(what.to_owned());
     }
     if is_run(parent) && matches!(name.as_str(), "config.toml" | "metrics.jsonl") {
         return Some(format!("the {name} of the run in {}", parent.display()));
@@ -655,6 +669,10 @@ mod tests {
         std::fs::write(run.join(crate::lock::LOCK_FILE), b"123\n").unwrap();
         let err = refuse_listed(&run.join(crate::lock::LOCK_FILE), None).unwrap_err();
         assert!(err.to_string().contains("lock"), "{err}");
+        // A lock that is not there now is refused too: its holder comes back (seventh pass).
+        std::fs::remove_file(run.join(crate::lock::LOCK_FILE)).unwrap();
+        let err = refuse_listed(&run.join(crate::lock::LOCK_FILE), None).unwrap_err();
+        assert!(err.to_string().contains("a directory's lock"), "{err}");
     }
 
     /// Every existing file of a model directory is refused (a shard index too), and weights

@@ -191,12 +191,46 @@ impl Available {
     }
 }
 
-/// Memory available to a new process (Linux `/proc/meminfo` `MemAvailable`; `None` elsewhere).
+/// Memory this process may still take: Linux's `/proc/meminfo` `MemAvailable`, or less where
+/// the process's address space is limited (`ulimit -v`: the limit less what it has mapped
+/// already), so a command under such a limit is refused up front, not aborted by a failed
+/// allocation (seventh pass, R7); `None` where neither can be read.
 pub fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib.saturating_mul(1024))
+    let machine = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib.saturating_mul(1024))
+        });
+    match (machine, address_space_left()) {
+        (Some(m), Some(a)) => Some(m.min(a)),
+        (m, a) => m.or(a),
+    }
+}
+
+/// The address space this process may still map under its soft limit (`/proc/self/limits`
+/// "Max address space" less `/proc/self/status` `VmSize`); `None` when unlimited or unknown.
+fn address_space_left() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft: u64 = line
+        .trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let mapped_kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(soft.saturating_sub(mapped_kib.saturating_mul(1024)))
 }
 
 /// Free space, for an unprivileged user, of the file system holding `path` or its nearest

@@ -84,6 +84,9 @@ pub struct LlamaConfig {
     pub rope_thetas: Option<Vec<f64>>,
 }
 
+/// The longest context a model may declare (2^27 tokens).
+pub const MAX_CONTEXT: usize = 1 << 27;
+
 /// The normalization before attention, MLP and unembedding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -175,6 +178,14 @@ impl LlamaConfig {
         if c.context_length == 0 {
             return bad("the model's context length is 0".into());
         }
+        // Beyond any model's (the longest today are near 10M tokens): a corrupted header,
+        // which would lift every length bound derived from it (seventh pass, H6).
+        if c.context_length > MAX_CONTEXT {
+            return bad(format!(
+                "the model's context length {} is beyond {MAX_CONTEXT}: no model has one",
+                c.context_length
+            ));
+        }
         // Each block has its own tensors: a block count beyond the tensors in the file is a
         // corrupted header (and must not size any allocation).
         if c.n_layers > tensors {
@@ -211,7 +222,8 @@ impl LlamaConfig {
                 crate::number(c.rope_base)
             ));
         }
-        if !(c.rms_eps > 0.0 && c.rms_eps <= 1.0) {
+        // (In f32, where the norms add it: 1e-300 would be 0 there; seventh pass, H23.)
+        if !(c.rms_eps > 0.0 && c.rms_eps <= 1.0 && (c.rms_eps as f32) > 0.0) {
             return bad(format!(
                 "norm epsilon {} is outside (0, 1]: no model normalises so",
                 crate::number(c.rms_eps)

@@ -176,6 +176,19 @@ fn scaled_thetas(
                      positive original_max_position_embeddings"
                 )));
             }
+            // It stretches a shorter original context to the model's (seventh pass, H34).
+            if let Some(max) = cfg
+                .get("max_position_embeddings")
+                .and_then(Value::as_f64)
+                .filter(|&m| old > m)
+            {
+                return Err(cfg.error(format!(
+                    "{name}.original_max_position_embeddings {} exceeds max_position_embeddings \
+                     {}: llama3 scaling stretches a shorter original context to the model's",
+                    crate::number(old),
+                    crate::number(max)
+                )));
+            }
             Ok(Some(
                 freqs
                     .iter()
@@ -653,7 +666,13 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
     // transformers' GPT-J builds its sin/cos table with base 10,000, unscaled, whatever the
     // config says: a key asking for another RoPE would be ignored silently. One that says what
     // GPT-J does anyway (base 10,000, type default) is read.
-    for key in ["rope_theta", "rope_scaling", "rope_parameters"] {
+    // `rotary_emb_base` is GPT-NeoX's key, which GPT-J ignores too (seventh pass, H31).
+    for key in [
+        "rope_theta",
+        "rope_scaling",
+        "rope_parameters",
+        "rotary_emb_base",
+    ] {
         if let Some(v) = cfg.get(key).filter(|v| !gptj_rope_as_fixed(key, v)) {
             return Err(cfg.error(format!(
                 "{key} is {}: transformers' GPT-J ignores it (its RoPE base is fixed at 10,000, \
@@ -719,7 +738,7 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
 fn gptj_rope_as_fixed(key: &str, value: &Value) -> bool {
     let base = |v: &Value| v.as_f64() == Some(ropelab_model::rope::DEFAULT_BASE);
     match (key, value) {
-        ("rope_theta", v) => base(v),
+        ("rope_theta" | "rotary_emb_base", v) => base(v),
         (_, Value::Object(map)) => map.iter().all(|(k, v)| match k.as_str() {
             "rope_type" | "type" => v.as_str() == Some("default"),
             "rope_theta" => base(v),
@@ -1290,6 +1309,20 @@ fn shards(dir: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
         placed.insert(tensor.clone(), path);
     }
     files.sort();
+    // A shard the index does not list (left from another set of shards) may hold another
+    // version of the model's tensors (seventh pass, SH_stray).
+    if let Some(stray) = shard_names(dir)?
+        .into_iter()
+        .find(|n| !files.iter().any(|f| file_name(f) == *n))
+    {
+        return Err(PretrainedError::gguf(
+            dir,
+            format!(
+                "holds the shard {stray}, which model.safetensors.index.json does not list \
+                 (another set of shards?): which weights are the model's is unclear; remove it"
+            ),
+        ));
+    }
     Ok((files, Some((index, placed))))
 }
 
@@ -1351,6 +1384,12 @@ fn agrees_with_ropelab_json(dir: &Path) -> Result<()> {
 /// The first shard of a sharded checkpoint in `dir` (`model-00001-of-00002.safetensors`, as
 /// transformers names them), when there is one.
 fn unindexed_shard(dir: &Path) -> Result<Option<String>> {
+    Ok(shard_names(dir)?.into_iter().next())
+}
+
+/// The shard files of `dir` (`model-00001-of-00002.safetensors`, as transformers names them),
+/// sorted.
+fn shard_names(dir: &Path) -> Result<Vec<String>> {
     let entries = std::fs::read_dir(dir).map_err(|e| PretrainedError::io(dir, e))?;
     let mut shards: Vec<String> = entries
         .filter_map(|e| e.ok())
@@ -1362,7 +1401,7 @@ fn unindexed_shard(dir: &Path) -> Result<Option<String>> {
         })
         .collect();
     shards.sort();
-    Ok(shards.into_iter().next())
+    Ok(shards)
 }
 
 impl Weights for HfWeights {
@@ -1667,6 +1706,14 @@ mod tests {
                 "n_layer": 2, "vocab_size": 300, "n_positions": 128, "rotary_dim": 32}"#
                     .into(),
                 "rotary_dim 32",
+            ),
+            // GPT-NeoX's base key, which GPT-J ignores (seventh pass, H31).
+            (
+                r#"{"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_head": 4,
+                "n_layer": 2, "vocab_size": 300, "n_positions": 128, "rotary_dim": 16,
+                "rotary_emb_base": 5.0}"#
+                    .into(),
+                "rotary_emb_base",
             ),
         ] {
             let err = config(&json).expect_err(key);

@@ -104,6 +104,18 @@ fn absurd_config_values_are_refused_naming_the_file() {
         ("rope_theta", serde_json::json!(0.0)),
         ("rms_norm_eps", serde_json::json!(-1.0)),
         ("rms_norm_eps", serde_json::json!(1e30)),
+        // Zero in f32, a context beyond any model's, and a llama3 original context longer
+        // than the model's (seventh pass, H23, H6, H34).
+        ("rms_norm_eps", serde_json::json!(1e-300)),
+        (
+            "max_position_embeddings",
+            serde_json::json!(100_000_000_000_000u64),
+        ),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 4096}),
+        ),
         ("num_attention_heads", serde_json::json!(0)),
         ("hidden_size", serde_json::json!(1u64 << 40)),
         ("num_hidden_layers", serde_json::json!(1u64 << 40)),
@@ -263,6 +275,21 @@ fn sharded(
 fn sharded_weights_must_follow_the_index() {
     let fine = sharded(|_, _| {});
     assert!(load_model(Some(fine.path()), &Device::Cpu).is_ok());
+    // A shard of another set beside the listed ones (seventh pass, SH_stray).
+    let stray = sharded(|_, _| {});
+    std::fs::copy(
+        stray.path().join("model-00001-of-00002.safetensors"),
+        stray.path().join("model-00003-of-00003.safetensors"),
+    )
+    .unwrap();
+    let err = load_model(Some(stray.path()), &Device::Cpu)
+        .err()
+        .expect("a stray shard was accepted")
+        .to_string();
+    assert!(
+        err.contains("holds the shard model-00003-of-00003.safetensors, which"),
+        "{err}"
+    );
     let norm = "model.norm.weight";
     let twice = sharded(|shards, _| {
         let t = shards[0][norm].clone();

@@ -48,6 +48,15 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     // A run has its config.toml: a directory with nothing ropelab reads (an empty one, a
     // checkpoint) would give a page of "not run" sections under a run's title.
     if matches!(kind, DirKind::Run) && !dir.join("config.toml").is_file() {
+        // `ropelab bias` writes its own page (seventh pass, t6).
+        if dir.join("mechanism.csv").is_file() && dir.join("claims.csv").is_file() {
+            return Err(ReportError::Input(format!(
+                "{} is a `ropelab bias` directory: its report is {}, which the bias command \
+                 writes itself",
+                dir.display(),
+                dir.join("report.html").display()
+            )));
+        }
         return Err(ReportError::Input(format!(
             "{} is not a run, study, sweep or experiment directory (no config.toml, claims.json, \
              plan.json or experiment tables): nothing to report",
@@ -150,7 +159,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
 /// accuracy versus length per language.
 fn languages_section(dir: &Path) -> Result<Section> {
     let mut s = Section::new("languages", "Formal languages: N* per position encoding");
-    let read = |name: &str| -> Result<Option<String>> { read_text(&dir.join(name)) };
+    let read = |name: &str| read_vouched(dir, name);
     let nstar: Vec<NStarRow> = match read("nstar.csv")? {
         Some(text) => read_csv(&text, &dir.join("nstar.csv").display().to_string())
             .map_err(ReportError::from_display)?,
@@ -300,7 +309,7 @@ fn is_canonical(dir: &Path) -> bool {
 /// Frequency-band training on a canonical task: accuracy and w_max per answer position per
 /// band, the band sweep, and the summary per band.
 fn canonical_section(dir: &Path, id: &str) -> Result<Section> {
-    let task = read_text(&dir.join("summary.json"))?
+    let task = read_vouched(dir, "summary.json")?
         .and_then(|t| serde_json::from_str::<Vec<BandSummary>>(&t).ok())
         .and_then(|b| b.first().map(|b| b.task.clone()))
         .unwrap_or_default();
@@ -308,12 +317,12 @@ fn canonical_section(dir: &Path, id: &str) -> Result<Section> {
         id,
         format!("Canonical task {task}: which frequency bands solve it"),
     );
-    let positions: Vec<PerPositionRow> = match read_text(&dir.join("per_position.csv"))? {
+    let positions: Vec<PerPositionRow> = match read_vouched(dir, "per_position.csv")? {
         Some(t) => read_csv(&t, &dir.join("per_position.csv").display().to_string())
             .map_err(ReportError::from_display)?,
         None => vec![],
     };
-    let summary: Vec<BandSummary> = match read_text(&dir.join("summary.json"))? {
+    let summary: Vec<BandSummary> = match read_vouched(dir, "summary.json")? {
         Some(t) => serde_json::from_str(&t).map_err(|e| {
             ReportError::Input(format!("{}: {e}", dir.join("summary.json").display()))
         })?,
@@ -420,7 +429,7 @@ fn offset_section(dir: &Path) -> Result<Section> {
         "offset",
         "Fixed-offset retrieval: rotary, learned absolute, none",
     );
-    let rows = |name: &str| -> Result<Option<String>> { read_text(&dir.join(name)) };
+    let rows = |name: &str| read_vouched(dir, name);
     let origin = |name: &str| dir.join(name).display().to_string();
     let accuracy: Vec<OffsetAccuracyRow> = match rows("accuracy.csv")? {
         Some(t) => offset_accuracy(&t, &origin("accuracy.csv"))?,
@@ -950,6 +959,15 @@ fn hops_section(id: &str, title: &str, rows: &[HopRow]) -> Option<Section> {
         figures::hop_map(rows, Source::Every),
     ]);
     Some(s)
+}
+
+/// The text of `dir/name` (None when it is missing), refused when `dir`'s ledger lists it and
+/// it changed since it was recorded (an experiment's tables: seventh pass, t1, t3, t4).
+fn read_vouched(dir: &Path, name: &str) -> Result<Option<String>> {
+    if dir.join(name).exists() {
+        unchanged_since_recorded(dir, name)?;
+    }
+    read_text(&dir.join(name))
 }
 
 /// Refuses `folder/file` when the folder's ledger lists it and it changed since it was

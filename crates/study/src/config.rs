@@ -365,6 +365,17 @@ impl StudyConfig {
                     config.claims.min_positional_layers,
                     run.model.n_layers
                 );
+                // A head "reads" a hop at a mass a uniform attention over the sequence already
+                // gives every position (seventh pass, r11).
+                let uniform = 1.0 / run.layout.core_len().max(1) as f64;
+                let mass = config.claims.hop_mass;
+                anyhow::ensure!(
+                    !(mass > 0.0 && mass <= uniform),
+                    "{origin}: [claims] hop_mass = {mass} is at or below the mass uniform \
+                     attention puts on every position of the {kind} task's {} tokens ({uniform:.4}): \
+                     every head would read every hop",
+                    run.layout.core_len()
+                );
                 // An accuracy that counts as learned must beat a uniform guess over the
                 // model's outputs, or a model that learned nothing would meet it.
                 let chance = 1.0 / run.model.out_dim() as f64;
@@ -753,6 +764,18 @@ mod tests {
                 "min_positional_layers = 2",
                 "min_positional_layers = 100000",
                 "[claims] min_positional_layers = 100000 can never hold on the study's 6-layer",
+            ),
+            // A mass uniform attention gives every position, and needed above kept (seventh
+            // pass, r11, r12).
+            (
+                "needed_accuracy = 0.5",
+                "needed_accuracy = 0.5\nhop_mass = 1e-9",
+                "[claims] hop_mass = 0.000000001 is at or below the mass uniform attention",
+            ),
+            (
+                "needed_accuracy = 0.5",
+                "needed_accuracy = 0.95",
+                "[claims] needed_accuracy = 0.95 is above kept_accuracy = 0.9",
             ),
             // An accuracy a uniform guess meets counts nothing as learned (sixth pass).
             (

@@ -357,14 +357,35 @@ pub const UNFINISHED: &str = "unfinished.txt";
 /// The key under which `collect` records its tables in the ledger of `collected/`.
 pub const COLLECTED_KEY: &str = "tables written by ropelab collect";
 
-/// Checks that the collected table at `path` (in `collected/`) is as `collect` wrote it, when
-/// that folder has a ledger (older collects wrote none): an error naming the file otherwise.
+/// Checks that the collected table at `path` (in `collected/`) is as `collect` wrote it: the
+/// folder's ledger lists it with its checksum, and a table it lists is there (a folder of
+/// tables without a ledger was edited, or written by a ropelab from before it kept one: run
+/// collect again). An error naming the file otherwise.
 pub fn vouch_collected(path: &Path) -> std::result::Result<(), String> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
         return Ok(());
     };
-    if !dir.join(ropelab_io::LEDGER).is_file() {
-        return Ok(());
+    let ledger = dir.join(ropelab_io::LEDGER);
+    let again = "run `ropelab collect` again";
+    let listed = match ropelab_io::Ledger::load(dir) {
+        Ok(Some(l)) => l.files.contains_key(name),
+        Ok(None) if !path.exists() => return Ok(()),
+        Ok(None) => {
+            return Err(format!(
+                "{} has no {} vouching for it (removed, or written by an older ropelab): {again}",
+                path.display(),
+                ledger.display()
+            ))
+        }
+        Err(e) => return Err(format!("{}: {e}", ledger.display())),
+    };
+    if listed && !path.exists() {
+        return Err(format!(
+            "{} is missing, though {} lists it (a collect that did not finish, or a table \
+             removed): {again}",
+            path.display(),
+            ledger.display()
+        ));
     }
     match ropelab_io::Ledger::check(dir, name, COLLECTED_KEY) {
         Ok(ropelab_io::Standing::Own | ropelab_io::Standing::Absent) => Ok(()),

@@ -36,6 +36,10 @@ use crate::{Split, Vocab, PAD};
 
 /// Letters of the default layout.
 pub const LETTERS: usize = 16;
+/// The most values per letter, and items per sequence, a task may have (a vocabulary of up to
+/// 26 x 2 x 4096 + 4096 tokens).
+pub const MAX_SIZE: usize = 4096;
+
 /// Values per letter of the default layout (chance is 1 / 8).
 pub const VALUES: usize = 8;
 /// Items of a training sequence in the default layout.
@@ -127,6 +131,13 @@ impl AmbiguousTask {
             return bad(format!(
                 "items = {items}: needs at least 2 (a conflict needs two items)"
             ));
+        }
+        // Every value and item is a token of each letter: beyond these the vocabulary alone
+        // would take gigabytes before any estimate could refuse it (seventh pass, f26).
+        for (key, n) in [("values", values), ("items", items)] {
+            if n > MAX_SIZE {
+                return bad(format!("{key} = {n}: at most {MAX_SIZE}"));
+            }
         }
         let mut tokens = vec![PAD.to_owned()];
         for l in 0..letters {
@@ -440,6 +451,14 @@ mod tests {
             (1, 4, 16, "letters"),
             (8, 1, 16, "values"),
             (8, 4, 1, "items"),
+            // Sizes whose vocabulary alone would exhaust memory (seventh pass, f26).
+            (
+                8,
+                1_000_000_000_000,
+                16,
+                "values = 1000000000000: at most 4096",
+            ),
+            (8, 4, 100_000_000, "items = 100000000: at most 4096"),
         ] {
             let e = AmbiguousTask::new(l, v, n).unwrap_err().to_string();
             assert!(e.contains(key) && !e.contains('\n'), "{e}");

@@ -502,12 +502,16 @@ pub fn refuse_other_tables(dir: &Path, stage: &str) -> Result<()> {
     let Some(ledger) = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))? else {
         return Ok(());
     };
+    // The key names a stage of the study; the same tables come from the stage's own command.
+    let shown = |k: &str| k.trim_end_matches(" written by the study").to_owned();
     match ledger.files.iter().find(|(_, entry)| entry.key != key) {
         Some((file, entry)) => Err(invalid(
             dir,
             format!(
-                "holds {file}, which {} lists as {}, not as {key}: choose another --out",
-                LEDGER, entry.key
+                "holds {file}, which {} lists as {}, not as {}: choose another --out",
+                LEDGER,
+                shown(&entry.key),
+                shown(&key)
             ),
         )),
         None => Ok(()),

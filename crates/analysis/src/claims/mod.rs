@@ -178,6 +178,15 @@ impl Thresholds {
         )?;
         within("length_ratio", self.length_ratio, 0.0, f64::MAX, true)?;
         within("dilution_error", self.dilution_error, 0.0, f64::MAX, false)?;
+        // A knock-out leaving accuracy between the two would count as needed and as not
+        // needed at once (seventh pass, r12).
+        if self.needed_accuracy > self.kept_accuracy {
+            return Err(format!(
+                "needed_accuracy = {} is above kept_accuracy = {}: a knock-out leaving accuracy \
+                 between them would be both needed and not needed",
+                self.needed_accuracy, self.kept_accuracy
+            ));
+        }
         for (key, v) in [
             ("letter_length", self.letter_length),
             ("retrieval_n", self.retrieval_n),

@@ -76,6 +76,12 @@ pub fn run(args: MaskArgs, guard: Guard) -> Result<()> {
         "--band",
         &bands.iter().map(ToString::to_string).collect::<Vec<_>>(),
     )?;
+    // Checked before the work: another run's file is refused (seventh pass, p3).
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.run.join("mask.csv"));
+    ropelab_io::refuse_owned(&args.run, &out, None)?;
     let n = args.n.map_or(config.data.test, |n| n as usize);
     let passes = bytes(&[groups.len(), bands.len()]).saturating_add(1);
     let need = inference_need(&config.model, config.layout.core_len(), args.memory).compute(
@@ -114,7 +120,6 @@ pub fn run(args: MaskArgs, guard: Guard) -> Result<()> {
         hops.join(" ")
     );
     print!("{}", table(&report.rows));
-    let out = args.out.unwrap_or_else(|| args.run.join("mask.csv"));
     write_csv(&out, &report.rows)?;
     println!(
         "{} evaluations in {:.1} s; wrote {}",

@@ -1,5 +1,44 @@
 //! One file per subcommand; each parses its arguments and calls the library crates.
 
+/// Prints a command's human summary: to standard output, or to standard error when the
+/// command's table itself goes to standard output (`--out -`, see [`table_on_stdout`]), so
+/// that stream holds the table alone.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        if $crate::commands::summary_on_stderr() {
+            eprint!($($arg)*)
+        } else {
+            print!($($arg)*)
+        }
+    };
+}
+
+/// [`say!`] with a newline.
+macro_rules! sayln {
+    ($($arg:tt)*) => {
+        if $crate::commands::summary_on_stderr() {
+            eprintln!($($arg)*)
+        } else {
+            println!($($arg)*)
+        }
+    };
+}
+
+static TABLE_ON_STDOUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records that this command writes its table to standard output when `out` is `-`: its
+/// summary ([`say!`]) then goes to standard error (seventh pass, TP6).
+pub fn table_on_stdout(out: &std::path::Path) {
+    if out.as_os_str() == "-" {
+        TABLE_ON_STDOUT.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether the summary goes to standard error ([`table_on_stdout`]).
+pub fn summary_on_stderr() -> bool {
+    TABLE_ON_STDOUT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 mod ablate;
 mod attention;
 mod bench;

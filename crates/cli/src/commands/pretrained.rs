@@ -420,6 +420,7 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     if let Some(layers) = &a.layers {
         super::each_once("--layers", layers)?;
     }
+    super::table_on_stdout(&a.out);
     super::each_once("--lengths", &a.lengths)?;
     let (model, tokenizer) = a.model.load()?;
     let n = model.config().n_layers;
@@ -472,9 +473,9 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
             format!("{:.4}", r.token_aliasing),
         ]);
     }
-    print!("{table}");
+    say!("{table}");
     write_csv(&a.out, &rows)?;
-    println!(
+    sayln!(
         "q and k from a forward pass over {} tokens in {seconds:.1} s; wrote {}",
         options.text_tokens(model.config().context_length),
         a.out.display()

@@ -201,6 +201,7 @@ pub struct RopeStatsArgs {
 pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
     match cmd {
         TheoryCommand::Discrepancy(a) => {
+            super::table_on_stdout(&a.out);
             // The Index head reads positions only: an alphabet would be ignored.
             anyhow::ensure!(
                 a.alphabet.is_none() || a.mechanism == MechanismArg::Retrieval,
@@ -208,12 +209,13 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
             );
             let alphabet = a.alphabet.unwrap_or(discrepancy::DEFAULT_ALPHABET);
             let rows = discrepancy::curve(a.mechanism.into(), a.theta, alphabet, a.max_n)?;
-            print!("{}", discrepancy_table(&rows));
+            say!("{}", discrepancy_table(&rows));
             write_csv(&a.out, &rows)?;
-            println!("wrote {}", a.out.display());
+            sayln!("wrote {}", a.out.display());
             Ok(())
         }
         TheoryCommand::RopeStats(a) => {
+            super::table_on_stdout(&a.out);
             let config = FailureConfig {
                 d: a.d,
                 bases: a.bases,
@@ -241,9 +243,13 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
             guard.check("theory construct", &options.need())?;
             for r in verify(&options)? {
                 let c = r.check;
-                println!(
+                sayln!(
                     "{} head, {}: {} of {} in the domain correct, smallest decoding gap {:.4}",
-                    options.mechanism, r.inputs, c.correct, c.inputs, c.min_gap
+                    options.mechanism,
+                    r.inputs,
+                    c.correct,
+                    c.inputs,
+                    c.min_gap
                 );
                 anyhow::ensure!(
                     c.correct == c.inputs,
@@ -254,6 +260,7 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
             Ok(())
         }
         TheoryCommand::Periodic(a) => {
+            super::table_on_stdout(&a.out);
             super::each_once("--m", &a.m)?;
             super::each_once("--formats", &a.formats)?;
             let rows = mod_table(&a.m, &a.formats, a.len)?;
@@ -278,16 +285,17 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
                         }),
                 ]);
             }
-            print!("{table}");
+            say!("{table}");
             write_csv(&a.out, &rows)?;
-            println!("wrote {}", a.out.display());
+            sayln!("wrote {}", a.out.display());
             Ok(())
         }
         TheoryCommand::OffsetRange(a) => {
+            super::table_on_stdout(&a.out);
             super::each_once("--g", &a.g)?;
             super::each_once("--scales", &a.scales)?;
             let rows = offset_table(&a.g, a.k, &a.scales, a.format, a.cap)?;
-            println!("f_large({}) = {:.3}", a.format, f_large(a.format));
+            sayln!("f_large({}) = {:.3}", a.format, f_large(a.format));
             let mut table = Table::new(&[
                 ("g", Right),
                 ("k", Right),
@@ -303,12 +311,13 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
                         .map_or(format!(">= {}", a.cap), |l| l.to_string()),
                 ]);
             }
-            print!("{table}");
+            say!("{table}");
             write_csv(&a.out, &rows)?;
-            println!("wrote {}", a.out.display());
+            sayln!("wrote {}", a.out.display());
             Ok(())
         }
         TheoryCommand::Margins(a) => {
+            super::table_on_stdout(&a.out);
             super::each_once("--extras", &a.extras)?;
             if let Ok((_, config)) = ropelab_train::RunDir::open(&a.run) {
                 let options = ropelab_analysis::measure::lengthgen::LengthOptions {
@@ -345,9 +354,9 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
                     format!("{:.4}", r.top_weight),
                 ]);
             }
-            print!("{table}");
+            say!("{table}");
             write_csv(&a.out, &rows)?;
-            println!("wrote {}", a.out.display());
+            sayln!("wrote {}", a.out.display());
             Ok(())
         }
     }
@@ -381,16 +390,16 @@ pub fn rope_stats(config: &FailureConfig, out: &Path) -> Result<()> {
     let bar = progress(config.bases.len() as u64, "rope-stats");
     let rows = failure_table(config, |done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
-    println!("({:.1} s)", start.elapsed().as_secs_f64());
+    sayln!("({:.1} s)", start.elapsed().as_secs_f64());
     print_failures(config, &rows);
     write_csv(out, &rows)?;
-    println!("wrote {}", out.display());
+    sayln!("wrote {}", out.display());
     Ok(())
 }
 
 /// Prints the failure rates per (base, length) and the directions of the base trade-off.
 pub fn print_failures(config: &FailureConfig, rows: &[FailureRow]) {
-    println!(
+    sayln!(
         "RoPE failure rates, d {}, {} draws (rho {}), aliasing in {}{}:",
         config.d,
         config.draws,
@@ -428,10 +437,10 @@ pub fn print_failures(config: &FailureConfig, rows: &[FailureRow]) {
             format!("{:.3}", r.sigma_empirical),
         ]);
     }
-    print!("{table}");
+    say!("{table}");
     let mut directions = Table::new(&[("event", Left), ("M grows", Right), ("B grows", Right)]);
     for (event, by_m, by_b) in trade_off(rows) {
         directions.row([event, by_m, by_b]);
     }
-    print!("{directions}");
+    say!("{directions}");
 }
