@@ -36,6 +36,24 @@ impl StudyCompose {
             self.layers,
             largest.saturating_sub(1)
         );
+        // The other side of the comparison gives each hop its own layer; a study model with
+        // fewer layers composes too (with as many as these, it is the same model; seventh
+        // pass, c11).
+        let study_layers = config
+            .train
+            .run_config(
+                ropelab_tasks::TaskKind::Number,
+                config.seeds.first().copied().unwrap_or(0),
+                &config.tasks,
+            )?
+            .model
+            .n_layers;
+        anyhow::ensure!(
+            study_layers >= largest,
+            "the study's number model has {study_layers} layers, fewer than the task's \
+             {largest} hops: it does not give each hop its own layer, so it is no model to \
+             compare the composing one with"
+        );
         anyhow::ensure!(!self.seeds.is_empty(), "seeds must list at least one seed");
         for (i, s) in self.seeds.iter().enumerate() {
             anyhow::ensure!(

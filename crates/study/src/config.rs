@@ -657,6 +657,15 @@ mod tests {
         assert_eq!(jobs.len(), 2);
         assert_eq!(jobs[1].run, std::path::Path::new("seed-2/compose"));
         assert_eq!(jobs[1].config.model.n_layers, 3);
+        // A study model with fewer layers than hops gives no hop its own layer: the same
+        // comparison would set one composing model against another (seventh pass, c11).
+        let shallow = compose("layers = 1\nseeds = [0]")
+            .replace("steps = 3000", "steps = 3000\nn_layers = 2");
+        let err = format!("{:#}", StudyConfig::parse(&shallow, "c.toml").unwrap_err());
+        assert!(
+            err.contains("the study's number model has 2 layers, fewer than the task's 4 hops"),
+            "{err}"
+        );
         // Everything else is the study's number model of that seed.
         let mut six = ok
             .train

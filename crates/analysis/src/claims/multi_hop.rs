@@ -771,7 +771,8 @@ pub fn letter_50x_context(files: &StudyFiles, t: &Thresholds) -> Claim {
          its 16-token context.",
         format!(
             "in a letter model that learned its task (test accuracy >= {}): accuracy >= {} at \
-             every tested length up to {} tokens (50 x 16), each decided by its 95% Wilson \
+             every tested length up to {} tokens (the paper's 50 x 16 is 800), each decided by \
+             its 95% Wilson \
              interval, and the length {} itself tested (undetermined when it is not, or when an \
              interval contains the threshold)",
             t.learned_accuracy, t.length_accuracy, t.letter_length, t.letter_length
