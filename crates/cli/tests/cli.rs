@@ -195,11 +195,12 @@ fn a_failed_write_keeps_the_previous_file() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "previous\n");
 }
 
-/// A study small enough for a test: one seed, a tiny model, 5 steps.
+/// A study small enough for a test: one seed, a tiny model (4 layers: one per hop, which the
+/// [compose] comparison needs), 5 steps.
 const SMALL_STUDY: &str =
     "name = \"small\"\nseeds = [3]\n[tasks]\ntrain = 500\nval = 20\ntest = 40\n\
      target_window = 8\npre_window = 8\nhops = [1, 2, 3, 4]\n\
-     [train]\npreset = \"tiny\"\nsteps = 5\n\
+     [train]\npreset = \"tiny\"\nsteps = 5\nn_layers = 4\n\
      [score]\nsamples = 10\n\
      [lengthgen]\nextras = [0, 20]\nsamples = 8\n\
      [ablation]\nsamples = 16\n\

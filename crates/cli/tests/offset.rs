@@ -107,27 +107,7 @@ fn an_experiments_tables_are_replaced_aloud_and_by_no_other_command() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("offset");
     let o = out.to_str().unwrap();
-    let offset = |k: &str| {
-        ropelab(&[
-            "offset",
-            "--pe",
-            "rope",
-            "--attention",
-            "softmax",
-            "--k",
-            k,
-            "--seeds",
-            "0",
-            "--train-len",
-            "8",
-            "--steps",
-            "2",
-            "--per-length",
-            "2",
-            "--out",
-            o,
-        ])
-    };
+    let offset = |k: &str| ropelab(&common::tiny_offset(k, o));
     let first = offset("2");
     assert!(first.status.success());
     assert!(!String::from_utf8_lossy(&first.stderr).contains("note: replaced"));

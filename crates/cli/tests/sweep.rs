@@ -301,25 +301,7 @@ fn sweeps_and_experiments_keep_to_their_own_directories() {
     );
     ok(ropelab(&["sweep", spec, "--out", s, "--jobs", "1"]));
     refused(
-        &[
-            "offset",
-            "--pe",
-            "rope",
-            "--attention",
-            "softmax",
-            "--k",
-            "1",
-            "--seeds",
-            "0",
-            "--train-len",
-            "4",
-            "--steps",
-            "1",
-            "--per-length",
-            "2",
-            "--out",
-            s,
-        ],
+        &common::tiny_offset("1", s),
         "holds the jobs of a sweep or study (plan.json): choose another --out",
     );
     refused(
@@ -329,25 +311,7 @@ fn sweeps_and_experiments_keep_to_their_own_directories() {
     assert!(!sw.join("sweep.sbatch").exists());
     let ox = dir.path().join("ox");
     let o = ox.to_str().unwrap();
-    ok(ropelab(&[
-        "offset",
-        "--pe",
-        "rope",
-        "--attention",
-        "softmax",
-        "--k",
-        "1",
-        "--seeds",
-        "0",
-        "--train-len",
-        "4",
-        "--steps",
-        "1",
-        "--per-length",
-        "2",
-        "--out",
-        o,
-    ]));
+    ok(ropelab(&common::tiny_offset("1", o)));
     refused(
         &["sweep", spec, "--out", o, "--jobs", "1"],
         "holds an experiment's tables (measured.json lists them)",

@@ -53,3 +53,27 @@ pub fn collected_table(dir: &std::path::Path) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// The arguments of a tiny `ropelab offset` grid (one rotary softmax run of offset `k`,
+/// trained 2 steps at lengths up to 8) into `out`.
+pub fn tiny_offset<'a>(k: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "offset",
+        "--pe",
+        "rope",
+        "--attention",
+        "softmax",
+        "--k",
+        k,
+        "--seeds",
+        "0",
+        "--train-len",
+        "8",
+        "--steps",
+        "2",
+        "--per-length",
+        "2",
+        "--out",
+        out,
+    ]
+}
