@@ -365,4 +365,18 @@ fn an_edited_collected_table_is_refused_by_the_report() {
     refused(&["report", s, "--out", h], "has no");
     ok(ropelab(&["collect", s]));
     ok(ropelab(&["report", s, "--out", h]));
+    // Tables of other results than the jobs' now (a job's result gone since collect) are
+    // stale (seventh pass, h4).
+    let result = std::fs::read_dir(&sw)
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .map(|j| j.path().join("result.json"))
+        .find(|p| p.is_file())
+        .expect("the job's result.json");
+    std::fs::remove_file(result).unwrap();
+    refused(
+        &["report", s, "--out", h],
+        "holds tables of other results than the jobs' now",
+    );
 }

@@ -238,6 +238,7 @@ fn sweep_section(dir: &Path) -> Result<Section> {
     let mut s = Section::new("sweep", "Sweep: every configuration over its seeds");
     let path = dir.join("collected/summary.csv");
     ropelab_sweep::collect::vouch_collected(&path).map_err(ReportError::Input)?;
+    ropelab_sweep::collect::current(dir).map_err(ReportError::Input)?;
     let rows: Vec<ConfigSummary> = match read_text(&path)? {
         Some(t) => read_csv(&t, &path.display().to_string()).map_err(ReportError::from_display)?,
         None => vec![],

@@ -357,6 +357,33 @@ pub const UNFINISHED: &str = "unfinished.txt";
 /// The key under which `collect` records its tables in the ledger of `collected/`.
 pub const COLLECTED_KEY: &str = "tables written by ropelab collect";
 
+/// Checks that the collected tables of `out` are those of the jobs' results now (a job rerun,
+/// added or replaced since `collect` would leave them stale; seventh pass, h4): an error saying
+/// so, or the error [`results`] gives for a job it refuses.
+pub fn current(out: &Path) -> std::result::Result<(), String> {
+    let path = out.join("collected").join("jobs.jsonl");
+    vouch_collected(&path)?;
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let collected: Vec<JobResult> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let now = results(out).map_err(|e| e.to_string())?;
+    if now != collected {
+        return Err(format!(
+            "{} holds tables of other results than the jobs' now (a job was rerun, added or \
+             replaced since `ropelab collect`): run `ropelab collect {}` again",
+            out.join("collected").display(),
+            out.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that the collected table at `path` (in `collected/`) is as `collect` wrote it: the
 /// folder's ledger lists it with its checksum, and a table it lists is there (a folder of
 /// tables without a ledger was edited, or written by a ropelab from before it kept one: run
