@@ -842,6 +842,13 @@ fn pretrained_commands_take_any_local_rope_model() {
             .collect();
         assert_eq!(layers.into_iter().collect::<Vec<_>>(), ["0", "1"], "{name}");
     }
+    // Every row names its model; outputs of four models in one directory are not reported as
+    // one model's (issue 55).
+    let first = std::fs::read_to_string(dir.path().join("qwen2.jsonl")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    assert!(v["model"].as_str().unwrap().contains(" sha256:"), "{v}");
+    let out = ropelab(&["report", dir.path().to_str().unwrap()]);
+    assert_one_line_error(&out, "must come from one model");
     let missing = dir.path().join("nothing-here");
     let out = ropelab(&[
         "pretrained",

@@ -73,8 +73,10 @@ impl AtomicFile {
             _ => Path::new("."),
         };
         std::fs::create_dir_all(dir)?;
+        remove_orphans(dir);
+        let prefix = own_prefix();
         let mut builder = tempfile::Builder::new();
-        builder.prefix(".ropelab-");
+        builder.prefix(&prefix);
         with_mode(&mut builder, 0o666);
         let tmp = builder.tempfile_in(dir)?;
         let tmp_path = tmp.path().to_owned();
@@ -210,6 +212,88 @@ pub fn staging_dir_in(dir: &Path, prefix: &str) -> io::Result<StagingDir> {
     })
 }
 
+/// The name prefix of this process's temporary files: `.ropelab-HOST-PID-` on Unix (the host
+/// and process that write it, so that a later writer can tell a killed writer's file from a
+/// live one's, [`remove_orphans`]), `.ropelab-` elsewhere. Every temporary name starts with
+/// `.ropelab-`, which the directory lock's cleanup looks for.
+fn own_prefix() -> String {
+    #[cfg(unix)]
+    {
+        format!(".ropelab-{}-{}-", host(), std::process::id())
+    }
+    #[cfg(not(unix))]
+    {
+        ".ropelab-".to_owned()
+    }
+}
+
+/// This machine's host name with `-` and anything but letters, digits and `.` replaced
+/// (a file-name part that parses back unambiguously).
+#[cfg(unix)]
+fn host() -> String {
+    let uname = rustix::system::uname();
+    let name: String = uname
+        .nodename()
+        .to_string_lossy()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "host".to_owned()
+    } else {
+        name
+    }
+}
+
+/// Removes the temporary files in `dir` that a ropelab process of this host left when it was
+/// killed (`kill -9`, where no signal handler runs): `.ropelab-HOST-PID-*` files whose process
+/// no longer exists. A file of a live process, of another host (a shared file system) or
+/// without the host and pid in its name is left alone. Best effort, like
+/// [`crate::lock::remove_stale_temporaries`], which the directory lock's holder runs.
+pub fn remove_orphans(dir: &Path) {
+    #[cfg(unix)]
+    {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let ours = format!(".ropelab-{}-", host());
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Some(rest) = name.strip_prefix(&ours) else {
+                continue;
+            };
+            let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            if entry.file_type().map(|t| t.is_file()).unwrap_or(false) && !alive(pid) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+}
+
+/// Whether process `pid` exists on this host (signal 0: no signal is sent).
+#[cfg(unix)]
+fn alive(pid: i32) -> bool {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return true; // not a process id: leave the file alone
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e != rustix::io::Errno::SRCH,
+    }
+}
+
 /// Sets the mode a temporary file or directory is created with (the kernel applies the umask).
 fn with_mode(builder: &mut tempfile::Builder, mode: u32) {
     #[cfg(unix)]
@@ -236,6 +320,38 @@ mod tests {
     /// A named pipe at the target is refused, not replaced by a regular file (sixth pass,
     /// S11); skipped, saying so, where `mkfifo` is missing.
     #[cfg(unix)]
+    /// A temporary file of a killed process (issue 55: a `kill -9`ed `report` left its
+    /// `.ropelab-*` file) is removed by the next write into its directory; one of a live
+    /// process, or of another host, stays.
+    #[cfg(unix)]
+    #[test]
+    fn a_killed_writers_temporary_file_is_removed_by_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let orphan = dir
+            .path()
+            .join(format!(".ropelab-{}-{dead}-abc123", host()));
+        let live = dir
+            .path()
+            .join(format!(".ropelab-{}-{}-def456", host(), std::process::id()));
+        let other = dir.path().join(format!(".ropelab-elsewhere-{dead}-ghi789"));
+        for f in [&orphan, &live, &other] {
+            std::fs::write(f, b"half").unwrap();
+        }
+        write_atomic(&dir.path().join("report.html"), b"<html>").unwrap();
+        assert!(!orphan.exists(), "the killed writer's file is gone");
+        assert!(
+            live.exists() && other.exists(),
+            "a live or foreign file stays"
+        );
+        assert!(
+            own_prefix().starts_with(".ropelab-"),
+            "the lock's cleanup still sees it"
+        );
+    }
+
     #[test]
     fn a_named_pipe_is_not_replaced() {
         let dir = tempfile::tempdir().unwrap();

@@ -29,6 +29,6 @@ pub use layout::{
 };
 pub use objective::Objective;
 pub use position::{
-    Beyond, PeriodicTables, PlaneMask, PlaneMode, PositionEncoding, RopeLayout, Rotation, Turn,
-    BASE_RANGE,
+    number_text, Beyond, PeriodicTables, PlaneMask, PlaneMode, PositionEncoding, RopeLayout,
+    Rotation, Turn, BASE_RANGE,
 };

@@ -412,7 +412,7 @@ fn check_periods(periods: &[usize], key: &str) -> Result<()> {
 
 /// `x` as a message prints it: plainly, or in exponent form when very large or small (never
 /// 300 digits).
-fn number(x: f64) -> String {
+pub fn number_text(x: f64) -> String {
     let a = x.abs();
     if a.is_finite() && a != 0.0 && !(1e-4..1e6).contains(&a) {
         format!("{x:e}")
@@ -430,7 +430,7 @@ fn check_base(base: f64, key: &str) -> Result<()> {
     if !(base.is_finite() && (lo..=hi).contains(&base)) {
         return bad(format!(
             "{key}.base must lie in [{lo:e}, {hi:e}], got {}",
-            number(base)
+            number_text(base)
         ));
     }
     Ok(())
@@ -641,7 +641,7 @@ impl PositionEncoding {
                     return bad(format!(
                         "{key}.thetas[{k}] is {}: every angle must lie in [-2 pi, 2 pi] radians \
                          per position",
-                        number(thetas[k])
+                        number_text(thetas[k])
                     ));
                 }
                 fits_head(thetas.len(), "angles")?;

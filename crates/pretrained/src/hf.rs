@@ -216,6 +216,45 @@ pub fn llama3_theta(theta: f64, factor: f64, low: f64, high: f64, old: f64) -> f
     }
 }
 
+/// The floating-point dtypes `torch_dtype` (or the newer `dtype`) may name: ropelab computes in
+/// f32 from the safetensors dtypes whatever these say (a bf16 file is read exactly, widened),
+/// so each is read only as a claim about the weights.
+const CONFIG_DTYPES: [&str; 5] = ["float32", "float16", "bfloat16", "float64", "auto"];
+
+/// Refuses a `torch_dtype` or `dtype` that is no floating-point dtype (an integer or
+/// quantized one means weights ropelab would misread), one of another type, the two keys
+/// disagreeing, and a `quantization_config` (weights packed by a quantizer).
+fn check_dtype_keys(cfg: &ConfigJson) -> Result<()> {
+    let mut named = vec![];
+    for key in ["torch_dtype", "dtype"] {
+        let Some(v) = cfg.get(key) else { continue };
+        let Some(name) = v.as_str() else {
+            return Err(cfg.error(format!("{key} is {}, not a string", shown(v))));
+        };
+        let name = name.strip_prefix("torch.").unwrap_or(name);
+        if !CONFIG_DTYPES.contains(&name) {
+            return Err(cfg.error(format!(
+                "{key} {:?} is not a floating-point dtype ropelab reads ({})",
+                crate::escaped(name),
+                CONFIG_DTYPES.join(", ")
+            )));
+        }
+        named.push((key, name));
+    }
+    if let [(k1, a), (k2, b)] = named[..] {
+        if a != b && a != "auto" && b != "auto" {
+            return Err(cfg.error(format!("{k1} {a:?} and {k2} {b:?} disagree")));
+        }
+    }
+    if cfg.get("quantization_config").is_some() {
+        return Err(cfg.error(
+            "quantization_config: weights packed by a quantizer are not supported (a GGUF \
+             file of the model is)",
+        ));
+    }
+    Ok(())
+}
+
 /// The configuration of a `config.json` (`path`).
 fn parse_config(path: &Path) -> Result<LlamaConfig> {
     let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
@@ -251,6 +290,7 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
              {model_type:?})"
         )));
     }
+    check_dtype_keys(&cfg)?;
     let c = match arch.as_str() {
         "GPTNeoXForCausalLM" => neox_config(&cfg)?,
         "GPTJForCausalLM" => gptj_config(&cfg)?,
@@ -1876,6 +1916,37 @@ mod tests {
                 err.contains(want) && err.contains("config.json"),
                 "{want}: {err}"
             );
+        }
+    }
+
+    /// `torch_dtype` and `dtype` are read (issue 55, H17): a floating-point dtype passes, an
+    /// integer one, a non-string, two that disagree and a quantizer's config are refused.
+    #[test]
+    fn dtype_keys_are_read() {
+        for ok in [
+            r#", "torch_dtype": "bfloat16""#,
+            r#", "dtype": "torch.float16""#,
+            r#", "torch_dtype": "float32", "dtype": "auto""#,
+        ] {
+            config(&llama_with(ok)).unwrap();
+        }
+        for (bad, want) in [
+            (
+                r#", "torch_dtype": "int8""#,
+                "torch_dtype \"int8\" is not a floating-point",
+            ),
+            (r#", "dtype": 16"#, "dtype is 16, not a string"),
+            (
+                r#", "torch_dtype": "float32", "dtype": "bfloat16""#,
+                "torch_dtype \"float32\" and dtype \"bfloat16\" disagree",
+            ),
+            (
+                r#", "quantization_config": {"bits": 4}"#,
+                "quantization_config",
+            ),
+        ] {
+            let err = config(&llama_with(bad)).expect_err(want);
+            assert!(err.contains(want), "{want}: {err}");
         }
     }
 

@@ -18,6 +18,7 @@ pub mod fused;
 pub mod gguf;
 mod gguf_header;
 pub mod hf;
+pub mod identity;
 pub mod llama;
 pub mod quant;
 pub mod tasks;

@@ -52,6 +52,11 @@ pub struct SizeRow {
     /// Accuracy of each run.
     #[serde(serialize_with = "joined", deserialize_with = "split")]
     pub runs: Vec<f64>,
+    /// The model that made the row (`NAME sha256:PREFIX`, see
+    /// [`crate::identity::model_identity`]); empty in files written before it was
+    /// recorded.
+    #[serde(default)]
+    pub model: String,
 }
 
 impl SizeRow {
@@ -92,7 +97,7 @@ fn split<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<f64>
 }
 
 /// Accuracy on the index-in-array prompt at one prompt length (one CSV row).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IndexRow {
     /// Prompt length asked for, in tokens: each prompt holds the longest array that fits.
     pub length: usize,
@@ -105,6 +110,11 @@ pub struct IndexRow {
     /// Fraction answered (chance 0.25).
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub accuracy: f64,
+    /// The model that made the row (`NAME sha256:PREFIX`, see
+    /// [`crate::identity::model_identity`]); empty in files written before it was
+    /// recorded.
+    #[serde(default)]
+    pub model: String,
 }
 
 /// Whether greedy decoding of `model` after `prompt` starts with `answer` (` ` + answer).
@@ -360,6 +370,7 @@ pub fn accuracy_table(
             mean,
             sd,
             prompt_tokens,
+            model: String::new(),
         });
     }
     Ok(rows)
@@ -450,6 +461,7 @@ pub fn index_accuracy(
             max_elements: prompts.iter().map(|p| p.2).max().unwrap_or(0),
             prompt_tokens: prompts.iter().map(|p| p.3).max().unwrap_or(0),
             accuracy: answered.iter().filter(|a| a.0).count() as f64 / n as f64,
+            model: String::new(),
         });
     }
     Ok(out)
@@ -472,11 +484,13 @@ mod tests {
             mean: 0.25,
             sd,
             runs: vec![0.25],
+            model: "m.gguf sha256:0123456789abcdef".into(),
         };
         let text = ropelab_io::csv_rows::to_csv(&[row(None), row(Some(0.5))]).unwrap();
         assert_eq!(
             text,
-            "task,size,prompt_tokens,mean,sd,runs\nnumber,4,20,0.25,,0.25\nnumber,4,20,0.25,0.5,0.25\n"
+            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,4,20,0.25,,0.25,m.gguf sha256:0123456789abcdef\n\
+             number,4,20,0.25,0.5,0.25,m.gguf sha256:0123456789abcdef\n"
         );
         let back: Vec<SizeRow> = ropelab_io::csv_rows::read_csv(&text, "t.csv").unwrap();
         assert_eq!((back[0].sd, back[1].sd), (None, Some(0.5)));

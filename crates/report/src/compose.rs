@@ -1030,6 +1030,39 @@ struct PretrainedFiles {
     tasks: Vec<SizeRow>,
     /// Rows of every `pretrained rope-stats` file.
     failures: Vec<LayerFailureRow>,
+    /// The model every row names (`NAME sha256:PREFIX`; empty in files from before it was
+    /// recorded) and the first file that named it.
+    model: Option<(String, String)>,
+}
+
+impl PretrainedFiles {
+    /// Records that `origin` holds rows of `model`: outputs of two models (or an unrecorded
+    /// model beside a recorded one) are refused, naming both files, rather than drawn as one
+    /// model's section.
+    fn same_model(&mut self, model: &str, origin: &str) -> Result<()> {
+        match &self.model {
+            None => {
+                self.model = Some((model.to_owned(), origin.to_owned()));
+                Ok(())
+            }
+            Some((seen, _)) if seen == model => Ok(()),
+            Some((seen, first)) => {
+                let name = |m: &str| {
+                    if m.is_empty() {
+                        "an unrecorded model (written before outputs named their model)".to_owned()
+                    } else {
+                        m.to_owned()
+                    }
+                };
+                Err(ReportError::Input(format!(
+                    "{origin} holds output of {}, but {first} of {}: one directory's pretrained \
+                     output must come from one model (move the other model's files elsewhere)",
+                    name(model),
+                    name(seen)
+                )))
+            }
+        }
+    }
 }
 
 /// Header of a `pretrained tasks` CSV.
@@ -1077,11 +1110,15 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                             folder.display()
                         )));
                     }
+                    out.same_model(&row.model, &origin)?;
                     out.tasks.push(row.clone());
                 }
             } else if ext == "csv" && first.starts_with(FAILURES_HEADER) {
                 let rows: Vec<LayerFailureRow> =
                     ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+                for row in &rows {
+                    out.same_model(&row.model, &origin)?;
+                }
                 out.failures.extend(rows);
             } else if ext == "jsonl" {
                 let Ok(v) = serde_json::from_str::<serde_json::Value>(first) else {
@@ -1104,6 +1141,7 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                     if let Some(why) = h.defect() {
                         return Err(ReportError::Input(format!("{origin}: {why}")));
                     }
+                    out.same_model(&h.model, &origin)?;
                     if !seen.insert((h.layer, h.head)) {
                         return Err(ReportError::Input(format!(
                             "{origin}: layer {} head {} is listed twice",
@@ -1128,6 +1166,15 @@ fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
         return Ok(None);
     }
     let mut s = Section::new("pretrained", "The pretrained model");
+    match files.model.as_ref().map(|m| m.0.as_str()) {
+        Some("") | None => s.text(
+            "The files do not name their model (written before ropelab recorded it): that they \
+             come from one model is not checked.",
+        ),
+        Some(model) => s.text(&format!(
+            "Model: {model} (every file names it; the prefix of the SHA-256 of the model's files)."
+        )),
+    }
     let mut svgs = vec![];
     let gamma = configured_gamma(dir)?;
     for (stem, heads) in &files.scores {

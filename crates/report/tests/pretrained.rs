@@ -9,6 +9,9 @@ use ropelab_report::figures::Rate;
 use ropelab_report::pretrained::{head_type_map, model_failures, task_accuracy};
 use ropelab_tasks::TaskKind;
 
+/// The model the hand-made rows name.
+const MODEL: &str = "tiny.gguf sha256:0123456789abcdef";
+
 fn head(layer: usize, head: usize, kind: HeadKind) -> PromptHead {
     let (s_pos, s_sym) = match kind {
         HeadKind::Positional => (0.97, 0.03),
@@ -24,6 +27,7 @@ fn head(layer: usize, head: usize, kind: HeadKind) -> PromptHead {
         pure_0_1: kind,
         pure_0_05: kind,
         freq_mean_plane: 3.0,
+        model: MODEL.into(),
     }
 }
 
@@ -77,6 +81,7 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
         mean,
         sd: Some(sd),
         runs: vec![mean - sd, mean + sd],
+        model: MODEL.into(),
     };
     let rows = vec![
         row(TaskKind::Number, 12, 0.4, 0.1),
@@ -123,6 +128,7 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
                 token_aliasing: 0.01,
                 mu_empirical: 0.0,
                 sigma_empirical: 1.0,
+                model: MODEL.into(),
             })
         })
         .collect();
@@ -141,10 +147,16 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
     std::fs::write(dir.path().join("my-heads.jsonl"), &lines).unwrap();
     std::fs::write(
         dir.path().join("acc.csv"),
-        "task,size,prompt_tokens,mean,sd,runs\nnumber,12,82,0.5,0.1,0.4;0.6\n",
+        format!(
+            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1,0.4;0.6,{MODEL}\n"
+        ),
     )
     .unwrap();
     let html = ropelab_report::report(dir.path(), "test").unwrap();
+    assert!(
+        html.contains(&format!("Model: {MODEL}")),
+        "the section names its model"
+    );
     assert!(html.contains("id=\"pretrained\""));
     assert!(html.contains("Pretrained heads (my-heads"));
     assert!(html.contains("not run: no `pretrained rope-stats` output"));
@@ -161,4 +173,35 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("my-heads.jsonl: line 13"), "{err}");
+}
+
+/// Outputs of two models in one directory are refused naming both files, not drawn as one
+/// model's section (issue 55); so is an unrecorded model beside a recorded one.
+#[test]
+fn outputs_of_two_models_in_one_directory_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: String = heads()
+        .iter()
+        .map(|h| serde_json::to_string(h).unwrap() + "\n")
+        .collect();
+    std::fs::write(dir.path().join("a-heads.jsonl"), &lines).unwrap();
+    let tasks = |model: &str| {
+        format!(
+            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1,0.4;0.6,{model}\n"
+        )
+    };
+    std::fs::write(dir.path().join("b-tasks.csv"), tasks(MODEL)).unwrap();
+    ropelab_report::report(dir.path(), "test").expect("one model");
+    for other in ["other.gguf sha256:fedcba9876543210", ""] {
+        std::fs::write(dir.path().join("b-tasks.csv"), tasks(other)).unwrap();
+        let err = ropelab_report::report(dir.path(), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("b-tasks.csv")
+                && err.contains("a-heads.jsonl")
+                && err.contains("one model"),
+            "{err}"
+        );
+    }
 }

@@ -811,6 +811,12 @@ mod tests {
                 "sizes = [12, 100000]",
                 "beyond SmolLM2-135M's context",
             ),
+            // Within the context as a size, beyond it as a prompt (issue 55, d13).
+            (
+                "sizes = [12, 32]",
+                "sizes = [12, 8190]",
+                "sizes: 8190 gives number prompts of at least",
+            ),
             // Refused when read, not after the models were trained (issue 55).
             ("samples = 1024", "samples = 0", "[ablation] samples"),
             (

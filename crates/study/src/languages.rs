@@ -162,6 +162,15 @@ impl Experiment {
             self.test_lengths.windows(2).all(|w| w[0] < w[1]),
             "test lengths must be ascending"
         );
+        // N* over lengths with one label only would count a constant answer as generalising.
+        for language in &self.languages {
+            if let Some(why) = language.one_label(lo..=hi) {
+                bail!("training lengths [{lo}, {hi}] of {language}: {why}");
+            }
+            if let Some(why) = language.one_label(self.test_lengths.iter().copied()) {
+                bail!("test lengths of {language}: {why}; test lengths with both labels");
+            }
+        }
         let need = ropelab_analysis::measure::languages::mod_heads_need(hi);
         if let Some(&longest) = self.test_lengths.last().filter(|&&t| t < need) {
             bail!(
@@ -433,5 +442,17 @@ mod tests {
         assert!(err.to_string().contains("languages"));
         let err = Experiment::new(Protocol::Quick, None, None, None, Some(vec![0.0])).unwrap_err();
         assert!(err.to_string().contains("learning rate"));
+        // Odd test lengths of (aa)* and (ab)* hold non-members only: "no" would be perfect
+        // there, and N* would count it as generalising (issue 55, f07).
+        let mut e = quick.clone();
+        let need = ropelab_analysis::measure::languages::mod_heads_need(40);
+        e.test_lengths = (41..=need + 1).step_by(2).collect();
+        let err = e.check().unwrap_err().to_string();
+        assert!(
+            err.contains("test lengths of aa-star") && err.contains("answers no"),
+            "{err}"
+        );
+        e.test_lengths = (41..=need + 1).collect();
+        e.check().expect("odd and even lengths");
     }
 }

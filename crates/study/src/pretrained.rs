@@ -66,6 +66,22 @@ impl PretrainedPlan {
                 );
             }
         }
+        // A window of s items is a prompt of more than s tokens: at least one token per
+        // whitespace-separated word (SmolLM2's byte-level BPE splits words before merging),
+        // so a size whose prompt has more words than the context is refused here, before the
+        // study trains anything, not when the stage meets it.
+        for &size in &self.sizes {
+            for task in TaskKind::ALL {
+                let p = ropelab_tasks::prompt::prompt(task, size, 0, 0)
+                    .with_context(|| format!("sizes: {size}"))?;
+                let words = p.prompt.split_whitespace().count() + 1; // + the answer
+                anyhow::ensure!(
+                    words <= SMOLLM2_CONTEXT,
+                    "sizes: {size} gives {task} prompts of at least {words} tokens (one per \
+                     word), beyond SmolLM2-135M's context of {SMOLLM2_CONTEXT} tokens"
+                );
+            }
+        }
         // A repeated value repeats its work and gives two rows one key.
         for (what, values) in [("sizes", &self.sizes), ("rope_lengths", &self.rope_lengths)] {
             if let Some(v) = values
@@ -120,6 +136,8 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
         return Ok(files);
     }
     let (m, tokenizer) = &ropelab_pretrained::load_smollm2(&Device::Cpu)?;
+    // Every row names the model (the report refuses files of two models side by side).
+    let identity = ropelab_pretrained::identity::model_identity(None)?;
     for (task, path) in TaskKind::ALL.into_iter().zip(&scores) {
         if !path.exists() {
             let stage = progress.stage(&format!("smollm2 score {task}"), plan.score_prompts as u64);
@@ -129,7 +147,8 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
                 prompts: plan.score_prompts,
                 tau: Tau::default(),
             };
-            let heads = score_prompts(m, tokenizer, &options, |d| stage.set(d as u64))?;
+            let mut heads = score_prompts(m, tokenizer, &options, |d| stage.set(d as u64))?;
+            heads.iter_mut().for_each(|h| h.model = identity.clone());
             let mut text = String::new();
             for h in &heads {
                 text.push_str(&serde_json::to_string(h)?);
@@ -143,7 +162,7 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
         if !path.exists() {
             let total = plan.sizes.len() * plan.runs * plan.prompts;
             let stage = progress.stage(&format!("smollm2 {task} prompts"), total as u64);
-            let rows = accuracy_table(
+            let mut rows = accuracy_table(
                 m,
                 tokenizer,
                 task,
@@ -152,6 +171,7 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
                 plan.prompts,
                 |d| stage.set(d as u64),
             )?;
+            rows.iter_mut().for_each(|r| r.model = identity.clone());
             ropelab_io::write_csv(path, &rows)?;
         }
     }
@@ -161,7 +181,8 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
             lengths: plan.rope_lengths.clone(),
             ..ModelRopeOptions::default()
         };
-        let rows = model_rope_failures(m, tokenizer, &options, |d| stage.set(d as u64))?;
+        let mut rows = model_rope_failures(m, tokenizer, &options, |d| stage.set(d as u64))?;
+        rows.iter_mut().for_each(|r| r.model = identity.clone());
         ropelab_io::write_csv(&stats, &rows)?;
     }
     Ok(files)

@@ -466,6 +466,12 @@ fn check_measure(config: &RunConfig, measure: &MeasureOptions) -> std::result::R
                  language job is tested at its training lengths and at these"
             ));
         }
+        // N* over lengths with one label only would count a constant answer as generalising.
+        if let Some(why) = language.name.one_label(lengths.iter().copied()) {
+            return Err(format!(
+                "[measure] lengths: {why}; test lengths with both labels"
+            ));
+        }
     }
     Ok(())
 }

@@ -216,3 +216,22 @@ fn language_heads_need_seven_positions_beyond_training() {
     );
     assert!(jobs(&file("[41, 100]")).is_ok());
 }
+
+/// Test lengths where every string of the language has one label (odd lengths of `(ab)*`:
+/// non-members only) would count a constant "no" as generalising: refused when the sweep is
+/// read (issue 55, f07).
+#[test]
+fn language_test_lengths_need_both_labels() {
+    let file = |lengths: &str| {
+        format!(
+            "name = \"t\"\npreset = \"tiny\"\ntask = \"language\"\n[base]\n\
+             language.name = \"ab-star\"\n[measure]\nlengths = {lengths}\n"
+        )
+    };
+    let jobs = |text: &str| Sweep::parse(text, "t.toml").and_then(|s| s.jobs());
+    let Err(e) = jobs(&file("[41, 43, 45]")) else {
+        panic!("odd lengths of (ab)* were accepted")
+    };
+    assert!(e.to_string().contains("answers no is always right"), "{e}");
+    assert!(jobs(&file("[41, 42]")).is_ok());
+}

@@ -129,6 +129,34 @@ impl Language {
         }
     }
 
+    /// Why the lengths `lengths` cannot tell a classifier from a constant answer: every one of
+    /// them has members only, or non-members only, of the same kind (e.g. only odd lengths of
+    /// `(ab)*`, where every string is a non-member and "no" is always right). None when both
+    /// labels occur among them (possibly at different lengths, as for `(aa)*`, whose even
+    /// lengths hold members only and odd ones non-members only: there the answer needs the
+    /// length's parity).
+    pub fn one_label(self, lengths: impl IntoIterator<Item = usize>) -> Option<String> {
+        let (mut members, mut others, mut any) = (false, false, false);
+        for n in lengths {
+            any = true;
+            members |= self.has_members(n);
+            others |= self.has_non_members(n);
+        }
+        match (any, members, others) {
+            (false, ..) | (true, true, true) => None,
+            (true, true, false) => Some(format!(
+                "every string of {} at these lengths is a member: a classifier that always \
+                 answers yes is always right",
+                self.pattern()
+            )),
+            _ => Some(format!(
+                "every string of {} at these lengths is a non-member: a classifier that always \
+                 answers no is always right",
+                self.pattern()
+            )),
+        }
+    }
+
     /// A member of length `n` (None if there is none): uniform over the members for every
     /// language but `(aa)*` and `(ab)*`, which have one member per even length.
     pub fn member(self, n: usize, rng: &mut ChaCha8Rng) -> Option<Vec<u8>> {

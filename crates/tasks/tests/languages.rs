@@ -246,3 +246,39 @@ fn names_and_patterns_parse_and_unknown_ones_are_errors() {
         .to_string()
         .contains("near-miss"));
 }
+
+/// Lengths where every string has one label cannot tell a classifier from a constant answer
+/// (issue 55, f07): odd lengths of `(ab)*` hold non-members only; `(aa)*` has one label per
+/// length but both across even and odd lengths, which only the length's parity tells apart.
+#[test]
+fn lengths_with_one_label_are_named() {
+    let why = Language::AbStar.one_label([41, 43, 45]).expect("all odd");
+    assert!(why.contains("non-member") && why.contains("(ab)*"), "{why}");
+    assert_eq!(Language::AbStar.one_label([41, 42]), None);
+    assert!(Language::EvenA
+        .one_label([42, 44])
+        .unwrap()
+        .contains("is a member"));
+    assert_eq!(Language::EvenA.one_label([42, 43]), None);
+    assert!(
+        Language::ContainsAb.one_label([1]).is_some(),
+        "no member of length 1"
+    );
+    assert_eq!(Language::Parity.one_label([1]), None);
+    assert_eq!(
+        Language::Parity.one_label([]),
+        None,
+        "no lengths: nothing to refuse"
+    );
+    // Where both labels occur, a sample at each length has each label a length allows.
+    for l in Language::ALL {
+        for n in 1..12 {
+            let one = l.one_label([n]);
+            assert_eq!(
+                one.is_none(),
+                l.has_members(n) && l.has_non_members(n),
+                "{l} at {n}"
+            );
+        }
+    }
+}

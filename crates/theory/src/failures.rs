@@ -208,7 +208,10 @@ impl FailureConfig {
             .iter()
             .find(|b| !(b.is_finite() && (lo..=hi).contains(*b)))
         {
-            return invalid(format!("base must lie in [{lo:e}, {hi:e}], got {b}"));
+            return invalid(format!(
+                "base must lie in [{lo:e}, {hi:e}], got {}",
+                ropelab_model::number_text(*b)
+            ));
         }
         if let Some(m) = self
             .lengths
@@ -520,6 +523,8 @@ mod tests {
         };
         assert!(err(&|c| c.bases = vec![0.0]).contains("base"));
         assert!(err(&|c| c.bases = vec![1e300]).contains("base must lie in"));
+        // In exponent form, not 301 digits (issue 55).
+        assert!(err(&|c| c.bases = vec![1e300]).ends_with("got 1e300"));
         assert!(err(&|c| c.bases = vec![1e-300]).contains("base must lie in"));
         assert!(err(&|c| c.lengths = vec![1]).contains("between 2 and"));
         assert!(err(&|c| c.lengths = vec![10_000_000_000]).contains("between 2 and"));

@@ -56,7 +56,10 @@ impl Schedule {
         // f64's precision (1e-300 gives infinite frequencies).
         let (lo, hi) = ropelab_model::BASE_RANGE;
         if !(base.is_finite() && (lo..=hi).contains(&base)) {
-            return invalid(format!("base must lie in [{lo:e}, {hi:e}], got {base}"));
+            return invalid(format!(
+                "base must lie in [{lo:e}, {hi:e}], got {}",
+                ropelab_model::number_text(base)
+            ));
         }
         if h == 0 {
             return invalid("a head needs at least one plane (h >= 1)");

@@ -591,7 +591,8 @@ impl RunConfig {
         for (name, b) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {
             if !(0.0..1.0).contains(&b) {
                 return Err(TrainError::Config(format!(
-                    "{name} must be in [0, 1), got {b}"
+                    "{name} must be in [0, 1), got {}",
+                    ropelab_model::number_text(b)
                 )));
             }
         }
@@ -762,6 +763,11 @@ impl RunConfig {
             return Err(TrainError::Config(format!(
                 "language.lengths must be [shortest, longest] with 1 <= longest and shortest <= \
                  longest, got [{lo}, {hi}]"
+            )));
+        }
+        if let Some(why) = l.name.one_label(lo..=hi) {
+            return Err(TrainError::Config(format!(
+                "language.lengths [{lo}, {hi}]: {why}; train on lengths with both labels"
             )));
         }
         Ok(())

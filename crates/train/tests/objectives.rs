@@ -163,6 +163,14 @@ fn bad_objective_and_language_configs_name_the_file() {
             "objective = \"eos_class\"",
         ),
         (good.replace("classes = 2", "classes = 3"), "classes = 2"),
+        // Length 1 of Sigma* ab Sigma* has no member: a constant "no" learns it (issue 55).
+        (
+            good.replace(
+                "name = \"parity\"\nlengths = [1, 8]",
+                "name = \"sigma-ab-sigma\"\nlengths = [1, 1]",
+            ),
+            "answers no is always right",
+        ),
         (
             good.replace("[language]\nname = \"parity\"\nlengths = [1, 8]\n", ""),
             "needs a [language] table",

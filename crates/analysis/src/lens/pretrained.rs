@@ -57,6 +57,11 @@ pub struct PromptHead {
     pub pure_0_05: HeadKind,
     /// Mean of the frequency-use weighted plane index.
     pub freq_mean_plane: f64,
+    /// The model that made the row (`NAME sha256:PREFIX`, see
+    /// `ropelab_pretrained::identity::model_identity`); empty in files written before it was
+    /// recorded.
+    #[serde(default)]
+    pub model: String,
 }
 
 impl PromptHead {
@@ -206,6 +211,7 @@ pub fn score_prompts_in_batches(
                 pure_0_1: purity(scores, Gamma::DEFAULT),
                 pure_0_05: purity(scores, Gamma::STRICT),
                 freq_mean_plane: s[3] / n,
+                model: String::new(),
             }
         })
         .collect())
@@ -285,7 +291,7 @@ pub const ROPE_TEXT: &str = "Rotary position embeddings rotate each pair of quer
     whether it sits in the previous line or thousands of positions earlier. ";
 
 /// One layer's failure rates at one context length (one CSV row of `pretrained rope-stats`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerFailureRow {
     /// Block.
     pub layer: usize,
@@ -309,6 +315,11 @@ pub struct LayerFailureRow {
     /// Empirical standard deviation of the scores.
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub sigma_empirical: f64,
+    /// The model that made the row (`NAME sha256:PREFIX`, see
+    /// `ropelab_pretrained::identity::model_identity`); empty in files written before it was
+    /// recorded.
+    #[serde(default)]
+    pub model: String,
 }
 
 impl LayerFailureRow {
@@ -322,6 +333,7 @@ impl LayerFailureRow {
             token_aliasing: r.token_aliasing,
             mu_empirical: r.mu_empirical,
             sigma_empirical: r.sigma_empirical,
+            model: String::new(),
         }
     }
 }

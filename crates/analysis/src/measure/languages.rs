@@ -120,7 +120,8 @@ impl FromStr for Pe {
                             .contains(&b)) =>
                 {
                     Err(AnalysisError::Invalid(format!(
-                        "position encoding {s:?}: the base must lie in [1e-12, 1e12], got {b}"
+                        "position encoding {s:?}: the base must lie in [1e-12, 1e12], got {}",
+                        ropelab_model::number_text(b)
                     )))
                 }
                 Ok(b) => Ok(b),

@@ -98,7 +98,8 @@ impl FromStr for OffsetPe {
                             .contains(&base)) =>
                 {
                     bad(format!(
-                        "position encoding {s:?}: the base must lie in [1e-12, 1e12], got {base}"
+                        "position encoding {s:?}: the base must lie in [1e-12, 1e12], got {}",
+                        ropelab_model::number_text(base)
                     ))
                 }
                 Ok(base) => Ok(OffsetPe::Rope(base)),

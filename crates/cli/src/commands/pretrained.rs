@@ -171,6 +171,13 @@ impl ModelArg {
         Ok((model.with_precision(self.precision)?, tokenizer))
     }
 
+    /// Which model this is, as every output row records it (`NAME sha256:PREFIX`).
+    fn identity(&self) -> Result<String> {
+        Ok(ropelab_pretrained::identity::model_identity(
+            self.path.as_deref(),
+        )?)
+    }
+
     /// The model's name in printed lines: the file or directory name, or SmolLM2.
     fn name(&self) -> String {
         match &self.path {
@@ -241,9 +248,11 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             guard.check("pretrained index-task", &need)?;
             let start = Instant::now();
             let bar = progress(a.lengths.len() as u64 * a.n, "index prompts");
-            let rows = index_accuracy(&model, &tokenizer, &a.lengths, a.n as usize, |d| {
+            let mut rows = index_accuracy(&model, &tokenizer, &a.lengths, a.n as usize, |d| {
                 bar.set_position(d as u64)
             })?;
+            let identity = a.model.identity()?;
+            rows.iter_mut().for_each(|r| r.model = identity.clone());
             bar.finish_and_clear();
             let mut table = Table::new(&[
                 ("length", Right),
@@ -292,7 +301,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             let total = a.sizes.len() as u64 * a.runs * a.n;
             let bar = progress(total, &format!("{} prompts", a.task));
             let start = Instant::now();
-            let rows = accuracy_table(
+            let mut rows = accuracy_table(
                 &model,
                 &tokenizer,
                 a.task,
@@ -302,6 +311,8 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                 |d| bar.set_position(d as u64),
             )?;
             bar.finish_and_clear();
+            let identity = a.model.identity()?;
+            rows.iter_mut().for_each(|r| r.model = identity.clone());
             let mut table = Table::new(&[
                 ("task", Left),
                 ("size", Right),
@@ -369,8 +380,10 @@ fn score(a: &PretrainedScoreArgs, guard: Guard) -> Result<()> {
     };
     let start = Instant::now();
     let bar = progress(a.n, "score prompts");
-    let heads = score_prompts(&model, &tokenizer, &options, |d| bar.set_position(d as u64))?;
+    let mut heads = score_prompts(&model, &tokenizer, &options, |d| bar.set_position(d as u64))?;
     bar.finish_and_clear();
+    let identity = a.model.identity()?;
+    heads.iter_mut().for_each(|h| h.model = identity.clone());
     let mut text = String::new();
     for h in &heads {
         text.push_str(&serde_json::to_string(h)?);
@@ -452,8 +465,11 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     }
     let start = Instant::now();
     let bar = progress(model.config().n_layers as u64, "rope-stats blocks");
-    let rows = model_rope_failures(&model, &tokenizer, &options, |d| bar.set_position(d as u64))?;
+    let mut rows =
+        model_rope_failures(&model, &tokenizer, &options, |d| bar.set_position(d as u64))?;
     bar.finish_and_clear();
+    let identity = a.model.identity()?;
+    rows.iter_mut().for_each(|r| r.model = identity.clone());
     let seconds = start.elapsed().as_secs_f64();
     let mut table = Table::new(&[
         ("layer", Right),
