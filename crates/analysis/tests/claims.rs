@@ -35,6 +35,7 @@ fn scores(finals: &[(f64, f64)], pure_at: usize, freq_plane: &[usize]) -> String
                 accuracy_per_hop: BTreeMap::new(),
                 block: None,
                 planes: vec![],
+                run: String::new(),
             };
             out += &serde_json::to_string(&line).unwrap();
             out.push('\n');
@@ -93,6 +94,7 @@ fn lengths_with(acc: &[(usize, f64)], rates: &[f64], wobble: f64) -> String {
                 })
                 .collect(),
             seconds: 0.0,
+            run: String::new(),
         })
         .collect();
     to_csv(&rows).unwrap()

@@ -360,7 +360,7 @@ fn reproduce_runs_a_small_config_and_reports_bad_configs() {
     let lengths = std::fs::read_to_string(run.join("seed-3/letter/lengthgen.csv")).unwrap();
     assert_eq!(lengths.lines().count(), 3, "{lengths}");
     let csv = std::fs::read_to_string(run.join("theory/discrepancy-index.csv")).unwrap();
-    assert!(csv.starts_with("n,delta,bound,delta_max\n"));
+    assert!(csv.starts_with("n,delta,bound,delta_max,mechanism\n"));
     assert_eq!(csv.lines().count(), 51);
 
     // The study's models are sweep jobs: `collect` merges them like a sweep's, with the test
@@ -549,8 +549,13 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     let text = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(text.lines().count(), 1001);
     for line in text.lines().skip(1) {
-        let v: Vec<f64> = line.split(',').map(|x| x.parse().unwrap()).collect();
+        let v: Vec<f64> = line
+            .split(',')
+            .take(4)
+            .map(|x| x.parse().unwrap())
+            .collect();
         assert!(v[1] <= v[2] + 1e-12, "delta above the bound: {line}");
+        assert!(line.ends_with(",index"), "{line}");
     }
     let stats = dir.path().join("s.csv");
     let out = ropelab(&[
@@ -702,14 +707,14 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     assert!(piped.status.success(), "{}", stderr(&piped));
     let table = String::from_utf8_lossy(&piped.stdout);
     assert!(
-        table.starts_with("n,delta,bound,delta_max\n") && table.lines().count() == 4,
+        table.starts_with("n,delta,bound,delta_max,mechanism\n") && table.lines().count() == 4,
         "{table}"
     );
     assert!(stderr(&piped).contains("wrote -"), "{}", stderr(&piped));
     // A base whose frequencies overflow is no benchmark of RoPE (sixth pass, S6).
     assert_one_line_error(
         &ropelab(&["bench", "rope", "--base", "1e-300"]),
-        "base must lie in [1e-12, 1e12], got 0.000",
+        "base must lie in [1e-12, 1e12], got 1e-300",
     );
     let out = ropelab(&[
         "theory", "periodic", "--m", "3", "--len", "1000", "--out", c,
@@ -842,6 +847,27 @@ fn pretrained_commands_take_any_local_rope_model() {
             .collect();
         assert_eq!(layers.into_iter().collect::<Vec<_>>(), ["0", "1"], "{name}");
     }
+    // `--out -`: standard output holds the JSON Lines alone, the summary goes to standard
+    // error (eighth pass, W027).
+    let model = dir.path().join("gptj");
+    let piped = ropelab(&[
+        "pretrained",
+        "score",
+        "--model",
+        model.to_str().unwrap(),
+        "--task",
+        "letter",
+        "--n",
+        "2",
+        "--out",
+        "-",
+    ]);
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let lines = String::from_utf8_lossy(&piped.stdout).into_owned();
+    assert_eq!(lines.lines().count(), 8, "{lines}");
+    for line in lines.lines() {
+        serde_json::from_str::<serde_json::Value>(line).expect(line);
+    }
     // Every row names its model; outputs of four models in one directory are not reported as
     // one model's (issue 55).
     let first = std::fs::read_to_string(dir.path().join("qwen2.jsonl")).unwrap();
@@ -916,4 +942,32 @@ fn a_closed_standard_output_is_no_panic() {
         "{:?}: {err}",
         out.status
     );
+}
+
+/// `report --out -` and `plot --out -` write the page or figure alone to standard output (the
+/// "wrote" line goes to standard error), so a pipe gets a valid document (eighth pass, W019,
+/// W020).
+#[test]
+fn report_and_plot_to_standard_output_are_documents_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let r = run.to_str().unwrap();
+    let trained = ropelab(&[
+        "train", "--task", "number", "--preset", "tiny", "--steps", "10", "--out", r,
+    ]);
+    assert!(trained.status.success(), "{}", stderr(&trained));
+    let scored = ropelab(&["score", "--run", r, "--samples", "4"]);
+    assert!(scored.status.success(), "{}", stderr(&scored));
+    let page = ropelab(&["report", r, "--out", "-"]);
+    assert!(page.status.success(), "{}", stderr(&page));
+    let html = String::from_utf8_lossy(&page.stdout);
+    assert!(
+        html.trim_end().ends_with("</html>"),
+        "{}",
+        &html[html.len().saturating_sub(200)..]
+    );
+    assert!(stderr(&page).contains("wrote -"));
+    let figure = ropelab(&["plot", "accuracy", "--dir", r, "--out", "-"]);
+    assert!(figure.status.success(), "{}", stderr(&figure));
+    roxmltree::Document::parse(&String::from_utf8_lossy(&figure.stdout)).expect("an SVG alone");
 }

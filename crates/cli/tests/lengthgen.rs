@@ -53,7 +53,7 @@ fn lengthgen_writes_accuracy_and_discrepancy_per_length() {
         lines[0],
         "step,extra,length,n,accuracy,loss,hop_1,hop_2,hop_3,hop_4,\
          margin_L0H0,margin_L0H1,margin_L1H0,margin_L1H1,\
-         top_weight_L0H0,top_weight_L0H1,top_weight_L1H0,top_weight_L1H1"
+         top_weight_L0H0,top_weight_L0H1,top_weight_L1H0,top_weight_L1H1,run"
     );
     assert_eq!(lines.len(), 4);
     assert!(lines[3].starts_with("4,30,47,12,"), "{}", lines[3]);
@@ -81,7 +81,10 @@ fn lengthgen_writes_accuracy_and_discrepancy_per_length() {
         t.lines()
             .skip(1)
             .flat_map(|l| {
-                l.split(',')
+                // Every column but the last, the run's identity.
+                let cells: Vec<&str> = l.split(',').collect();
+                cells[..cells.len() - 1]
+                    .iter()
                     .map(|c| c.parse::<f64>().unwrap())
                     .collect::<Vec<_>>()
             })

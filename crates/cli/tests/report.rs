@@ -172,3 +172,116 @@ fn a_directory_that_is_no_run_is_not_reported_as_one() {
     );
     assert!(!html.exists());
 }
+
+/// A report written into another run's directory would stand there as that run's report:
+/// refused, and that run's own page is left as it was (eighth pass, W021); a run's own
+/// directory and a path outside any ropelab directory are fine.
+#[test]
+fn a_report_into_another_runs_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for run in [&a, &b] {
+        ok(ropelab(&[
+            "train",
+            "--task",
+            "number",
+            "--preset",
+            "tiny",
+            "--steps",
+            "4",
+            "--out",
+            run.to_str().unwrap(),
+        ]));
+        ok(ropelab(&["report", run.to_str().unwrap()]));
+    }
+    let page = std::fs::read(b.join("report.html")).unwrap();
+    common::refused(
+        &[
+            "report",
+            a.to_str().unwrap(),
+            "--out",
+            b.join("report.html").to_str().unwrap(),
+        ],
+        "another ropelab directory",
+    );
+    assert_eq!(std::fs::read(b.join("report.html")).unwrap(), page);
+    let outside = dir.path().join("pages/a.html");
+    ok(ropelab(&[
+        "report",
+        a.to_str().unwrap(),
+        "--out",
+        outside.to_str().unwrap(),
+    ]));
+    assert!(outside.is_file());
+}
+
+/// Measurement files copied from another run (another task and seed) are refused by the
+/// report and by `ablate`, naming the file, instead of being read as this run's (eighth pass,
+/// a164, R002).
+#[test]
+fn another_runs_measurements_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for (run, task, seed) in [(&a, "number", "0"), (&b, "letter", "7")] {
+        ok(ropelab(&[
+            "train",
+            "--task",
+            task,
+            "--preset",
+            "tiny",
+            "--steps",
+            "6",
+            "--seed",
+            seed,
+            "--out",
+            run.to_str().unwrap(),
+        ]));
+    }
+    ok(ropelab(&[
+        "score",
+        "--run",
+        b.to_str().unwrap(),
+        "--samples",
+        "4",
+    ]));
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        b.to_str().unwrap(),
+        "--extras",
+        "0,4",
+        "--n",
+        "4",
+    ]));
+    for file in ["scores.jsonl", "lengthgen.csv"] {
+        std::fs::copy(b.join(file), a.join(file)).unwrap();
+        let html = dir.path().join("r.html");
+        common::refused(
+            &[
+                "report",
+                a.to_str().unwrap(),
+                "--out",
+                html.to_str().unwrap(),
+            ],
+            "was measured on another run",
+        );
+        assert!(!html.exists());
+        std::fs::remove_file(a.join(file)).unwrap();
+    }
+    std::fs::copy(b.join("scores.jsonl"), a.join("scores.jsonl")).unwrap();
+    let table = dir.path().join("ab.csv");
+    common::refused(
+        &[
+            "ablate",
+            "--run",
+            a.to_str().unwrap(),
+            "--n",
+            "4",
+            "--out",
+            table.to_str().unwrap(),
+        ],
+        "was measured on another run",
+    );
+    // The run's own measurements read as before.
+    ok(ropelab(&["report", b.to_str().unwrap()]));
+}

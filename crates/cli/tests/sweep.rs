@@ -107,6 +107,21 @@ fn a_killed_sweep_resumes_to_the_same_table() {
     let report = std::fs::read_to_string(killed.join("report.html")).unwrap();
     assert!(report.contains("Sweep: every configuration over its seeds"));
     assert!(report.contains("optim.lr=0.003"));
+
+    // A finished job whose final checkpoint is gone is trained to its end again, not
+    // measured at an earlier step under its old result (eighth pass, a182).
+    let mut jobs: Vec<_> = std::fs::read_dir(whole.join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|j| j.path())
+        .collect();
+    jobs.sort();
+    let last = jobs[0].join("run/checkpoints/step-000300");
+    std::fs::remove_dir_all(&last).unwrap();
+    let rerun = ok(ropelab(&["sweep", spec, "--out", whole.to_str().unwrap()]));
+    assert!(rerun.contains("0 failed"), "{rerun}");
+    assert!(last.is_dir(), "the final checkpoint is made again");
+    assert_eq!(collected_table(&whole), expected);
 }
 
 #[test]

@@ -527,7 +527,7 @@ fn an_edited_run_config_or_a_misplaced_state_is_refused() {
         let refused = ropelab(&args);
         one_line_error(
             &refused,
-            "base = 10.0 but checkpoint step-000010 was trained with",
+            "base = 10 but checkpoint step-000010 was trained with",
         );
         assert!(String::from_utf8_lossy(&refused.stderr).contains("10000"));
     }
@@ -557,6 +557,25 @@ fn an_edited_run_config_or_a_misplaced_state_is_refused() {
         &ropelab(&forced),
         "records step 7 but sits in the folder of step 10",
     );
+    // A sealed checkpoint folder renamed to another step is refused by the readers too, not
+    // measured under the folder's step (eighth pass, K014-K016).
+    let moved = dir.path().join("moved");
+    ok(train_tiny("number", "10", &moved, &[]));
+    std::fs::rename(
+        moved.join("checkpoints/step-000010"),
+        moved.join("checkpoints/step-000025"),
+    )
+    .unwrap();
+    for args in [
+        vec!["eval", "--run", moved.to_str().unwrap(), "--n", "8"],
+        vec!["score", "--run", moved.to_str().unwrap(), "--samples", "4"],
+    ] {
+        one_line_error(
+            &ropelab(&args),
+            "records step 10 but sits in the folder of step 25",
+        );
+    }
+    assert!(!moved.join("eval").exists() && !moved.join("scores.jsonl").exists());
 }
 
 /// Every checkpoint is sealed by a manifest of checksums: flipped bytes in its weights are
@@ -754,6 +773,14 @@ fn an_extended_run_resumes_towards_its_extended_length() {
         "--out",
         r,
     ]));
+    // A run keeps its model: --preset with --resume is refused, not ignored (eighth pass, a088).
+    let out = ropelab(&["train", "--resume", "--preset", "paper", "--out", r]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let extended = ok(ropelab(&["train", "--resume", "--steps", "30", "--out", r]));
     assert!(extended.contains("at step 20 of 30"), "{extended}");
     let again = ok(ropelab(&["train", "--resume", "--out", r]));

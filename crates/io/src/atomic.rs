@@ -68,6 +68,14 @@ impl AtomicFile {
                 ));
             }
         }
+        // A directory is no file to write (the rename would fail with "Not a directory" or
+        // "Is a directory", naming neither; eighth pass, a116).
+        if path.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} is a directory: name a file to write", path.display()),
+            ));
+        }
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -350,6 +358,13 @@ mod tests {
             own_prefix().starts_with(".ropelab-"),
             "the lock's cleanup still sees it"
         );
+    }
+
+    #[test]
+    fn a_directory_is_no_file_to_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = write_atomic(dir.path(), b"x").unwrap_err().to_string();
+        assert!(err.contains("is a directory: name a file"), "{err}");
     }
 
     #[test]

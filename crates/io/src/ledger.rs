@@ -372,6 +372,14 @@ fn shape(name: &str, text: &[u8]) -> Option<String> {
     }
 }
 
+/// The ropelab directory (a run, a study, a sweep, an experiment) that the file `path` would
+/// lie in, if any: the nearest directory above it holding a run config, a plan, a ledger, a job
+/// record or a study's claims, as the file system reaches it (links followed).
+pub fn owning_dir(path: &Path) -> io::Result<Option<std::path::PathBuf>> {
+    let absolute = resolved(path)?;
+    Ok(ropelab_dir(&absolute).map(Path::to_owned))
+}
+
 /// The ropelab directory `path` (absolute) lies in, if any: the nearest directory above it that
 /// holds a run config, a plan, a ledger, a job record or a study's claims.
 fn ropelab_dir(path: &Path) -> Option<&Path> {

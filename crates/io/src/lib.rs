@@ -24,7 +24,8 @@ pub use csv_rows::{
     csv_records, read_csv, read_csv_file, records_to_csv, to_csv, write_csv, CsvError,
 };
 pub use ledger::{
-    refuse_listed, refuse_other_shape, refuse_owned, resolved, Expect, Ledger, Standing, LEDGER,
+    owning_dir, refuse_listed, refuse_other_shape, refuse_owned, resolved, Expect, Ledger,
+    Standing, LEDGER,
 };
 pub use lock::{DirLock, LockError};
 pub use progress::{Progress, Quiet, Stage};

@@ -28,6 +28,10 @@ struct Part {
 /// the real time.
 pub const ASSUMED_FLOPS: f64 = 2e11;
 
+/// Estimated times above this (10 minutes) are said before the work starts
+/// ([`Need::long_note`]).
+pub const NOTE_SECONDS: f64 = 600.0;
+
 /// The longest a command may be estimated to run before it is refused (`--force` runs it):
 /// 24 hours at [`ASSUMED_FLOPS`].
 pub const TIME_LIMIT_SECONDS: f64 = 24.0 * 3600.0;
@@ -89,6 +93,21 @@ impl Need {
         self.disk.extend(next.disk);
         self.compute.extend(next.compute);
         self
+    }
+
+    /// A note for a command whose estimated time exceeds [`NOTE_SECONDS`] but is allowed (at
+    /// most [`TIME_LIMIT_SECONDS`]): how long it will take at least, and its largest part, so
+    /// a long run is never started without a word.
+    pub fn long_note(&self, command: &str) -> Option<String> {
+        let seconds = self.seconds();
+        (seconds > NOTE_SECONDS && seconds <= TIME_LIMIT_SECONDS).then(|| {
+            format!(
+                "note: {command} will take at least {} on {:.0} GFLOP/s ({})",
+                duration(seconds),
+                ASSUMED_FLOPS / 1e9,
+                largest_flops(&self.compute)
+            )
+        })
     }
 
     /// The estimated time, seconds (a lower bound: see [`ASSUMED_FLOPS`]).

@@ -27,6 +27,17 @@ pub const HF_ARCHITECTURES: [&str; 5] = [
     "GPTJForCausalLM",
 ];
 
+/// transformers' `GPTJConfig` default of `rotary_dim`, read where the key is missing.
+const GPTJ_DEFAULT_ROTARY_DIM: usize = 64;
+
+/// A string from `config.json` as an error message quotes it: escaped, cut after 60
+/// characters (a 5,000-character value is no one-line message; eighth pass, C065).
+fn quoted(text: &str) -> String {
+    let cut: String = text.chars().take(60).collect();
+    let more = if cut.len() < text.len() { "..." } else { "" };
+    format!("{:?}{more}", crate::escaped(&cut))
+}
+
 /// A parsed `config.json` and the file it came from, for errors naming both.
 struct ConfigJson {
     path: PathBuf,
@@ -57,9 +68,16 @@ impl ConfigJson {
         }
     }
 
+    /// Number `key` of `object` (named `name` in errors), None when the key is absent. A
+    /// `null` is refused: transformers passes it on (a RoPE base or norm epsilon of None
+    /// fails there), so reading it as the default would compute another model (eighth pass,
+    /// C006, C033).
     fn float_in(&self, object: &Value, key: &str, name: &str) -> Result<Option<f64>> {
-        match object.get(key).filter(|v| !v.is_null()) {
+        match object.get(key) {
             None => Ok(None),
+            Some(Value::Null) => Err(self.error(format!(
+                "{name} is null: give a number, or leave the key out for its default"
+            ))),
             Some(v) => v
                 .as_f64()
                 .filter(|x| x.is_finite())
@@ -276,7 +294,8 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
         "GPTJForCausalLM" => "gptj",
         _ => {
             return Err(cfg.error(format!(
-                "architectures {arch:?} is not supported (supported: {})",
+                "architectures {} is not supported (supported: {})",
+                quoted(&arch),
                 HF_ARCHITECTURES.join(", ")
             )))
         }
@@ -286,8 +305,9 @@ fn parse_config(path: &Path) -> Result<LlamaConfig> {
     let given = cfg.string_or("model_type", model_type)?;
     if given != model_type {
         return Err(cfg.error(format!(
-            "model_type {given:?} does not match architectures {arch:?} (model_type \
-             {model_type:?})"
+            "model_type {} does not match architectures {} (model_type {model_type:?})",
+            quoted(given),
+            quoted(&arch)
         )));
     }
     check_dtype_keys(&cfg)?;
@@ -572,7 +592,10 @@ fn gelu_of(cfg: &ConfigJson, key: &str, default: &str) -> Result<Mlp> {
 fn llama_config(cfg: &ConfigJson, arch: &str) -> Result<LlamaConfig> {
     let act = cfg.string_or("hidden_act", "silu")?;
     if act != "silu" {
-        return Err(cfg.error(format!("hidden_act {act:?} is not supported (silu)")));
+        return Err(cfg.error(format!(
+            "hidden_act {} is not supported (silu)",
+            quoted(act)
+        )));
     }
     for key in ["attention_bias", "mlp_bias", "use_sliding_window"] {
         if cfg.bool_or(key, false)? {
@@ -729,8 +752,11 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
         )));
     }
     let d_head = d_model / n_heads;
-    let rope_dim = match cfg.get("rotary_dim") {
-        None => {
+    // transformers' GPTJConfig defaults a missing rotary_dim to 64; a null one it passes on
+    // (its GPT-J then rotates by n_embd, not a head): refused, named as null (eighth pass, J005).
+    let rope_dim = match cfg.json.get("rotary_dim") {
+        None => GPTJ_DEFAULT_ROTARY_DIM,
+        Some(Value::Null) => {
             return Err(cfg.error(
                 "rotary_dim is null: transformers' GPT-J then rotates by n_embd, not a head",
             ))
@@ -1921,6 +1947,38 @@ mod tests {
 
     /// `torch_dtype` and `dtype` are read (issue 55, H17): a floating-point dtype passes, an
     /// integer one, a non-string, two that disagree and a quantizer's config are refused.
+    /// A 5,000-character value is quoted cut to 60 characters (eighth pass, C065); a GPT-J
+    /// config without `rotary_dim` takes transformers' default of 64 (J005).
+    #[test]
+    fn long_values_are_cut_and_a_missing_rotary_dim_is_defaulted() {
+        let long = "x".repeat(5000);
+        let err = config(&llama_with(&format!(r#", "hidden_act": "{long}""#))).unwrap_err();
+        assert!(
+            err.contains("...") && err.len() < 400,
+            "{} characters",
+            err.len()
+        );
+        let gptj = r#"{"architectures": ["GPTJForCausalLM"], "n_embd": 256, "n_head": 2,
+            "n_layer": 2, "vocab_size": 300, "n_positions": 128}"#;
+        assert_eq!(config(gptj).unwrap().rope_dim, 64);
+    }
+
+    #[test]
+    fn a_null_base_or_epsilon_is_refused_not_defaulted() {
+        for (extra, want) in [
+            (r#", "rope_theta": null"#, "rope_theta is null"),
+            (r#", "rms_norm_eps": null"#, "rms_norm_eps is null"),
+        ] {
+            let err = config(&llama_with(extra)).expect_err(want);
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        // Keys transformers itself defaults from None stay readable as null.
+        config(&llama_with(
+            r#", "rope_scaling": null, "num_key_value_heads": null"#,
+        ))
+        .unwrap();
+    }
+
     #[test]
     fn dtype_keys_are_read() {
         for ok in [

@@ -52,6 +52,10 @@ pub struct SizeRow {
     /// Accuracy of each run.
     #[serde(serialize_with = "joined", deserialize_with = "split")]
     pub runs: Vec<f64>,
+    /// Precision of the forward's products (`f32` or `bf16`; empty in files written before it
+    /// was recorded): answers can differ between the two.
+    #[serde(default)]
+    pub precision: String,
     /// The model that made the row (`NAME sha256:PREFIX`, see
     /// [`crate::identity::model_identity`]); empty in files written before it was
     /// recorded.
@@ -370,6 +374,7 @@ pub fn accuracy_table(
             mean,
             sd,
             prompt_tokens,
+            precision: model.precision().to_string(),
             model: String::new(),
         });
     }
@@ -484,13 +489,15 @@ mod tests {
             mean: 0.25,
             sd,
             runs: vec![0.25],
+            precision: "f32".into(),
             model: "m.gguf sha256:0123456789abcdef".into(),
         };
         let text = ropelab_io::csv_rows::to_csv(&[row(None), row(Some(0.5))]).unwrap();
         assert_eq!(
             text,
-            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,4,20,0.25,,0.25,m.gguf sha256:0123456789abcdef\n\
-             number,4,20,0.25,0.5,0.25,m.gguf sha256:0123456789abcdef\n"
+            "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
+             number,4,20,0.25,,0.25,f32,m.gguf sha256:0123456789abcdef\n\
+             number,4,20,0.25,0.5,0.25,f32,m.gguf sha256:0123456789abcdef\n"
         );
         let back: Vec<SizeRow> = ropelab_io::csv_rows::read_csv(&text, "t.csv").unwrap();
         assert_eq!((back[0].sd, back[1].sd), (None, Some(0.5)));

@@ -50,10 +50,13 @@ impl GgufTokenizer {
                 )
             }
             Some(pre) => {
+                // A long value is cut: a message stays one readable line (eighth pass, G068).
+                let cut: String = pre.chars().take(60).collect();
+                let more = if cut.len() < pre.len() { "..." } else { "" };
                 return Err(err(&format!(
-                    "tokenizer.ggml.pre {pre:?} is not supported (smollm; or use the model's \
-                     Hugging Face directory with its tokenizer.json)"
-                )))
+                    "tokenizer.ggml.pre {cut:?}{more} is not supported (smollm; or use the \
+                     model's Hugging Face directory with its tokenizer.json)"
+                )));
             }
         }
         if model != "gpt2" {

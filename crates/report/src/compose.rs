@@ -2,6 +2,7 @@
 //! written by `train` (and `score`, `lengthgen`). Every figure the directory's files allow is
 //! drawn; a missing input is listed as "not run".
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use ropelab_analysis::claims::{Claim, RunFiles, SeedFiles, StudyFiles};
@@ -21,7 +22,7 @@ use ropelab_analysis::measure::probe::{
 use ropelab_analysis::StudyDir;
 use ropelab_io::read_csv;
 use ropelab_sweep::collect::{ConfigSummary, LengthSummary};
-use ropelab_theory::discrepancy::DiscrepancyRow;
+use ropelab_theory::discrepancy::{DiscrepancyRow, Mechanism};
 use ropelab_theory::failures::FailureRow;
 
 use crate::figures::{self, Moment, Rate, Score};
@@ -275,12 +276,14 @@ fn sweep_section(dir: &Path) -> Result<Section> {
                 r.config.clone(),
                 r.n.to_string(),
                 format!("{:.4}", r.accuracy_mean),
-                format!("{:.4}", r.accuracy_sd),
+                r.accuracy_sd
+                    .map_or("n/a (1 job)".into(), |sd| format!("{sd:.4}")),
                 r.layer_types.clone(),
             ];
             if with_star {
                 row.push(match (r.n_star_mean, r.n_star_sd) {
                     (Some(m), Some(sd)) => format!("{m:.1} +- {sd:.1}"),
+                    (Some(m), None) => format!("{m:.1} (1 job)"),
                     _ => "-".into(),
                 });
             }
@@ -985,12 +988,31 @@ fn unchanged_since_recorded(folder: &Path, file: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses discrepancy rows of another head than `mechanism` (a file written under the other
+/// head's name would be drawn with its title; eighth pass, PL01). Rows from before the
+/// mechanism was recorded are read as the file's name says.
+fn one_mechanism(rows: &[DiscrepancyRow], mechanism: Mechanism, origin: &str) -> Result<()> {
+    match rows
+        .iter()
+        .find_map(|r| r.mechanism.filter(|m| *m != mechanism))
+    {
+        Some(other) => Err(ReportError::Input(format!(
+            "{origin}: its rows are of the {other} head, not the {mechanism} head its name says"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn theory_section(dir: &Path) -> Result<Section> {
     let mut s = Section::new("theory", "Theory: discrepancy and RoPE failures");
     let mut svgs = vec![];
-    for (mechanism, file) in [
-        ("Index head", "discrepancy-index.csv"),
-        ("Retrieval head", "discrepancy-retrieval.csv"),
+    for (mechanism, file, head) in [
+        ("Index head", "discrepancy-index.csv", Mechanism::Index),
+        (
+            "Retrieval head",
+            "discrepancy-retrieval.csv",
+            Mechanism::Retrieval,
+        ),
     ] {
         let path = StudyDir::new(dir).theory(file);
         match read_text(&path)? {
@@ -998,6 +1020,7 @@ fn theory_section(dir: &Path) -> Result<Section> {
                 let rows: Vec<DiscrepancyRow> =
                     ropelab_io::read_csv(&text, &path.display().to_string())
                         .map_err(ReportError::from_display)?;
+                one_mechanism(&rows, head, &path.display().to_string())?;
                 svgs.push(figures::discrepancy(&rows, mechanism));
             }
             None => s.not_run(&format!("theory/{file} is missing")),
@@ -1033,6 +1056,20 @@ struct PretrainedFiles {
     /// The model every row names (`NAME sha256:PREFIX`; empty in files from before it was
     /// recorded) and the first file that named it.
     model: Option<(String, String)>,
+    /// The settings every `tasks` row (its precision) and every `rope-stats` row (its number
+    /// format and draws) was measured with, and the first file that gave them.
+    settings: BTreeMap<&'static str, (String, String)>,
+}
+
+/// Whether `model` is an identity `pretrained` writes (`NAME sha256:` and 16 hex digits), or
+/// empty (a file from before identities): a cut-off one is a damaged file.
+fn identity_shape(model: &str) -> bool {
+    if model.is_empty() {
+        return true;
+    }
+    model.rsplit_once(" sha256:").is_some_and(|(name, hex)| {
+        !name.is_empty() && hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
 }
 
 impl PretrainedFiles {
@@ -1040,6 +1077,13 @@ impl PretrainedFiles {
     /// model beside a recorded one) are refused, naming both files, rather than drawn as one
     /// model's section.
     fn same_model(&mut self, model: &str, origin: &str) -> Result<()> {
+        if !identity_shape(model) {
+            return Err(ReportError::Input(format!(
+                "{origin}: model {:?} is no identity ropelab writes (NAME sha256: and 16 hex \
+                 digits): a damaged or cut-off file",
+                model.chars().take(80).collect::<String>()
+            )));
+        }
         match &self.model {
             None => {
                 self.model = Some((model.to_owned(), origin.to_owned()));
@@ -1061,6 +1105,24 @@ impl PretrainedFiles {
                     name(seen)
                 )))
             }
+        }
+    }
+
+    /// Records that `origin` measured `what` with `value`: two files of one kind measured with
+    /// other settings (a bf16 and an f32 accuracy table, rope statistics in two number formats
+    /// or draw counts) are refused, naming both, rather than drawn as one curve (eighth pass,
+    /// P010, P021).
+    fn same_settings(&mut self, what: &'static str, value: String, origin: &str) -> Result<()> {
+        match self.settings.get(what) {
+            None => {
+                self.settings.insert(what, (value, origin.to_owned()));
+                Ok(())
+            }
+            Some((seen, _)) if *seen == value => Ok(()),
+            Some((seen, first)) => Err(ReportError::Input(format!(
+                "{origin} was measured with {what} {value:?}, but {first} with {seen:?}: one \
+                 chart draws one setting (move one file elsewhere)"
+            ))),
         }
     }
 }
@@ -1088,6 +1150,16 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
             };
             let origin = path.display().to_string();
             let first = text.lines().next().unwrap_or("");
+            // ropelab ends every line it writes: a file that does not was cut off.
+            let pretrained_output = (ext == "csv"
+                && (first.starts_with(TASKS_HEADER) || first.starts_with(FAILURES_HEADER)))
+                || (ext == "jsonl" && first.contains("\"pure_0_1\""));
+            if pretrained_output && !text.ends_with('\n') {
+                return Err(ReportError::Input(format!(
+                    "{origin}: the last line ends without a newline: the file was cut off \
+                     (write it again)"
+                )));
+            }
             if ext == "csv" && first.starts_with(TASKS_HEADER) {
                 let rows: Vec<SizeRow> =
                     ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
@@ -1111,17 +1183,46 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                         )));
                     }
                     out.same_model(&row.model, &origin)?;
+                    out.same_settings("precision", row.precision.clone(), &origin)?;
                     out.tasks.push(row.clone());
                 }
             } else if ext == "csv" && first.starts_with(FAILURES_HEADER) {
                 let rows: Vec<LayerFailureRow> =
                     ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
                 for row in &rows {
+                    if let Some(why) = row.defect() {
+                        return Err(ReportError::Input(format!("{origin}: {why}")));
+                    }
                     out.same_model(&row.model, &origin)?;
+                    out.same_settings(
+                        "number format and draws",
+                        format!("{} x {}", row.format, row.draws),
+                        &origin,
+                    )?;
+                    if out
+                        .failures
+                        .iter()
+                        .any(|f| (f.layer, f.length) == (row.layer, row.length))
+                    {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: layer {} at M = {} is in another `pretrained rope-stats` \
+                             table of {} too: keep one",
+                            row.layer,
+                            row.length,
+                            folder.display()
+                        )));
+                    }
+                    out.failures.push(row.clone());
                 }
-                out.failures.extend(rows);
             } else if ext == "jsonl" {
                 let Ok(v) = serde_json::from_str::<serde_json::Value>(first) else {
+                    // A damaged first line of a `score` output is no "not run" (P013).
+                    if first.contains("\"pure_0_1\"") {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: line 1 is not valid JSON (a damaged `pretrained score` \
+                             output)"
+                        )));
+                    }
                     continue;
                 };
                 if v.get("step").is_some() || v.get("pure_0_1").is_none() {
@@ -1370,14 +1471,23 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             figures::accuracy_vs_length(&files.lengths, &title)
         }
         PlotKind::DiscrepancyIndex | PlotKind::DiscrepancyRetrieval => {
-            let (file, name) = if kind == PlotKind::DiscrepancyIndex {
-                ("theory/discrepancy-index.csv", "Index head")
+            let (file, name, mechanism) = if kind == PlotKind::DiscrepancyIndex {
+                (
+                    "theory/discrepancy-index.csv",
+                    "Index head",
+                    Mechanism::Index,
+                )
             } else {
-                ("theory/discrepancy-retrieval.csv", "Retrieval head")
+                (
+                    "theory/discrepancy-retrieval.csv",
+                    "Retrieval head",
+                    Mechanism::Retrieval,
+                )
             };
             let (text, origin) = csv(file)?;
             let rows: Vec<DiscrepancyRow> =
                 ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+            one_mechanism(&rows, mechanism, &origin)?;
             figures::discrepancy(&rows, name)
         }
         PlotKind::Failures => {

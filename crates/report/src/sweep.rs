@@ -49,11 +49,9 @@ pub fn accuracy_by_config(rows: &[ConfigSummary]) -> String {
         rows.iter()
             .enumerate()
             .map(|(i, r)| {
-                (
-                    x(i),
-                    r.accuracy_mean - r.accuracy_sd,
-                    r.accuracy_mean + r.accuracy_sd,
-                )
+                // One job has no spread to draw: a bar of zero length.
+                let sd = r.accuracy_sd.unwrap_or(0.0);
+                (x(i), r.accuracy_mean - sd, r.accuracy_mean + sd)
             })
             .collect(),
     );
@@ -97,7 +95,10 @@ pub fn accuracy_vs_length(configs: &[ConfigSummary], rows: &[LengthSummary]) -> 
             )
             .with_band(
                 mine.iter()
-                    .map(|r| (r.length as f64, r.mean - r.sd, r.mean + r.sd))
+                    .map(|r| {
+                        let sd = r.sd.unwrap_or(0.0); // one seed: no band
+                        (r.length as f64, r.mean - sd, r.mean + sd)
+                    })
                     .collect(),
             )
             .colored(i),
@@ -132,7 +133,7 @@ mod tests {
             config: config.into(),
             n: 2,
             accuracy_mean: mean,
-            accuracy_sd: 0.1,
+            accuracy_sd: Some(0.1),
             layer_types: "- -".into(),
             n_star_mean: None,
             n_star_sd: None,
@@ -145,7 +146,7 @@ mod tests {
             length,
             n: 2,
             mean,
-            sd: 0.05,
+            sd: Some(0.05),
         }
     }
 

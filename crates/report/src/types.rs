@@ -225,6 +225,7 @@ mod tests {
             accuracy_per_hop: BTreeMap::new(),
             block: None,
             planes: vec![],
+            run: String::new(),
         }
     }
 

@@ -130,6 +130,7 @@ fn line(step: usize, layer: usize, s_pos: f64, s_sym: f64, acc: f64) -> HeadStep
         accuracy_per_hop: BTreeMap::from([(1, acc), (2, acc / 2.0)]),
         block: None,
         planes: vec![],
+        run: String::new(),
     }
 }
 
@@ -184,6 +185,7 @@ fn run_figures_draw_one_line_per_hop_and_per_head() {
         per_hop: BTreeMap::from([(1, 1.0)]),
         heads: vec![],
         seconds: 0.0,
+        run: String::new(),
     }];
     roxmltree::Document::parse(&figures::accuracy_vs_length(&rows, "run")).unwrap();
     // One head measured at two lengths: one line of two vertices.
@@ -209,12 +211,14 @@ fn run_figures_draw_one_line_per_hop_and_per_head() {
             delta: 1.0,
             bound: 2.0,
             delta_max: 1.0,
+            mechanism: None,
         },
         DiscrepancyRow {
             n: 10,
             delta: 0.01,
             bound: 0.02,
             delta_max: 0.01,
+            mechanism: None,
         },
     ];
     let svg = figures::discrepancy(&d, "Index");

@@ -30,6 +30,7 @@ fn scores() -> Vec<HeadStep> {
             accuracy_per_hop: BTreeMap::new(),
             block: None,
             planes: vec![],
+            run: String::new(),
         })
         .collect()
 }

@@ -81,6 +81,7 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
         mean,
         sd: Some(sd),
         runs: vec![mean - sd, mean + sd],
+        precision: "f32".into(),
         model: MODEL.into(),
     };
     let rows = vec![
@@ -128,6 +129,8 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
                 token_aliasing: 0.01,
                 mu_empirical: 0.0,
                 sigma_empirical: 1.0,
+                format: "f32".into(),
+                draws: 100,
                 model: MODEL.into(),
             })
         })
@@ -204,4 +207,77 @@ fn outputs_of_two_models_in_one_directory_are_refused() {
             "{err}"
         );
     }
+}
+
+/// Damage and mixed settings in pretrained outputs are refused naming the file, not drawn or
+/// reported as never run (eighth pass, P010, P013, P017, P021, P022).
+#[test]
+fn damaged_or_mixed_pretrained_outputs_are_refused() {
+    let rope = |model: &str, format: &str, rate: &str| {
+        format!(
+            "layer,length,position_inversion,position_aliasing,token_inversion,token_aliasing,\
+             mu_empirical,sigma_empirical,format,draws,model\n\
+             0,64,{rate},0.2,0.3,0.01,0,1,{format},100,{model}\n"
+        )
+    };
+    let report = |files: &[(&str, String)]| {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        ropelab_report::report(dir.path(), "test").map_err(|e| e.to_string())
+    };
+    report(&[("a.csv", rope(MODEL, "f32", "0.1"))]).expect("a good file");
+    for (files, want) in [
+        (
+            vec![("a.csv", rope(MODEL, "f32", "5.0"))],
+            "no rate in [0, 1]",
+        ),
+        (
+            vec![("a.csv", rope(MODEL, "f32", "NaN"))],
+            "no rate in [0, 1]",
+        ),
+        (
+            vec![
+                ("a.csv", rope(MODEL, "f32", "0.1")),
+                ("b.csv", rope(MODEL, "bf16", "0.1")),
+            ],
+            "number format and draws",
+        ),
+        (
+            vec![
+                ("a.csv", rope(MODEL, "f32", "0.1")),
+                ("b.csv", rope(MODEL, "f32", "0.2")),
+            ],
+            "in another `pretrained rope-stats` table",
+        ),
+        (
+            vec![("a.csv", rope(&MODEL[..MODEL.len() - 3], "f32", "0.1"))],
+            "no identity ropelab writes",
+        ),
+        (
+            vec![("a.csv", rope(MODEL, "f32", "0.1").trim_end().to_owned())],
+            "cut off",
+        ),
+        (
+            vec![(
+                "h.jsonl",
+                "{\"layer\": 0, \"pure_0_1\": \"positional\", oops\n".to_owned(),
+            )],
+            "h.jsonl: line 1 is not valid JSON",
+        ),
+    ] {
+        let err = report(&files).expect_err(want);
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    // Accuracy tables of one model in two precisions are not one curve.
+    let tasks = |size: usize, precision: &str| {
+        format!(
+            "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
+             number,{size},82,0.5,0.1,0.4;0.6,{precision},{MODEL}\n"
+        )
+    };
+    let err = report(&[("a.csv", tasks(4, "f32")), ("b.csv", tasks(6, "bf16"))]).unwrap_err();
+    assert!(err.contains("precision"), "{err}");
+    report(&[("a.csv", tasks(4, "f32")), ("b.csv", tasks(6, "f32"))]).expect("one precision");
 }

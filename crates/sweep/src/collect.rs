@@ -24,8 +24,10 @@ pub struct ConfigSummary {
     pub n: usize,
     /// Mean test accuracy (validation accuracy where the task has no test split evaluation).
     pub accuracy_mean: f64,
-    /// Its sample standard deviation (0 for one job).
-    pub accuracy_sd: f64,
+    /// Its sample standard deviation; none (an empty cell) for one job, where a spread cannot
+    /// be measured.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display_opt")]
+    pub accuracy_sd: Option<f64>,
     /// Layer types per seed, in job order (`-` where not measured).
     pub layer_types: String,
     /// Mean N* over seeds (language jobs; empty for the others).
@@ -47,22 +49,21 @@ pub struct LengthSummary {
     pub n: usize,
     /// Mean accuracy.
     pub mean: f64,
-    /// Its sample standard deviation (0 for one job).
-    pub sd: f64,
+    /// Its sample standard deviation; none (an empty cell) for one job.
+    #[serde(serialize_with = "ropelab_io::csv_rows::display_opt")]
+    pub sd: Option<f64>,
 }
 
-/// Mean and sample standard deviation (0 for fewer than two values; NaN mean for none).
-pub fn mean_sd(values: &[f64]) -> (f64, f64) {
+/// Mean and sample standard deviation (none for fewer than two values, which have no
+/// measurable spread; NaN mean for none).
+pub fn mean_sd(values: &[f64]) -> (f64, Option<f64>) {
     let n = values.len();
     if n == 0 {
-        return (f64::NAN, 0.0);
+        return (f64::NAN, None);
     }
     let mean = values.iter().sum::<f64>() / n as f64;
-    let sd = if n > 1 {
-        (values.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-    } else {
-        0.0
-    };
+    let sd = (n > 1)
+        .then(|| (values.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt());
     (mean, sd)
 }
 
@@ -239,7 +240,7 @@ pub fn summarise(results: &[JobResult]) -> Vec<ConfigSummary> {
                     .collect::<Vec<_>>()
                     .join(" "),
                 n_star_mean: (!stars.is_empty()).then_some(star_mean),
-                n_star_sd: (!stars.is_empty()).then_some(star_sd),
+                n_star_sd: star_sd,
             }
         })
         .collect()
@@ -503,4 +504,31 @@ pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
         ropelab_io::Ledger::finish(&dir, name, COLLECTED_KEY).map_err(io(path))?;
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One value has no spread: its sd is none (an empty CSV cell), never 0 (eighth pass,
+    /// w008); two values have their sample sd.
+    #[test]
+    fn one_seed_has_no_standard_deviation() {
+        assert_eq!(mean_sd(&[0.5]), (0.5, None));
+        let (m, sd) = mean_sd(&[0.0, 1.0]);
+        assert_eq!(m, 0.5);
+        assert!((sd.unwrap() - 0.5f64.sqrt()).abs() < 1e-12);
+        assert!(mean_sd(&[]).0.is_nan());
+        let row = LengthSummary {
+            config: "lr=0.01".into(),
+            length: 8,
+            n: 1,
+            mean: 0.5,
+            sd: None,
+        };
+        let text = ropelab_io::to_csv(&[row]).unwrap();
+        assert_eq!(text, "config,length,n,mean,sd\nlr=0.01,8,1,0.5,\n");
+        let back: Vec<LengthSummary> = ropelab_io::read_csv(&text, "l.csv").unwrap();
+        assert_eq!(back[0].sd, None);
+    }
 }

@@ -321,8 +321,13 @@ pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
             // Done while its ledger vouches for every file it measured; a file moved away or
             // replaced sends the job back to its measurement (which remeasures a missing file
             // and refuses a replaced one by name).
+            // A run whose final checkpoint is gone (deleted, or moved away) goes back to its
+            // training, which makes it again, rather than being measured at an earlier step
+            // under its old result (eighth pass, a182).
+            let finished =
+                RunDir::new(&run).latest_checkpoint().ok() == Some(job.config.optim.steps);
             return Ok(
-                if measurement_intact(&run)? && result_vouched(&out.join(&job.dir))? {
+                if finished && measurement_intact(&run)? && result_vouched(&out.join(&job.dir))? {
                     JobState::Done(Box::new(r.clone()))
                 } else {
                     JobState::Started

@@ -76,6 +76,10 @@ pub struct DiscrepancyRow {
     /// Best input's margin (max over inputs).
     #[serde(serialize_with = "sci")]
     pub delta_max: f64,
+    /// The head the row is of (none in files written before it was recorded), so that a
+    /// reader drawing one head's curve can refuse the other's (eighth pass, PL01).
+    #[serde(default)]
+    pub mechanism: Option<Mechanism>,
 }
 
 /// Default alphabet size |ALPH| of the Retrieval head.
@@ -125,22 +129,30 @@ pub fn check(mechanism: Mechanism, theta: f64, alphabet: usize, max_n: usize) ->
 pub fn index(theta: f64, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
     if !(theta.is_finite() && theta > 0.0 && theta < std::f64::consts::TAU) {
         return invalid(format!(
-            "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0), got {theta}"
+            "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0), got {}",
+            ropelab_model::number_text(theta)
         ));
     }
     check_n(max_n)?;
-    // best[u] = max_{1 <= t <= u} cos(t theta).
-    let mut best = vec![f64::NEG_INFINITY; max_n + 1];
+    // max_{1 <= t <= u} cos(t theta) is cos of the smallest distance from some t theta to a
+    // whole turn: closest[u] = min_{1 <= t <= u} that distance (in [0, pi], where cos falls).
+    // 1 - cos x is computed as 2 sin^2(x / 2), exact for a tiny x where 1 - cos x rounds to 0
+    // (theta = 1e-9 has margins of about 5e-19, not 0; eighth pass, X016).
+    let mut closest = vec![f64::INFINITY; max_n + 1];
     for u in 1..=max_n {
-        best[u] = best[u - 1].max((u as f64 * theta).cos());
+        let angle = u as f64 * theta;
+        let off = (angle - std::f64::consts::TAU * (angle / std::f64::consts::TAU).round()).abs();
+        closest[u] = closest[u - 1].min(off);
     }
+    let one_minus_cos = |x: f64| 2.0 * (x / 2.0).sin().powi(2);
     let pi2 = std::f64::consts::PI.powi(2);
     Ok((1..=max_n)
         .map(|n| DiscrepancyRow {
             n,
-            delta: 1.0 - best[n],
-            bound: (1.0 - theta.cos()).min(2.0 * pi2 / (n * n) as f64),
-            delta_max: 1.0 - best[n.div_ceil(2)],
+            delta: one_minus_cos(closest[n]),
+            bound: one_minus_cos(theta).min(2.0 * pi2 / (n * n) as f64),
+            delta_max: one_minus_cos(closest[n.div_ceil(2)]),
+            mechanism: Some(Mechanism::Index),
         })
         .collect())
 }
@@ -148,7 +160,7 @@ pub fn index(theta: f64, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
 /// The bound the best input's Index margin obeys: min(1 - cos theta, 2 pi^2 / (ceil(n/2) + 1)^2).
 pub fn index_bound_best_input(theta: f64, n: usize) -> f64 {
     let u = (n.div_ceil(2) + 1) as f64;
-    (1.0 - theta.cos()).min(2.0 * std::f64::consts::PI.powi(2) / (u * u))
+    (2.0 * (theta / 2.0).sin().powi(2)).min(2.0 * std::f64::consts::PI.powi(2) / (u * u))
 }
 
 /// Retrieval-head margins for n = 1..=max_n with angle `theta` (>= 0; 0 is no position
@@ -157,7 +169,8 @@ pub fn index_bound_best_input(theta: f64, n: usize) -> f64 {
 pub fn retrieval(theta: f64, alphabet: usize, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
     if !((0.0..=std::f64::consts::TAU).contains(&theta)) {
         return invalid(format!(
-            "theta must lie in [0, 2 pi] for the Retrieval head (angles repeat every turn), got {theta}"
+            "theta must lie in [0, 2 pi] for the Retrieval head (angles repeat every turn), got {}",
+            ropelab_model::number_text(theta)
         ));
     }
     if !(2..=MAX_ALPHABET).contains(&alphabet) {
@@ -212,6 +225,7 @@ pub fn retrieval(theta: f64, alphabet: usize, max_n: usize) -> Result<Vec<Discre
             delta: worst,
             bound: 1.0 - (omega - n as f64 * theta).cos(),
             delta_max: best,
+            mechanism: Some(Mechanism::Retrieval),
         });
     }
     Ok(rows)
@@ -284,6 +298,19 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A tiny angle has tiny margins, not zeros: 1 - cos(1e-9) rounds to 0 in f64, 2 sin^2
+    /// does not (eighth pass, X016).
+    #[test]
+    fn a_tiny_angle_keeps_its_margins() {
+        let rows = index(1e-9, 5).unwrap();
+        for r in &rows {
+            // The best rival is one step away: margin 1 - cos(theta) = theta^2 / 2.
+            assert!((r.delta / 5e-19 - 1.0).abs() < 1e-6, "{r:?}");
+            assert!(r.bound > 0.0 && r.delta_max > 0.0, "{r:?}");
+        }
+        assert!(index_bound_best_input(1e-9, 3) > 0.0);
     }
 
     #[test]

@@ -134,11 +134,31 @@ impl Default for FailureConfig {
 
 impl FailureConfig {
     /// Memory of [`failure_table`] on this config: the draws (three d-vectors each, held for
-    /// one base at a time) and the score curves and their sorted copies at the longest length.
+    /// one base at a time) and the score curves and their sorted copies at the longest length;
+    /// and its arithmetic: every draw's score curve at every base and length, d/2 planes per
+    /// position, at [`PLANE_STEP_FLOPS`] each.
     pub fn need(&self) -> ropelab_io::Need {
         use ropelab_io::resources::bytes;
         let longest = self.lengths.iter().copied().max().unwrap_or(0);
+        let positions = self
+            .lengths
+            .iter()
+            .fold(0usize, |a, &m| a.saturating_add(m));
         ropelab_io::Need::new()
+            .compute(
+                bytes(&[
+                    self.draws,
+                    self.bases.len(),
+                    positions,
+                    self.d / 2,
+                    PLANE_STEP_FLOPS,
+                ]),
+                format!(
+                    "{} draws x {} bases of score curves over {positions} positions",
+                    self.draws,
+                    self.bases.len()
+                ),
+            )
             .memory(
                 bytes(&[self.draws, 3, 8 * self.d + 24]),
                 format!("{} draws of three {}-dim vectors", self.draws, self.d),
@@ -149,6 +169,12 @@ impl FailureConfig {
             )
     }
 }
+
+/// The arithmetic one plane of one score-curve position costs in the failure statistics, in
+/// the resource estimate's FLOP (`ropelab_io::resources::ASSUMED_FLOPS` per second): measured
+/// at about 5e8 plane-positions per second on one core of a 2-core EPYC, the rotations, the
+/// sort and the event counts included.
+pub const PLANE_STEP_FLOPS: usize = 400;
 
 /// Longest context of the failure statistics (each score curve holds M values per draw).
 pub const MAX_CONTEXT: usize = 1 << 22;

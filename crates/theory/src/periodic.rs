@@ -340,6 +340,17 @@ pub fn offset_table(
              position would be checked"
         ));
     }
+    // A multiple is checked as given, before it scales the minimal C (a negative multiple is
+    // named as such, not as the product; eighth pass, X080, X081).
+    if let Some(s) = scales
+        .iter()
+        .find(|s| !(s.is_finite() && **s > 0.0 && **s <= 1e12))
+    {
+        return invalid(format!(
+            "a scale multiple must lie in (0, 1e12], got {}",
+            ropelab_model::number_text(*s)
+        ));
+    }
     // A rotation of whole turns per position leaves every position's score equal: the minimal
     // scale 2 f_large / (1 - cos g) does not exist.
     if let Some(g) = rotations

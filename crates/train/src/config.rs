@@ -99,13 +99,15 @@ pub const ADAM_BETA2: f64 = 0.999;
 /// AdamW's epsilon of every run ropelab trains by default.
 pub const ADAM_EPS: f64 = 1e-8;
 
-/// Checks a peak learning rate: positive and finite (`what` names it in the error).
+/// Checks a peak learning rate: positive and finite (`what` names it in the error; a huge one
+/// trains until its loss is no number, which stops the run).
 pub fn check_lr(what: &str, lr: f64) -> Result<()> {
     if lr.is_finite() && lr > 0.0 {
         Ok(())
     } else {
         Err(TrainError::Config(format!(
-            "{what} must be positive, got {lr}"
+            "{what} must be positive and finite, got {}",
+            ropelab_model::number_text(lr)
         )))
     }
 }
@@ -237,11 +239,25 @@ pub fn default_canonical() -> ropelab_tasks::CanonicalTask {
     }
 }
 
+/// The names a run config's `preset` may give: the presets, the experiments that write run
+/// configs of their own, and `custom` for a config written by hand.
+pub const CONFIG_ORIGINS: [&str; 8] = [
+    "paper",
+    "quick",
+    "tiny",
+    "bias",
+    "languages",
+    "canonical",
+    "offset",
+    "custom",
+];
+
 /// Everything that determines a run; saved as `config.toml` in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
-    /// Name of the preset this config came from (informational).
+    /// Name of the preset or experiment this config came from (one of [`CONFIG_ORIGINS`]; a
+    /// label, printed with the run: the tables below say what is trained).
     pub preset: String,
     /// Which task.
     pub task: TaskKind,
@@ -497,6 +513,16 @@ impl RunConfig {
 
     /// Checks every value; the error names the first bad one.
     pub fn check(&self) -> Result<()> {
+        // The label is printed with the run: a name no preset has would claim a model it is not
+        // (issue 55, eighth pass).
+        if !CONFIG_ORIGINS.contains(&self.preset.as_str()) {
+            return Err(TrainError::Config(format!(
+                "preset {:?} is no preset or experiment of ropelab ({}; \"custom\" for a \
+                 config written by hand)",
+                self.preset.chars().take(40).collect::<String>(),
+                CONFIG_ORIGINS[..7].join(", ")
+            )));
+        }
         self.model.check()?;
         if self.language.is_some() && self.task != TaskKind::Language {
             return Err(TrainError::Config(format!(
@@ -801,6 +827,18 @@ impl RunConfig {
         Self::from_toml(&text, path)
     }
 
+    /// Which run a measurement file belongs to: `sha256:` and the first 16 hex digits of the
+    /// SHA-256 of this config as TOML with its step count left out (an extended run stays the
+    /// same run). Two runs with one identity were trained alike (a seed fixes data, init and
+    /// order), so their measurements agree; a file copied from a run of another task, seed or
+    /// model is refused by name (eighth pass, a164, R002).
+    pub fn identity(&self) -> String {
+        let mut c = self.clone();
+        c.optim.steps = 0;
+        let hex = ropelab_io::checksum::sha256_hex(c.to_toml().as_bytes());
+        format!("sha256:{}", &hex[..16])
+    }
+
     /// The config as TOML.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("a run config always serialises")
@@ -970,6 +1008,28 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown preset"));
+        // A run config's label must be a name ropelab gives (eighth pass, a064).
+        let text = Preset::Tiny.config(TaskKind::Number).to_toml();
+        assert!(text.contains("preset = \"tiny\""));
+        let err = RunConfig::from_toml(
+            &text.replace("preset = \"tiny\"", "preset = \"huge\""),
+            Path::new("h.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("h.toml") && err.contains("preset \"huge\""),
+            "{err}"
+        );
+        RunConfig::from_toml(
+            &text.replace("preset = \"tiny\"", "preset = \"custom\""),
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        // A bad learning rate is named in exponent form, not 309 digits (a004).
+        let err = check_lr("optim.lr", -1e308).unwrap_err().to_string();
+        assert!(err.ends_with("got -1e308"), "{err}");
+        check_lr("optim.lr", 1e308).unwrap();
     }
 
     #[test]

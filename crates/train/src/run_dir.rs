@@ -211,7 +211,18 @@ impl RunDir {
     /// Loads the weights of checkpoint `step` as trainable parameters (to resume training),
     /// after checking that `config` describes the model the checkpoint holds.
     fn load_trainable(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
-        self.verify_checkpoint(step, &["model.safetensors", "ropelab.json", "config.json"])?;
+        self.verify_checkpoint(
+            step,
+            &[
+                "model.safetensors",
+                "ropelab.json",
+                "config.json",
+                "state.json",
+            ],
+        )?;
+        // A folder renamed or copied to another step would label its results with a step the
+        // run never reached (eighth pass, K014-K016): its own record must agree.
+        self.checkpoint_state(step)?;
         self.check_checkpoint_config(step, config)?;
         let path = self.checkpoint_dir(step).join("model.safetensors");
         Ok(load_weights(config.model.clone(), &path, device)?)
@@ -233,6 +244,26 @@ impl RunDir {
                 ),
             )),
         }
+    }
+
+    /// The training state checkpoint `step` records (its `state.json`), refused when it records
+    /// another step than its folder's (a renamed or copied folder).
+    pub fn checkpoint_state(&self, step: usize) -> Result<CheckpointState> {
+        let state_path = self.checkpoint_dir(step).join("state.json");
+        let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
+        let state: CheckpointState = serde_json::from_str(&text)
+            .map_err(|e| TrainError::run_dir(&state_path, format!("unreadable: {e}")))?;
+        if state.step != step {
+            return Err(TrainError::run_dir(
+                &state_path,
+                format!(
+                    "records step {} but sits in the folder of step {step}: the checkpoint was \
+                     renamed or copied (move it back to step-{:06})",
+                    state.step, state.step
+                ),
+            ));
+        }
+        Ok(state)
     }
 
     /// The run config checkpoint `step` was written with (its `ropelab.json`): a checkpoint
@@ -272,19 +303,7 @@ impl RunDir {
         let dir = self.checkpoint_dir(step);
         self.verify_checkpoint(step, &["optimizer.safetensors", "state.json"])?;
         let model = self.load_trainable(step, config, device)?;
-        let state_path = dir.join("state.json");
-        let text = fs::read_to_string(&state_path).map_err(|e| TrainError::io(&state_path, e))?;
-        let state: CheckpointState = serde_json::from_str(&text)
-            .map_err(|e| TrainError::run_dir(&state_path, format!("unreadable: {e}")))?;
-        if state.step != step {
-            return Err(TrainError::run_dir(
-                &state_path,
-                format!(
-                    "records step {} but sits in the folder of step {step}: not a resume point",
-                    state.step
-                ),
-            ));
-        }
+        let state = self.checkpoint_state(step)?;
         let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
         let tensors = load_tensors(&dir.join("optimizer.safetensors"), device)?;
         optimizer
@@ -513,6 +532,33 @@ pub(crate) fn first_difference(
             })
         }
         _ if a == b => None,
-        _ => Some((path.to_owned(), a.to_string(), b.to_string())),
+        _ => Some((path.to_owned(), shown_value(a), shown_value(b))),
+    }
+}
+
+/// A config value as a message shows it: an f32 setting (widened to f64 in JSON, e.g.
+/// `0.10000000149011612`) in f32's shortest digits (`0.1`), as the config file wrote it.
+fn shown_value(v: &serde_json::Value) -> String {
+    match v.as_f64() {
+        Some(x) if v.is_f64() && f64::from(x as f32) == x => format!("{}", x as f32),
+        _ => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod shown_value_tests {
+    /// An f32 setting reads as written, not with its f64 widening noise (eighth pass, v006).
+    #[test]
+    fn f32_settings_show_as_written() {
+        let a = serde_json::json!({"model": {"dropout": f64::from(0.2f32)}});
+        let b = serde_json::json!({"model": {"dropout": f64::from(0.1f32)}});
+        let (key, x, y) = super::first_difference(&a, &b, "").unwrap();
+        assert_eq!(
+            (key.as_str(), x.as_str(), y.as_str()),
+            ("model.dropout", "0.2", "0.1")
+        );
+        let c = serde_json::json!({"lr": 0.1});
+        let d = serde_json::json!({"lr": 0.3});
+        assert_eq!(super::first_difference(&c, &d, "").unwrap().1, "0.1");
     }
 }

@@ -283,14 +283,34 @@ impl RunFiles {
             }
         };
         let mut out = RunFiles::default();
+        // The run's identity, which each scores line and lengthgen row names (a file copied
+        // from another run is refused, not read as this one's; eighth pass, a164, R002).
+        let identity = ropelab_train::RunDir::open(dir)
+            .ok()
+            .map(|(_, config)| config.identity());
+        let same_run = |path: &Path, line: usize, run: &str| -> Result<()> {
+            match &identity {
+                Some(own) if !run.is_empty() && run != own => Err(invalid(
+                    path,
+                    format!(
+                        "line {line} was measured on another run ({run}; this run is {own}): \
+                         a file copied from elsewhere is not this run's measurement"
+                    ),
+                )),
+                _ => Ok(()),
+            }
+        };
         let scores = dir.join("scores.jsonl");
         if wanted("scores.jsonl")? {
             if let Some(text) = read(&scores)? {
                 for (i, line) in text.lines().enumerate() {
-                    out.scores.push(
-                        serde_json::from_str(line)
-                            .map_err(|e| invalid(&scores, format!("line {}: {e}", i + 1)))?,
-                    );
+                    let head: crate::measure::dynamics::HeadStep = serde_json::from_str(line)
+                        .map_err(|e| invalid(&scores, format!("line {}: {e}", i + 1)))?;
+                    if let Some(why) = head.defect() {
+                        return Err(invalid(&scores, format!("line {}: {why}", i + 1)));
+                    }
+                    same_run(&scores, i + 1, &head.run)?;
+                    out.scores.push(head);
                 }
             }
         }
@@ -335,6 +355,9 @@ impl RunFiles {
         if wanted("lengthgen.csv")? {
             if let Some(text) = read(&lengths)? {
                 out.lengths = from_csv(&text, &lengths.display().to_string())?;
+                for (i, row) in out.lengths.iter().enumerate() {
+                    same_run(&lengths, i + 2, &row.run)?;
+                }
             }
         }
         if wanted("hops.csv")? {
@@ -358,7 +381,7 @@ impl RunFiles {
     }
 }
 
-/// Reads a theory discrepancy CSV (`n,delta,bound,delta_max`).
+/// Reads a theory discrepancy CSV (`n,delta,bound,delta_max,mechanism`).
 pub fn load_curve(path: &Path) -> Result<Option<Curve>> {
     let Some(text) = read(path)? else {
         return Ok(None);

@@ -315,6 +315,13 @@ pub struct LayerFailureRow {
     /// Empirical standard deviation of the scores.
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub sigma_empirical: f64,
+    /// Number format of the aliasing events (`f64`, `f32`, `bf16`, ...; empty in files
+    /// written before it was recorded).
+    #[serde(default)]
+    pub format: String,
+    /// (q, k1, k2) triples drawn (0 in files written before it was recorded).
+    #[serde(default)]
+    pub draws: usize,
     /// The model that made the row (`NAME sha256:PREFIX`, see
     /// `ropelab_pretrained::identity::model_identity`); empty in files written before it was
     /// recorded.
@@ -323,7 +330,38 @@ pub struct LayerFailureRow {
 }
 
 impl LayerFailureRow {
-    fn new(layer: usize, r: &FailureRow) -> Self {
+    /// Why this row (read back from a file) is not one [`model_rope_failures`] writes: a rate
+    /// outside [0, 1] (NaN included), a context length below 3, or a spread that is no
+    /// standard deviation.
+    pub fn defect(&self) -> Option<String> {
+        let at = format!("layer {} at M = {}", self.layer, self.length);
+        for (name, rate) in [
+            ("position_inversion", self.position_inversion),
+            ("position_aliasing", self.position_aliasing),
+            ("token_inversion", self.token_inversion),
+            ("token_aliasing", self.token_aliasing),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Some(format!("{at}: {name} {rate} is no rate in [0, 1]"));
+            }
+        }
+        if self.length < 3 {
+            return Some(format!("{at}: context lengths are at least 3"));
+        }
+        if !(self.mu_empirical.is_finite()
+            && self.sigma_empirical.is_finite()
+            && self.sigma_empirical >= 0.0)
+        {
+            return Some(format!(
+                "{at}: mean {} and standard deviation {} are not finite (the deviation \
+                 non-negative)",
+                self.mu_empirical, self.sigma_empirical
+            ));
+        }
+        None
+    }
+
+    fn new(layer: usize, r: &FailureRow, options: &ModelRopeOptions) -> Self {
         Self {
             layer,
             length: r.length,
@@ -333,6 +371,8 @@ impl LayerFailureRow {
             token_aliasing: r.token_aliasing,
             mu_empirical: r.mu_empirical,
             sigma_empirical: r.sigma_empirical,
+            format: options.format.to_string(),
+            draws: options.draws,
             model: String::new(),
         }
     }
@@ -448,7 +488,7 @@ pub fn model_rope_failures(
             rows.extend(
                 failure_rows(&draws, &freqs, c.rope_base, &[m], options.format)
                     .iter()
-                    .map(|r| LayerFailureRow::new(layer, r)),
+                    .map(|r| LayerFailureRow::new(layer, r, options)),
             );
         }
     }

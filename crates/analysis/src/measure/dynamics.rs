@@ -126,6 +126,40 @@ pub struct HeadStep {
     /// Scores of each plane alone (with `--planes`), plane order as `freq_use`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planes: Vec<SwapScores>,
+    /// The run the line was measured on ([`ropelab_train::RunConfig::identity`]); empty in
+    /// files written before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
+}
+
+impl HeadStep {
+    /// Why this line (read back from `scores.jsonl`) is not one `score` writes: a score, an
+    /// accuracy or a normalised entropy outside [0, 1] (NaN included), or an entropy that is
+    /// no entropy (eighth pass, R014). The types are read as written (the report's gamma
+    /// retypes heads from their scores).
+    pub fn defect(&self) -> Option<String> {
+        let at = format!("step {} layer {} head {}", self.step, self.layer, self.head);
+        let unit = |x: f64| (0.0..=1.0).contains(&x);
+        for (name, x) in [
+            ("s_pos", self.s_pos),
+            ("s_sym", self.s_sym),
+            ("accuracy", self.accuracy),
+            ("entropy_norm", self.entropy_norm),
+        ] {
+            if !unit(x) {
+                return Some(format!("{at}: {name} {x} must lie in [0, 1]"));
+            }
+        }
+        if let Some((hop, a)) = self.accuracy_per_hop.iter().find(|(_, a)| !unit(**a)) {
+            return Some(format!(
+                "{at}: accuracy at hop {hop} {a} must lie in [0, 1]"
+            ));
+        }
+        if !(self.entropy.is_finite() && self.entropy >= 0.0) {
+            return Some(format!("{at}: entropy {} is no entropy", self.entropy));
+        }
+        None
+    }
 }
 
 /// The summary of a scored run.
@@ -233,6 +267,7 @@ pub fn score_run(
                 accuracy_per_hop: acc.per_hop.clone(),
                 block: h.block,
                 planes: h.planes,
+                run: config.identity(),
             });
         }
     }

@@ -100,6 +100,10 @@ pub struct LengthRow {
     /// Wall time of this length (seconds; not part of the CSV).
     #[serde(skip)]
     pub seconds: f64,
+    /// The run the row was measured on ([`ropelab_train::RunConfig::identity`]; the CSV's
+    /// last column, `run`); empty in files written before it was recorded.
+    #[serde(default)]
+    pub run: String,
 }
 
 /// Measures the checkpoint of the run in `root` at every length of `options`; `progress` is
@@ -130,6 +134,7 @@ pub fn length_generalisation(
         let data = Dataset::new(task.clone(), config.seed, Split::Test, n, extra)?;
         let mut row = measure(&model, &data, options.memory)?;
         row.step = step;
+        row.run = config.identity();
         row.seconds = start.elapsed().as_secs_f64();
         rows.push(row);
     }
@@ -193,6 +198,7 @@ pub fn measure(model: &GptJ, data: &Dataset, memory: usize) -> Result<LengthRow>
             })
             .collect(),
         seconds: 0.0,
+        run: String::new(),
     })
 }
 
@@ -240,6 +246,7 @@ pub fn to_csv(rows: &[LengthRow]) -> Result<String> {
             .iter()
             .map(|m| format!("top_weight_L{}H{}", m.layer, m.head)),
     );
+    header.push("run".into());
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -254,6 +261,7 @@ pub fn to_csv(rows: &[LengthRow]) -> Result<String> {
             cells.extend(r.per_hop.values().map(f64::to_string));
             cells.extend(r.heads.iter().map(|m| m.margin.to_string()));
             cells.extend(r.heads.iter().map(|m| m.top_weight.to_string()));
+            cells.push(r.run.clone());
             cells
         })
         .collect();
@@ -290,9 +298,14 @@ pub fn from_csv(text: &str, origin: &str) -> Result<Vec<LengthRow>> {
             per_hop: BTreeMap::new(),
             heads: vec![],
             seconds: 0.0,
+            run: String::new(),
         };
         let mut tops = BTreeMap::new();
         for (j, name) in header.iter().enumerate().skip(6) {
+            if name == "run" {
+                row.run = cells[j].clone();
+                continue;
+            }
             let v = num(j)?;
             if let Some(h) = name.strip_prefix("hop_") {
                 let h = h
@@ -366,6 +379,7 @@ mod tests {
                 },
             ],
             seconds: 0.0,
+            run: String::new(),
         }
     }
 

@@ -284,6 +284,14 @@ fn bench_rope(args: BenchRopeArgs, guard: super::Guard) -> Result<()> {
         .memory(
             ropelab_io::resources::bytes(&[threads.saturating_add(1), 6 * 8, args.h]),
             format!("frequencies and {threads} draws of {} planes", args.h),
+        )
+        // About 1.7e9 plane-steps per second on 2 cores: some 100 of the estimate's FLOP each.
+        .compute(
+            ropelab_io::resources::bytes(&[args.draws, args.m, args.h, 100]),
+            format!(
+                "{} draws of {} positions x {} planes",
+                args.draws, args.m, args.h
+            ),
         );
     guard.check("bench rope", &need)?;
     let freqs = Schedule::Plain { base: args.base }.frequencies(args.h)?;

@@ -224,7 +224,11 @@ impl Guard {
     /// Refuses `command` (as the user would name it) when `need` exceeds this machine's
     /// available memory or disk, unless `--force` was given.
     pub fn check(self, command: &str, need: &ropelab_io::Need) -> Result<()> {
-        Ok(need.check(command, self.force)?)
+        need.check(command, self.force)?;
+        if let Some(note) = need.long_note(command) {
+            eprintln!("{note}");
+        }
+        Ok(())
     }
 }
 

@@ -223,6 +223,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::Score(a) => score(&a, guard),
         PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
         PretrainedCommand::IndexTask(a) => {
+            super::table_on_stdout(&a.out);
             super::each_once("--lengths", &a.lengths)?;
             let (model, tokenizer) = a.model.load()?;
             let context = model.config().context_length;
@@ -268,9 +269,9 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                     format!("{:.3}", r.accuracy),
                 ]);
             }
-            print!("{table}");
+            say!("{table}");
             write_csv(&a.out, &rows)?;
-            println!(
+            sayln!(
                 "{} prompts in {:.1} s; wrote {} (chance 0.25)",
                 rows.len() as u64 * a.n,
                 start.elapsed().as_secs_f64(),
@@ -279,6 +280,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             Ok(())
         }
         PretrainedCommand::Tasks(a) => {
+            super::table_on_stdout(&a.out);
             super::each_once("--sizes", &a.sizes)?;
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
@@ -329,9 +331,9 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                     r.sd.map_or("n/a (1 run)".into(), |sd| format!("{sd:.3}")),
                 ]);
             }
-            print!("{table}");
+            say!("{table}");
             write_csv(&a.out, &rows)?;
-            println!(
+            sayln!(
                 "{} prompts in {:.1} s ({} products); wrote {}",
                 total,
                 start.elapsed().as_secs_f64(),
@@ -344,6 +346,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
 }
 
 fn score(a: &PretrainedScoreArgs, guard: Guard) -> Result<()> {
+    super::table_on_stdout(&a.out);
     let (model, tokenizer) = a.model.load()?;
     // Estimated from the first prompt: every prompt's patterns of every layer are captured.
     let c = model.config();
@@ -398,7 +401,7 @@ fn score(a: &PretrainedScoreArgs, guard: Guard) -> Result<()> {
             .collect()
     };
     let (positional, symbolic) = (named(HeadKind::Positional), named(HeadKind::Symbolic));
-    println!(
+    sayln!(
         "{}, {} prompts of the {} task at size {} ({} planes per head, {} rotating): {} heads",
         a.model.name(),
         a.n,
@@ -408,19 +411,19 @@ fn score(a: &PretrainedScoreArgs, guard: Guard) -> Result<()> {
         model.config().rope_dim / 2,
         heads.len()
     );
-    println!(
+    sayln!(
         "positional (gamma {}): {} {}",
         Gamma::DEFAULT,
         positional.len(),
         positional.join(" ")
     );
-    println!(
+    sayln!(
         "symbolic   (gamma {}): {} {}",
         Gamma::DEFAULT,
         symbolic.len(),
         symbolic.join(" ")
     );
-    println!(
+    sayln!(
         "neither: {}; {:.1} s; wrote {}",
         heads.len() - positional.len() - symbolic.len(),
         start.elapsed().as_secs_f64(),

@@ -26,8 +26,25 @@ pub fn run(args: ReportArgs) -> Result<()> {
         args.dir.display(),
         out.display()
     );
+    super::table_on_stdout(&out);
+    // A page inside another run's, study's or sweep's directory would stand there as that
+    // directory's report (eighth pass, W021, W036): only DIR's own, or outside any.
+    if out.as_os_str() != "-" {
+        if let Some(owner) = ropelab_io::owning_dir(&out)? {
+            let dir = ropelab_io::resolved(&args.dir)?;
+            anyhow::ensure!(
+                owner == dir,
+                "{} lies in {}, another ropelab directory than {}: its report would stand there \
+                 as that directory's; write it into {} or outside any run, study or sweep",
+                out.display(),
+                owner.display(),
+                args.dir.display(),
+                args.dir.display()
+            );
+        }
+    }
     let path = write_report(&args.dir, &out, &command)?;
-    println!("wrote {}", path.display());
+    sayln!("wrote {}", path.display());
     Ok(())
 }
 
@@ -60,8 +77,9 @@ pub struct PlotArgs {
 
 /// Runs `ropelab plot`.
 pub fn plot(args: PlotArgs) -> Result<()> {
+    super::table_on_stdout(&args.out);
     let svg = ropelab_report::plot(args.kind, &args.dir)?;
     write_atomic(&args.out, svg.as_bytes())?;
-    println!("wrote {}", args.out.display());
+    sayln!("wrote {}", args.out.display());
     Ok(())
 }

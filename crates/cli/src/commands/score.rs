@@ -65,6 +65,8 @@ pub fn run(args: ScoreArgs, guard: Guard) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| args.run.join("scores.jsonl"));
+    // Before the work: a directory, or a file ropelab keeps, is no --out.
+    super::check_out_file(&target)?;
     ropelab_io::refuse_owned(&args.run, &target, None)?;
     if let Ok((dir, config)) = RunDir::open(&args.run) {
         let checkpoints = dir.checkpoints().map_or(1, |c| c.len());

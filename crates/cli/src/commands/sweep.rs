@@ -382,7 +382,8 @@ pub fn collect_command(args: CollectArgs) -> Result<()> {
             },
             s.n.to_string(),
             format!("{:.4}", s.accuracy_mean),
-            format!("{:.4}", s.accuracy_sd),
+            s.accuracy_sd
+                .map_or("n/a (1 job)".into(), |sd| format!("{sd:.4}")),
             s.layer_types,
         ];
         if with_star {

@@ -47,7 +47,7 @@ pub struct TrainArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub keep_every: Option<u64>,
     /// Continue the run in --out from its latest checkpoint.
-    #[arg(long, conflicts_with_all = ["task", "config", "seed", "save_every"])]
+    #[arg(long, conflicts_with_all = ["task", "preset", "config", "seed", "save_every"])]
     pub resume: bool,
     /// `fused` (the CPU training kernel, default) or `composed` (candle ops and autograd: the
     /// reference path, slower; same function, same dropout masks).
@@ -247,7 +247,9 @@ fn short_of_warmup(config: &RunConfig) -> String {
     if o.warmup >= o.steps {
         format!(
             "; warmup {} >= {} steps: the learning rate never reaches lr = {}",
-            o.warmup, o.steps, o.lr
+            o.warmup,
+            o.steps,
+            ropelab_model::number_text(o.lr)
         )
     } else {
         String::new()

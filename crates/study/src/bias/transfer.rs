@@ -578,6 +578,7 @@ mod tests {
             accuracy_per_hop: Default::default(),
             block: None,
             planes: vec![],
+            run: String::new(),
         };
         let scores = serde_json::to_string(&line).unwrap() + "\n";
         std::fs::write(model.join("scores.jsonl"), scores).unwrap();
@@ -596,6 +597,7 @@ mod tests {
                 top_weight: 0.9,
             }],
             seconds: 0.0,
+            run: String::new(),
         };
         let csv = lengthgen::to_csv(&[row(17, 1.0), row(33, 0.5)]).unwrap();
         std::fs::write(model.join("lengthgen.csv"), &csv).unwrap();
