@@ -205,6 +205,19 @@ fn a_report_into_another_runs_directory_is_refused() {
         "another ropelab directory",
     );
     assert_eq!(std::fs::read(b.join("report.html")).unwrap(), page);
+    // A figure too (ninth pass, S9).
+    common::refused(
+        &[
+            "plot",
+            "accuracy",
+            "--dir",
+            a.to_str().unwrap(),
+            "--out",
+            b.join("accuracy.svg").to_str().unwrap(),
+        ],
+        "another ropelab directory",
+    );
+    assert!(!b.join("accuracy.svg").exists());
     let outside = dir.path().join("pages/a.html");
     ok(ropelab(&[
         "report",

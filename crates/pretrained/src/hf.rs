@@ -53,6 +53,19 @@ impl ConfigJson {
         self.json.get(key).filter(|v| !v.is_null())
     }
 
+    /// Key `key` when present, None when absent; a `null` is refused: transformers passes it
+    /// on (an activation of None fails, a `use_parallel_residual` of None takes the sequential
+    /// path), so reading it as the default could compute another model (ninth pass, S1-S3).
+    fn present(&self, key: &str) -> Result<Option<&Value>> {
+        match self.json.get(key) {
+            None => Ok(None),
+            Some(Value::Null) => Err(self.error(format!(
+                "{key} is null: give a value, or leave the key out for its default"
+            ))),
+            Some(v) => Ok(Some(v)),
+        }
+    }
+
     fn usize(&self, key: &str) -> Result<usize> {
         self.get(key)
             .ok_or_else(|| self.error(format!("key {key} is missing")))?
@@ -88,7 +101,7 @@ impl ConfigJson {
 
     /// String `key`, or `default` when it is absent; another type is refused naming the key.
     fn string_or<'a>(&'a self, key: &str, default: &'a str) -> Result<&'a str> {
-        match self.get(key) {
+        match self.present(key)? {
             None => Ok(default),
             Some(v) => v
                 .as_str()
@@ -97,13 +110,18 @@ impl ConfigJson {
     }
 
     fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
-        match self.get(key) {
+        match self.present(key)? {
             None => Ok(default),
             Some(v) => v
                 .as_bool()
                 .ok_or_else(|| self.error(format!("{key} is not true or false"))),
         }
     }
+}
+
+/// [`shown`] for the other readers of the crate (`tokenizer.json`).
+pub(crate) fn shown_json(v: &Value) -> String {
+    shown(v)
 }
 
 /// A JSON value as an error message shows it: its JSON text (control characters escaped),
@@ -434,17 +452,36 @@ fn rope_parameters(cfg: &ConfigJson, p: &Value) -> Result<(Value, String)> {
     let object = p
         .as_object()
         .ok_or_else(|| cfg.error(format!("rope_parameters is {}, not an object", shown(p))))?;
-    let nested = !object.is_empty() && object.values().all(Value::is_object);
-    if !nested {
+    // Nested by layer type, flat, or (refused) both: an object under a key that is no layer
+    // type, or a layer type's entry beside flat keys, would be read one way and mean another
+    // (ninth pass, S4).
+    const LAYER_TYPES: [&str; 2] = ["full_attention", "sliding_attention"];
+    let nests: Vec<&String> = object.keys().filter(|k| object[*k].is_object()).collect();
+    if nests.is_empty() {
         return Ok((p.clone(), "rope_parameters".into()));
     }
-    // The layer types the layers use (every one given, without `layer_types`).
+    if let Some(k) = nests.iter().find(|k| !LAYER_TYPES.contains(&k.as_str())) {
+        return Err(cfg.error(format!(
+            "rope_parameters.{} is an object, but only layer types ({}) nest parameters",
+            crate::escaped(k),
+            LAYER_TYPES.join(", ")
+        )));
+    }
+    if let Some(k) = object.keys().find(|k| !object[*k].is_object()) {
+        return Err(cfg.error(format!(
+            "rope_parameters holds both entries per layer type and the flat key {}: give one \
+             or the other",
+            crate::escaped(k)
+        )));
+    }
+    // The layer types the layers use: without `layer_types`, every layer is full attention.
     let mut used: Vec<&str> = match layer_types(cfg)? {
         Some(types) => types,
-        None => object.keys().map(String::as_str).collect(),
+        None => vec!["full_attention"],
     };
     used.sort_unstable();
     used.dedup();
+    let used_types = used.clone();
     let mut chosen: Option<(&str, &Value)> = None;
     for t in used {
         let params = object.get(t).ok_or_else(|| {
@@ -464,6 +501,17 @@ fn rope_parameters(cfg: &ConfigJson, p: &Value) -> Result<(Value, String)> {
             Some(_) => {}
             None => chosen = Some((t, params)),
         }
+    }
+    // An entry for a layer type no layer has is read by nothing: one that differs from the
+    // entry read says the config meant something else (transformers 5 writes equal ones).
+    if let Some(k) = object.keys().find(|k| {
+        !used_types.contains(&k.as_str()) && chosen.is_some_and(|(_, q)| q != &object[*k])
+    }) {
+        return Err(cfg.error(format!(
+            "rope_parameters.{} is for a layer type no layer has (layer_types; without it \
+             every layer is full_attention)",
+            crate::escaped(k)
+        )));
     }
     match chosen {
         Some((t, params)) => Ok((
@@ -892,7 +940,13 @@ impl HfWeights {
                 }
             }
             match json.get("tie_word_embeddings") {
-                None | Some(Value::Null) => false,
+                None => false,
+                Some(Value::Null) => {
+                    return Err(PretrainedError::gguf(
+                        &config_path,
+                        "tie_word_embeddings is null: give true or false, or leave the key out",
+                    ))
+                }
                 Some(Value::Bool(b)) => *b,
                 Some(other) => {
                     return Err(PretrainedError::gguf(
@@ -1843,14 +1897,29 @@ mod tests {
                     r#", "rope_parameters": {"full_attention": {"rope_theta": 1e6},
                     "sliding_attention": {"rope_theta": 1e4}}"#,
                 )),
-                "rope_parameters.full_attention and rope_parameters.sliding_attention differ",
+                "rope_parameters.sliding_attention is for a layer type no layer has",
             ),
             (
                 nested(
                     r#"{"other": {"rope_theta": 1e6}}"#,
                     r#"["full_attention", "full_attention"]"#,
                 ),
+                "rope_parameters.other is an object, but only layer types",
+            ),
+            // Without layer_types every layer is full attention: a sliding entry alone is
+            // none of theirs; a nest beside a flat base says two things (ninth pass, S4).
+            (
+                config(&llama_with(
+                    r#", "rope_parameters": {"sliding_attention": {"rope_theta": 5e5}}"#,
+                )),
                 "no entry for layer type \"full_attention\"",
+            ),
+            (
+                config(&llama_with(
+                    r#", "rope_parameters": {"full_attention": {"rope_theta": 5e5},
+                    "rope_theta": 1e4}"#,
+                )),
+                "both entries per layer type and the flat key rope_theta",
             ),
             (
                 nested(full, r#"["full_attention", "sliding_attention"]"#),
@@ -1968,10 +2037,23 @@ mod tests {
         for (extra, want) in [
             (r#", "rope_theta": null"#, "rope_theta is null"),
             (r#", "rms_norm_eps": null"#, "rms_norm_eps is null"),
+            // transformers fails on a None activation (ninth pass, S1).
+            (r#", "hidden_act": null"#, "hidden_act is null"),
+            (r#", "attention_bias": null"#, "attention_bias is null"),
         ] {
             let err = config(&llama_with(extra)).expect_err(want);
             assert!(err.contains(want), "{want}: {err}");
         }
+        // GPT-NeoX with a None `use_parallel_residual` runs sequentially in transformers, not
+        // as the default says (ninth pass, S2).
+        let neox = NEOX_OLD.replace(
+            "\"use_parallel_residual\": false",
+            "\"use_parallel_residual\": null",
+        );
+        assert_ne!(neox, NEOX_OLD);
+        assert!(config(&neox)
+            .unwrap_err()
+            .contains("use_parallel_residual is null"));
         // Keys transformers itself defaults from None stay readable as null.
         config(&llama_with(
             r#", "rope_scaling": null, "num_key_value_heads": null"#,

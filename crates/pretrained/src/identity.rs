@@ -19,7 +19,7 @@ pub const DIGITS: usize = 16;
 /// those are `config.json`, `tokenizer.json`, the safetensors index and every
 /// `*.safetensors` file, each preceded by its name and length, in name order: two
 /// directories with the same name but other weights get other identities. Every byte is
-/// read once (about a second per GB with the CPU's SHA instructions).
+/// read once more.
 pub fn model_identity(path: Option<&Path>) -> Result<String> {
     let fetched;
     let (path, name) = match path {

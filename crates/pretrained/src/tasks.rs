@@ -64,13 +64,35 @@ pub struct SizeRow {
 }
 
 impl SizeRow {
-    /// Why this row (read back from a file) is not one `pretrained tasks` writes: an accuracy
-    /// outside [0, 1], no runs, or a mean that is not the mean of its runs.
+    /// Why this row (read back from a file) is not one `pretrained tasks` writes: a size of 0,
+    /// an accuracy outside [0, 1], no runs, a mean that is not the mean of its runs, a spread
+    /// that is no standard deviation (or one for a single run), or a precision ropelab has not
+    /// (ninth pass, S11).
     pub fn defect(&self) -> Option<String> {
         let unit = |x: f64| (0.0..=1.0).contains(&x);
         let what = format!("{} at size {}", self.task, self.size);
+        if self.size == 0 {
+            return Some(format!("{what}: a window holds at least 1 item"));
+        }
         if self.runs.is_empty() {
             return Some(format!("{what}: no run's accuracy"));
+        }
+        match self.sd {
+            Some(sd) if !(sd.is_finite() && (0.0..=0.5).contains(&sd)) => {
+                return Some(format!(
+                    "{what}: sd {sd} is no spread of accuracies (within [0, 0.5])"
+                ))
+            }
+            Some(_) if self.runs.len() < 2 => {
+                return Some(format!("{what}: one run has no sd"));
+            }
+            _ => {}
+        }
+        if !["", "f32", "bf16"].contains(&self.precision.as_str()) {
+            return Some(format!(
+                "{what}: precision {:?} is none of ropelab's (f32, bf16)",
+                self.precision.chars().take(20).collect::<String>()
+            ));
         }
         if let Some(x) = self.runs.iter().chain([&self.mean]).find(|x| !unit(**x)) {
             return Some(format!("{what}: accuracy {x} must lie in [0, 1]"));

@@ -201,6 +201,33 @@ impl GgufTokenizer {
                 )))
             }
         }
+        // Settings the byte-level BPE of these families never has: a subword prefix or
+        // suffix (the tokenizers crate panics on some; ninth pass, P1) and BPE dropout (which
+        // tokenizes one text differently on every call; S5).
+        for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
+            match json.pointer(&format!("/model/{key}")) {
+                None | Some(serde_json::Value::Null) => {}
+                Some(serde_json::Value::String(s)) if s.is_empty() => {}
+                Some(v) => {
+                    return Err(failed(format!(
+                        "model.{key} is {}: byte-level BPE tokenizers (Llama, Mistral, Qwen2, \
+                         GPT-NeoX, GPT-J) have none",
+                        crate::hf::shown_json(v)
+                    )))
+                }
+            }
+        }
+        match json.pointer("/model/dropout") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(v) if v.as_f64() == Some(0.0) => {}
+            Some(v) => {
+                return Err(failed(format!(
+                    "model.dropout is {}: BPE dropout tokenizes one text differently on every \
+                     call, so no result would repeat (set it to null)",
+                    crate::hf::shown_json(v)
+                )))
+            }
+        }
         // BPE merges are all "a b" strings or all [a, b] pairs: one of the other form is named
         // here, not left to the tokenizers crate's "did not match any variant of untagged enum
         // MergeType" (sixth pass, U4).

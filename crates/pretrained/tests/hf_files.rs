@@ -732,4 +732,28 @@ fn tokenizer_ids_that_would_be_read_otherwise_are_refused() {
         err.contains("model.merges[1] is \"a r\", but the merges are pairs"),
         "{err}"
     );
+    // A subword prefix (the tokenizers crate panicked on it) and BPE dropout (no rerun would
+    // repeat) are refused naming the key (ninth pass, P1, S5).
+    for (key, value, want) in [
+        (
+            "continuing_subword_prefix",
+            serde_json::json!("##"),
+            "model.continuing_subword_prefix is \"##\"",
+        ),
+        (
+            "end_of_word_suffix",
+            serde_json::json!("</w>"),
+            "model.end_of_word_suffix",
+        ),
+        ("dropout", serde_json::json!(0.5), "model.dropout is 0.5"),
+    ] {
+        let mut edited = json.clone();
+        edited["model"][key] = value;
+        let dir = with_file("tokenizer.json", edited.to_string().as_bytes());
+        let err = refusal(dir.path(), key);
+        assert!(
+            err.contains("tokenizer.json") && err.contains(want),
+            "{err}"
+        );
+    }
 }

@@ -156,6 +156,9 @@ impl Job {
 pub fn value_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
+        // A float whose plain digits run past 24 characters in exponent form, not 309 digits
+        // (ninth pass, y08); every other value as before (plans and tables compare these).
+        Value::Float(x) if v.to_string().len() > 24 => format!("{x:e}"),
         other => other.to_string(),
     }
 }

@@ -82,6 +82,10 @@ pub struct DiscrepancyRow {
     pub mechanism: Option<Mechanism>,
 }
 
+/// The smallest Index angle whose margins f64 holds (theta^2 / 2 above its smallest normal
+/// number, 2.2e-308).
+pub const MIN_THETA: f64 = 1e-150;
+
 /// Default alphabet size |ALPH| of the Retrieval head.
 pub const DEFAULT_ALPHABET: usize = 8;
 
@@ -127,6 +131,13 @@ pub fn check(mechanism: Mechanism, theta: f64, alphabet: usize, max_n: usize) ->
 
 /// Index-head margins for n = 1..=max_n with angle `theta` (> 0).
 pub fn index(theta: f64, max_n: usize) -> Result<Vec<DiscrepancyRow>> {
+    // Below 1e-150 the margins (about theta^2 / 2) underflow f64 to 0 (ninth pass, S8).
+    if theta.is_finite() && theta > 0.0 && theta < MIN_THETA {
+        return invalid(format!(
+            "theta {} is below {MIN_THETA:e}: its margins (about theta^2 / 2) underflow f64 to 0",
+            ropelab_model::number_text(theta)
+        ));
+    }
     if !(theta.is_finite() && theta > 0.0 && theta < std::f64::consts::TAU) {
         return invalid(format!(
             "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0), got {}",
@@ -311,6 +322,9 @@ mod tests {
             assert!(r.bound > 0.0 && r.delta_max > 0.0, "{r:?}");
         }
         assert!(index_bound_best_input(1e-9, 3) > 0.0);
+        // Below 1e-150 the margins underflow: refused, not a table of zeros (ninth pass, S8).
+        let err = index(1e-300, 5).unwrap_err().to_string();
+        assert!(err.contains("underflow") && err.contains("1e-300"), "{err}");
     }
 
     #[test]

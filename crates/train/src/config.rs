@@ -828,14 +828,13 @@ impl RunConfig {
     }
 
     /// Which run a measurement file belongs to: `sha256:` and the first 16 hex digits of the
-    /// SHA-256 of this config as TOML with its step count left out (an extended run stays the
-    /// same run). Two runs with one identity were trained alike (a seed fixes data, init and
-    /// order), so their measurements agree; a file copied from a run of another task, seed or
-    /// model is refused by name (eighth pass, a164, R002).
+    /// SHA-256 of this config as TOML, its step count included (the learning rate decays over
+    /// it; an extended run keeps the `config.toml` it started with, so it stays the same run).
+    /// Two runs with one identity were trained alike (a seed fixes data, init and order), so
+    /// their measurements agree; a file copied from a run of another task, seed, model or
+    /// length is refused by name (eighth pass, a164, R002; ninth pass, n004).
     pub fn identity(&self) -> String {
-        let mut c = self.clone();
-        c.optim.steps = 0;
-        let hex = ropelab_io::checksum::sha256_hex(c.to_toml().as_bytes());
+        let hex = ropelab_io::checksum::sha256_hex(self.to_toml().as_bytes());
         format!("sha256:{}", &hex[..16])
     }
 

@@ -348,6 +348,22 @@ impl LayerFailureRow {
         if self.length < 3 {
             return Some(format!("{at}: context lengths are at least 3"));
         }
+        // Files from before the settings were recorded have neither (ninth pass, S11).
+        if !self.format.is_empty() || self.draws != 0 {
+            if self
+                .format
+                .parse::<ropelab_theory::format::NumberFormat>()
+                .is_err()
+            {
+                return Some(format!(
+                    "{at}: format {:?} is no number format of ropelab",
+                    self.format.chars().take(20).collect::<String>()
+                ));
+            }
+            if self.draws == 0 {
+                return Some(format!("{at}: draws must be at least 1"));
+            }
+        }
         if !(self.mu_empirical.is_finite()
             && self.sigma_empirical.is_finite()
             && self.sigma_empirical >= 0.0)

@@ -27,24 +27,31 @@ pub fn run(args: ReportArgs) -> Result<()> {
         out.display()
     );
     super::table_on_stdout(&out);
-    // A page inside another run's, study's or sweep's directory would stand there as that
-    // directory's report (eighth pass, W021, W036): only DIR's own, or outside any.
-    if out.as_os_str() != "-" {
-        if let Some(owner) = ropelab_io::owning_dir(&out)? {
-            let dir = ropelab_io::resolved(&args.dir)?;
-            anyhow::ensure!(
-                owner == dir,
-                "{} lies in {}, another ropelab directory than {}: its report would stand there \
-                 as that directory's; write it into {} or outside any run, study or sweep",
-                out.display(),
-                owner.display(),
-                args.dir.display(),
-                args.dir.display()
-            );
-        }
-    }
+    own_directory_or_none(&args.dir, &out, "report")?;
     let path = write_report(&args.dir, &out, &command)?;
     sayln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Refuses an `out` inside another ropelab directory (a run, study, sweep or experiment) than
+/// `dir`: a page or figure there would stand as that directory's (eighth pass, W021, W036;
+/// ninth pass, S9). `what` names the output in the message.
+fn own_directory_or_none(dir: &Path, out: &Path, what: &str) -> Result<()> {
+    if out.as_os_str() == "-" {
+        return Ok(());
+    }
+    if let Some(owner) = ropelab_io::owning_dir(out)? {
+        let dir_resolved = ropelab_io::resolved(dir)?;
+        anyhow::ensure!(
+            owner == dir_resolved,
+            "{} lies in {}, another ropelab directory than {}: its {what} would stand there as \
+             that directory's; write it into {} or outside any run, study or sweep",
+            out.display(),
+            owner.display(),
+            dir.display(),
+            dir.display()
+        );
+    }
     Ok(())
 }
 
@@ -78,6 +85,7 @@ pub struct PlotArgs {
 /// Runs `ropelab plot`.
 pub fn plot(args: PlotArgs) -> Result<()> {
     super::table_on_stdout(&args.out);
+    own_directory_or_none(&args.dir, &args.out, "figure")?;
     let svg = ropelab_report::plot(args.kind, &args.dir)?;
     write_atomic(&args.out, svg.as_bytes())?;
     sayln!("wrote {}", args.out.display());

@@ -1040,9 +1040,9 @@ fn discrepancy_claim(transfer: Option<&transfer::TransferOutcome>) -> BiasClaim 
 
 /// One row per bias (the CLI's table and the report's): the bias, mean ± sd of the positional,
 /// symbolic and neither fractions and of the longest-length accuracy, and each seed's head
-/// types (`s0 S-, s1 --`).
+/// types (`s0 S-, s1 --`). One seed has no spread: its cells give the mean alone, marked
+/// `(1 seed)`, not `± 0.000` (ninth pass, b02).
 pub fn summary_rows(o: &Outcome) -> Vec<Vec<String>> {
-    let pm = |(m, sd): (f64, f64)| format!("{m:.3} ± {sd:.3}");
     summary(&o.mechanisms)
         .iter()
         .map(|(b, c)| {
@@ -1052,6 +1052,14 @@ pub fn summary_rows(o: &Outcome) -> Vec<Vec<String>> {
                 .filter(|t| &t.0 == b)
                 .map(|t| format!("s{} {}", t.1, t.2))
                 .collect();
+            let one_seed = types.len() < 2;
+            let pm = |(m, sd): (f64, f64)| {
+                if one_seed {
+                    format!("{m:.3} (1 seed)")
+                } else {
+                    format!("{m:.3} ± {sd:.3}")
+                }
+            };
             vec![
                 b.clone(),
                 pm(c[0]),
