@@ -1329,3 +1329,26 @@ fn composing_models_are_compared_per_composed_hop_count_at_equal_accuracy() {
     assert_eq!(c.verdict, Verdict::Undetermined);
     assert!(c.reason.unwrap().contains("no [compose] stage"));
 }
+
+/// A study's model folder must hold the model its name says: swapped seed folders are refused
+/// naming the folder, not reported under the other seed's name (ninth pass, m006).
+#[test]
+fn swapped_seed_folders_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("seed-3/number");
+    std::fs::create_dir_all(&folder).unwrap();
+    let mut config = ropelab_train::Preset::Tiny.config(ropelab_tasks::TaskKind::Number);
+    config.seed = 4;
+    std::fs::write(folder.join("config.toml"), config.to_toml()).unwrap();
+    let Err(err) = ropelab_analysis::claims::StudyFiles::load(dir.path(), &[3]) else {
+        panic!("a swapped folder was read");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("number") && err.contains("holds the number model of seed 4"),
+        "{err}"
+    );
+    config.seed = 3;
+    std::fs::write(folder.join("config.toml"), config.to_toml()).unwrap();
+    assert!(ropelab_analysis::claims::StudyFiles::load(dir.path(), &[3]).is_ok());
+}

@@ -35,7 +35,8 @@ const GPTJ_DEFAULT_ROTARY_DIM: usize = 64;
 fn quoted(text: &str) -> String {
     let cut: String = text.chars().take(60).collect();
     let more = if cut.len() < text.len() { "..." } else { "" };
-    format!("{:?}{more}", crate::escaped(&cut))
+    // Debug quoting escapes control characters (a message stays one line, no terminal codes).
+    format!("{cut:?}{more}")
 }
 
 /// A parsed `config.json` and the file it came from, for errors naming both.
@@ -67,7 +68,7 @@ impl ConfigJson {
     }
 
     fn usize(&self, key: &str) -> Result<usize> {
-        self.get(key)
+        self.present(key)?
             .ok_or_else(|| self.error(format!("key {key} is missing")))?
             .as_u64()
             .map(|v| v as usize)
@@ -159,7 +160,9 @@ fn scaled_thetas(
     let (kind, type_key) = match (type_of("rope_type")?, type_of("type")?) {
         (Some(a), Some(b)) if a != b => {
             return Err(cfg.error(format!(
-                "{name}.rope_type {a:?} and {name}.type {b:?} give two RoPE types: give one"
+                "{name}.rope_type {} and {name}.type {} give two RoPE types: give one",
+                quoted(a),
+                quoted(b)
             )))
         }
         (Some(a), _) => (a, "rope_type"),
@@ -233,7 +236,8 @@ fn scaled_thetas(
             ))
         }
         other => Err(cfg.error(format!(
-            "{name}.{type_key} {other:?} is not supported (default, linear, llama3)"
+            "{name}.{type_key} {} is not supported (default, linear, llama3)",
+            quoted(other)
         ))),
     }
 }
@@ -270,8 +274,8 @@ fn check_dtype_keys(cfg: &ConfigJson) -> Result<()> {
         let name = name.strip_prefix("torch.").unwrap_or(name);
         if !CONFIG_DTYPES.contains(&name) {
             return Err(cfg.error(format!(
-                "{key} {:?} is not a floating-point dtype ropelab reads ({})",
-                crate::escaped(name),
+                "{key} {} is not a floating-point dtype ropelab reads ({})",
+                quoted(name),
                 CONFIG_DTYPES.join(", ")
             )));
         }
@@ -631,7 +635,8 @@ fn gelu_of(cfg: &ConfigJson, key: &str, default: &str) -> Result<Mlp> {
         "gelu" => Ok(Mlp::Gelu),
         "gelu_new" | "gelu_pytorch_tanh" => Ok(Mlp::GeluTanh),
         other => Err(cfg.error(format!(
-            "{key} {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh)"
+            "{key} {} is not supported (gelu, gelu_new, gelu_pytorch_tanh)",
+            quoted(other)
         ))),
     }
 }

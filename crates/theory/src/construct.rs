@@ -73,7 +73,8 @@ impl HandHead {
     pub fn index(letters: usize, max_int: usize, theta: f64, beta: f64) -> Result<Self> {
         if !(theta.is_finite() && theta > 0.0 && theta < std::f64::consts::TAU) {
             return invalid(format!(
-                "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0), got {theta}"
+                "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0), got {}",
+                ropelab_model::number_text(theta)
             ));
         }
         // With one letter every letter position holds the same symbol: reading the wrong
@@ -112,7 +113,8 @@ impl HandHead {
     pub fn retrieval(letters: usize, numbers: usize, theta: f64, beta: f64) -> Result<Self> {
         if !((0.0..=std::f64::consts::TAU).contains(&theta)) {
             return invalid(format!(
-                "theta must lie in [0, 2 pi] (angles repeat every turn), got {theta}"
+                "theta must lie in [0, 2 pi] (angles repeat every turn), got {}",
+                ropelab_model::number_text(theta)
             ));
         }
         if letters < 2 {
@@ -166,7 +168,8 @@ impl HandHead {
         }
         if !((0.0..=std::f64::consts::TAU).contains(&theta)) {
             return invalid(format!(
-                "theta must lie in [0, 2 pi] (angles repeat every turn), got {theta}"
+                "theta must lie in [0, 2 pi] (angles repeat every turn), got {}",
+                ropelab_model::number_text(theta)
             ));
         }
         if !(content.is_finite() && recency.is_finite() && content >= 0.0 && recency >= 0.0) {

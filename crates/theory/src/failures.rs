@@ -281,7 +281,7 @@ impl FailureConfig {
         if !(-1.0..=1.0).contains(&self.rho) {
             return invalid(format!(
                 "the correlation rho must be in [-1, 1], got {}",
-                self.rho
+                ropelab_model::number_text(self.rho)
             ));
         }
         Ok(())

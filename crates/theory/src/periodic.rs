@@ -176,7 +176,8 @@ pub fn offset_range(
     // g t leave f64's precision long before the search ends.
     if !(g.is_finite() && g > 0.0 && g <= std::f64::consts::TAU) {
         return invalid(format!(
-            "the rotation g must lie in (0, 2 pi] radians per position, got {g}"
+            "the rotation g must lie in (0, 2 pi] radians per position, got {}",
+            ropelab_model::number_text(g)
         ));
     }
     if !(c.is_finite() && c > 0.0) {
@@ -357,9 +358,15 @@ pub fn offset_table(
         .iter()
         .find(|g| g.is_finite() && **g > 0.0 && 1.0 - g.cos() <= f64::EPSILON)
     {
+        // A tiny g is no whole turn: say which (ninth pass, U-b).
+        let why = if *g < 1.0 {
+            "is too small a turn: 1 - cos g rounds to 0 in f64"
+        } else {
+            "turns a whole number of times per position (1 - cos g = 0)"
+        };
         return invalid(format!(
-            "the rotation g = {g} turns a whole number of times per position (1 - cos g = 0): \
-             no offset can be told apart"
+            "the rotation g = {} {why}: no offset can be told apart",
+            ropelab_model::number_text(*g)
         ));
     }
     let fl = f_large(format);

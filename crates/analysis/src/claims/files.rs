@@ -409,6 +409,20 @@ impl StudyFiles {
         let run = |seed: u64, task: TaskKind| -> Result<Option<RunFiles>> {
             let dir: PathBuf = study.model(seed, task);
             if dir.is_dir() {
+                // A model folder holds the model its name says: swapped or moved folders would
+                // show one seed's model under another's name (ninth pass, m006).
+                if let Ok((_, config)) = ropelab_train::RunDir::open(&dir) {
+                    if (config.seed, config.task) != (seed, task) {
+                        return Err(invalid(
+                            &dir,
+                            format!(
+                                "holds the {} model of seed {}, not the {task} model of seed \
+                                 {seed} its folder names: move the folders back",
+                                config.task, config.seed
+                            ),
+                        ));
+                    }
+                }
                 Ok(Some(RunFiles::load_expecting(&dir, expected)?))
             } else {
                 Ok(None)
