@@ -181,17 +181,7 @@ fn a_report_into_another_runs_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     for run in [&a, &b] {
-        ok(ropelab(&[
-            "train",
-            "--task",
-            "number",
-            "--preset",
-            "tiny",
-            "--steps",
-            "4",
-            "--out",
-            run.to_str().unwrap(),
-        ]));
+        ok(common::train_tiny("number", "4", run, &[]));
         ok(ropelab(&["report", run.to_str().unwrap()]));
     }
     let page = std::fs::read(b.join("report.html")).unwrap();
@@ -236,19 +226,7 @@ fn another_runs_measurements_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     for (run, task, seed) in [(&a, "number", "0"), (&b, "letter", "7")] {
-        ok(ropelab(&[
-            "train",
-            "--task",
-            task,
-            "--preset",
-            "tiny",
-            "--steps",
-            "6",
-            "--seed",
-            seed,
-            "--out",
-            run.to_str().unwrap(),
-        ]));
+        ok(common::train_tiny(task, "6", run, &["--seed", seed]));
     }
     ok(ropelab(&[
         "score",

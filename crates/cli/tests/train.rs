@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use ropelab_tasks::TaskKind;
 use ropelab_train::Preset;
 
+mod common;
+use common::train_tiny;
+
 fn ropelab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ropelab"))
         .args(args)
@@ -36,22 +39,6 @@ fn one_line_error(out: &Output, needle: &str) {
 }
 
 /// `ropelab train --task TASK --preset tiny --steps STEPS --out OUT`, then `more` flags.
-fn train_tiny(task: &str, steps: &str, out: &Path, more: &[&str]) -> Output {
-    let mut args = vec![
-        "train",
-        "--task",
-        task,
-        "--preset",
-        "tiny",
-        "--steps",
-        steps,
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(more);
-    ropelab(&args)
-}
-
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

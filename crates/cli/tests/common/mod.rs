@@ -11,6 +11,23 @@ pub fn ropelab(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// `ropelab train --task TASK --preset tiny --steps STEPS --out OUT` and `more`.
+pub fn train_tiny(task: &str, steps: &str, out: &std::path::Path, more: &[&str]) -> Output {
+    let mut args = vec![
+        "train",
+        "--task",
+        task,
+        "--preset",
+        "tiny",
+        "--steps",
+        steps,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(more);
+    ropelab(&args)
+}
+
 /// The standard output of a run that must succeed (its standard error otherwise).
 pub fn ok(out: Output) -> String {
     assert!(
