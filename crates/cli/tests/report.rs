@@ -275,4 +275,31 @@ fn another_runs_measurements_are_refused() {
     );
     // The run's own measurements read as before.
     ok(ropelab(&["report", b.to_str().unwrap()]));
+    // With their `run` removed, the files cannot be told apart from another run's: refused
+    // (ninth pass).
+    let scores = std::fs::read_to_string(b.join("scores.jsonl")).unwrap();
+    let stripped: String = scores
+        .lines()
+        .map(|line| {
+            let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+            v.as_object_mut().unwrap().remove("run").unwrap();
+            v.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(b.join("scores.jsonl"), stripped).unwrap();
+    common::refused(
+        &["report", b.to_str().unwrap()],
+        "does not name the run it was measured on",
+    );
+    std::fs::write(b.join("scores.jsonl"), scores).unwrap();
+    let lengths = std::fs::read_to_string(b.join("lengthgen.csv")).unwrap();
+    let cut: String = lengths
+        .lines()
+        .map(|line| line.rsplit_once(',').unwrap().0.to_owned() + "\n")
+        .collect();
+    std::fs::write(b.join("lengthgen.csv"), cut).unwrap();
+    common::refused(
+        &["report", b.to_str().unwrap()],
+        "does not name the run it was measured on",
+    );
 }

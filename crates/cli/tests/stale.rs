@@ -351,6 +351,29 @@ fn a_study_reads_only_the_files_it_measured() {
         err.contains("seed-3/number/scores.jsonl") && err.contains("replaced"),
         "{err}"
     );
+
+    // A model copied in from another study of the same seed and task (trained for one more
+    // step) is refused by the report, naming its folder (ninth pass).
+    let other_config = dir.path().join("other.toml");
+    std::fs::write(&other_config, STUDY.replace("steps = 5", "steps = 6")).unwrap();
+    let other = dir.path().join("other");
+    ok(ropelab(&[
+        "reproduce",
+        "--config",
+        other_config.to_str().unwrap(),
+        "--out",
+        other.to_str().unwrap(),
+    ]));
+    ok(ropelab(&["report", other.to_str().unwrap()]));
+    std::fs::rename(&model, dir.path().join("own-model")).unwrap();
+    std::fs::rename(other.join("seed-3/number"), &model).unwrap();
+    let out = ropelab(&["report", study.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a copied-in model was reported");
+    assert!(
+        err.contains("seed-3/number/config.toml") && err.contains("another config"),
+        "{err}"
+    );
 }
 
 /// `collect` says when the table is partial (a started job has no result yet) and lists the

@@ -565,6 +565,56 @@ fn an_edited_run_config_or_a_misplaced_state_is_refused() {
     assert!(!moved.join("eval").exists() && !moved.join("scores.jsonl").exists());
 }
 
+/// A checkpoint or a training log copied from another run (a longer run of the same
+/// settings included), and a config.toml whose steps were lowered after training, are
+/// refused by name by the readers and by `train --resume` (which otherwise finished nothing
+/// and said it was done) (ninth pass).
+#[test]
+fn another_runs_checkpoint_or_log_and_lowered_steps_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (long, short) = (dir.path().join("long"), dir.path().join("short"));
+    ok(train_tiny("number", "20", &long, &[]));
+    ok(train_tiny("number", "10", &short, &[]));
+    let at = |run: &Path| run.to_str().unwrap().to_owned();
+    let resume = |run: &Path| ropelab(&["train", "--resume", "--out", &at(run)]);
+    let eval = |run: &Path| ropelab(&["eval", "--run", &at(run), "--n", "8"]);
+    // A checkpoint of the longer run, under its own step.
+    let copied = short.join("checkpoints/step-000020");
+    copy_dir(&long.join("checkpoints/step-000020"), &copied);
+    for refused in [resume(&short), eval(&short)] {
+        one_line_error(&refused, "belongs to another run");
+    }
+    std::fs::remove_dir_all(&copied).unwrap();
+    // Its training log.
+    let log = std::fs::read(short.join("metrics.jsonl")).unwrap();
+    std::fs::copy(long.join("metrics.jsonl"), short.join("metrics.jsonl")).unwrap();
+    one_line_error(&resume(&short), "line 1 was logged by another run");
+    common::refused(&["report", &at(&short)], "was measured on another run");
+    std::fs::write(short.join("metrics.jsonl"), &log).unwrap();
+    // config.toml's steps lowered after training.
+    let config = std::fs::read_to_string(short.join("config.toml")).unwrap();
+    assert!(config.contains("steps = 10\n"), "{config}");
+    std::fs::write(
+        short.join("config.toml"),
+        config.replace("steps = 10\n", "steps = 5\n"),
+    )
+    .unwrap();
+    for refused in [resume(&short), eval(&short)] {
+        one_line_error(&refused, "a config.toml edited after training");
+    }
+    std::fs::write(short.join("config.toml"), &config).unwrap();
+    ok(resume(&short));
+    ok(eval(&short));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
 /// Every checkpoint is sealed by a manifest of checksums: flipped bytes in its weights are
 /// reported as corruption by `eval` (which writes nothing) and `train --resume`.
 #[test]

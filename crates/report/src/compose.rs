@@ -95,7 +95,7 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             let (seeds, left): (Vec<u64>, Vec<u64>) = present
                 .into_iter()
                 .partition(|s| listed.as_ref().is_none_or(|l| l.contains(s)));
-            let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
+            let files = study_files(dir, &seeds)?;
             sections.push(claims_section(
                 dir,
                 "claims",
@@ -1042,6 +1042,13 @@ fn theory_section(dir: &Path) -> Result<Section> {
     Ok(s)
 }
 
+/// The files of the study in `dir` for `seeds`, after checking that every model folder its
+/// plan lists holds the run the plan made there (not one copied from another study).
+pub(crate) fn study_files(dir: &Path, seeds: &[u64]) -> Result<StudyFiles> {
+    ropelab_sweep::plan::Plan::check_models(dir).map_err(ReportError::from_display)?;
+    StudyFiles::load(dir, seeds).map_err(ReportError::from_display)
+}
+
 /// What `ropelab pretrained` wrote into `dir/pretrained/` or `dir`, recognised by content
 /// (any file name): `score` JSON Lines (one line per head, no `step`), `tasks` CSV and
 /// `rope-stats` CSV.
@@ -1061,12 +1068,9 @@ struct PretrainedFiles {
     settings: BTreeMap<&'static str, (String, String)>,
 }
 
-/// Whether `model` is an identity `pretrained` writes (`NAME sha256:` and 16 hex digits), or
-/// empty (a file from before identities): a cut-off one is a damaged file.
+/// Whether `model` is an identity `pretrained` writes (`NAME sha256:` and 16 hex digits): a
+/// cut-off one is a damaged file.
 fn identity_shape(model: &str) -> bool {
-    if model.is_empty() {
-        return true;
-    }
     model.rsplit_once(" sha256:").is_some_and(|(name, hex)| {
         !name.is_empty() && hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())
     })
@@ -1077,6 +1081,14 @@ impl PretrainedFiles {
     /// model beside a recorded one) are refused, naming both files, rather than drawn as one
     /// model's section.
     fn same_model(&mut self, model: &str, origin: &str) -> Result<()> {
+        if model.is_empty() {
+            // A file without its model (its `model` column removed, or written before outputs
+            // named their model) cannot be told apart from another model's (ninth pass).
+            return Err(ReportError::Input(format!(
+                "{origin} does not name the model it measured (no `model` value: written by an \
+                 older ropelab, or edited): measure again with `ropelab pretrained`"
+            )));
+        }
         if !identity_shape(model) {
             return Err(ReportError::Input(format!(
                 "{origin}: model {:?} is no identity ropelab writes (NAME sha256: and 16 hex \
@@ -1090,21 +1102,11 @@ impl PretrainedFiles {
                 Ok(())
             }
             Some((seen, _)) if seen == model => Ok(()),
-            Some((seen, first)) => {
-                let name = |m: &str| {
-                    if m.is_empty() {
-                        "an unrecorded model (written before outputs named their model)".to_owned()
-                    } else {
-                        m.to_owned()
-                    }
-                };
-                Err(ReportError::Input(format!(
-                    "{origin} holds output of {}, but {first} of {}: one directory's pretrained \
-                     output must come from one model (move the other model's files elsewhere)",
-                    name(model),
-                    name(seen)
-                )))
-            }
+            Some((seen, first)) => Err(ReportError::Input(format!(
+                "{origin} holds output of {model}, but {first} of {seen}: one directory's \
+                     pretrained output must come from one model (move the other model's files \
+                     elsewhere)"
+            ))),
         }
     }
 
@@ -1505,7 +1507,7 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
             let seeds = StudyDir::new(dir)
                 .seeds()
                 .map_err(|e| ReportError::io(dir, e))?;
-            let files = StudyFiles::load(dir, &seeds).map_err(ReportError::from_display)?;
+            let files = study_files(dir, &seeds)?;
             let runs: Vec<&[_]> = files
                 .seeds
                 .iter()

@@ -5,7 +5,6 @@
 
 use std::path::Path;
 
-use ropelab_analysis::claims::StudyFiles;
 use ropelab_analysis::measure::multihead::HeadCountRow;
 use ropelab_analysis::StudyDir;
 use ropelab_io::read_csv;
@@ -51,7 +50,7 @@ pub fn sections(dir: &Path) -> Result<Vec<Section>> {
             format!("{h} heads per layer: head types per seed"),
         );
         let seeds = sub.seeds().map_err(|e| ReportError::io(sub.root(), e))?;
-        let files = StudyFiles::load(sub.root(), &seeds).map_err(ReportError::from_display)?;
+        let files = crate::compose::study_files(sub.root(), &seeds)?;
         let mut svgs = vec![];
         for seed in &files.seeds {
             for task in [TaskKind::Number, TaskKind::Letter] {

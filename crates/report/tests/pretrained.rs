@@ -179,7 +179,8 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
 }
 
 /// Outputs of two models in one directory are refused naming both files, not drawn as one
-/// model's section (issue 55); so is an unrecorded model beside a recorded one.
+/// model's section (issue 55); a file naming no model (its `model` column emptied or removed)
+/// is refused alone, since it cannot be told apart from another model's (ninth pass).
 #[test]
 fn outputs_of_two_models_in_one_directory_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -195,15 +196,30 @@ fn outputs_of_two_models_in_one_directory_are_refused() {
     };
     std::fs::write(dir.path().join("b-tasks.csv"), tasks(MODEL)).unwrap();
     ropelab_report::report(dir.path(), "test").expect("one model");
-    for other in ["other.gguf sha256:fedcba9876543210", ""] {
-        std::fs::write(dir.path().join("b-tasks.csv"), tasks(other)).unwrap();
+    std::fs::write(
+        dir.path().join("b-tasks.csv"),
+        tasks("other.gguf sha256:fedcba9876543210"),
+    )
+    .unwrap();
+    let err = ropelab_report::report(dir.path(), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("b-tasks.csv") && err.contains("a-heads.jsonl") && err.contains("one model"),
+        "{err}"
+    );
+    let unnamed = [
+        tasks(""),
+        "task,size,prompt_tokens,mean,sd,runs\nnumber,12,82,0.5,0.1,0.4;0.6\n".to_owned(),
+    ];
+    for text in unnamed {
+        std::fs::remove_file(dir.path().join("a-heads.jsonl")).ok();
+        std::fs::write(dir.path().join("b-tasks.csv"), text).unwrap();
         let err = ropelab_report::report(dir.path(), "test")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("b-tasks.csv")
-                && err.contains("a-heads.jsonl")
-                && err.contains("one model"),
+            err.contains("b-tasks.csv") && err.contains("does not name the model"),
             "{err}"
         );
     }

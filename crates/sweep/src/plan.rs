@@ -154,6 +154,38 @@ impl Plan {
         plan.write(out)
     }
 
+    /// Fails, naming the folder, when a job folder of `out` that its plan lists holds a run of
+    /// another config than the plan recorded for it (a model copied in from another study or
+    /// sweep with the same seed and task, say); readers of a study's models (the report,
+    /// `bias --study`) call it before reading them (ninth pass). Without a plan (a directory
+    /// assembled by hand) there is nothing to check.
+    pub fn check_models(out: &Path) -> Result<()> {
+        let Some(plan) = Self::load(out)? else {
+            return Ok(());
+        };
+        for (dir, planned) in &plan.jobs {
+            let config = out.join(dir).join("config.toml");
+            if !config.is_file() {
+                continue; // not run yet
+            }
+            let found = ropelab_train::RunConfig::load(&config)?.digest();
+            if found != planned.config_sha256 {
+                return Err(SweepError::Spec {
+                    origin: config.display().to_string(),
+                    message: format!(
+                        "holds a run of another config than the one {} planned for {dir} \
+                         (config sha256 {}, planned {}): a model copied in from another study \
+                         or sweep; move it back, or rerun to train this one's",
+                        out.join(PLAN).display(),
+                        &found[..16],
+                        &planned.config_sha256[..planned.config_sha256.len().min(16)]
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Why the result found in job directory `dir` (relative) does not belong to this plan,
     /// or None when it does: the plan must list the directory, with the result's id, run
     /// config and measurement.

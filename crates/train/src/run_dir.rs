@@ -35,6 +35,12 @@ pub struct CheckpointState {
     /// restores it when the file lost it, e.g. a torn last line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_line: Option<String>,
+    /// The run the checkpoint belongs to ([`RunConfig::identity`] of the `config.toml` the run
+    /// started with; an extended run keeps it); empty in checkpoints written before it was
+    /// recorded. A checkpoint copied from another run (a longer one of the same settings
+    /// included), or a run whose `config.toml` was edited, is refused by it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
 }
 
 /// The files of a checkpoint folder, sealed by its manifest.
@@ -222,8 +228,11 @@ impl RunDir {
         )?;
         // A folder renamed or copied to another step would label its results with a step the
         // run never reached (eighth pass, K014-K016): its own record must agree.
-        self.checkpoint_state(step)?;
+        let state = self.checkpoint_state(step)?;
+        // The setting that differs is named first; a difference only in steps (which the
+        // config check leaves to extended runs) is caught by the run identity.
         self.check_checkpoint_config(step, config)?;
+        self.check_same_run(step, &state)?;
         let path = self.checkpoint_dir(step).join("model.safetensors");
         Ok(load_weights(config.model.clone(), &path, device)?)
     }
@@ -264,6 +273,33 @@ impl RunDir {
             ));
         }
         Ok(state)
+    }
+
+    /// The identity of this run ([`RunConfig::identity`] of its `config.toml`).
+    pub fn identity(&self) -> Result<String> {
+        Ok(RunConfig::load(&self.config_path())?.identity())
+    }
+
+    /// Fails when checkpoint `step` (whose state is `state`) records another run than this
+    /// one: a checkpoint copied from another run, a longer one of the same settings included,
+    /// or a `config.toml` edited after training (its steps lowered, say) (ninth pass).
+    fn check_same_run(&self, step: usize, state: &CheckpointState) -> Result<()> {
+        if state.run.is_empty() {
+            return Ok(()); // written before checkpoints named their run; its manifest vouches
+        }
+        let own = self.identity()?;
+        if state.run == own {
+            return Ok(());
+        }
+        Err(TrainError::run_dir(
+            &self.checkpoint_dir(step),
+            format!(
+                "belongs to another run ({}; this run's config.toml is {own}): a checkpoint \
+                 copied from another run, or a config.toml edited after training (restore it, \
+                 or train into another --out)",
+                state.run
+            ),
+        ))
     }
 
     /// The run config checkpoint `step` was written with (its `ropelab.json`): a checkpoint
@@ -318,7 +354,16 @@ impl RunDir {
     /// lack is put back in its place (a line deleted from the middle of the log is restored
     /// where a checkpoint holds it). A complete line that is not a metrics line is an error
     /// naming the file and the line.
-    pub fn truncate_metrics(&self, step: usize, restore: &[(usize, String)]) -> Result<()> {
+    ///
+    /// `run` is the run its checkpoint names (empty for a checkpoint written before
+    /// checkpoints named their run): every line must name it too, else the log is another
+    /// run's and is refused.
+    pub fn truncate_metrics(
+        &self,
+        step: usize,
+        restore: &[(usize, String)],
+        run: &str,
+    ) -> Result<()> {
         let path = self.metrics_path();
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
@@ -326,12 +371,32 @@ impl RunDir {
             Err(e) => return Err(TrainError::io(path, e)),
         };
         let mut kept: Vec<(usize, String)> = vec![];
+        let own = run;
         for (i, line) in text.split_inclusive('\n').enumerate() {
             if !line.ends_with('\n') {
                 break; // torn by a kill: rewritten below or by the resumed steps
             }
-            let line_step = serde_json::from_str::<serde_json::Value>(line)
-                .ok()
+            let value = serde_json::from_str::<serde_json::Value>(line).ok();
+            if !own.is_empty() {
+                let run = value.as_ref().and_then(|v| v["run"].as_str()).unwrap_or("");
+                if run != own {
+                    return Err(TrainError::run_dir(
+                        &path,
+                        format!(
+                            "line {} was logged by {} (this run is {own}): a training log \
+                             copied from another run (restore this run's own metrics.jsonl)",
+                            i + 1,
+                            if run.is_empty() {
+                                "no run it names".to_owned()
+                            } else {
+                                format!("another run ({run})")
+                            }
+                        ),
+                    ));
+                }
+            }
+            let line_step = value
+                .as_ref()
                 .and_then(|v| v["step"].as_u64())
                 .ok_or_else(|| {
                     TrainError::run_dir(

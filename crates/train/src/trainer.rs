@@ -33,6 +33,11 @@ pub struct MetricsLine {
     /// Validation accuracy and loss, on evaluation steps.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val: Option<Accuracy>,
+    /// The run that logged the line ([`RunConfig::identity`] of its `config.toml`; set by the
+    /// trainer; empty in runs begun before lines named their run), so a log copied from
+    /// another run is refused by name.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub run: String,
 }
 
 /// What the loop reports after each step.
@@ -200,6 +205,8 @@ impl Trainer {
     /// Step 0 of a run whose directory holds its config: the model from the seed, its
     /// evaluation, checkpoint 0.
     fn initialise(lock: DirLock, dir: RunDir, config: RunConfig, device: &Device) -> Result<Self> {
+        // The run is its config.toml (a resumed `--steps` restart trains longer, same run).
+        let config_identity = dir.identity()?;
         let model = GptJ::new(config.model.clone(), config.seed, device)?;
         let optimizer = AdamW::new(model.layout().params(), &config.optim);
         let data = Data::new(&config)?;
@@ -217,6 +224,7 @@ impl Trainer {
                 pending_loss_sum: 0.0,
                 pending_loss_count: 0,
                 metrics_line: None,
+                run: config_identity,
             },
             last_val: None,
         };
@@ -229,6 +237,7 @@ impl Trainer {
             lr: 0.0,
             loss: None,
             val: Some(val),
+            run: String::new(),
         })?;
         trainer.save()?;
         Ok(trainer)
@@ -291,7 +300,7 @@ impl Trainer {
             restore.retain(|(s, _)| *s != step);
             restore.push((step, line));
         }
-        dir.truncate_metrics(step, &restore)?;
+        dir.truncate_metrics(step, &restore, &state.run)?;
         let last_val = dir.last_validation()?;
         let data = Data::new(&config)?;
         Ok(Self {
@@ -354,8 +363,12 @@ impl Trainer {
 
     /// Appends `line` to `metrics.jsonl`, and keeps its text for this step's checkpoint.
     fn log(&mut self, line: &MetricsLine) -> Result<()> {
-        self.dir.append_metrics(line)?;
-        self.state.metrics_line = Some(serde_json::to_string(line).expect("metrics serialise"));
+        let line = MetricsLine {
+            run: self.state.run.clone(),
+            ..line.clone()
+        };
+        self.dir.append_metrics(&line)?;
+        self.state.metrics_line = Some(serde_json::to_string(&line).expect("metrics serialise"));
         Ok(())
     }
 
@@ -435,6 +448,7 @@ impl Trainer {
                     lr,
                     loss: Some(mean),
                     val,
+                    run: String::new(),
                 })?;
                 self.state.pending_loss_sum = 0.0;
                 self.state.pending_loss_count = 0;

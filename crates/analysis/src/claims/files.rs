@@ -118,6 +118,8 @@ fn invalid(path: &Path, what: impl std::fmt::Display) -> AnalysisError {
 struct MetricsLine {
     step: usize,
     val: Option<Accuracy>,
+    #[serde(default)]
+    run: String,
 }
 
 /// An `eval/*.json` file (its accuracy fields are flattened, so read them one by one: serde
@@ -290,7 +292,16 @@ impl RunFiles {
             .map(|(_, config)| config.identity());
         let same_run = |path: &Path, line: usize, run: &str| -> Result<()> {
             match &identity {
-                Some(own) if !run.is_empty() && run != own => Err(invalid(
+                // A line without its run (the `run` column removed, or written before lines
+                // named their run) cannot be told apart from another run's (ninth pass).
+                Some(_) if run.is_empty() => Err(invalid(
+                    path,
+                    format!(
+                        "line {line} does not name the run it was measured on (no `run` value: \
+                         written by an older ropelab, or edited): measure again"
+                    ),
+                )),
+                Some(own) if run != own => Err(invalid(
                     path,
                     format!(
                         "line {line} was measured on another run ({run}; this run is {own}): \
@@ -324,6 +335,7 @@ impl RunFiles {
             for (i, line) in text.lines().enumerate() {
                 let m: MetricsLine = serde_json::from_str(line)
                     .map_err(|e| invalid(&metrics, format!("line {}: {e}", i + 1)))?;
+                same_run(&metrics, i + 1, &m.run)?;
                 out.steps = out.steps.max(m.step);
                 if let Some(v) = m.val {
                     out.val.push((m.step, v));

@@ -361,6 +361,8 @@ pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
         "{} is not a study directory (no config.toml with models)",
         study.display()
     );
+    // Its models are the ones its plan made (not a model copied in from another study).
+    ropelab_sweep::plan::Plan::check_models(study)?;
     let counts = root.head_counts();
     let dirs: Vec<StudyDir> = if counts.is_empty() {
         vec![root]
