@@ -594,6 +594,9 @@ pub struct ProbeRoute {
     pub beyond: Vec<Beyond>,
     /// The read threshold.
     pub threshold: f64,
+    /// Hop counts whose probes were all scored on fewer than [`MIN_TEST_SAMPLES`] test
+    /// samples: neither read nor unread.
+    pub thin: Vec<usize>,
 }
 
 /// A probe that reads more about hop j than one hop per layer can know at its stream.
@@ -636,6 +639,11 @@ pub fn stream_name(s: usize) -> String {
     }
 }
 
+/// The fewest test samples a probe is judged on: below it, one lucky answer would read a hop
+/// (ninth pass: a probe scored on one sample read hop 4), so the probe neither reads nor beats
+/// its control, and a hop with no better probe is left undetermined.
+pub const MIN_TEST_SAMPLES: usize = 30;
+
 /// A probe beats its control when it is at least this much more accurate, and their 95%
 /// Wilson intervals do not overlap.
 pub const BEYOND_MARGIN: f64 = 0.1;
@@ -645,9 +653,11 @@ impl ProbeRoute {
     /// is >= `threshold` and >= chance + 0.1; a probe knows *beyond* one hop per layer when the
     /// target is not determined by its stream's chain tokens and it beats its control probe
     /// (>= [`BEYOND_MARGIN`] more accurate, 95% Wilson intervals apart), or, without a control,
-    /// reads.
+    /// reads. A probe scored on fewer than [`MIN_TEST_SAMPLES`] test samples does neither.
     pub fn of(rows: &[ProbeRow], from: Source, threshold: f64) -> Self {
-        let reads = |r: &ProbeRow| r.accuracy >= threshold && r.accuracy >= r.chance + 0.1;
+        let enough = |r: &ProbeRow| r.test_samples >= MIN_TEST_SAMPLES;
+        let reads =
+            |r: &ProbeRow| enough(r) && r.accuracy >= threshold && r.accuracy >= r.chance + 0.1;
         let first = |target: Target| -> Vec<Option<usize>> {
             (1..=MAX_HOP)
                 .map(|j| {
@@ -659,7 +669,7 @@ impl ProbeRoute {
                 .collect()
         };
         let beats = |r: &ProbeRow| -> Option<f64> {
-            if determined(r.target, r.j, r.stream) {
+            if !enough(r) || determined(r.target, r.j, r.stream) {
                 return None;
             }
             match r.control {
@@ -689,11 +699,18 @@ impl ProbeRoute {
             .collect::<Vec<_>>();
         let mut beyond = beyond;
         beyond.sort_by_key(|b| (b.stream, b.j));
+        let thin = (1..=MAX_HOP)
+            .filter(|&j| {
+                let mut probes = rows.iter().filter(|r| r.source == from && r.j == j);
+                probes.clone().next().is_some() && probes.all(|r| !enough(r))
+            })
+            .collect();
         ProbeRoute {
             token: first(Target::Token),
             distance: first(Target::Distance),
             beyond,
             threshold,
+            thin,
         }
     }
 
@@ -727,8 +744,18 @@ impl ProbeRoute {
             .filter(|&jm1| self.token[jm1].is_none())
             .map(|jm1| (jm1 + 1).to_string())
             .collect();
+        let thin: Vec<String> = (1..=max_hop.min(MAX_HOP))
+            .filter(|j| self.thin.contains(j))
+            .map(|j| j.to_string())
+            .collect();
         if unread.is_empty() {
             ProbeVerdict::OneHopPerLayer
+        } else if !thin.is_empty() {
+            ProbeVerdict::Undetermined(format!(
+                "the probes of hop {} were scored on fewer than {MIN_TEST_SAMPLES} test samples: \
+                 too few to say whether the hop is read (probe more samples)",
+                thin.join(", ")
+            ))
         } else {
             ProbeVerdict::Undetermined(format!(
                 "no probe reads the token at hop {} at any layer and none knows more than one \
@@ -796,10 +823,10 @@ mod tests {
             stream,
             target: Target::Token,
             j,
-            n_train: 10,
-            n_test: 10,
+            n_train: 100,
+            n_test: 100,
             unseen: 0,
-            test_samples: 10,
+            test_samples: 100,
             accuracy,
             chance: 0.1,
             control: None,
@@ -810,6 +837,30 @@ mod tests {
             ProbeRoute::of(&one, Source::Every, 0.9).verdict(4),
             ProbeVerdict::OneHopPerLayer
         );
+        // Hop 4 probed on one test sample: its perfect score reads nothing (ninth pass).
+        let mut thin = one.clone();
+        thin[3].test_samples = 1;
+        thin[3].n_test = 1;
+        thin[3].accuracy = 1.0;
+        let v = ProbeRoute::of(&thin, Source::Every, 0.9).verdict(4);
+        assert!(
+            matches!(v, ProbeVerdict::Undetermined(ref w) if w.contains("hop 4 were scored on fewer than 30")),
+            "{v:?}"
+        );
+        assert_eq!(
+            ProbeRoute::of(&thin, Source::Every, 0.9).verdict(3),
+            ProbeVerdict::OneHopPerLayer
+        );
+        // A composing read on one sample is no read either.
+        thin.push(ProbeRow {
+            test_samples: 1,
+            n_test: 1,
+            ..row(3, 4, 1.0)
+        });
+        assert!(matches!(
+            ProbeRoute::of(&thin, Source::Every, 0.9).verdict(4),
+            ProbeVerdict::Undetermined(_)
+        ));
         // Hop 4's token at stream 3: composes.
         let mut doubling = one.clone();
         doubling.push(row(3, 4, 0.99));
