@@ -24,6 +24,10 @@ pub struct GgufTokenizer {
     inner: Tokenizer,
     /// End-of-sequence id.
     pub eos: Option<u32>,
+    /// Whether a prompt is encoded with the tokens the file's post-processor puts before
+    /// every text (a Hugging Face `tokenizer.json` whose template adds BOS, as Llama 3's does;
+    /// `transformers` adds them by default).
+    special: bool,
 }
 
 impl GgufTokenizer {
@@ -174,6 +178,7 @@ impl GgufTokenizer {
         Ok(Self {
             inner,
             eos: ids[0].map(|e| e as u32),
+            special: false,
         })
     }
 
@@ -256,7 +261,7 @@ impl GgufTokenizer {
                 )));
             }
         }
-        let inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;
+        let mut inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;
         let quoted = |t: &str| format!("{:?}", t);
         if let Some(vocab) = json.pointer("/model/vocab").and_then(|v| v.as_object()) {
             let mut owner: std::collections::HashMap<u64, &str> =
@@ -290,7 +295,56 @@ impl GgufTokenizer {
                 )));
             }
         }
-        Ok(Self { inner, eos })
+        let special = Self::leading_special(&mut inner, path)?;
+        Ok(Self {
+            inner,
+            eos,
+            special,
+        })
+    }
+
+    /// Whether the post-processor of the tokenizer at `path` puts tokens before every text
+    /// (they are then added to each prompt, as `transformers` does by default). Tokens it puts
+    /// after a text (an end-of-sequence token) are refused: a prompt followed by its answer
+    /// would no longer begin with the prompt's own tokens, and ropelab scores continuations.
+    /// A truncation or padding setting is dropped: `transformers` applies neither unless a
+    /// call asks for it, and either would change a prompt silently.
+    fn leading_special(inner: &mut Tokenizer, path: &std::path::Path) -> Result<bool> {
+        let failed = |m: String| PretrainedError::Tokenizer(format!("{}: {m}", path.display()));
+        inner
+            .with_truncation(None)
+            .map_err(|e| failed(crate::first_line(&e)))?;
+        inner.with_padding(None);
+        const PROBE: &str = "a b";
+        let ids = |special: bool| -> Result<Vec<u32>> {
+            Ok(inner
+                .encode(PROBE, special)
+                .map_err(|e| failed(crate::first_line(&e)))?
+                .get_ids()
+                .to_vec())
+        };
+        let (plain, with) = (ids(false)?, ids(true)?);
+        if plain == with {
+            return Ok(false);
+        }
+        let at = (0..=with.len().saturating_sub(plain.len()))
+            .find(|&i| with[i..].starts_with(&plain))
+            .ok_or_else(|| {
+                failed(format!(
+                    "its post_processor changes a text's own tokens ({PROBE:?} is {plain:?}, \
+                     {with:?} with special tokens): ropelab reads post-processors that add \
+                     tokens before a text only"
+                ))
+            })?;
+        let after = &with[at + plain.len()..];
+        if !after.is_empty() {
+            return Err(failed(format!(
+                "its post_processor adds token(s) {after:?} after every text (an end-of-sequence \
+                 token): a prompt followed by its answer would not begin with the prompt's own \
+                 tokens; remove them from the template (keep the ones before $A)"
+            )));
+        }
+        Ok(true)
     }
 
     /// Refuses a tokenizer that can produce an id at or beyond the model's `vocab_size` (an
@@ -313,11 +367,12 @@ impl GgufTokenizer {
         Ok(())
     }
 
-    /// Token ids of `text` (no BOS added, as the GGUF's add_bos_token is false).
+    /// Token ids of `text`: after the tokens a `tokenizer.json` post-processor puts before
+    /// every text (BOS, in Llama 3's), else none (a GGUF's add_bos_token is false).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         Ok(self
             .inner
-            .encode(text, false)
+            .encode(text, self.special)
             .map_err(|e| PretrainedError::Tokenizer(e.to_string()))?
             .get_ids()
             .to_vec())

@@ -757,3 +757,58 @@ fn tokenizer_ids_that_would_be_read_otherwise_are_refused() {
         );
     }
 }
+
+/// A post-processor that puts BOS before every text (Llama 3's) is honoured, as
+/// `transformers` does by default: each prompt begins with it (ninth pass: it was dropped).
+/// One that puts a token after every text is refused (a prompt and its answer would not share
+/// the prompt's tokens), and truncation or padding settings never cut or pad a prompt.
+#[test]
+fn a_tokenizer_post_processor_is_honoured_or_refused() {
+    use ropelab_pretrained::tokenizer::GgufTokenizer;
+    let text = std::fs::read_to_string(llama().join("tokenizer.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let special = |name: &str| serde_json::json!({"SpecialToken": {"id": name, "type_id": 0}});
+    let sequence = serde_json::json!({"Sequence": {"id": "A", "type_id": 0}});
+    let template = |single: Vec<serde_json::Value>| {
+        serde_json::json!({
+            "type": "TemplateProcessing",
+            "single": single,
+            "pair": [sequence.clone(), {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<|endoftext|>": {
+                "id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]
+            }}
+        })
+    };
+    let load = |edited: &serde_json::Value| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        std::fs::write(&path, edited.to_string()).unwrap();
+        GgufTokenizer::from_file(&path, None).map_err(|e| e.to_string())
+    };
+    let plain = load(&json).unwrap().encode("a b ab").unwrap();
+    assert!(!plain.is_empty() && plain[0] != 0, "{plain:?}");
+
+    let mut bos = json.clone();
+    bos["post_processor"] = template(vec![special("<|endoftext|>"), sequence.clone()]);
+    let with_bos = load(&bos).unwrap().encode("a b ab").unwrap();
+    assert_eq!(with_bos[0], 0, "{with_bos:?}");
+    assert_eq!(&with_bos[1..], &plain[..]);
+
+    let mut eos = json.clone();
+    eos["post_processor"] = template(vec![sequence.clone(), special("<|endoftext|>")]);
+    let err = load(&eos).err().expect("a trailing token was accepted");
+    assert!(
+        err.contains("tokenizer.json") && err.contains("after every text"),
+        "{err}"
+    );
+
+    let mut cut = json.clone();
+    cut["truncation"] = serde_json::json!({
+        "direction": "Right", "max_length": 1, "strategy": "LongestFirst", "stride": 0
+    });
+    cut["padding"] = serde_json::json!({
+        "strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": null,
+        "pad_id": 0, "pad_type_id": 0, "pad_token": "<|endoftext|>"
+    });
+    assert_eq!(load(&cut).unwrap().encode("a b ab").unwrap(), plain);
+}
