@@ -216,6 +216,28 @@ fn a_report_into_another_runs_directory_is_refused() {
         outside.to_str().unwrap(),
     ]));
     assert!(outside.is_file());
+    // A folder of `ropelab pretrained` output (no marker file) is one model's: a run's page
+    // there would replace its report (ninth pass, F12l).
+    let model = dir.path().join("model-results");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(
+        model.join("tasks.csv"),
+        "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
+         number,12,82,0.5,0.1,0.4;0.6,f32,m.gguf sha256:0123456789abcdef\n",
+    )
+    .unwrap();
+    ok(ropelab(&["report", model.to_str().unwrap()]));
+    let page = std::fs::read(model.join("report.html")).unwrap();
+    common::refused(
+        &[
+            "report",
+            a.to_str().unwrap(),
+            "--out",
+            model.join("report.html").to_str().unwrap(),
+        ],
+        "holds `ropelab pretrained` output",
+    );
+    assert_eq!(std::fs::read(model.join("report.html")).unwrap(), page);
 }
 
 /// Measurement files copied from another run (another task and seed) are refused by the
@@ -301,5 +323,16 @@ fn another_runs_measurements_are_refused() {
     common::refused(
         &["report", b.to_str().unwrap()],
         "does not name the run it was measured on",
+    );
+    std::fs::write(b.join("lengthgen.csv"), lengths).unwrap();
+    // An edited config.toml is named as the edit, not blamed on the measured files (ninth
+    // pass, w10).
+    let config = std::fs::read_to_string(b.join("config.toml")).unwrap();
+    let edited = config.replace("dropout = 0.1", "dropout = 0.2");
+    assert_ne!(edited, config);
+    std::fs::write(b.join("config.toml"), edited).unwrap();
+    common::refused(
+        &["report", b.to_str().unwrap()],
+        "config.toml says model.dropout = 0.2 but checkpoint",
     );
 }

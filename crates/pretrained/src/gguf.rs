@@ -223,9 +223,15 @@ impl LlamaConfig {
             ));
         }
         // (In f32, where the norms add it: 1e-300 would be 0 there; seventh pass, H23.)
-        if !(c.rms_eps > 0.0 && c.rms_eps <= 1.0 && (c.rms_eps as f32) > 0.0) {
+        if !(c.rms_eps > 0.0 && c.rms_eps <= 1.0) {
             return bad(format!(
                 "norm epsilon {} is outside (0, 1]: no model normalises so",
+                crate::number(c.rms_eps)
+            ));
+        }
+        if (c.rms_eps as f32) == 0.0 {
+            return bad(format!(
+                "norm epsilon {} is 0 in f32, where the norms add it: no model normalises so",
                 crate::number(c.rms_eps)
             ));
         }
@@ -579,7 +585,8 @@ impl GgufFile {
         let arch = self.string("general.architecture")?;
         if !GGUF_ARCHITECTURES.contains(&arch.as_str()) {
             return Err(self.error(format!(
-                "general.architecture {arch:?} is not supported (supported: {})",
+                "general.architecture {} is not supported (supported: {})",
+                crate::quoted(&arch),
                 GGUF_ARCHITECTURES.join(", ")
             )));
         }
@@ -752,7 +759,8 @@ impl GgufFile {
                 ))
             }
             (Some(other), _) => Err(self.error(format!(
-                "{type_key} {other:?} is not supported (none, linear)"
+                "{type_key} {} is not supported (none, linear)",
+                crate::quoted(other)
             ))),
         }
     }

@@ -30,14 +30,7 @@ pub const HF_ARCHITECTURES: [&str; 5] = [
 /// transformers' `GPTJConfig` default of `rotary_dim`, read where the key is missing.
 const GPTJ_DEFAULT_ROTARY_DIM: usize = 64;
 
-/// A string from `config.json` as an error message quotes it: escaped, cut after 60
-/// characters (a 5,000-character value is no one-line message; eighth pass, C065).
-fn quoted(text: &str) -> String {
-    let cut: String = text.chars().take(60).collect();
-    let more = if cut.len() < text.len() { "..." } else { "" };
-    // Debug quoting escapes control characters (a message stays one line, no terminal codes).
-    format!("{cut:?}{more}")
-}
+use crate::quoted;
 
 /// A parsed `config.json` and the file it came from, for errors naming both.
 struct ConfigJson {
@@ -440,7 +433,8 @@ fn layer_types(cfg: &ConfigJson) -> Result<Option<Vec<&str>>> {
         .map(|t| match t.as_str() {
             Some("full_attention") => Ok("full_attention"),
             Some(other) => Err(cfg.error(format!(
-                "layer_types names {other:?}: only full_attention is supported"
+                "layer_types names {}: only full_attention is supported",
+                quoted(other)
             ))),
             None => Err(cfg.error(format!("layer_types holds {}, not a string", shown(t)))),
         })

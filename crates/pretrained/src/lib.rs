@@ -146,6 +146,16 @@ pub(crate) fn number(x: f64) -> String {
 
 /// The first line of an error from another crate, escaped ([`escaped`]): candle appends a
 /// backtrace on further lines when `RUST_BACKTRACE` is set.
+/// A string from a model file as an error message quotes it: escaped, cut after 60
+/// characters (a 5,000-character value is no one-line message; eighth pass, C065; ninth
+/// pass, G2-G4).
+pub(crate) fn quoted(text: &str) -> String {
+    let cut: String = text.chars().take(60).collect();
+    let more = if cut.len() < text.len() { "..." } else { "" };
+    // Debug quoting escapes control characters (a message stays one line, no terminal codes).
+    format!("{cut:?}{more}")
+}
+
 pub(crate) fn first_line(error: &impl std::fmt::Display) -> String {
     escaped(error.to_string().lines().next().unwrap_or(""))
 }

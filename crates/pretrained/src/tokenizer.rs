@@ -65,7 +65,8 @@ impl GgufTokenizer {
         }
         if model != "gpt2" {
             return Err(err(&format!(
-                "tokenizer model {model:?} is not the byte-level BPE (gpt2)"
+                "tokenizer model {} is not the byte-level BPE (gpt2)",
+                crate::quoted(&model)
             )));
         }
         for (key, token) in [

@@ -1665,9 +1665,23 @@ fn absurd_rope_bases_and_factors_are_refused_naming_them() {
             Value::F32(1e-30),
             "llama.rope.scaling.factor 1e-30 is not a RoPE scaling factor",
         ),
+        // A 5,000-character string is quoted cut (ninth pass, G2, G4).
+        (
+            "general.architecture",
+            Value::String("y".repeat(5000)),
+            "general.architecture \"yyyy",
+        ),
+        (
+            "llama.rope.scaling.type",
+            Value::String("w".repeat(5000)),
+            "llama.rope.scaling.type \"wwww",
+        ),
     ] {
         let err = refusal(&with_key(dir.path(), key, value), want);
-        assert!(err.contains("bad.gguf") && err.contains(want), "{err}");
+        assert!(
+            err.contains("bad.gguf") && err.contains(want) && err.len() < 400,
+            "{err}"
+        );
     }
     let linear = edited(dir.path(), "bad.gguf", |meta, _| {
         set(

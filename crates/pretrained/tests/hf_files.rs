@@ -812,3 +812,36 @@ fn a_tokenizer_post_processor_is_honoured_or_refused() {
     });
     assert_eq!(load(&cut).unwrap().encode("a b ab").unwrap(), plain);
 }
+
+/// A 5,000-character value is quoted cut, the message one short line; an epsilon that is 0
+/// in f32 is called that, not "outside (0, 1]" (ninth pass, u1_lt, e1, e3).
+#[test]
+fn long_values_are_quoted_short_and_an_underflowing_epsilon_is_named() {
+    let config = std::fs::read_to_string(llama().join("config.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let layers = json["num_hidden_layers"].as_u64().unwrap() as usize;
+    let long = "v".repeat(5000);
+    for (key, value, want) in [
+        (
+            "layer_types",
+            serde_json::json!(vec![long.clone(); layers]),
+            "layer_types names \"vvvv",
+        ),
+        (
+            "rms_norm_eps",
+            serde_json::json!(1e-300),
+            "norm epsilon 1e-300 is 0 in f32",
+        ),
+        (
+            "rms_norm_eps",
+            serde_json::json!(1e-46),
+            "norm epsilon 1e-46 is 0 in f32",
+        ),
+    ] {
+        let mut j = json.clone();
+        j[key] = value;
+        let dir = with_file("config.json", j.to_string().as_bytes());
+        let err = refusal(dir.path(), key);
+        assert!(err.contains(want) && err.len() < 400, "{key}: {err}");
+    }
+}

@@ -58,9 +58,38 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
                 dir.join("report.html").display()
             )));
         }
+        // Tables it holds are named: a `pretrained` table with a damaged header is not
+        // recognised, and the reader should learn which file was passed over (ninth pass, F4c).
+        let mut tables: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".csv") || n.ends_with(".jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        tables.sort();
+        let passed = if tables.is_empty() {
+            String::new()
+        } else {
+            let more = tables.len().saturating_sub(5);
+            tables.truncate(5);
+            format!(
+                "; its table(s) {}{} are none ropelab writes (a changed header, or another \
+                 program's)",
+                tables.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            )
+        };
         return Err(ReportError::Input(format!(
             "{} is not a run, study, sweep or experiment directory (no config.toml, claims.json, \
-             plan.json or experiment tables): nothing to report",
+             plan.json or experiment tables) and holds no `ropelab pretrained` output{passed}: \
+             nothing to report",
             dir.display()
         )));
     }
@@ -1121,6 +1150,10 @@ impl PretrainedFiles {
                 Ok(())
             }
             Some((seen, _)) if *seen == value => Ok(()),
+            Some((seen, first)) if first == origin => Err(ReportError::Input(format!(
+                "{origin}: its rows were measured with two {what} ({seen:?} and {value:?}): \
+                 one table is measured with one setting (a damaged or edited file)"
+            ))),
             Some((seen, first)) => Err(ReportError::Input(format!(
                 "{origin} was measured with {what} {value:?}, but {first} with {seen:?}: one \
                  chart draws one setting (move one file elsewhere)"
@@ -1263,6 +1296,15 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
 }
 
 /// The pretrained model's section, when `dir` holds any `ropelab pretrained` output.
+/// Whether `dir` holds `ropelab pretrained` output and nothing else ropelab makes (no run,
+/// study or sweep): its files, and a report of them, are that model's. Damaged output counts.
+pub fn holds_pretrained_output(dir: &Path) -> bool {
+    match pretrained_files(dir) {
+        Ok(f) => !(f.scores.is_empty() && f.tasks.is_empty() && f.failures.is_empty()),
+        Err(_) => true,
+    }
+}
+
 fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
     let files = pretrained_files(dir)?;
     if files.scores.is_empty() && files.tasks.is_empty() && files.failures.is_empty() {

@@ -297,3 +297,26 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     assert!(err.contains("precision"), "{err}");
     report(&[("a.csv", tasks(4, "f32")), ("b.csv", tasks(6, "f32"))]).expect("one precision");
 }
+
+/// A table the report does not recognise (a `pretrained rope-stats` CSV whose header was
+/// changed) is named in the refusal, not passed over in silence (ninth pass, F4c).
+#[test]
+fn an_unrecognised_table_is_named_when_nothing_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rs.csv"),
+        format!(
+            "layer ,length,position_inversion,position_aliasing,token_inversion,token_aliasing,\
+             mu_empirical,sigma_empirical,format,draws,model\n\
+             0,64,0.1,0.2,0.3,0.01,0,1,f32,100,{MODEL}\n"
+        ),
+    )
+    .unwrap();
+    let err = ropelab_report::report(dir.path(), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("rs.csv") && err.contains("none ropelab writes"),
+        "{err}"
+    );
+}

@@ -51,6 +51,9 @@ pub fn steps_per_second(config: &RunConfig) -> Result<f64> {
         source: e,
     })?;
     let mut c = config.clone();
+    // The cost of a step does not depend on the learning rate, and a job's own rate may
+    // diverge (its run says so, by job): timed at a tame one (ninth pass, w19).
+    c.optim.lr = 1e-3;
     let total = WARMUP_STEPS + TIMED_STEPS + 1;
     c.optim.steps = total;
     c.optim.warmup = c.optim.warmup.min(total);
@@ -83,7 +86,10 @@ pub fn estimate(jobs: &[&Job]) -> Result<Vec<Estimate>> {
             let rate = match measured.get(&key) {
                 Some(&r) => r,
                 None => {
-                    let r = steps_per_second(&j.config)?;
+                    let r = steps_per_second(&j.config).map_err(|e| SweepError::Job {
+                        id: j.id.clone(),
+                        message: format!("timing its training: {e}"),
+                    })?;
                     measured.insert(key, r);
                     r
                 }

@@ -287,10 +287,23 @@ impl RunFiles {
         let mut out = RunFiles::default();
         // The run's identity, which each scores line and lengthgen row names (a file copied
         // from another run is refused, not read as this one's; eighth pass, a164, R002).
-        let identity = ropelab_train::RunDir::open(dir)
-            .ok()
-            .map(|(_, config)| config.identity());
+        let opened = ropelab_train::RunDir::open(dir).ok();
+        let identity = opened.as_ref().map(|(_, config)| config.identity());
+        // A config.toml edited after training changes the identity too: named as the edit it
+        // is (the key and both values), not as files copied from elsewhere (ninth pass, w10).
+        let edited = || -> Option<AnalysisError> {
+            let (run, config) = opened.as_ref()?;
+            let step = run.latest_checkpoint().ok()?;
+            run.check_checkpoint_config(step, config)
+                .err()
+                .map(|e| AnalysisError::Invalid(e.to_string()))
+        };
         let same_run = |path: &Path, line: usize, run: &str| -> Result<()> {
+            if identity.as_deref().is_some_and(|own| own != run) {
+                if let Some(e) = edited() {
+                    return Err(e);
+                }
+            }
             match &identity {
                 // A line without its run (the `run` column removed, or written before lines
                 // named their run) cannot be told apart from another run's (ninth pass).

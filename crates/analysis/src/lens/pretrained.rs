@@ -348,21 +348,21 @@ impl LayerFailureRow {
         if self.length < 3 {
             return Some(format!("{at}: context lengths are at least 3"));
         }
-        // Files from before the settings were recorded have neither (ninth pass, S11).
-        if !self.format.is_empty() || self.draws != 0 {
-            if self
-                .format
-                .parse::<ropelab_theory::format::NumberFormat>()
-                .is_err()
-            {
-                return Some(format!(
-                    "{at}: format {:?} is no number format of ropelab",
-                    self.format.chars().take(20).collect::<String>()
-                ));
-            }
-            if self.draws == 0 {
-                return Some(format!("{at}: draws must be at least 1"));
-            }
+        // Every row names its settings (ninth pass, S11): a row without them cannot be told
+        // from one measured otherwise.
+        if self
+            .format
+            .parse::<ropelab_theory::format::NumberFormat>()
+            .is_err()
+        {
+            return Some(format!(
+                "{at}: format {:?} is no number format of ropelab (a file from before rows \
+                 named their format, or edited: measure again)",
+                self.format.chars().take(20).collect::<String>()
+            ));
+        }
+        if self.draws == 0 {
+            return Some(format!("{at}: draws must be at least 1"));
         }
         if !(self.mu_empirical.is_finite()
             && self.sigma_empirical.is_finite()

@@ -40,8 +40,23 @@ fn own_directory_or_none(dir: &Path, out: &Path, what: &str) -> Result<()> {
     if out.as_os_str() == "-" {
         return Ok(());
     }
+    let dir_resolved = ropelab_io::resolved(dir)?;
+    // A folder of `ropelab pretrained` output has no marker file, but its files (and its
+    // report) are one model's: another directory's page there would replace its report
+    // (ninth pass, F12l).
+    if let Some(parent) = ropelab_io::resolved(out)?.parent() {
+        anyhow::ensure!(
+            parent == dir_resolved
+                || parent.starts_with(&dir_resolved)
+                || !ropelab_report::compose::holds_pretrained_output(parent),
+            "{} lies in {}, which holds `ropelab pretrained` output: its {what} would stand \
+             there as that model's; write it into {} or elsewhere",
+            out.display(),
+            parent.display(),
+            dir.display()
+        );
+    }
     if let Some(owner) = ropelab_io::owning_dir(out)? {
-        let dir_resolved = ropelab_io::resolved(dir)?;
         anyhow::ensure!(
             owner == dir_resolved,
             "{} lies in {}, another ropelab directory than {}: its {what} would stand there as \
