@@ -847,9 +847,73 @@ fn pretrained_commands_take_any_local_rope_model() {
             .collect();
         assert_eq!(layers.into_iter().collect::<Vec<_>>(), ["0", "1"], "{name}");
     }
+    // Another table (or a page) in the way is refused, not replaced, in a folder of pretrained
+    // output too; a run's directory takes no pretrained output (tenth pass, L1-L3, S1).
+    let model = dir.path().join("gptj");
+    let rope_stats = |out: &Path| {
+        ropelab(&[
+            "pretrained",
+            "rope-stats",
+            "--model",
+            model.to_str().unwrap(),
+            "--lengths",
+            "16",
+            "--draws",
+            "5",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let scores = std::fs::read(dir.path().join("gptj.jsonl")).unwrap();
+    assert_one_line_error(
+        &rope_stats(&dir.path().join("gptj.jsonl")),
+        "of another kind",
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("gptj.jsonl")).unwrap(),
+        scores
+    );
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(dir.path().join("gptj.csv"), folder.join("gptj.csv")).unwrap();
+    assert!(ropelab(&["report", folder.to_str().unwrap()])
+        .status
+        .success());
+    let table = std::fs::read(folder.join("gptj.csv")).unwrap();
+    let page = std::fs::read(folder.join("report.html")).unwrap();
+    assert_one_line_error(&rope_stats(&folder.join("report.html")), "of another kind");
+    let out = ropelab(&[
+        "report",
+        folder.to_str().unwrap(),
+        "--out",
+        folder.join("gptj.csv").to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, "of another kind");
+    assert_eq!(std::fs::read(folder.join("gptj.csv")).unwrap(), table);
+    assert_eq!(std::fs::read(folder.join("report.html")).unwrap(), page);
+    let run = dir.path().join("run");
+    let trained = ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "2",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(trained.status.success(), "{}", stderr(&trained));
+    assert_one_line_error(
+        &rope_stats(&run.join("rs.csv")),
+        "`ropelab pretrained` output",
+    );
+    assert!(!run.join("rs.csv").exists());
+    std::fs::copy(dir.path().join("gptj.csv"), run.join("rs.csv")).unwrap();
+    let out = ropelab(&["report", run.to_str().unwrap()]);
+    assert_one_line_error(&out, "is `ropelab pretrained` output inside the run");
     // `--out -`: standard output holds the JSON Lines alone, the summary goes to standard
     // error (eighth pass, W027).
-    let model = dir.path().join("gptj");
     let piped = ropelab(&[
         "pretrained",
         "score",

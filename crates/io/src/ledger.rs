@@ -396,14 +396,16 @@ fn ropelab_dir(path: &Path) -> Option<&Path> {
     })
 }
 
-/// When `path` (absolute) is an existing file inside a ropelab directory (a run, a study, a
-/// sweep, an experiment) and `contents` (when known) is not of the same shape (another
-/// command's output, or another kind of file): what it is. A command rewriting its own file
-/// of the same shape is let through; a TOML file there is never replaced.
+/// When `path` (absolute) is an existing file (inside a ropelab directory or not) and
+/// `contents` (when known) is not of the same shape (another command's output, or another
+/// kind of file), or a new file in a ropelab directory whose contents are not what its name
+/// says: what it is. A command rewriting its own file of the same shape is let through; a
+/// TOML file is never replaced.
 fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
     let name = path.file_name()?.to_string_lossy().into_owned();
-    let dir = ropelab_dir(path)?;
+    let dir = ropelab_dir(path);
     if !path.exists() {
+        let dir = dir?;
         // A new file in a ropelab directory is what its name says: CSV rows are no
         // `scores.jsonl`, whatever the command (fifth pass).
         let extension = name.rsplit_once('.').map_or("", |(_, e)| e);
@@ -416,7 +418,13 @@ fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
     if !path.is_file() {
         return None;
     }
-    let what = format!("the {name} of {}", dir.display());
+    // Outside a ropelab directory too (a folder of `ropelab pretrained` output has no marker
+    // file), an existing file of another shape is another command's output, or the user's:
+    // a page over a table, a table over a page or over another table (tenth pass, L1-L3).
+    let what = match dir {
+        Some(dir) => format!("the {name} of {}", dir.display()),
+        None => "an existing file of another kind".to_owned(),
+    };
     if name.ends_with(".toml") {
         return Some(what);
     }

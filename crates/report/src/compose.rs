@@ -170,10 +170,21 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             }));
         }
         DirKind::Run => {
+            // A pretrained model's output is no part of a run: drawn in its report, it would
+            // stand there as if measured with it (tenth pass, S1).
+            if pretrained.is_some() {
+                let origin = pretrained_files(dir)?
+                    .model
+                    .map_or_else(|| dir.display().to_string(), |(_, first)| first);
+                return Err(ReportError::Input(format!(
+                    "{origin} is `ropelab pretrained` output inside the run {}: a run's report \
+                     draws the run alone (move the file out, and report its folder)",
+                    dir.display()
+                )));
+            }
             let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
             let gamma = configured_gamma(dir)?;
             sections.extend(run_sections("run", "this run", &files, gamma));
-            sections.extend(pretrained);
         }
     }
     sections.push(about);

@@ -377,6 +377,18 @@ impl RunDir {
                 break; // torn by a kill: rewritten below or by the resumed steps
             }
             let value = serde_json::from_str::<serde_json::Value>(line).ok();
+            let line_step = value
+                .as_ref()
+                .and_then(|v| v["step"].as_u64())
+                .ok_or_else(|| {
+                    TrainError::run_dir(
+                        &path,
+                        format!(
+                            "line {} is not a metrics line (a JSON object with a step)",
+                            i + 1
+                        ),
+                    )
+                })? as usize;
             if !own.is_empty() {
                 let run = value.as_ref().and_then(|v| v["run"].as_str()).unwrap_or("");
                 if run != own {
@@ -395,18 +407,6 @@ impl RunDir {
                     ));
                 }
             }
-            let line_step = value
-                .as_ref()
-                .and_then(|v| v["step"].as_u64())
-                .ok_or_else(|| {
-                    TrainError::run_dir(
-                        &path,
-                        format!(
-                            "line {} is not a metrics line (a JSON object with a step)",
-                            i + 1
-                        ),
-                    )
-                })? as usize;
             if line_step <= step {
                 kept.push((line_step, line.to_owned()));
             }

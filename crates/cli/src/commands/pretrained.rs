@@ -190,6 +190,25 @@ impl ModelArg {
     }
 }
 
+/// Refuses an `out` inside a run, sweep or experiment directory: a pretrained model's output
+/// there would stand among that directory's results (its report refuses it; tenth pass, S1).
+/// A study's `pretrained/` folder holds its own model's output and is let through.
+fn outside_runs(out: &std::path::Path) -> Result<()> {
+    if out.as_os_str() == "-" {
+        return Ok(());
+    }
+    if let Some(owner) = ropelab_io::owning_dir(out)? {
+        anyhow::ensure!(
+            ropelab_analysis::StudyDir::new(&owner).is_study(),
+            "{} lies in {}, a run, sweep or experiment directory: `ropelab pretrained` output \
+             belongs in a folder of its own (or a study's pretrained/)",
+            out.display(),
+            owner.display()
+        );
+    }
+    Ok(())
+}
+
 /// Runs a pretrained subcommand.
 pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
     match cmd {
@@ -224,6 +243,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
         PretrainedCommand::IndexTask(a) => {
             super::table_on_stdout(&a.out);
+            outside_runs(&a.out)?;
             super::each_once("--lengths", &a.lengths)?;
             let (model, tokenizer) = a.model.load()?;
             let context = model.config().context_length;
@@ -281,6 +301,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         }
         PretrainedCommand::Tasks(a) => {
             super::table_on_stdout(&a.out);
+            outside_runs(&a.out)?;
             super::each_once("--sizes", &a.sizes)?;
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
@@ -347,6 +368,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
 
 fn score(a: &PretrainedScoreArgs, guard: Guard) -> Result<()> {
     super::table_on_stdout(&a.out);
+    outside_runs(&a.out)?;
     let (model, tokenizer) = a.model.load()?;
     // Estimated from the first prompt: every prompt's patterns of every layer are captured.
     let c = model.config();
@@ -437,6 +459,7 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
         super::each_once("--layers", layers)?;
     }
     super::table_on_stdout(&a.out);
+    outside_runs(&a.out)?;
     super::each_once("--lengths", &a.lengths)?;
     let (model, tokenizer) = a.model.load()?;
     let n = model.config().n_layers;
