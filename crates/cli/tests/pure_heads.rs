@@ -70,3 +70,41 @@ fn pure_heads_finds_each_model_once_and_judges_each_task() {
         "0.7",
     );
 }
+
+/// A run extended after it was scored is counted at its scored checkpoint with that
+/// checkpoint's accuracy, not a later one's (tenth pass, S1); a directory whose only run cannot
+/// be read says why (U1).
+#[test]
+fn a_model_is_counted_at_the_step_it_was_scored() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("runs/a");
+    let path = run.to_str().unwrap();
+    // Seed 1: validation accuracy 0.015625 at step 20, 0 at step 30.
+    ok(common::train_tiny("number", "20", &run, &["--seed", "1"]));
+    ok(ropelab(&["score", "--run", path, "--samples", "8"]));
+    ok(ropelab(&["train", "--resume", "--steps", "30", "--out", path]));
+    let runs = dir.path().join("runs");
+    ok(ropelab(&["pure-heads", "--dir", runs.to_str().unwrap()]));
+    let csv = std::fs::read_to_string(runs.join("pure_heads.csv")).unwrap();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(row[2], "20", "{csv}");
+    // The validation accuracy logged at step 20.
+    let log = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let at_20: serde_json::Value = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["step"] == 20 && v.get("val").is_some())
+        .unwrap();
+    let want = at_20["val"]["accuracy"].as_f64().unwrap();
+    assert_eq!(want, 0.015625, "the seed no longer tells the steps apart");
+    assert_eq!(row[7].parse::<f64>().unwrap(), want, "{csv}");
+    assert_eq!(row[8], "false", "{csv}");
+    // Its log replaced by another run's: refused, and the reason is given.
+    let other = dir.path().join("other");
+    ok(common::train_tiny("number", "20", &other, &["--seed", "5"]));
+    std::fs::copy(other.join("metrics.jsonl"), run.join("metrics.jsonl")).unwrap();
+    refused(
+        &["pure-heads", "--dir", runs.to_str().unwrap()],
+        "was measured on another run",
+    );
+}

@@ -31,6 +31,8 @@ pub struct RunFiles {
     pub steps: usize,
     /// Test accuracy of the last checkpoint (`eval/step-S-extra-0.json`).
     pub test: Option<Accuracy>,
+    /// The step `test` was measured at (the latest with a full test evaluation).
+    pub test_step: Option<usize>,
     /// `lengthgen.csv`.
     pub lengths: Vec<LengthRow>,
     /// `attention/*.json`, in file-name order.
@@ -375,6 +377,7 @@ impl RunFiles {
                 best = Some((f.step, accuracy));
             }
         }
+        out.test_step = best.as_ref().map(|b| b.0);
         out.test = best.map(|b| b.1);
         let lengths = dir.join("lengthgen.csv");
         if wanted("lengthgen.csv")? {

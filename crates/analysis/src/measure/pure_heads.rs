@@ -100,16 +100,29 @@ pub fn model_row(dir: &Path, name: &str, gamma: Gamma) -> Result<Option<ModelRow
         return Ok(None);
     }
     let files = RunFiles::load(dir)?;
-    Ok(row_of(&files, &task, name, gamma))
+    let row = row_of(&files, &task, name, gamma);
+    if row.is_none() {
+        if let Some(last) = files.scores.iter().map(|l| l.step).max() {
+            return Err(AnalysisError::Invalid(format!(
+                "{}: no test or validation accuracy at step {last}, its last scored checkpoint \
+                 (score the latest checkpoint, or evaluate this one)",
+                dir.display()
+            )));
+        }
+    }
+    Ok(row)
 }
 
 /// One model's row from its files (None without scores or an accuracy).
 pub fn row_of(files: &RunFiles, task: &str, name: &str, gamma: Gamma) -> Option<ModelRow> {
     let last = files.scores.iter().map(|l| l.step).max()?;
-    let accuracy = match (&files.test, files.val.last()) {
-        (Some(t), _) => (t.accuracy, true),
-        (None, Some((_, v))) => (v.accuracy, false),
-        (None, None) => return None,
+    // The accuracy of the checkpoint whose heads are counted: a run extended after it was
+    // scored has later evaluations, which belong to other weights (tenth pass, S1).
+    let val_at_last = files.val.iter().rev().find(|(s, _)| *s == last);
+    let accuracy = match (&files.test, val_at_last) {
+        (Some(t), _) if files.test_step == Some(last) => (t.accuracy, true),
+        (_, Some((_, v))) => (v.accuracy, false),
+        _ => return None,
     };
     // The pure counts of every checkpoint, in step order.
     let shares = pure_counts(&files.scores, gamma);

@@ -42,12 +42,29 @@ pub fn run(args: PureHeadsArgs) -> Result<()> {
         "{}: no such directory",
         args.dir.display()
     );
+    // A file a ledger lists is refused before the work, not after it (tenth pass).
+    if let Some(out) = &args.out {
+        ropelab_io::refuse_listed(out, None)?;
+    }
     let found = collect(&args.dir, args.gamma)?;
-    anyhow::ensure!(
-        !found.rows.is_empty(),
-        "{}: no scored number or letter run found (a folder with config.toml and scores.jsonl)",
-        args.dir.display()
-    );
+    if found.rows.is_empty() {
+        // Runs that were found but not read say why (tenth pass, U1).
+        if let Some((run, why)) = found.skipped.first() {
+            anyhow::bail!(
+                "{}: no run could be read; {run}: {why}{}",
+                args.dir.display(),
+                match found.skipped.len() - 1 {
+                    0 => String::new(),
+                    n => format!(" (and {n} more not read)"),
+                }
+            );
+        }
+        anyhow::bail!(
+            "{}: no scored number or letter run found (a folder with config.toml and \
+             scores.jsonl)",
+            args.dir.display()
+        );
+    }
     let mut table = Table::new(&[
         ("run", Left),
         ("task", Left),
