@@ -82,7 +82,9 @@ fn a_model_is_counted_at_the_step_it_was_scored() {
     // Seed 1: validation accuracy 0.015625 at step 20, 0 at step 30.
     ok(common::train_tiny("number", "20", &run, &["--seed", "1"]));
     ok(ropelab(&["score", "--run", path, "--samples", "8"]));
-    ok(ropelab(&["train", "--resume", "--steps", "30", "--out", path]));
+    ok(ropelab(&[
+        "train", "--resume", "--steps", "30", "--out", path,
+    ]));
     let runs = dir.path().join("runs");
     ok(ropelab(&["pure-heads", "--dir", runs.to_str().unwrap()]));
     let csv = std::fs::read_to_string(runs.join("pure_heads.csv")).unwrap();

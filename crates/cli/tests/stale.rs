@@ -1173,6 +1173,28 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         "--out".into(),
         path(&dir.path().join("bias")),
     ]);
+    // A study and its byte copy: the same models counted twice, refused before any training
+    // (tenth pass, S2).
+    let copy = dir.path().join("study-copy");
+    let copied = std::process::Command::new("cp")
+        .args(["-r", st, copy.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    common::refused(
+        &[
+            "bias",
+            "--quick",
+            "--study",
+            st,
+            "--study",
+            copy.to_str().unwrap(),
+            "--out",
+            &path(&dir.path().join("bias-copy")),
+        ],
+        "holds the same final weights as",
+    );
+    assert!(!dir.path().join("bias-copy").exists());
     let metrics = std::fs::read(run.join("metrics.jsonl")).unwrap();
     for case in &cases {
         let args: Vec<&str> = case.iter().map(String::as_str).collect();

@@ -200,7 +200,7 @@ pub struct Collected {
 
 /// The identity of a run's weights at `step`: the SHA-256 of that checkpoint's
 /// `model.safetensors` recorded in its manifest, or None without one.
-fn weights_id(run: &Path, step: usize) -> Result<Option<String>> {
+pub fn weights_id(run: &Path, step: usize) -> Result<Option<String>> {
     let path = ropelab_train::RunDir::new(run)
         .checkpoint_dir(step)
         .join("manifest.json");

@@ -296,6 +296,9 @@ impl Experiment {
                 study.display()
             );
         }
+        // The studies' models are read now too, before any training: a model copied in from
+        // another study, or a study given beside its copy, is refused up front (tenth pass).
+        transfer::studies_points(&self.studies)?;
         Ok(())
     }
 
@@ -506,9 +509,7 @@ pub fn run(
     if let Some(t) = &experiment.transfer {
         let movers = transfer::movers(experiment, &o.mechanisms);
         let mut stage = transfer::run(experiment, t, &movers, out, parallel, progress)?;
-        for study in &experiment.studies {
-            stage.study.extend(transfer::study_points(study)?);
-        }
+        stage.study = transfer::studies_points(&experiment.studies)?;
         o.transfer = Some(stage);
     }
     Ok(o)

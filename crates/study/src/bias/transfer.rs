@@ -294,6 +294,9 @@ pub struct StudyPoint {
     pub test_accuracy: Option<f64>,
     /// Its pure-head share and accuracy, for the association claim (None without them).
     pub pure: Option<ModelRow>,
+    /// The SHA-256 of its latest checkpoint's weights (None without a manifest): a copy of a
+    /// study given beside it would count the same models twice.
+    pub weights: Option<String>,
 }
 
 /// Trains (or reuses) every transfer run in `out/transfer/...`, measures each, and writes
@@ -352,6 +355,29 @@ pub fn run(
     Ok(o)
 }
 
+/// The points of every study of `studies` ([`study_points`]): a model found twice (a study
+/// given beside its own copy) is refused, not counted twice in the claims' model counts (tenth
+/// pass, S2).
+pub fn studies_points(studies: &[PathBuf]) -> Result<Vec<StudyPoint>> {
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    let mut out = vec![];
+    for study in studies {
+        for point in study_points(study)? {
+            let name = format!("{}/seed-{}/{}", point.study, point.seed, point.task);
+            if let Some(weights) = &point.weights {
+                if let Some(first) = seen.insert(weights.clone(), name.clone()) {
+                    anyhow::bail!(
+                        "{name} holds the same final weights as {first}: a copy of a study \
+                         would count its models twice (give each study once)"
+                    );
+                }
+            }
+            out.push(point);
+        }
+    }
+    Ok(out)
+}
+
 /// The discrepancy points of a study's number and letter models (every seed; for a study of
 /// several head counts, every count's), for the claim's rank correlation.
 pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
@@ -390,6 +416,12 @@ pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
                     first_below: p.first_below,
                     test_accuracy: files.test.as_ref().map(|a| a.accuracy),
                     pure: row_of(&files, task.as_str(), &model.display().to_string(), GAMMA),
+                    weights: match ropelab_train::RunDir::new(&model).latest_checkpoint() {
+                        Ok(step) => {
+                            ropelab_analysis::measure::pure_heads::weights_id(&model, step)?
+                        }
+                        Err(_) => None,
+                    },
                 });
             }
         }
