@@ -97,6 +97,8 @@ fn commands_that_would_exhaust_memory_are_refused_up_front() {
         vec!["hops", "--run", &run, "--n", "1000000000"],
         vec!["hops", "--hand", "doubling", "--n", "1000000000"],
         vec!["probe", "--run", &run, "--n", "1000000000"],
+        // The layer sets' samples (tenth pass, S3).
+        vec!["probe", "--run", &run, "--set-samples", "1000000000000"],
         vec!["bench", "train", "--seq", "1000000"],
         vec!["bench", "rope", "--m", "10000000000"],
         vec!["bench", "rope", "--h", "1000000000"],

@@ -85,6 +85,12 @@ fn identity(b: usize, heads: usize, t: usize, device: &Device) -> Result<Tensor>
         .contiguous()?)
 }
 
+/// How many layer sets [`layer_sets`] runs on a model of `layers` layers answering up to
+/// `max_hop` hops (each one forward over every sample), for the estimate made before.
+pub fn set_count(layers: usize, max_hop: usize) -> usize {
+    sets(layers, max_hop.saturating_sub(1).min(layers)).len()
+}
+
 /// Every set of fewer moving layers than `max_hop` (the largest hop count the model answers)
 /// on `data`, each other layer held: accuracy per hop count; `progress(done, total)` after each
 /// set. A trained model should come [`ropelab_model::GptJ::frozen`].

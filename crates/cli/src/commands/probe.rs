@@ -66,6 +66,19 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
             format!("the residual streams of {n} samples"),
         )
         .memory(bytes(&[n, len, 16]), format!("the ids of {n} samples"));
+    // The layer sets: one forward over --set-samples samples per set (tenth pass, S3).
+    let sets = args.set_samples as usize;
+    let max_hop = config.layout.hops.iter().copied().max().unwrap_or(1);
+    let count = ropelab_analysis::measure::layer_sets::set_count(m.n_layers, max_hop);
+    let need = need
+        .compute(
+            forward_flops(m, sets, len).saturating_mul(count as u64),
+            format!("{count} layer sets over {sets} samples each"),
+        )
+        .memory(
+            bytes(&[sets, len, 16]),
+            format!("the ids of {sets} layer-set samples"),
+        );
     guard.check("probe", &need)?;
     // The two tables go to two files.
     let probes_out = args
@@ -115,7 +128,6 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
     let probes_seconds = start.elapsed().as_secs_f64();
 
     let start = Instant::now();
-    let sets = args.set_samples as usize;
     let bar = progress(0, "layer sets");
     let (step, set_rows) = layer_sets_run(&args.run, sets, args.memory, &Device::Cpu, |d, t| {
         bar.set_length(t as u64);
