@@ -336,3 +336,37 @@ fn another_runs_measurements_are_refused() {
         "config.toml says model.dropout = 0.2 but checkpoint",
     );
 }
+
+/// A temperature whose reciprocal overflows (a subnormal tau) is refused, not scored into a
+/// table of NaN, and `score` never writes a line its readers would refuse (tenth pass, S4, U3).
+#[test]
+fn a_tau_with_no_reciprocal_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    ok(common::train_tiny("number", "4", &run, &[]));
+    let r = run.to_str().unwrap();
+    for tau in ["1e-320", "inf", "0", "-1e-3"] {
+        common::refused(
+            &[
+                "score",
+                "--run",
+                r,
+                "--samples",
+                "4",
+                &format!("--tau={tau}"),
+            ],
+            "tau must be finite and at least",
+        );
+    }
+    assert!(!run.join("scores.jsonl").exists());
+    ok(ropelab(&[
+        "score",
+        "--run",
+        r,
+        "--samples",
+        "4",
+        "--tau",
+        "1e-300",
+    ]));
+    ok(ropelab(&["report", r]));
+}

@@ -51,13 +51,15 @@ impl Tau {
     /// more than about 1e-4).
     pub const DEFAULT: Tau = Tau(1e-4);
 
-    /// A temperature; an error unless `tau` is positive and finite.
+    /// A temperature; an error unless `tau` is finite and at least the smallest normal f64
+    /// (below it, 1 / tau overflows and every score is NaN; tenth pass, S4).
     pub fn new(tau: f64) -> Result<Self, AnalysisError> {
-        if tau.is_finite() && tau > 0.0 {
+        if tau.is_finite() && tau >= f64::MIN_POSITIVE {
             Ok(Tau(tau))
         } else {
             Err(AnalysisError::Invalid(format!(
-                "tau must be positive, got {tau}"
+                "tau must be finite and at least {:e} (the smallest normal f64), got {tau:e}",
+                f64::MIN_POSITIVE
             )))
         }
     }

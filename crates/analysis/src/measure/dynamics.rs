@@ -273,6 +273,13 @@ pub fn score_run(
     }
     progress(steps.len(), steps.len());
     normalise_entropy(&mut lines);
+    // What the readers would refuse (a NaN score, say) is not written (tenth pass, U3).
+    if let Some(why) = lines.iter().find_map(HeadStep::defect) {
+        return Err(AnalysisError::Invalid(format!(
+            "{}: the scores are not numbers a reader accepts ({why}); nothing was written",
+            root.display()
+        )));
+    }
 
     let path = options
         .out
