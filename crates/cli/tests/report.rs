@@ -370,3 +370,35 @@ fn a_tau_with_no_reciprocal_is_refused() {
     ]));
     ok(ropelab(&["report", r]));
 }
+
+/// The length test of a run extended after it was measured is drawn with its step and marked
+/// as older than the run, in the report and in `plot length` (tenth pass, S5).
+#[test]
+fn a_length_test_older_than_the_run_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let r = run.to_str().unwrap();
+    ok(common::train_tiny("number", "10", &run, &[]));
+    ok(ropelab(&["lengthgen", "--run", r, "--extras", "0,4", "--n", "4"]));
+    ok(ropelab(&["report", r]));
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(page.contains("at step 10") && !page.contains("older than"));
+    ok(ropelab(&["train", "--resume", "--steps", "20", "--out", r]));
+    ok(ropelab(&["report", r]));
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(
+        page.contains("at step 10, older than the run") && page.contains("latest step 20"),
+        "the stale length test is not marked"
+    );
+    let svg = dir.path().join("length.svg");
+    ok(ropelab(&[
+        "plot",
+        "length",
+        "--dir",
+        r,
+        "--out",
+        svg.to_str().unwrap(),
+    ]));
+    let figure = std::fs::read_to_string(&svg).unwrap();
+    assert!(figure.contains("older than"), "{figure}");
+}

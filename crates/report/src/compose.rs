@@ -814,6 +814,25 @@ fn seeds_section(files: &StudyFiles, gamma: Gamma) -> Section {
     s
 }
 
+/// `, older than the run's latest step L` when `step` is before `latest` (a run extended
+/// after it was measured), else nothing (tenth pass, S5).
+fn stale_note(step: usize, latest: usize) -> String {
+    if step < latest {
+        format!(", older than the run's latest step {latest} (the run was extended after it was measured)")
+    } else {
+        String::new()
+    }
+}
+
+/// The length test's title: the run and the checkpoint it was measured at, marked when a later
+/// checkpoint exists (tenth pass, S5).
+fn length_title(title: &str, files: &RunFiles) -> String {
+    match files.lengths.iter().map(|r| r.step).max() {
+        Some(step) => format!("{title} at step {step}{}", stale_note(step, files.steps)),
+        None => title.to_owned(),
+    }
+}
+
 /// Learning dynamics, purity, length generalisation, attention and (number models) the hop map
 /// of one run.
 fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Section> {
@@ -822,9 +841,12 @@ fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Se
         format!("{title}: learning dynamics"),
     );
     if let Some(test) = &files.test {
+        let step = files.test_step.unwrap_or_default();
         dynamics.text(&format!(
-            "Test accuracy of the last checkpoint: {:.4} on {} samples.",
-            test.accuracy, test.n
+            "Test accuracy at step {step}{}: {:.4} on {} samples.",
+            stale_note(step, files.steps),
+            test.accuracy,
+            test.n
         ));
     }
     if files.scores.is_empty() {
@@ -847,9 +869,11 @@ fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Se
     if files.lengths.is_empty() {
         length.not_run("lengthgen.csv is missing (run `ropelab lengthgen`)");
     } else {
+        let title = length_title(title, files);
+        length.text(&format!("Measured on {title}."));
         length.figures(&[
-            figures::accuracy_vs_length(&files.lengths, title),
-            figures::margins_vs_length(&files.lengths, title),
+            figures::accuracy_vs_length(&files.lengths, &title),
+            figures::margins_vs_length(&files.lengths, &title),
         ]);
     }
     let mut attention = Section::new(
@@ -1523,7 +1547,7 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
         PlotKind::Length => {
             need("lengthgen.csv")?;
             let files = RunFiles::load(dir).map_err(ReportError::from_display)?;
-            figures::accuracy_vs_length(&files.lengths, &title)
+            figures::accuracy_vs_length(&files.lengths, &length_title(&title, &files))
         }
         PlotKind::DiscrepancyIndex | PlotKind::DiscrepancyRetrieval => {
             let (file, name, mechanism) = if kind == PlotKind::DiscrepancyIndex {
