@@ -16,7 +16,8 @@ pub const DIGITS: usize = 16;
 /// SmolLM2-135M without a path (fetched into the cache first if needed):
 /// `NAME sha256:PREFIX`, where NAME is the file or directory name and PREFIX the first
 /// [`DIGITS`] hex digits of the SHA-256 of the bytes the model is read from. For a directory
-/// those are `config.json`, `tokenizer.json`, the safetensors index and every
+/// those are `config.json`, `tokenizer.json`, `tokenizer_config.json`, the safetensors index
+/// and every
 /// `*.safetensors` file, each preceded by its name and length, in name order: two
 /// directories with the same name but other weights get other identities. Every byte is
 /// read once more.
@@ -45,6 +46,7 @@ pub fn model_identity(path: Option<&Path>) -> Result<String> {
                 p.is_file()
                     && (n == "config.json"
                         || n == "tokenizer.json"
+                        || n == "tokenizer_config.json"
                         || n.ends_with(".safetensors")
                         || n.ends_with(".safetensors.index.json"))
             })

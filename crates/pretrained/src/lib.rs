@@ -109,6 +109,7 @@ pub fn load_model(
             ));
         }
         let tokenizer = tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?;
+        tokenizer.check_config(&path.join("tokenizer_config.json"))?;
         tokenizer.check_ids(model.config().vocab_size, &file)?;
         tokenizer
     } else {

@@ -348,6 +348,50 @@ impl GgufTokenizer {
         Ok(true)
     }
 
+    /// Refuses a `tokenizer_config.json` (at `path`, when there is one) whose `add_bos_token`
+    /// or `add_eos_token` asks for other special tokens than `tokenizer.json` adds:
+    /// `transformers` rebuilds the post-processor from those flags (Llama's fast tokenizer), so
+    /// it would tokenize a prompt otherwise than ropelab reads it (tenth pass, S2). An
+    /// `add_eos_token` that is true is refused as a trailing token in the post-processor is.
+    pub fn check_config(&self, path: &std::path::Path) -> Result<()> {
+        let failed = |m: String| PretrainedError::Tokenizer(format!("{}: {m}", path.display()));
+        if !crate::hf::regular_file(path)? {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| failed(crate::first_line(&e)))?;
+        let flag = |key: &str| -> Result<Option<bool>> {
+            match json.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::Bool(b)) => Ok(Some(*b)),
+                Some(v) => Err(failed(format!(
+                    "{key} is {}, not true or false",
+                    crate::hf::shown_json(v)
+                ))),
+            }
+        };
+        if flag("add_eos_token")? == Some(true) {
+            return Err(failed(
+                "add_eos_token is true: transformers would end every prompt with EOS, and a \
+                 prompt followed by its answer would not begin with the prompt's tokens \
+                 (ropelab scores continuations)"
+                    .into(),
+            ));
+        }
+        if let Some(bos) = flag("add_bos_token")? {
+            if bos != self.special {
+                return Err(failed(format!(
+                    "add_bos_token is {bos}, but tokenizer.json's post_processor {} a token \
+                     before every text: transformers would tokenize prompts otherwise than \
+                     ropelab reads them (make the two files agree)",
+                    if self.special { "adds" } else { "adds no" }
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a tokenizer that can produce an id at or beyond the model's `vocab_size` (an
     /// embedding row the model lacks), naming `path`: otherwise only a prompt that uses such a
     /// token would fail.

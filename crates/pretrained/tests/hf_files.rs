@@ -845,3 +845,33 @@ fn long_values_are_quoted_short_and_an_underflowing_epsilon_is_named() {
         assert!(err.contains(want) && err.len() < 400, "{key}: {err}");
     }
 }
+
+/// `tokenizer_config.json` flags that would make transformers tokenize otherwise than
+/// `tokenizer.json` says (BOS asked where the post-processor adds none, any EOS) are refused
+/// naming the file; flags that agree load; the file is part of the model's identity (tenth
+/// pass, S2).
+#[test]
+fn tokenizer_config_flags_must_agree_with_the_tokenizer() {
+    let dir = with_file("tokenizer_config.json", b"{\"add_bos_token\": false}");
+    load_model(Some(dir.path()), &Device::Cpu).expect("flags that agree");
+    let first = ropelab_pretrained::identity::model_identity(Some(dir.path())).unwrap();
+    for (text, want) in [
+        ("{\"add_bos_token\": true}", "add_bos_token is true"),
+        (
+            "{\"add_bos_token\": false, \"add_eos_token\": true}",
+            "add_eos_token is true",
+        ),
+        ("{\"add_bos_token\": \"yes\"}", "not true or false"),
+        ("{not json", "tokenizer_config.json"),
+    ] {
+        std::fs::write(dir.path().join("tokenizer_config.json"), text).unwrap();
+        let err = refusal(dir.path(), text);
+        assert!(
+            err.contains("tokenizer_config.json") && err.contains(want),
+            "{text}: {err}"
+        );
+    }
+    std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
+    let second = ropelab_pretrained::identity::model_identity(Some(dir.path())).unwrap();
+    assert_ne!(first, second);
+}
