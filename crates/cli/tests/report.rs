@@ -379,7 +379,15 @@ fn a_length_test_older_than_the_run_says_so() {
     let run = dir.path().join("run");
     let r = run.to_str().unwrap();
     ok(common::train_tiny("number", "10", &run, &[]));
-    ok(ropelab(&["lengthgen", "--run", r, "--extras", "0,4", "--n", "4"]));
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        r,
+        "--extras",
+        "0,4",
+        "--n",
+        "4",
+    ]));
     ok(ropelab(&["report", r]));
     let page = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(page.contains("at step 10") && !page.contains("older than"));

@@ -1375,6 +1375,33 @@ fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
     if files.failures.is_empty() {
         s.not_run("no `pretrained rope-stats` output");
     } else {
+        // What the rates were measured with, and which lengths the model never attended over
+        // (tenth pass, S3).
+        let first = &files.failures[0];
+        let mut text = format!(
+            "RoPE failure rates measured in {} with {} draws per layer and length.",
+            first.format, first.draws
+        );
+        let context = files.failures.iter().map(|r| r.context).max().unwrap_or(0);
+        let mut beyond: Vec<usize> = files
+            .failures
+            .iter()
+            .filter(|r| context > 0 && r.length > context)
+            .map(|r| r.length)
+            .collect();
+        beyond.sort_unstable();
+        beyond.dedup();
+        if !beyond.is_empty() {
+            let lengths: Vec<String> = beyond.iter().map(usize::to_string).collect();
+            text.push_str(&format!(
+                " M = {} lie beyond the model's context of {context} tokens: an extrapolation \
+                 (q and k rotated to distances the model never attended over).",
+                lengths.join(", ")
+            ));
+        } else if context == 0 {
+            text.push_str(" The files do not record the model's context length.");
+        }
+        s.text(&text);
         svgs.extend(Rate::ALL.map(|r| pretrained::model_failures(&files.failures, r)));
     }
     s.figures(&svgs);

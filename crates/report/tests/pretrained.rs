@@ -129,6 +129,7 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
                 token_aliasing: 0.01,
                 mu_empirical: 0.0,
                 sigma_empirical: 1.0,
+                context: 1024,
                 format: "f32".into(),
                 draws: 100,
                 model: MODEL.into(),
@@ -318,5 +319,31 @@ fn an_unrecognised_table_is_named_when_nothing_is_reported() {
     assert!(
         err.contains("rs.csv") && err.contains("none ropelab writes"),
         "{err}"
+    );
+}
+
+/// The report says in what format and with how many draws the failure rates were measured,
+/// and which lengths lie beyond the model's context (tenth pass, S3).
+#[test]
+fn rope_statistics_beyond_the_context_are_called_an_extrapolation() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rs.csv"),
+        format!(
+            "layer,length,position_inversion,position_aliasing,token_inversion,token_aliasing,\
+             mu_empirical,sigma_empirical,context,format,draws,model\n\
+             0,64,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n\
+             0,512,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n"
+        ),
+    )
+    .unwrap();
+    let page = ropelab_report::report(dir.path(), "test").unwrap();
+    assert!(
+        page.contains("measured in bf16 with 7 draws"),
+        "no settings"
+    );
+    assert!(
+        page.contains("M = 512 lie beyond the model") && page.contains("context of 128 tokens"),
+        "no extrapolation note"
     );
 }

@@ -315,6 +315,10 @@ pub struct LayerFailureRow {
     /// Empirical standard deviation of the scores.
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub sigma_empirical: f64,
+    /// The model's context length (0 in files written before it was recorded): an M beyond
+    /// it is an extrapolation, which the report says (tenth pass, S3).
+    #[serde(default)]
+    pub context: usize,
     /// Number format of the aliasing events (`f64`, `f32`, `bf16`, ...; empty in files
     /// written before it was recorded).
     #[serde(default)]
@@ -377,8 +381,9 @@ impl LayerFailureRow {
         None
     }
 
-    fn new(layer: usize, r: &FailureRow, options: &ModelRopeOptions) -> Self {
+    fn new(layer: usize, r: &FailureRow, options: &ModelRopeOptions, context: usize) -> Self {
         Self {
+            context,
             layer,
             length: r.length,
             position_inversion: r.position_inversion,
@@ -504,7 +509,7 @@ pub fn model_rope_failures(
             rows.extend(
                 failure_rows(&draws, &freqs, c.rope_base, &[m], options.format)
                     .iter()
-                    .map(|r| LayerFailureRow::new(layer, r, options)),
+                    .map(|r| LayerFailureRow::new(layer, r, options, c.context_length)),
             );
         }
     }
