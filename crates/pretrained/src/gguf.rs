@@ -634,6 +634,17 @@ impl GgufFile {
         }
         let d_head = match self.optional_positive(&key("attention.key_length"))? {
             Some(k) => k,
+            // Without a key length a head is d_model / heads wide: heads that do not divide
+            // the width are named as such (tenth pass, G24b).
+            None if d_model % n_heads != 0 => {
+                return Err(self.error(format!(
+                    "{} {d_model} is not divisible by {} {n_heads} (and no {} gives the head \
+                     size)",
+                    key("embedding_length"),
+                    key("attention.head_count"),
+                    key("attention.key_length")
+                )))
+            }
             None => d_model / n_heads,
         };
         if let Some(v) = self.optional_positive(&key("attention.value_length"))? {

@@ -61,6 +61,12 @@ impl ConfigJson {
     }
 
     fn usize(&self, key: &str) -> Result<usize> {
+        // A required key has no default to fall back on (tenth pass, n4, n7).
+        if self.json.get(key).is_some_and(Value::is_null) {
+            return Err(self.error(format!(
+                "{key} is null: give an unsigned integer (the key is required)"
+            )));
+        }
         self.present(key)?
             .ok_or_else(|| self.error(format!("key {key} is missing")))?
             .as_u64()

@@ -28,6 +28,8 @@ pub struct GgufTokenizer {
     /// every text (a Hugging Face `tokenizer.json` whose template adds BOS, as Llama 3's does;
     /// `transformers` adds them by default).
     special: bool,
+    /// The ids the post-processor puts before every text (empty without them).
+    leading: Vec<u32>,
 }
 
 impl GgufTokenizer {
@@ -115,20 +117,39 @@ impl GgufTokenizer {
                 TOKEN_TYPES.end()
             ));
         }
-        let merges = file
-            .strings("tokenizer.ggml.merges")?
-            .into_iter()
-            .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                    .ok_or_else(|| err(&format!("merge {m:?} is not two tokens")))
-            })
-            .collect::<Result<Vec<_>>>()?;
         let vocab: Vocab = tokens
             .iter()
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
+        // A merge of a token the vocabulary lacks is named with its key and index, not left
+        // to the tokenizers crate's "Token `x` out of vocabulary" (tenth pass, G36).
+        let merges = file
+            .strings("tokenizer.ggml.merges")?
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let (a, b) = m.split_once(' ').ok_or_else(|| {
+                    err(&format!(
+                        "tokenizer.ggml.merges[{i}] {} is not two tokens",
+                        crate::quoted(&m)
+                    ))
+                })?;
+                let merged = format!("{a}{b}");
+                if let Some(missing) = [a, b, merged.as_str()]
+                    .into_iter()
+                    .find(|t| !vocab.contains_key(*t))
+                {
+                    return Err(err(&format!(
+                        "tokenizer.ggml.merges[{i}] {} names {}, which is not a token of \
+                         tokenizer.ggml.tokens",
+                        crate::quoted(&m),
+                        crate::quoted(missing)
+                    )));
+                }
+                Ok((a.to_owned(), b.to_owned()))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .build()
@@ -180,6 +201,7 @@ impl GgufTokenizer {
             inner,
             eos: ids[0].map(|e| e as u32),
             special: false,
+            leading: vec![],
         })
     }
 
@@ -296,11 +318,12 @@ impl GgufTokenizer {
                 )));
             }
         }
-        let special = Self::leading_special(&mut inner, path)?;
+        let leading = Self::leading_special(&mut inner, path)?;
         Ok(Self {
             inner,
             eos,
-            special,
+            special: !leading.is_empty(),
+            leading,
         })
     }
 
@@ -310,7 +333,7 @@ impl GgufTokenizer {
     /// would no longer begin with the prompt's own tokens, and ropelab scores continuations.
     /// A truncation or padding setting is dropped: `transformers` applies neither unless a
     /// call asks for it, and either would change a prompt silently.
-    fn leading_special(inner: &mut Tokenizer, path: &std::path::Path) -> Result<bool> {
+    fn leading_special(inner: &mut Tokenizer, path: &std::path::Path) -> Result<Vec<u32>> {
         let failed = |m: String| PretrainedError::Tokenizer(format!("{}: {m}", path.display()));
         inner
             .with_truncation(None)
@@ -326,7 +349,7 @@ impl GgufTokenizer {
         };
         let (plain, with) = (ids(false)?, ids(true)?);
         if plain == with {
-            return Ok(false);
+            return Ok(vec![]);
         }
         let at = (0..=with.len().saturating_sub(plain.len()))
             .find(|&i| with[i..].starts_with(&plain))
@@ -345,7 +368,7 @@ impl GgufTokenizer {
                  tokens; remove them from the template (keep the ones before $A)"
             )));
         }
-        Ok(true)
+        Ok(with[..at].to_vec())
     }
 
     /// Refuses a `tokenizer_config.json` (at `path`, when there is one) whose `add_bos_token`
@@ -396,6 +419,14 @@ impl GgufTokenizer {
     /// embedding row the model lacks), naming `path`: otherwise only a prompt that uses such a
     /// token would fail.
     pub fn check_ids(&self, vocab_size: usize, path: &std::path::Path) -> Result<()> {
+        // The post-processor's own ids are none of the vocabulary's (tenth pass, T2oov).
+        if let Some(&id) = self.leading.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(PretrainedError::Tokenizer(format!(
+                "{}: post_processor puts id {id} before every text, beyond the model's \
+                 vocabulary of {vocab_size}",
+                path.display()
+            )));
+        }
         let vocab = self.inner.get_vocab(true);
         if let Some((token, &id)) = vocab.iter().max_by_key(|(_, &id)| id) {
             if id as usize >= vocab_size {

@@ -1676,6 +1676,18 @@ fn absurd_rope_bases_and_factors_are_refused_naming_them() {
             Value::String("w".repeat(5000)),
             "llama.rope.scaling.type \"wwww",
         ),
+        // Heads that do not divide the width, and a merge of unknown tokens, named as such
+        // (tenth pass, G24b, G36).
+        (
+            "llama.attention.head_count",
+            Value::U32(3),
+            "llama.embedding_length 32 is not divisible by llama.attention.head_count 3",
+        ),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(vec![Value::String("QQ WW".into())]),
+            "tokenizer.ggml.merges[0] \"QQ WW\" names \"QQ\"",
+        ),
     ] {
         let err = refusal(&with_key(dir.path(), key, value), want);
         assert!(

@@ -811,6 +811,16 @@ fn a_tokenizer_post_processor_is_honoured_or_refused() {
         "pad_id": 0, "pad_type_id": 0, "pad_token": "<|endoftext|>"
     });
     assert_eq!(load(&cut).unwrap().encode("a b ab").unwrap(), plain);
+
+    // A special id beyond the model's vocabulary is named at load (tenth pass, T2oov).
+    let mut beyond = bos.clone();
+    beyond["post_processor"]["special_tokens"]["<|endoftext|>"]["ids"] = serde_json::json!([999]);
+    let dir = with_file("tokenizer.json", beyond.to_string().as_bytes());
+    let err = refusal(dir.path(), "a special id beyond the vocabulary");
+    assert!(
+        err.contains("tokenizer.json") && err.contains("post_processor puts id 999"),
+        "{err}"
+    );
 }
 
 /// A 5,000-character value is quoted cut, the message one short line; an epsilon that is 0
@@ -836,6 +846,12 @@ fn long_values_are_quoted_short_and_an_underflowing_epsilon_is_named() {
             "rms_norm_eps",
             serde_json::json!(1e-46),
             "norm epsilon 1e-46 is 0 in f32",
+        ),
+        // A required key given as null has no default to fall back on (tenth pass, n4, n7).
+        (
+            "vocab_size",
+            serde_json::Value::Null,
+            "vocab_size is null: give an unsigned integer (the key is required)",
         ),
     ] {
         let mut j = json.clone();

@@ -1166,10 +1166,14 @@ impl PretrainedFiles {
                 Ok(())
             }
             Some((seen, _)) if seen == model => Ok(()),
+            Some((seen, first)) if first == origin => Err(ReportError::Input(format!(
+                "{origin}: its rows name two models ({seen} and {model}): one table is one \
+                 model's (a damaged or edited file)"
+            ))),
             Some((seen, first)) => Err(ReportError::Input(format!(
                 "{origin} holds output of {model}, but {first} of {seen}: one directory's \
-                     pretrained output must come from one model (move the other model's files \
-                     elsewhere)"
+                 pretrained output must come from one model (move the other model's files \
+                 elsewhere)"
             ))),
         }
     }
