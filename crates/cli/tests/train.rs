@@ -600,7 +600,10 @@ fn another_runs_checkpoint_or_log_and_lowered_steps_are_refused() {
     )
     .unwrap();
     for refused in [resume(&short), eval(&short)] {
-        one_line_error(&refused, "a config.toml edited after training");
+        one_line_error(
+            &refused,
+            "config.toml says optim.steps = 5 but the run was started with optim.steps = 10",
+        );
     }
     std::fs::write(short.join("config.toml"), &config).unwrap();
     ok(resume(&short));

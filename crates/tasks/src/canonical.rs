@@ -147,9 +147,15 @@ impl CanonicalTask {
             CanonicalKind::Partial if self.attributes < 2 => {
                 bad("partial induction needs at least 2 attributes".into())
             }
-            _ if self.vocab() > u32::MAX as usize / 2 => {
-                bad(format!("a vocabulary of {} is too large", self.vocab()))
-            }
+            _ if self.vocab() > u32::MAX as usize / 2 => bad(format!(
+                "len {}, symbols {} and attributes {} give a vocabulary of {} tokens, more \
+                     than {} (make them smaller)",
+                self.len,
+                self.symbols,
+                self.attributes,
+                self.vocab(),
+                u32::MAX / 2
+            )),
             _ => Ok(()),
         }
     }

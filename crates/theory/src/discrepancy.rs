@@ -116,7 +116,8 @@ pub const MAX_ALPHABET: usize = 1 << 12;
 fn check_n(max_n: usize) -> Result<()> {
     if !(1..=MAX_QUERY_POSITION).contains(&max_n) {
         return invalid(format!(
-            "the largest query position n0 must be between 1 and {MAX_QUERY_POSITION}, got {max_n}"
+            "the largest query position n0 (`--max-n`, or a study's `[theory] max_n`) must be \
+             between 1 and {MAX_QUERY_POSITION}, got {max_n}"
         ));
     }
     Ok(())

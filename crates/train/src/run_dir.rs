@@ -287,9 +287,30 @@ impl RunDir {
         if state.run.is_empty() {
             return Ok(()); // written before checkpoints named their run; its manifest vouches
         }
-        let own = self.identity()?;
+        let config = RunConfig::load(&self.config_path())?;
+        let own = config.identity();
         if state.run == own {
             return Ok(());
+        }
+        // A config.toml whose steps were edited is named as that edit: some checkpoint's own
+        // length gives back the run the checkpoint names (tenth pass, n010).
+        for s in self.checkpoints()? {
+            let Ok(saved) = self.checkpoint_config(s) else {
+                continue;
+            };
+            let mut started = config.clone();
+            started.optim.steps = saved.optim.steps;
+            if started.identity() == state.run {
+                return Err(TrainError::run_dir(
+                    &self.root,
+                    format!(
+                        "config.toml says optim.steps = {} but the run was started with \
+                         optim.steps = {} (its checkpoints name that run): restore it (extend a \
+                         run with `train --resume --steps`)",
+                        config.optim.steps, saved.optim.steps
+                    ),
+                ));
+            }
         }
         Err(TrainError::run_dir(
             &self.checkpoint_dir(step),

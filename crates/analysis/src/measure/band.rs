@@ -44,7 +44,7 @@ impl Band {
                 if let Some(bad_plane) = p.iter().find(|&&p| p >= rates.len()) {
                     return bad(format!(
                         "band planes={}: plane {bad_plane} does not exist (the head has planes 0-{})",
-                        join(p),
+                        ranges(p),
                         rates.len().saturating_sub(1)
                     ));
                 }
@@ -102,6 +102,25 @@ pub fn sweep(planes: usize, width: usize) -> Vec<Band> {
         start += stride;
     }
     out
+}
+
+/// `p` (ascending) with runs written as ranges (`0-100,105`), for a message (tenth pass).
+fn ranges(p: &[usize]) -> String {
+    let mut parts: Vec<String> = vec![];
+    let mut i = 0;
+    while i < p.len() {
+        let mut j = i;
+        while j + 1 < p.len() && p[j + 1] == p[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", p[i], p[j])
+        } else {
+            p[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
 }
 
 fn join(p: &[usize]) -> String {
