@@ -292,9 +292,14 @@ impl RunDir {
         if state.run == own {
             return Ok(());
         }
-        // A config.toml whose steps were edited is named as that edit: some checkpoint's own
-        // length gives back the run the checkpoint names (tenth pass, n010).
-        for s in self.checkpoints()? {
+        // A config.toml whose steps were edited is named as that edit: no checkpoint names
+        // this config.toml's run, and some checkpoint's own length gives back the run they
+        // name (tenth pass, n010). A checkpoint among the run's own is a copied one.
+        let steps = self.checkpoints()?;
+        let copied = steps
+            .iter()
+            .any(|&s| self.checkpoint_state(s).is_ok_and(|st| st.run == own));
+        for s in steps.into_iter().filter(|_| !copied) {
             let Ok(saved) = self.checkpoint_config(s) else {
                 continue;
             };
