@@ -716,11 +716,27 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         &ropelab(&["bench", "rope", "--base", "1e-300"]),
         "base must lie in [1e-12, 1e12], got 1e-300",
     );
+    // Another table over the discrepancy table is refused (tenth pass, L2); a file of its own
+    // is written.
+    assert_one_line_error(
+        &ropelab(&[
+            "theory", "periodic", "--m", "3", "--len", "1000", "--out", c,
+        ]),
+        "an existing file of another kind",
+    );
+    let periodic = dir.path().join("periodic.csv");
     let out = ropelab(&[
-        "theory", "periodic", "--m", "3", "--len", "1000", "--out", c,
+        "theory",
+        "periodic",
+        "--m",
+        "3",
+        "--len",
+        "1000",
+        "--out",
+        periodic.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let text = std::fs::read_to_string(&csv).unwrap();
+    let text = std::fs::read_to_string(&periodic).unwrap();
     assert_eq!(text.lines().count(), 1 + 3 * 2, "{text}");
     assert!(
         text.lines().skip(1).all(|l| l.ends_with(',')),

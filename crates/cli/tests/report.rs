@@ -238,6 +238,41 @@ fn a_report_into_another_runs_directory_is_refused() {
         "holds `ropelab pretrained` output",
     );
     assert_eq!(std::fs::read(model.join("report.html")).unwrap(), page);
+    // A user's own file, whatever its name, is not replaced by a page or a table (tenth pass,
+    // LO1, LO2); a page rewrites its own earlier page under the same odd name.
+    for name in ["notes.txt", "notes.md", "keep.py", "NOTES"] {
+        for place in [&a, &model, &dir.path().to_path_buf()] {
+            let target = place.join(name);
+            std::fs::write(&target, "my own notes\n").unwrap();
+            common::refused(
+                &[
+                    "report",
+                    a.to_str().unwrap(),
+                    "--out",
+                    target.to_str().unwrap(),
+                ],
+                if place == &model {
+                    "holds `ropelab pretrained` output"
+                } else {
+                    "another kind of file"
+                },
+            );
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "my own notes\n");
+        }
+    }
+    let odd = dir.path().join("page.txt");
+    ok(ropelab(&[
+        "report",
+        a.to_str().unwrap(),
+        "--out",
+        odd.to_str().unwrap(),
+    ]));
+    ok(ropelab(&[
+        "report",
+        a.to_str().unwrap(),
+        "--out",
+        odd.to_str().unwrap(),
+    ]));
 }
 
 /// Measurement files copied from another run (another task and seed) are refused by the

@@ -670,7 +670,7 @@ fn no_out_replaces_a_file_a_ledger_lists() {
                     && [
                         "measured.json lists it",
                         "keeps itself",
-                        "another table",
+                        "another kind of file",
                         "a file of the run"
                     ]
                     .iter()
@@ -826,7 +826,7 @@ fn tables_and_plans_of_others_are_not_replaced() {
         let got = ropelab(&args);
         let err = String::from_utf8_lossy(&got.stderr);
         assert!(!got.status.success(), "{args:?} replaced {file}");
-        assert!(err.contains("another table"), "{args:?}: {err}");
+        assert!(err.contains("another kind of file"), "{args:?}: {err}");
     }
     assert_eq!(std::fs::read(run.join("scores.jsonl")).unwrap(), scores);
     assert_eq!(std::fs::read(run.join("lengthgen.csv")).unwrap(), lengths);

@@ -315,7 +315,7 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
         return Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
-                "{} is {what}; what is being written is another table: write elsewhere",
+                "{} is {what}; what is being written is another kind of file: write elsewhere",
                 target.display()
             ),
         ));
@@ -326,6 +326,32 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A [`shape`] reduced to its kind: a CSV header to its first two columns, JSON keys to
+/// `json`, text whose first line holds commas to a table's first two columns.
+fn coarse(shape: &str) -> String {
+    let table = |header: &str| {
+        let mut fields = header.split(',');
+        format!(
+            "table {},{}",
+            fields.next().unwrap_or(""),
+            fields.next().unwrap_or("")
+        )
+    };
+    if shape.starts_with('[') || shape.starts_with("json ") {
+        "json".to_owned()
+    } else if let Some(text) = shape.strip_prefix("text ") {
+        if text.contains(',') {
+            table(text)
+        } else {
+            shape.to_owned()
+        }
+    } else if shape.contains(',') {
+        table(shape)
+    } else {
+        shape.to_owned()
+    }
 }
 
 /// The shape of a file's text, by its name's extension: a CSV file's header line, a JSON
@@ -368,7 +394,23 @@ fn shape(name: &str, text: &[u8]) -> Option<String> {
             let fits = if extension == "html" { page } else { figure };
             fits.then(|| extension.to_owned())
         }
-        _ => Some(extension.to_owned()),
+        // Any other name (a user's notes.txt, say) is told by what it holds: a page, a figure,
+        // JSON of its keys, or text of its first line; a file of another kind under it is
+        // not replaced (tenth pass, LO1, LO2).
+        _ => {
+            let start = first.trim_start().to_ascii_lowercase();
+            Some(
+                if start.starts_with("<!doctype html") || start.starts_with("<html") {
+                    "page".to_owned()
+                } else if start.starts_with("<svg") || start.starts_with("<?xml") {
+                    "figure".to_owned()
+                } else if let Ok(v) = serde_json::from_str(first) {
+                    format!("json {}", keys(v)?)
+                } else {
+                    format!("text {first}")
+                },
+            )
+        }
     }
 }
 
@@ -445,7 +487,14 @@ fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
             .ok()?;
         first
     };
-    match (shape(&name, &old), shape(&name, contents)) {
+    // Outside a ropelab directory the kind alone is compared (a table's first two columns,
+    // JSON, a page, a figure, text): one command's table with other columns (another
+    // --extras, say) may replace its own earlier output there.
+    let kind = |text: &[u8]| {
+        let s = shape(&name, text)?;
+        Some(if dir.is_some() { s } else { coarse(&s) })
+    };
+    match (kind(&old), kind(contents)) {
         (Some(a), Some(b)) if a == b => None,
         // An existing file that is not what its name says is not ropelab's: let it go.
         (None, _) => None,

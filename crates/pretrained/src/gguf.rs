@@ -558,6 +558,14 @@ impl GgufFile {
             .collect()
     }
 
+    /// The length of array metadata value `key` (an error when it is no array).
+    pub fn array_len(&self, key: &str) -> Result<usize> {
+        match self.value(key)? {
+            Value::Array(items) => Ok(items.len()),
+            _ => Err(self.error(format!("{key} is not an array"))),
+        }
+    }
+
     /// An integer array metadata value (elements of any integer type).
     pub fn ints(&self, key: &str) -> Result<Vec<i64>> {
         let bad = || self.error(format!("{key} is not an array of integers"));
@@ -608,6 +616,17 @@ impl GgufFile {
         };
         let n_heads = self.positive(&key("attention.head_count"))?;
         let d_model = self.positive(&key("embedding_length"))?;
+        // llama.cpp builds a mixture of experts from these keys: a dense forward would be
+        // another model (tenth pass, SI1).
+        for k in ["expert_count", "expert_used_count"] {
+            if let Some(n) = self.optional_usize(&key(k))?.filter(|&n| n > 0) {
+                return Err(self.error(format!(
+                    "{} is {n}: a mixture of experts is not supported (ropelab runs dense \
+                     blocks)",
+                    key(k)
+                )));
+            }
+        }
         // The embedding's width is the residual width: a mismatch is named here, before the
         // head size derived from it is (sixth pass, B34).
         if let Some(info) = self.content.tensor_infos.get("token_embd.weight") {

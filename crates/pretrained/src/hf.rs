@@ -597,17 +597,31 @@ fn rope_params(
             given[0].0, given[0].1
         )));
     }
-    let fraction = match given.first() {
-        Some(&(_, f)) => f,
-        None => fraction_key.map_or(1.0, |(_, default)| default),
+    let (fraction_name, fraction) = match given.first() {
+        Some((name, f)) => (Some(name.clone()), *f),
+        None => (None, fraction_key.map_or(1.0, |(_, default)| default)),
     };
     // transformers rotates int(head_size * fraction) dims.
     let rope_dim = (d_head as f64 * fraction).floor() as usize;
-    if !(fraction > 0.0 && fraction <= 1.0) || rope_dim == 0 || !rope_dim.is_multiple_of(2) {
+    // Named as what is wrong: a fraction beyond (0, 1] is the key's; an odd count with the
+    // whole head rotating is the head size's (tenth pass, U3, U4).
+    if !(fraction > 0.0 && fraction <= 1.0) {
         return Err(cfg.error(format!(
-            "partial_rotary_factor {fraction} rotates {rope_dim} of {d_head} dims: not an even, \
-             positive number of dims"
+            "{} {fraction} is outside (0, 1]: a head rotates a fraction of its {d_head} dims",
+            fraction_name.as_deref().unwrap_or("the rotated fraction")
         )));
+    }
+    if rope_dim == 0 || !rope_dim.is_multiple_of(2) {
+        return Err(cfg.error(match fraction_name {
+            Some(name) => format!(
+                "{name} {fraction} rotates {rope_dim} of the head's {d_head} dims: RoPE rotates \
+                 pairs, so an even, positive number"
+            ),
+            None => format!(
+                "the head size {d_head} (hidden_size / num_attention_heads, or head_dim) is odd \
+                 or 0: RoPE rotates its dims in pairs"
+            ),
+        }));
     }
     let thetas = if params.is_object() {
         scaled_thetas(cfg, &params, name, base, rope_dim)?

@@ -105,6 +105,17 @@ impl GgufTokenizer {
                 tokens.len()
             ));
         }
+        // Scores too are one per token, when given (BPE does not read them; a list of
+        // another length is a damaged file; tenth pass, SI2).
+        if file.has_key("tokenizer.ggml.scores") {
+            let n = file.array_len("tokenizer.ggml.scores")?;
+            if n != tokens.len() {
+                return bad(format!(
+                    "tokenizer.ggml.scores has {n} entries for {} tokens: give one per token",
+                    tokens.len()
+                ));
+            }
+        }
         if let Some((id, t)) = types
             .iter()
             .enumerate()
@@ -384,6 +395,12 @@ impl GgufTokenizer {
         let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
         let json: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| failed(crate::first_line(&e)))?;
+        if !json.is_object() {
+            return Err(failed(format!(
+                "is {}, not a JSON object of settings",
+                crate::hf::shown_json(&json)
+            )));
+        }
         let flag = |key: &str| -> Result<Option<bool>> {
             match json.get(key) {
                 None | Some(serde_json::Value::Null) => Ok(None),
@@ -405,10 +422,14 @@ impl GgufTokenizer {
         if let Some(bos) = flag("add_bos_token")? {
             if bos != self.special {
                 return Err(failed(format!(
-                    "add_bos_token is {bos}, but tokenizer.json's post_processor {} a token \
-                     before every text: transformers would tokenize prompts otherwise than \
-                     ropelab reads them (make the two files agree)",
-                    if self.special { "adds" } else { "adds no" }
+                    "add_bos_token is {bos}, but tokenizer.json's post_processor {} before \
+                     every text: transformers would tokenize prompts otherwise than ropelab \
+                     reads them (make the two files agree)",
+                    if self.special {
+                        "adds a token"
+                    } else {
+                        "adds no token"
+                    }
                 )));
             }
         }

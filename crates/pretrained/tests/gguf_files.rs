@@ -1684,6 +1684,16 @@ fn absurd_rope_bases_and_factors_are_refused_naming_them() {
             "llama.embedding_length 32 is not divisible by llama.attention.head_count 3",
         ),
         (
+            "llama.expert_count",
+            Value::U32(4),
+            "llama.expert_count is 4: a mixture of experts is not supported",
+        ),
+        (
+            "tokenizer.ggml.scores",
+            Value::Array(vec![Value::F32(0.0); 17]),
+            "tokenizer.ggml.scores has 17 entries",
+        ),
+        (
             "tokenizer.ggml.merges",
             Value::Array(vec![Value::String("QQ WW".into())]),
             "tokenizer.ggml.merges[0] \"QQ WW\" names \"QQ\"",

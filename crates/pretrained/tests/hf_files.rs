@@ -847,6 +847,17 @@ fn long_values_are_quoted_short_and_an_underflowing_epsilon_is_named() {
             serde_json::json!(1e-46),
             "norm epsilon 1e-46 is 0 in f32",
         ),
+        // The rotated fraction named as what is wrong (tenth pass, U3, U4).
+        (
+            "head_dim",
+            serde_json::json!(17),
+            "the head size 17 (hidden_size / num_attention_heads, or head_dim) is odd",
+        ),
+        (
+            "partial_rotary_factor",
+            serde_json::json!(1.5),
+            "partial_rotary_factor 1.5 is outside (0, 1]",
+        ),
         // A required key given as null has no default to fall back on (tenth pass, n4, n7).
         (
             "vocab_size",
@@ -879,6 +890,7 @@ fn tokenizer_config_flags_must_agree_with_the_tokenizer() {
         ),
         ("{\"add_bos_token\": \"yes\"}", "not true or false"),
         ("{not json", "tokenizer_config.json"),
+        ("[]", "not a JSON object"),
     ] {
         std::fs::write(dir.path().join("tokenizer_config.json"), text).unwrap();
         let err = refusal(dir.path(), text);
