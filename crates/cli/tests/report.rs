@@ -445,3 +445,18 @@ fn a_length_test_older_than_the_run_says_so() {
     let figure = std::fs::read_to_string(&svg).unwrap();
     assert!(figure.contains("older than"), "{figure}");
 }
+
+/// A head scored twice at one step (a concatenated or damaged scores.jsonl) is refused by
+/// its readers, not counted twice (tenth pass, SILENT-2).
+#[test]
+fn a_head_scored_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let r = run.to_str().unwrap();
+    ok(common::train_tiny("number", "4", &run, &[]));
+    ok(ropelab(&["score", "--run", r, "--samples", "4"]));
+    let text = std::fs::read_to_string(run.join("scores.jsonl")).unwrap();
+    std::fs::write(run.join("scores.jsonl"), text.repeat(2)).unwrap();
+    common::refused(&["report", r], "is scored twice");
+    common::refused(&["pure-heads", "--dir", r], "is scored twice");
+}

@@ -818,7 +818,7 @@ fn seeds_section(files: &StudyFiles, gamma: Gamma) -> Section {
 /// after it was measured), else nothing (tenth pass, S5).
 fn stale_note(step: usize, latest: usize) -> String {
     if step < latest {
-        format!(", older than the run's latest step {latest} (the run was extended after it was measured)")
+        format!(", older than the run's latest step {latest} (an earlier checkpoint's measurement)")
     } else {
         String::new()
     }

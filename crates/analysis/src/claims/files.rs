@@ -329,6 +329,7 @@ impl RunFiles {
         let scores = dir.join("scores.jsonl");
         if wanted("scores.jsonl")? {
             if let Some(text) = read(&scores)? {
+                let mut seen = std::collections::BTreeSet::new();
                 for (i, line) in text.lines().enumerate() {
                     let head: crate::measure::dynamics::HeadStep = serde_json::from_str(line)
                         .map_err(|e| invalid(&scores, format!("line {}: {e}", i + 1)))?;
@@ -336,6 +337,20 @@ impl RunFiles {
                         return Err(invalid(&scores, format!("line {}: {why}", i + 1)));
                     }
                     same_run(&scores, i + 1, &head.run)?;
+                    // A head scored twice at one step is a damaged or concatenated file: read
+                    // as two heads it would count twice (tenth pass, SILENT-2).
+                    if !seen.insert((head.step, head.layer, head.head)) {
+                        return Err(invalid(
+                            &scores,
+                            format!(
+                                "line {}: step {} layer {} head {} is scored twice",
+                                i + 1,
+                                head.step,
+                                head.layer,
+                                head.head
+                            ),
+                        ));
+                    }
                     out.scores.push(head);
                 }
             }

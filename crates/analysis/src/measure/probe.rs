@@ -595,7 +595,7 @@ pub struct ProbeRoute {
     /// The read threshold.
     pub threshold: f64,
     /// Hop counts whose probes were all scored on fewer than [`MIN_TEST_SAMPLES`] test
-    /// samples: neither read nor unread.
+    /// samples, or that have no probe: neither read nor unread.
     pub thin: Vec<usize>,
 }
 
@@ -699,10 +699,13 @@ impl ProbeRoute {
             .collect::<Vec<_>>();
         let mut beyond = beyond;
         beyond.sort_by_key(|b| (b.stream, b.j));
+        // A hop with no probe at all (none could be fitted on so few samples) is thin too
+        // (tenth pass, SILENT-5).
         let thin = (1..=MAX_HOP)
             .filter(|&j| {
-                let mut probes = rows.iter().filter(|r| r.source == from && r.j == j);
-                probes.clone().next().is_some() && probes.all(|r| !enough(r))
+                rows.iter()
+                    .filter(|r| r.source == from && r.j == j)
+                    .all(|r| !enough(r))
             })
             .collect();
         ProbeRoute {
@@ -752,8 +755,9 @@ impl ProbeRoute {
             ProbeVerdict::OneHopPerLayer
         } else if !thin.is_empty() {
             ProbeVerdict::Undetermined(format!(
-                "the probes of hop {} were scored on fewer than {MIN_TEST_SAMPLES} test samples: \
-                 too few to say whether the hop is read (probe more samples)",
+                "the probes of hop {} were scored on fewer than {MIN_TEST_SAMPLES} test samples \
+                 (or none could be fitted): too few to say whether the hop is read (probe more \
+                 samples)",
                 thin.join(", ")
             ))
         } else {
@@ -836,6 +840,12 @@ mod tests {
         assert_eq!(
             ProbeRoute::of(&one, Source::Every, 0.9).verdict(4),
             ProbeVerdict::OneHopPerLayer
+        );
+        // No probe at all from the last token (too few samples to fit one): said so.
+        let v = ProbeRoute::of(&one, Source::Last, 0.9).verdict(4);
+        assert!(
+            matches!(v, ProbeVerdict::Undetermined(ref w) if w.contains("none could be fitted")),
+            "{v:?}"
         );
         // Hop 4 probed on one test sample: its perfect score reads nothing (ninth pass).
         let mut thin = one.clone();
