@@ -936,3 +936,15 @@ fn a_run_refused_at_its_start_leaves_nothing_to_resume() {
         );
     }
 }
+
+/// A start killed before its config.toml was written leaves an empty checkpoints/ (and the
+/// lock file): the same command trains it again (tenth pass, UNCLEAR-1).
+#[test]
+fn a_start_killed_before_its_config_trains_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    std::fs::create_dir_all(out.join("checkpoints")).unwrap();
+    std::fs::write(out.join(".ropelab.lock"), b"").unwrap();
+    ok(train_tiny("number", "4", &out, &[]));
+    assert!(out.join("config.toml").is_file());
+}

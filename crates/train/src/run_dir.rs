@@ -96,7 +96,12 @@ impl RunDir {
     /// Creates a fresh run directory holding `config`; refuses one that already holds a run.
     pub fn create(root: impl Into<PathBuf>, config: &RunConfig) -> Result<Self> {
         let dir = Self::new(root);
-        if dir.config_path().exists() || dir.checkpoints_dir().exists() {
+        // An empty checkpoints/ without a config.toml is a start killed before its config
+        // was written: nothing was trained, so it is started again (tenth pass, UNCLEAR-1).
+        let checkpoints = fs::read_dir(dir.checkpoints_dir())
+            .map(|mut entries| entries.next().is_some())
+            .unwrap_or(dir.checkpoints_dir().exists());
+        if dir.config_path().exists() || checkpoints {
             return Err(TrainError::run_dir(
                 &dir.root,
                 "already holds a run; continue it with --resume (a run stopped before its first checkpoint starts again) or choose another --out",
