@@ -226,3 +226,47 @@ fn a_bad_measure_table_is_a_one_line_error() {
     run("lengths = [1, 8]", "not longer than the offset");
     assert!(!out.exists(), "a refused sweep wrote nothing");
 }
+
+/// An experiment whose grid holds a job made with other settings is refused before any job
+/// runs: the jobs ahead of it are not trained under the new settings beside the old ones
+/// (tenth pass, SILENT-1).
+#[test]
+fn a_stale_job_anywhere_in_the_grid_is_refused_before_any_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("offset");
+    let o = out.to_str().unwrap();
+    let offset = |pe: &str, steps: &str| {
+        ropelab(&[
+            "offset",
+            "--pe",
+            pe,
+            "--attention",
+            "softmax",
+            "--train-len",
+            "4",
+            "--test-lens",
+            "4,8",
+            "--per-length",
+            "8",
+            "--k",
+            "1",
+            "--seeds",
+            "0",
+            "--steps",
+            steps,
+            "--jobs",
+            "1",
+            "--out",
+            o,
+        ])
+    };
+    ok(offset("nope", "5"));
+    let refused = offset("rope,nope", "6");
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("no job was run"), "{err}");
+    assert!(
+        !out.join("runs/rope-softmax").exists(),
+        "a job ahead of the stale one was run"
+    );
+}

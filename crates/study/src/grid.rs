@@ -71,6 +71,18 @@ pub fn run(
         threads: cores,
         fail_fast: true,
     };
+    // Every job's directory is checked before any job runs: a stale one found mid-grid
+    // would leave the jobs before it trained under the new settings beside the old ones
+    // (tenth pass, SILENT-1).
+    for job in jobs {
+        if let ropelab_sweep::JobState::Stale(why) = ropelab_sweep::job_state(job, out)? {
+            anyhow::bail!(
+                "{} in {}: {why} (no job was run)",
+                job.param_text().join(", "),
+                out.display()
+            );
+        }
+    }
     let refs: Vec<&Job> = jobs.iter().collect();
     let summary = ropelab_sweep::run_jobs(&refs, out, pool, options, progress, &|_, _| {})?;
     if let Some((id, e)) = summary.failed.first() {
