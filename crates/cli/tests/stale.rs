@@ -415,6 +415,13 @@ fn collect_says_when_its_table_is_partial() {
     );
     let listed = std::fs::read_to_string(out_dir.join("collected/unfinished.txt")).unwrap();
     assert!(listed.contains(id), "{listed}");
+    // The report says so too (tenth pass, SILENT-3).
+    ok(ropelab(&["report", out_dir.to_str().unwrap()]));
+    let page = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(
+        page.contains("Partial: 1 planned or started job"),
+        "not marked partial"
+    );
 }
 
 /// A changed `[measure]` table is not answered with the old result (issue 55, item 2): the

@@ -289,6 +289,20 @@ fn sweep_section(dir: &Path) -> Result<Section> {
          (validation accuracy where the task has no test evaluation) per configuration, the mean \
          over its seeds with an error bar of one standard deviation.",
     );
+    // A partial collect is said to be partial here too (tenth pass, SILENT-3).
+    let unfinished = dir
+        .join("collected")
+        .join(ropelab_sweep::collect::UNFINISHED);
+    if let Some(text) = read_text(&unfinished)? {
+        let missing = text.lines().filter(|l| !l.trim().is_empty()).count();
+        if missing > 0 {
+            s.text(&format!(
+                "Partial: {missing} planned or started job(s) had no result when collected \
+                 (listed in collected/{}); the tables and figures below leave them out.",
+                ropelab_sweep::collect::UNFINISHED
+            ));
+        }
+    }
     let mut figures = vec![crate::sweep::accuracy_by_config(&rows)];
     let path = dir.join("collected/lengths.csv");
     ropelab_sweep::collect::vouch_collected(&path).map_err(ReportError::Input)?;
