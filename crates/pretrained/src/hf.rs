@@ -1826,7 +1826,7 @@ mod tests {
     fn unsupported_keys_are_refused_naming_them() {
         for (json, key) in [
             (NEOX_OLD.replace("\"gelu\"", "\"relu\""), "hidden_act"),
-            (NEOX_OLD.replace("0.25", "0.1"), "partial_rotary_factor"),
+            (NEOX_OLD.replace("0.25", "0.1"), "rotary_pct 0.1"),
             (
                 NEOX_OLD.replace(
                     "\"rotary_pct\": 0.25,",

@@ -19,6 +19,39 @@ const CONTROL: i64 = 3;
 /// unused, byte.
 const TOKEN_TYPES: std::ops::RangeInclusive<i64> = 0..=6;
 
+/// Whether a `tokenizer.json` pre-tokenizer splits text into byte-level tokens (ByteLevel,
+/// alone or in a Sequence).
+fn byte_level(pre: Option<&serde_json::Value>) -> bool {
+    let Some(pre) = pre else { return false };
+    match pre.get("type").and_then(|t| t.as_str()) {
+        Some("ByteLevel") => true,
+        Some("Sequence") => pre
+            .get("pretokenizers")
+            .and_then(|p| p.as_array())
+            .is_some_and(|items| items.iter().any(|p| byte_level(Some(p)))),
+        _ => false,
+    }
+}
+
+/// The character byte-level BPE writes for each byte 0..=255 (GPT-2's table: printable
+/// bytes stand for themselves, the others take the characters from U+0100 on, in order).
+fn byte_chars() -> Vec<char> {
+    let mut next = 256u32;
+    (0u32..=255)
+        .map(|b| {
+            let printable =
+                (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+            let code = if printable {
+                b
+            } else {
+                next += 1;
+                next - 1
+            };
+            char::from_u32(code).expect("a byte-level character")
+        })
+        .collect()
+}
+
 /// A tokenizer with the file's special-token ids.
 pub struct GgufTokenizer {
     inner: Tokenizer,
@@ -326,6 +359,21 @@ impl GgufTokenizer {
                      tokens must keep the ids of the vocabulary, or follow it without a gap",
                     quoted(content),
                     given.map_or("nothing".to_owned(), |g| g.to_string())
+                )));
+            }
+        }
+        if byte_level(json.get("pre_tokenizer")) {
+            // Every byte has its token in a byte-level vocabulary: without one, the byte
+            // vanishes from every prompt holding it, with no word (tenth pass, SI4).
+            let vocab = inner.get_vocab(true);
+            if let Some((byte, c)) = byte_chars()
+                .into_iter()
+                .enumerate()
+                .find(|(_, c)| !vocab.contains_key(&c.to_string()))
+            {
+                return Err(failed(format!(
+                    "its byte-level vocabulary has no token for byte 0x{byte:02x} ({c:?}): a \
+                     prompt holding that byte would lose it"
                 )));
             }
         }

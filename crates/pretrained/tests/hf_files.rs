@@ -903,3 +903,19 @@ fn tokenizer_config_flags_must_agree_with_the_tokenizer() {
     let second = ropelab_pretrained::identity::model_identity(Some(dir.path())).unwrap();
     assert_ne!(first, second);
 }
+
+/// A byte-level vocabulary missing a byte's token is refused at load: a prompt holding the
+/// byte would lose it without a word (tenth pass, SI4).
+#[test]
+fn a_byte_level_vocabulary_missing_a_byte_is_refused() {
+    let text = std::fs::read_to_string(llama().join("tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let vocab = json["model"]["vocab"].as_object_mut().unwrap();
+    assert_eq!(vocab.remove("%"), Some(serde_json::json!(5)));
+    let dir = with_file("tokenizer.json", json.to_string().as_bytes());
+    let err = refusal(dir.path(), "a missing byte token");
+    assert!(
+        err.contains("tokenizer.json") && err.contains("no token for byte 0x25"),
+        "{err}"
+    );
+}
