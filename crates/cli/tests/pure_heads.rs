@@ -110,3 +110,33 @@ fn a_model_is_counted_at_the_step_it_was_scored() {
         "was measured on another run",
     );
 }
+
+/// One run found in two folders, trained to two lengths, is one model's training: counted
+/// once (twelfth pass, S4).
+#[test]
+fn a_run_and_its_continuation_count_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let (x, y) = (runs.join("x"), runs.join("y"));
+    ok(common::train_tiny("number", "4", &x, &[]));
+    ok(ropelab(&[
+        "score",
+        "--run",
+        x.to_str().unwrap(),
+        "--samples",
+        "8",
+    ]));
+    let copied = std::process::Command::new("cp")
+        .args(["-r", x.to_str().unwrap(), y.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let y_path = y.to_str().unwrap();
+    ok(ropelab(&[
+        "train", "--resume", "--steps", "8", "--out", y_path,
+    ]));
+    ok(ropelab(&["score", "--run", y_path, "--samples", "8"]));
+    let out = ok(ropelab(&["pure-heads", "--dir", runs.to_str().unwrap()]));
+    assert!(out.contains("y: the same run as x"), "{out}");
+    assert!(out.contains("number: 1 models"), "{out}");
+}

@@ -459,4 +459,41 @@ fn a_head_scored_twice_is_refused() {
     std::fs::write(run.join("scores.jsonl"), text.repeat(2)).unwrap();
     common::refused(&["report", r], "is scored twice");
     common::refused(&["pure-heads", "--dir", r], "is scored twice");
+    // A head the model does not have, or a step missing a head (twelfth pass, S1).
+    let mut lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut extra = lines.last().unwrap().clone();
+    extra["layer"] = serde_json::json!(5);
+    let joined = |lines: &[serde_json::Value]| -> String {
+        lines.iter().map(|l| l.to_string() + "\n").collect()
+    };
+    let mut with_extra = lines.clone();
+    with_extra.push(extra);
+    std::fs::write(run.join("scores.jsonl"), joined(&with_extra)).unwrap();
+    common::refused(&["report", r], "is no head of the model");
+    lines.pop();
+    std::fs::write(run.join("scores.jsonl"), joined(&lines)).unwrap();
+    common::refused(&["pure-heads", "--dir", r], "but the model has 4");
+    std::fs::write(run.join("scores.jsonl"), &text).unwrap();
+    // A training log with a step twice, and a length test with a row twice (S2, S3).
+    let log = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let last = log.lines().last().unwrap().to_owned();
+    std::fs::write(run.join("metrics.jsonl"), format!("{log}{last}\n")).unwrap();
+    common::refused(&["pure-heads", "--dir", r], "one line per step");
+    std::fs::write(run.join("metrics.jsonl"), &log).unwrap();
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        r,
+        "--extras",
+        "0,4",
+        "--n",
+        "4",
+    ]));
+    let lengths = std::fs::read_to_string(run.join("lengthgen.csv")).unwrap();
+    let row = lengths.lines().last().unwrap().to_owned();
+    std::fs::write(run.join("lengthgen.csv"), format!("{lengths}{row}\n")).unwrap();
+    common::refused(&["report", r], "is measured twice");
 }

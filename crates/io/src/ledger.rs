@@ -865,7 +865,7 @@ mod tests {
             let err = refuse_listed(&other.join(f), Some(bytes))
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("another table"), "{f}: {err}");
+            assert!(err.contains("another kind of file"), "{f}: {err}");
         }
         assert!(refuse_listed(&other.join("lengthgen.csv"), None).is_ok());
     }

@@ -558,11 +558,18 @@ impl GgufFile {
             .collect()
     }
 
-    /// The length of array metadata value `key` (an error when it is no array).
-    pub fn array_len(&self, key: &str) -> Result<usize> {
+    /// The length of float array metadata value `key` (an error when it is no array of
+    /// floats).
+    pub fn floats_len(&self, key: &str) -> Result<usize> {
         match self.value(key)? {
-            Value::Array(items) => Ok(items.len()),
-            _ => Err(self.error(format!("{key} is not an array"))),
+            Value::Array(items)
+                if items
+                    .iter()
+                    .all(|v| matches!(v, Value::F32(_) | Value::F64(_))) =>
+            {
+                Ok(items.len())
+            }
+            _ => Err(self.error(format!("{key} is not an array of floats"))),
         }
     }
 

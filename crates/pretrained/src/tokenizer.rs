@@ -141,7 +141,7 @@ impl GgufTokenizer {
         // Scores too are one per token, when given (BPE does not read them; a list of
         // another length is a damaged file; tenth pass, SI2).
         if file.has_key("tokenizer.ggml.scores") {
-            let n = file.array_len("tokenizer.ggml.scores")?;
+            let n = file.floats_len("tokenizer.ggml.scores")?;
             if n != tokens.len() {
                 return bad(format!(
                     "tokenizer.ggml.scores has {n} entries for {} tokens: give one per token",

@@ -1694,6 +1694,11 @@ fn absurd_rope_bases_and_factors_are_refused_naming_them() {
             "tokenizer.ggml.scores has 17 entries",
         ),
         (
+            "tokenizer.ggml.scores",
+            Value::Array(vec![Value::String("x".into()); 3]),
+            "tokenizer.ggml.scores is not an array of floats",
+        ),
+        (
             "tokenizer.ggml.merges",
             Value::Array(vec![Value::String("QQ WW".into())]),
             "tokenizer.ggml.merges[0] \"QQ WW\" names \"QQ\"",

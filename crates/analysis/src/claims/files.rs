@@ -351,7 +351,42 @@ impl RunFiles {
                             ),
                         ));
                     }
+                    if let Some((_, config)) = &opened {
+                        let m = &config.model;
+                        if head.layer >= m.n_layers || head.head >= m.n_heads {
+                            return Err(invalid(
+                                &scores,
+                                format!(
+                                    "line {}: layer {} head {} is no head of the model ({} \
+                                     layers x {} heads)",
+                                    i + 1,
+                                    head.layer,
+                                    head.head,
+                                    m.n_layers,
+                                    m.n_heads
+                                ),
+                            ));
+                        }
+                    }
                     out.scores.push(head);
+                }
+                // Every scored step holds every head (a line cut out would count one head
+                // fewer; twelfth pass, S1).
+                if let Some((_, config)) = &opened {
+                    let heads = config.model.n_layers * config.model.n_heads;
+                    let mut per_step: BTreeMap<usize, usize> = BTreeMap::new();
+                    for h in &out.scores {
+                        *per_step.entry(h.step).or_default() += 1;
+                    }
+                    if let Some((step, n)) = per_step.iter().find(|(_, &n)| n != heads) {
+                        return Err(invalid(
+                            &scores,
+                            format!(
+                                "step {step} scores {n} heads, but the model has {heads}: a \
+                                 damaged or edited file (score the run again)"
+                            ),
+                        ));
+                    }
                 }
             }
         }
@@ -362,10 +397,25 @@ impl RunFiles {
             None
         };
         if let Some(text) = log {
+            let mut last_step = 0;
             for (i, line) in text.lines().enumerate() {
                 let m: MetricsLine = serde_json::from_str(line)
                     .map_err(|e| invalid(&metrics, format!("line {}: {e}", i + 1)))?;
                 same_run(&metrics, i + 1, &m.run)?;
+                // One line per step, in step order: a repeated or earlier step is a
+                // concatenated or edited log (twelfth pass, S2).
+                if i > 0 && m.step <= last_step {
+                    return Err(invalid(
+                        &metrics,
+                        format!(
+                            "line {}: step {} after step {last_step}: one line per step, in \
+                             order (a concatenated or edited training log)",
+                            i + 1,
+                            m.step
+                        ),
+                    ));
+                }
+                last_step = m.step;
                 out.steps = out.steps.max(m.step);
                 if let Some(v) = m.val {
                     out.val.push((m.step, v));
@@ -398,8 +448,21 @@ impl RunFiles {
         if wanted("lengthgen.csv")? {
             if let Some(text) = read(&lengths)? {
                 out.lengths = from_csv(&text, &lengths.display().to_string())?;
+                let mut seen = std::collections::BTreeSet::new();
                 for (i, row) in out.lengths.iter().enumerate() {
                     same_run(&lengths, i + 2, &row.run)?;
+                    // One row per (step, extra) (twelfth pass, S3).
+                    if !seen.insert((row.step, row.extra)) {
+                        return Err(invalid(
+                            &lengths,
+                            format!(
+                                "line {}: step {} extra {} is measured twice",
+                                i + 2,
+                                row.step,
+                                row.extra
+                            ),
+                        ));
+                    }
                 }
             }
         }

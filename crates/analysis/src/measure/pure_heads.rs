@@ -164,6 +164,7 @@ pub fn row_of(files: &RunFiles, task: &str, name: &str, gamma: Gamma) -> Option<
 pub fn collect(dir: &Path, gamma: Gamma) -> Result<Collected> {
     let mut out = Collected::default();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut runs: BTreeMap<String, String> = BTreeMap::new();
     for run in find_runs(dir)? {
         let name = run.strip_prefix(dir).unwrap_or(&run).display().to_string();
         let name = if name.is_empty() { ".".into() } else { name };
@@ -182,6 +183,16 @@ pub fn collect(dir: &Path, gamma: Gamma) -> Result<Collected> {
             }
             seen.insert(id, name.clone());
         }
+        // One run (one config.toml, seed included) trained further in a copy is still one
+        // model's training: counted once (twelfth pass, S4).
+        if let Ok((_, config)) = ropelab_train::RunDir::open(&run) {
+            let identity = config.identity();
+            if let Some(first) = runs.get(&identity) {
+                out.same_run.push((name, first.clone()));
+                continue;
+            }
+            runs.insert(identity, name.clone());
+        }
         out.rows.push(row);
     }
     Ok(out)
@@ -194,6 +205,9 @@ pub struct Collected {
     pub rows: Vec<ModelRow>,
     /// (run, the run it copies): the same final weights.
     pub copies: Vec<(String, String)>,
+    /// (run, the run it continues or is continued by): one config.toml, trained to another
+    /// length in a copy.
+    pub same_run: Vec<(String, String)>,
     /// (run, why it was not read).
     pub skipped: Vec<(String, String)>,
 }

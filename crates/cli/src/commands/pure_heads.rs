@@ -90,6 +90,11 @@ pub fn run(args: PureHeadsArgs) -> Result<()> {
     for (copy, of) in &found.copies {
         println!("{copy}: the same final weights as {of}, counted once");
     }
+    for (copy, of) in &found.same_run {
+        println!(
+            "{copy}: the same run as {of} (one config, trained to another length), counted once"
+        );
+    }
     for (run, why) in &found.skipped {
         println!("{run}: not read ({why})");
     }
