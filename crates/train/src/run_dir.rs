@@ -323,7 +323,7 @@ impl RunDir {
             }
         }
         Err(TrainError::run_dir(
-            &self.checkpoint_dir(step),
+            self.checkpoint_dir(step),
             format!(
                 "belongs to another run ({}; this run's config.toml is {own}): a checkpoint \
                  copied from another run, or a config.toml edited after training (restore it, \
