@@ -444,6 +444,11 @@ fn a_length_test_older_than_the_run_says_so() {
     ]));
     let figure = std::fs::read_to_string(&svg).unwrap();
     assert!(figure.contains("older than"), "{figure}");
+    // An older checkpoint's attention too (eleventh pass, at04).
+    ok(ropelab(&["attention", "--run", r, "--step", "10"]));
+    ok(ropelab(&["report", r]));
+    let page = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(page.contains("Attention at step 10, older than the run"));
 }
 
 /// A head scored twice at one step (a concatenated or damaged scores.jsonl) is refused by

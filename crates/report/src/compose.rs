@@ -898,6 +898,11 @@ fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Se
         attention.not_run("attention/*.json is missing (run `ropelab attention`)");
     }
     for (i, view) in files.attention.iter().enumerate() {
+        // An older checkpoint's attention is marked as such (eleventh pass, at04).
+        let note = stale_note(view.step, files.steps);
+        if !note.is_empty() {
+            attention.text(&format!("Attention at step {}{note}.", view.step));
+        }
         attention.viewer(view, &format!("{id}-{i}"), gamma);
     }
     let mut out = vec![dynamics, length, attention];
