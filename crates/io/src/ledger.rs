@@ -634,10 +634,11 @@ fn refuse_in(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<(
     Err(io::Error::new(
         io::ErrorKind::AlreadyExists,
         format!(
-            "{} belongs to the study or sweep job that measured its run ({} lists it; its \
-             results are read from it): write elsewhere (--out FILE where the command has it, or \
-             work on a copy of the run)",
+            "{} is a result of {} ({} lists it; its results are read from it): write \
+             elsewhere (--out FILE where the command has it, or work on a copy of the run or \
+             directory)",
             target.display(),
+            run.display(),
             run.join(LEDGER).display()
         ),
     ))
