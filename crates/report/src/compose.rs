@@ -1353,9 +1353,8 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
     Ok(out)
 }
 
-/// The pretrained model's section, when `dir` holds any `ropelab pretrained` output.
-/// Whether `dir` holds `ropelab pretrained` output and nothing else ropelab makes (no run,
-/// study or sweep): its files, and a report of them, are that model's. Damaged output counts.
+/// Whether `dir` (or its `pretrained/`) holds `ropelab pretrained` output: its files, and a
+/// report of them, are that model's. Damaged output counts.
 pub fn holds_pretrained_output(dir: &Path) -> bool {
     match pretrained_files(dir) {
         Ok(f) => !(f.scores.is_empty() && f.tasks.is_empty() && f.failures.is_empty()),
@@ -1363,6 +1362,7 @@ pub fn holds_pretrained_output(dir: &Path) -> bool {
     }
 }
 
+/// The pretrained model's section, when `dir` holds any `ropelab pretrained` output.
 fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
     let files = pretrained_files(dir)?;
     if files.scores.is_empty() && files.tasks.is_empty() && files.failures.is_empty() {
