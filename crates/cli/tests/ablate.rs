@@ -40,4 +40,13 @@ fn ablate_writes_the_groups_and_refuses_an_unscored_run() {
     let missing = dir.path().join("nothing");
     refused(&["ablate", "--run", missing.to_str().unwrap()], "nothing");
     refused(&["ablate", "--run", &run, "--gamma", "0.7"], "gamma");
+    // A language run has no heads typed by swap scores: the refusal names the run.
+    let language = dir.path().join("language").to_str().unwrap().to_owned();
+    ok(ropelab(&[
+        "train", "--task", "language", "--preset", "tiny", "--steps", "2", "--out", &language,
+    ]));
+    refused(
+        &["ablate", "--run", &language],
+        &format!("{language}: the language task has no multi-hop layout"),
+    );
 }

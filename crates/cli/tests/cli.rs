@@ -722,7 +722,7 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         &ropelab(&[
             "theory", "periodic", "--m", "3", "--len", "1000", "--out", c,
         ]),
-        "an existing file of another kind",
+        "is an existing file, another kind of file than",
     );
     let periodic = dir.path().join("periodic.csv");
     let out = ropelab(&[

@@ -374,6 +374,24 @@ fn a_study_reads_only_the_files_it_measured() {
         err.contains("seed-3/number/config.toml") && err.contains("another config"),
         "{err}"
     );
+    // reproduce refuses it before writing anything: the study's config, datasets table and
+    // plan are not rewritten (twelfth pass).
+    let written = |f: &str| {
+        std::fs::metadata(study.join(f))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
+    let files = ["config.toml", "tasks.json", "plan.json"];
+    let before = files.map(written);
+    let out = ropelab(&reproduce);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a copied-in model was reproduced");
+    assert!(
+        err.contains("seed=3") && err.contains("no job was run"),
+        "{err}"
+    );
+    assert_eq!(files.map(written), before, "{err}");
 }
 
 /// `collect` says when the table is partial (a started job has no result yet) and lists the

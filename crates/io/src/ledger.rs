@@ -262,7 +262,7 @@ pub fn refuse_other_shape(target: &Path, contents: &[u8]) -> io::Result<()> {
         Some(what) => Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
-                "{} is {what}; what this command wrote (not kept) is another kind of file: write \
+                "{} is {what}, another kind of file than this command wrote (not kept): write \
                  elsewhere",
                 target.display()
             ),
@@ -315,7 +315,7 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
         return Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
-                "{} is {what}; what is being written is another kind of file: write elsewhere",
+                "{} is {what}, another kind of file than the one being written: write elsewhere",
                 target.display()
             ),
         ));
@@ -465,7 +465,7 @@ fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
     // a page over a table, a table over a page or over another table (tenth pass, L1-L3).
     let what = match dir {
         Some(dir) => format!("the {name} of {}", dir.display()),
-        None => "an existing file of another kind".to_owned(),
+        None => "an existing file".to_owned(),
     };
     if name.ends_with(".toml") {
         return Some(what);

@@ -178,7 +178,15 @@ fn largest_flops(parts: &[Part]) -> String {
     parts
         .iter()
         .max_by_key(|p| p.bytes)
-        .map(|p| format!("{:.1e} FLOP for {}", p.bytes as f64, p.what))
+        .map(|p| {
+            // A count past u64 is held at its largest value: said as a floor.
+            let more = if p.bytes == u64::MAX {
+                "more than "
+            } else {
+                ""
+            };
+            format!("{more}{:.1e} FLOP for {}", p.bytes as f64, p.what)
+        })
         .unwrap_or_default()
 }
 
@@ -331,7 +339,7 @@ impl ResourceError {
     }
 }
 
-/// Seconds for people: `40 s`, `3.2 hours`, `12.5 days`, `3.1e6 years`.
+/// Seconds for people: `40 s`, `3.2 hours`, `12.5 days`, `2.9 years`, `3.1e6 years`.
 fn duration(seconds: f64) -> String {
     if seconds < 3600.0 {
         format!("{seconds:.0} s")
@@ -339,6 +347,8 @@ fn duration(seconds: f64) -> String {
         format!("{:.1} hours", seconds / 3600.0)
     } else if seconds < 2.0 * 365.0 * 86_400.0 {
         format!("{:.1} days", seconds / 86_400.0)
+    } else if seconds < 1000.0 * 365.0 * 86_400.0 {
+        format!("{:.1} years", seconds / (365.0 * 86_400.0))
     } else {
         format!("{:.1e} years", seconds / (365.0 * 86_400.0))
     }
@@ -384,6 +394,28 @@ mod tests {
         assert_eq!(both.disk_bytes(), 6);
         assert_eq!(both.seconds(), 10.0 / ASSUMED_FLOPS);
         assert_eq!(b.then(a).memory_bytes(), 32);
+    }
+
+    #[test]
+    fn durations_read_as_people_count_them() {
+        let year = 365.0 * 86_400.0;
+        assert_eq!(duration(40.0), "40 s");
+        assert_eq!(duration(3.0 * 3600.0), "3.0 hours");
+        assert_eq!(duration(12.5 * 86_400.0), "12.5 days");
+        // Years in plain digits up to a thousand (eleventh pass: "2.9e0 years").
+        assert_eq!(duration(2.9 * year), "2.9 years");
+        assert_eq!(duration(3.1e6 * year), "3.1e6 years");
+    }
+
+    #[test]
+    fn a_saturated_count_is_said_as_a_floor() {
+        let need = Need::new().compute(u64::MAX, "steps");
+        assert_eq!(
+            largest_flops(&need.compute),
+            "more than 1.8e19 FLOP for steps"
+        );
+        let need = Need::new().compute(2_000, "steps");
+        assert_eq!(largest_flops(&need.compute), "2.0e3 FLOP for steps");
     }
 
     #[test]

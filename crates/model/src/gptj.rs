@@ -100,7 +100,7 @@ impl GptJ {
                 return Err(crate::ModelError::checkpoint(
                     origin,
                     format!(
-                        "tensor {name} has shape {:?}, the config needs {shape:?}",
+                        "tensor {name} has shape {:?}, where the checkpoint's config needs {shape:?}",
                         t.dims()
                     ),
                 ));

@@ -831,7 +831,7 @@ impl GgufFile {
             return Err(PretrainedError::gguf(
                 &path,
                 format!(
-                    "tensor {shown} has shape {:?}, the config needs {shape:?}",
+                    "tensor {shown} has shape {:?}, where the metadata's dimensions need {shape:?}",
                     info.shape.dims()
                 ),
             ));
@@ -847,7 +847,7 @@ impl GgufFile {
             return Err(PretrainedError::gguf(
                 &path,
                 format!(
-                    "tensor {shown} has shape {:?}, the config needs {shape:?}",
+                    "tensor {shown} has shape {:?}, where the metadata's dimensions need {shape:?}",
                     t.dims()
                 ),
             ));

@@ -1565,7 +1565,7 @@ impl Weights for HfWeights {
                     return Err(PretrainedError::gguf(
                         file,
                         format!(
-                            "tensor {hf} has shape {:?}, the config needs {fused:?}",
+                            "tensor {hf} has shape {:?}, where config.json's dimensions need {fused:?}",
                             t.dims()
                         ),
                     ));
@@ -1582,7 +1582,7 @@ impl Weights for HfWeights {
             return Err(PretrainedError::gguf(
                 file,
                 format!(
-                    "tensor {hf} has shape {:?}, the config needs {shape:?}",
+                    "tensor {hf} has shape {:?}, where config.json's dimensions need {shape:?}",
                     t.dims()
                 ),
             ));

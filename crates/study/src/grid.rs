@@ -54,6 +54,22 @@ pub fn job(params: &[(&str, Value)], config: RunConfig, run: PathBuf) -> Job {
     Job::in_run_dir(params, config, run)
 }
 
+/// Refuses, naming the first, any of `jobs` whose directory in `out` holds a run of other
+/// settings: called before any job of a stage runs (and, by an experiment of several stages,
+/// for every stage's jobs before the first).
+pub fn refuse_stale(jobs: &[Job], out: &Path) -> Result<()> {
+    for job in jobs {
+        if let ropelab_sweep::JobState::Stale(why) = ropelab_sweep::job_state(job, out)? {
+            anyhow::bail!(
+                "{} in {}: {why} (no job was run)",
+                job.param_text().join(", "),
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs `jobs` in `out` through the sweep runner, `parallel` at a time (default: one per
 /// core), each on a rayon pool of its share of the cores, each measured with `options`;
 /// results come back in job order. The first failure stops handing out jobs and is returned
@@ -74,15 +90,7 @@ pub fn run(
     // Every job's directory is checked before any job runs: a stale one found mid-grid
     // would leave the jobs before it trained under the new settings beside the old ones
     // (tenth pass, SILENT-1).
-    for job in jobs {
-        if let ropelab_sweep::JobState::Stale(why) = ropelab_sweep::job_state(job, out)? {
-            anyhow::bail!(
-                "{} in {}: {why} (no job was run)",
-                job.param_text().join(", "),
-                out.display()
-            );
-        }
-    }
+    refuse_stale(jobs, out)?;
     let refs: Vec<&Job> = jobs.iter().collect();
     let summary = ropelab_sweep::run_jobs(&refs, out, pool, options, progress, &|_, _| {})?;
     if let Some((id, e)) = summary.failed.first() {

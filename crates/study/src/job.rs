@@ -130,6 +130,7 @@ pub fn run_jobs(
 ) -> Result<Vec<Trained>> {
     let sweep = sweep_jobs(config, jobs)?;
     // The plan `ropelab collect` pools the models by (beside the compose stage's).
+    crate::grid::refuse_stale(&sweep, out)?;
     let refs: Vec<&Job> = sweep.iter().collect();
     ropelab_sweep::plan::Plan::of("reproduce", &refs, &measure_options(config)).merge_into(out)?;
     let results = crate::grid::run(&sweep, out, &measure_options(config), parallel, progress)?;

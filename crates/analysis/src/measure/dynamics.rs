@@ -293,10 +293,9 @@ pub fn score_run(
     // A `--out` onto another kind of file of a run, study or sweep is refused (the run's own
     // scores are rewritten whatever their options).
     if path != root.join("scores.jsonl") {
-        ropelab_io::refuse_other_shape(&path, &text).map_err(|e| AnalysisError::Io {
-            path: path.clone(),
-            source: e,
-        })?;
+        // The refusal names the file itself.
+        ropelab_io::refuse_other_shape(&path, &text)
+            .map_err(|e| AnalysisError::Invalid(e.to_string()))?;
     }
     ropelab_io::write_atomic(&path, &text).map_err(|e| AnalysisError::Io {
         path: path.clone(),

@@ -50,7 +50,8 @@ pub fn run(args: AblateArgs, guard: Guard) -> Result<()> {
     let (dir, config) = RunDir::open(&args.run)?;
     // Heads are typed by their swap scores, which only number and letter runs have: another
     // task is named, not sent to `score`, which refuses it too (tenth pass, UNCLEAR-2).
-    ropelab_tasks::Task::new(config.task, config.layout.clone())?;
+    ropelab_tasks::Task::new(config.task, config.layout.clone())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.run.display()))?;
     let step = dir.latest_checkpoint()?;
     let gamma = match args.gamma {
         Some(g) => g,

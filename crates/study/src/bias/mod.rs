@@ -496,6 +496,13 @@ pub fn run(
 ) -> Result<Outcome> {
     experiment.check()?;
     let jobs = experiment.jobs()?;
+    // Both stages' runs are checked before either runs: the transfer runs of every bias the
+    // mechanism stage could choose (a stale one found after the mechanism grid trained would
+    // leave that work beside a refusal; eleventh pass).
+    grid::refuse_stale(&jobs, out)?;
+    if let Some(t) = &experiment.transfer {
+        grid::refuse_stale(&transfer::jobs(experiment, t, &experiment.biases)?, out)?;
+    }
     let remeasured = remeasure_stale(experiment, out)?;
     grid::run(
         &jobs,
@@ -534,6 +541,7 @@ pub fn run_shard(
         .map(|(_, j)| j)
         .collect();
     if !jobs.is_empty() {
+        grid::refuse_stale(&jobs, out)?;
         remeasure_stale(experiment, out)?;
         grid::run(
             &jobs,
@@ -1311,6 +1319,39 @@ mod tests {
         let again = run(&longer, dir.path(), Some(1), &crate::Quiet).unwrap();
         assert!(again.remeasured.is_empty());
         assert_eq!(again.accuracy, o.accuracy);
+    }
+
+    #[test]
+    fn a_stale_transfer_run_is_refused_before_the_mechanism_grid_trains() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = transfer::TransferSettings {
+            steps: 2,
+            extras: vec![0],
+            samples: 8,
+        };
+        let e = Experiment {
+            biases: vec![Bias::None],
+            seeds: vec![0],
+            steps: 2,
+            per_length: 8,
+            lengths: vec![16],
+            transfer: Some(t.clone()),
+            ..Experiment::quick()
+        };
+        run(&e, dir.path(), Some(1), &crate::Quiet).unwrap();
+        // Another bias in the grid (a new mechanism run) and other transfer steps (the
+        // existing transfer runs stale): refused before the new run is trained.
+        let nope: Bias = "nope:0".parse().unwrap();
+        let other = Experiment {
+            biases: vec![Bias::None, nope],
+            transfer: Some(transfer::TransferSettings { steps: 3, ..t }),
+            ..e.clone()
+        };
+        let err = run(&other, dir.path(), Some(1), &crate::Quiet)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no job was run"), "{err}");
+        assert!(!run_dir(dir.path(), nope, 0).exists(), "{err}");
     }
 
     #[test]
