@@ -883,7 +883,7 @@ fn pretrained_commands_take_any_local_rope_model() {
     let scores = std::fs::read(dir.path().join("gptj.jsonl")).unwrap();
     assert_one_line_error(
         &rope_stats(&dir.path().join("gptj.jsonl")),
-        "of another kind",
+        "another kind of file",
     );
     assert_eq!(
         std::fs::read(dir.path().join("gptj.jsonl")).unwrap(),
@@ -897,14 +897,14 @@ fn pretrained_commands_take_any_local_rope_model() {
         .success());
     let table = std::fs::read(folder.join("gptj.csv")).unwrap();
     let page = std::fs::read(folder.join("report.html")).unwrap();
-    assert_one_line_error(&rope_stats(&folder.join("report.html")), "of another kind");
+    assert_one_line_error(&rope_stats(&folder.join("report.html")), "another kind of file");
     let out = ropelab(&[
         "report",
         folder.to_str().unwrap(),
         "--out",
         folder.join("gptj.csv").to_str().unwrap(),
     ]);
-    assert_one_line_error(&out, "of another kind");
+    assert_one_line_error(&out, "another kind of file");
     assert_eq!(std::fs::read(folder.join("gptj.csv")).unwrap(), table);
     assert_eq!(std::fs::read(folder.join("report.html")).unwrap(), page);
     let run = dir.path().join("run");
