@@ -897,7 +897,10 @@ fn pretrained_commands_take_any_local_rope_model() {
         .success());
     let table = std::fs::read(folder.join("gptj.csv")).unwrap();
     let page = std::fs::read(folder.join("report.html")).unwrap();
-    assert_one_line_error(&rope_stats(&folder.join("report.html")), "another kind of file");
+    assert_one_line_error(
+        &rope_stats(&folder.join("report.html")),
+        "another kind of file",
+    );
     let out = ropelab(&[
         "report",
         folder.to_str().unwrap(),

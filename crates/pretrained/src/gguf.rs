@@ -375,6 +375,17 @@ impl GgufFile {
                 ),
             ));
         }
+        // GGUF's strings are UTF-8: candle would replace other bytes with U+FFFD, so two
+        // damaged tokens would read as one (thirteenth pass, S3).
+        if let Some(at) = header.not_utf8 {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "{} holds bytes that are not UTF-8 (GGUF strings are UTF-8)",
+                    crate::escaped(&at)
+                ),
+            ));
+        }
         if let Some(name) = header.repeated_tensor {
             return Err(PretrainedError::gguf(
                 path,
@@ -768,6 +779,16 @@ impl GgufFile {
             (None, Some(old)) => Some((old, &old_key)),
             (None, None) => None,
         };
+        // llama.cpp multiplies the rotated q and k by this factor whatever the type
+        // (thirteenth pass, S2): ropelab does not, so only 1 (a no-op) is read.
+        let attn_key = format!("{arch}.rope.scaling.attn_factor");
+        if let Some(a) = self.optional_float(&attn_key)?.filter(|&a| a != 1.0) {
+            return Err(self.error(format!(
+                "{attn_key} is {}: ropelab does not scale the rotated q and k (give 1, or no \
+                 such key)",
+                crate::number(a)
+            )));
+        }
         match (self.optional_string(&type_key)?.as_deref(), factor) {
             (None | Some("none"), None) => Ok(None),
             (Some("none"), Some((1.0, _))) => Ok(None),

@@ -36,6 +36,9 @@ pub(crate) struct Header {
     /// The first tensor whose GGML type candle does not read, with that type (found even when
     /// the walk stops later, at damage further on).
     pub(crate) unknown_type: Option<(String, u32)>,
+    /// The first key, string value (`key` or `key[i]`) or tensor name whose bytes are not
+    /// UTF-8, which GGUF requires (candle replaces such bytes with U+FFFD silently).
+    pub(crate) not_utf8: Option<String>,
 }
 
 /// The GGML types candle's reader knows (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, the K
@@ -87,9 +90,18 @@ fn walk(
     let entries = count(len_of(r, wide)?)?;
     let mut header = Header::default();
     let mut keys = HashSet::new();
+    let mut not_utf8 = None;
     for _ in 0..entries {
-        let key = name_of(r, wide)?;
+        let (key, utf8) = name_of(r, wide)?;
+        if !utf8 && not_utf8.is_none() {
+            not_utf8 = Some(format!("the name of metadata key {key:?}"));
+        }
         let kind = u32_of(r)?;
+        let mut at = Place {
+            key: &key,
+            index: None,
+            not_utf8: &mut not_utf8,
+        };
         if key == "general.alignment" {
             // candle keeps the last of repeated keys (a repeat is refused anyway).
             header.alignment = match kind {
@@ -100,12 +112,12 @@ fn walk(
                 4 => Some(u64::from(u32_of(r)?)),
                 5 => u64::try_from(i32::from_le_bytes(bytes(r)?)).ok(),
                 _ => {
-                    skip_value(r, kind, wide, 0)?;
+                    skip_value(r, kind, wide, 0, &mut at)?;
                     None
                 }
             };
         } else {
-            skip_value(r, kind, wide, 0)?;
+            skip_value(r, kind, wide, 0, &mut at)?;
         }
         if !keys.insert(key.clone()) && header.repeated_key.is_none() {
             header.repeated_key = Some(key);
@@ -113,7 +125,10 @@ fn walk(
     }
     let mut names = HashSet::new();
     for _ in 0..tensors {
-        let name = name_of(r, wide)?;
+        let (name, utf8) = name_of(r, wide)?;
+        if !utf8 && not_utf8.is_none() {
+            not_utf8 = Some(format!("the name of tensor {name:?}"));
+        }
         let dims = u32_of(r)?;
         if dims > MAX_DIMS {
             return Err(std::io::Error::other("too many dimensions"));
@@ -128,6 +143,7 @@ fn walk(
             header.repeated_tensor = Some(name);
         }
     }
+    header.not_utf8 = not_utf8;
     Ok(header)
 }
 
@@ -140,8 +156,8 @@ fn count(n: u64) -> std::io::Result<u64> {
 }
 
 /// A name (metadata key or tensor name) as candle reads it: trailing NUL bytes dropped, bytes
-/// that are not UTF-8 replaced.
-fn name_of(r: &mut impl Read, wide: bool) -> std::io::Result<String> {
+/// that are not UTF-8 replaced; with whether its bytes were UTF-8.
+fn name_of(r: &mut impl Read, wide: bool) -> std::io::Result<(String, bool)> {
     let n = count(len_of(r, wide)?)?;
     let mut raw = Vec::new();
     // Read as far as the file goes: a length beyond it allocates nothing of that size.
@@ -152,11 +168,57 @@ fn name_of(r: &mut impl Read, wide: bool) -> std::io::Result<String> {
     while raw.last() == Some(&0) {
         raw.pop();
     }
-    Ok(String::from_utf8_lossy(&raw).into_owned())
+    let utf8 = std::str::from_utf8(&raw).is_ok();
+    Ok((String::from_utf8_lossy(&raw).into_owned(), utf8))
 }
 
-/// Skips one value of GGUF type `kind`.
-fn skip_value(r: &mut impl Read, kind: u32, wide: bool, depth: usize) -> std::io::Result<()> {
+/// Where a value lies (its key, and its index in an array), for naming a string that is not
+/// UTF-8; the first such place is kept in `not_utf8`.
+struct Place<'a> {
+    key: &'a str,
+    index: Option<u64>,
+    not_utf8: &'a mut Option<String>,
+}
+
+/// Reads `n` bytes a chunk at a time (a long string allocates no more than a chunk): whether
+/// they are UTF-8. A file shorter than that ends the walk.
+fn utf8_of(r: &mut impl Read, n: u64) -> std::io::Result<bool> {
+    let mut valid = true;
+    // The bytes of a character split across two chunks, kept for the next.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut left = n;
+    while left > 0 {
+        let want = left.min(chunk.len() as u64) as usize;
+        let got = r.read(&mut chunk[..want])?;
+        if got == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        left -= got as u64;
+        if valid {
+            pending.extend_from_slice(&chunk[..got]);
+            match std::str::from_utf8(&pending) {
+                Ok(_) => pending.clear(),
+                // An incomplete character at the end: kept for the next chunk.
+                Err(e) if e.error_len().is_none() => {
+                    pending.drain(..e.valid_up_to());
+                }
+                Err(_) => valid = false,
+            }
+        }
+    }
+    Ok(valid && pending.is_empty())
+}
+
+/// Skips one value of GGUF type `kind` at `at`, reading its strings' bytes to check they are
+/// UTF-8.
+fn skip_value(
+    r: &mut impl Read,
+    kind: u32,
+    wide: bool,
+    depth: usize,
+    at: &mut Place<'_>,
+) -> std::io::Result<()> {
     match kind {
         0 | 1 | 7 => skip(r, 1),
         2 | 3 => skip(r, 2),
@@ -164,7 +226,13 @@ fn skip_value(r: &mut impl Read, kind: u32, wide: bool, depth: usize) -> std::io
         10..=12 => skip(r, 8),
         8 => {
             let n = count(len_of(r, wide)?)?;
-            skip(r, n)
+            if !utf8_of(r, n)? && at.not_utf8.is_none() {
+                *at.not_utf8 = Some(match at.index {
+                    Some(i) => format!("{}[{i}]", at.key),
+                    None => at.key.to_owned(),
+                });
+            }
+            Ok(())
         }
         9 if depth < MAX_DEPTH => {
             let element = u32_of(r)?;
@@ -175,9 +243,13 @@ fn skip_value(r: &mut impl Read, kind: u32, wide: bool, depth: usize) -> std::io
                 4..=6 => skip(r, n * 4),
                 10..=12 => skip(r, n * 8),
                 _ => {
-                    for _ in 0..n {
-                        skip_value(r, element, wide, depth + 1)?;
+                    // The outermost array's index names the element.
+                    let outer = at.index;
+                    for i in 0..n {
+                        at.index = outer.or(Some(i));
+                        skip_value(r, element, wide, depth + 1, at)?;
                     }
+                    at.index = outer;
                     Ok(())
                 }
             }
@@ -289,6 +361,53 @@ mod tests {
             0,
             "the reader is left at the start for candle"
         );
+    }
+
+    fn raw_string(b: &[u8]) -> Vec<u8> {
+        let mut v = (b.len() as u64).to_le_bytes().to_vec();
+        v.extend(b);
+        v
+    }
+
+    fn not_utf8(bytes: Vec<u8>) -> Option<String> {
+        scan(&mut Cursor::new(bytes)).unwrap().not_utf8
+    }
+
+    #[test]
+    fn strings_that_are_not_utf8_are_named_where_they_lie() {
+        let mut tokens = 8u32.to_le_bytes().to_vec();
+        tokens.extend(3u64.to_le_bytes());
+        tokens.extend(string("a"));
+        tokens.extend(string("é"));
+        tokens.extend(raw_string(&[b'x', 0xff]));
+        let file = header(&[("general.name", 8, string("x")), ("tokens", 9, tokens)]);
+        assert_eq!(not_utf8(file).as_deref(), Some("tokens[2]"));
+        let value = header(&[("general.name", 8, raw_string(&[0xc3]))]);
+        assert_eq!(not_utf8(value).as_deref(), Some("general.name"));
+        // A character split across the walk's chunks is whole (8192 bytes, then 2 of "é").
+        let mut long = vec![b'a'; 8191];
+        long.extend("é".as_bytes());
+        assert_eq!(not_utf8(header(&[("k", 8, raw_string(&long))])), None);
+        let mut cut = vec![b'a'; 8191];
+        cut.push(0xc3);
+        assert_eq!(
+            not_utf8(header(&[("k", 8, raw_string(&cut))])).as_deref(),
+            Some("k")
+        );
+        let mut key = 1u64.to_le_bytes().to_vec();
+        key.push(0xfe);
+        let mut named = b"GGUF".to_vec();
+        named.extend(3u32.to_le_bytes());
+        named.extend(0u64.to_le_bytes());
+        named.extend(1u64.to_le_bytes());
+        named.extend(key);
+        named.extend(4u32.to_le_bytes());
+        named.extend(1u32.to_le_bytes());
+        assert!(not_utf8(named)
+            .unwrap()
+            .starts_with("the name of metadata key"));
+        let clean = header(&[("general.name", 8, string("llama é"))]);
+        assert_eq!(not_utf8(clean), None);
     }
 
     #[test]

@@ -167,7 +167,10 @@ impl GgufTokenizer {
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
         // A merge of a token the vocabulary lacks is named with its key and index, not left
-        // to the tokenizers crate's "Token `x` out of vocabulary" (tenth pass, G36).
+        // to the tokenizers crate's "Token `x` out of vocabulary" (tenth pass, G36). A merge
+        // given twice has two ranks: llama.cpp keeps the first, the tokenizers crate the last
+        // (thirteenth pass, S1), so it is refused.
+        let mut ranks = std::collections::HashMap::new();
         let merges = file
             .strings("tokenizer.ggml.merges")?
             .into_iter()
@@ -189,6 +192,13 @@ impl GgufTokenizer {
                          tokenizer.ggml.tokens",
                         crate::quoted(&m),
                         crate::quoted(missing)
+                    )));
+                }
+                if let Some(first) = ranks.insert(m.clone(), i) {
+                    return Err(err(&format!(
+                        "tokenizer.ggml.merges lists {} twice (merges[{first}] and \
+                         merges[{i}]): each merge must have one rank",
+                        crate::quoted(&m)
                     )));
                 }
                 Ok((a.to_owned(), b.to_owned()))
@@ -326,6 +336,26 @@ impl GgufTokenizer {
                         "strings \"a b\""
                     }
                 )));
+            }
+        }
+        // A merge given twice has two ranks (the tokenizers crate keeps the last): refused,
+        // as in a GGUF file (thirteenth pass, S1).
+        if let Some(merges) = json.pointer("/model/merges").and_then(|m| m.as_array()) {
+            let mut ranks = std::collections::HashMap::with_capacity(merges.len());
+            for (i, m) in merges.iter().enumerate() {
+                let key: Vec<&str> = match m {
+                    serde_json::Value::Array(p) => {
+                        p.iter().map(|s| s.as_str().unwrap_or_default()).collect()
+                    }
+                    other => other.as_str().unwrap_or_default().split(' ').collect(),
+                };
+                if let Some(first) = ranks.insert(key, i) {
+                    return Err(failed(format!(
+                        "model.merges[{first}] and model.merges[{i}] are the same merge {}: \
+                         each merge must have one rank",
+                        crate::hf::shown_json(m)
+                    )));
+                }
             }
         }
         let mut inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;

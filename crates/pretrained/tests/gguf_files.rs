@@ -1703,6 +1703,33 @@ fn absurd_rope_bases_and_factors_are_refused_naming_them() {
             Value::Array(vec![Value::String("QQ WW".into())]),
             "tokenizer.ggml.merges[0] \"QQ WW\" names \"QQ\"",
         ),
+        // A merge given twice has two ranks; llama.cpp's factor on the rotated q and k is
+        // not applied, so only 1 is read; bytes that are not UTF-8 are named where they lie
+        // (thirteenth pass, S1-S3).
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(
+                ["Ġ a", "a b", "Ġ a"]
+                    .map(|m| Value::String(m.into()))
+                    .to_vec(),
+            ),
+            "tokenizer.ggml.merges lists \"Ġ a\" twice (merges[0] and merges[2])",
+        ),
+        (
+            "llama.rope.scaling.attn_factor",
+            Value::F32(0.5),
+            "llama.rope.scaling.attn_factor is 0.5: ropelab does not scale",
+        ),
+        (
+            "llama.rope.scaling.attn_factor",
+            Value::F32(f32::NAN),
+            "llama.rope.scaling.attn_factor is NaN",
+        ),
+        (
+            "llama.rope.scaling.attn_factor",
+            Value::String("big".into()),
+            "llama.rope.scaling.attn_factor",
+        ),
     ] {
         let err = refusal(&with_key(dir.path(), key, value), want);
         assert!(
@@ -1745,6 +1772,32 @@ fn absurd_rope_bases_and_factors_are_refused_naming_them() {
             "{f}: {err}"
         );
     }
+}
+
+/// A token whose bytes are not UTF-8 is refused naming it (candle would read it as U+FFFD, so
+/// two damaged tokens would read as one; thirteenth pass, S3, U2).
+#[test]
+fn a_token_that_is_not_utf8_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut toks: Vec<Value> = tokens()
+        .iter()
+        .map(|t| Value::String(t.to_string()))
+        .collect();
+    toks[13] = Value::String("QQQQQQQQ".into());
+    let path = with_key(dir.path(), "tokenizer.ggml.tokens", Value::Array(toks));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(8)
+        .position(|w| w == b"QQQQQQQQ")
+        .expect("the token is written");
+    bytes[at + 1] = 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let err = refusal(&path, "a token that is not UTF-8");
+    assert!(
+        err.contains("bad.gguf")
+            && err.contains("tokenizer.ggml.tokens[13] holds bytes that are not UTF-8"),
+        "{err}"
+    );
 }
 
 /// Tokenizer tables llama.cpp refuses: a token string given twice (two ids, one of which

@@ -732,6 +732,20 @@ fn tokenizer_ids_that_would_be_read_otherwise_are_refused() {
         err.contains("model.merges[1] is \"a r\", but the merges are pairs"),
         "{err}"
     );
+    // A merge given twice has two ranks (the crate keeps the last, llama.cpp the first):
+    // refused naming both (thirteenth pass, S1).
+    let mut twice = json.clone();
+    let first = twice["model"]["merges"][0].clone();
+    twice["model"]["merges"].as_array_mut().unwrap().push(first);
+    let last = twice["model"]["merges"].as_array().unwrap().len() - 1;
+    let dir = with_file("tokenizer.json", twice.to_string().as_bytes());
+    let err = refusal(dir.path(), "a merge given twice");
+    assert!(
+        err.contains(&format!(
+            "model.merges[0] and model.merges[{last}] are the same merge"
+        )),
+        "{err}"
+    );
     // A subword prefix (the tokenizers crate panicked on it) and BPE dropout (no rerun would
     // repeat) are refused naming the key (ninth pass, P1, S5).
     for (key, value, want) in [
