@@ -19,6 +19,47 @@ const CONTROL: i64 = 3;
 /// unused, byte.
 const TOKEN_TYPES: std::ops::RangeInclusive<i64> = 0..=6;
 
+/// Whether the tokenizer class a `tokenizer_config.json` names makes transformers rebuild the
+/// post-processor from `add_bos_token` / `add_eos_token` (and with which BOS default), as its
+/// fast tokenizer's constructor does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rebuild {
+    /// The post-processor is `tokenizer.json`'s (GPT-2's, Qwen2's, CodeGen's, the generic one).
+    Never,
+    /// Rebuilt from the flags, BOS first when `add_bos_token` is absent and `bos` (Llama,
+    /// Gemma: true; GPT-NeoX: false).
+    Always { bos: bool },
+}
+
+impl Rebuild {
+    /// The classes ropelab knows, by name (with and without `Fast`).
+    const KNOWN: [&'static str; 8] = [
+        "PreTrainedTokenizerFast",
+        "GPT2Tokenizer",
+        "Qwen2Tokenizer",
+        "CodeGenTokenizer",
+        "LlamaTokenizer",
+        "CodeLlamaTokenizer",
+        "GemmaTokenizer",
+        "GPTNeoXTokenizer",
+    ];
+
+    /// What `class` does, or None for a class ropelab does not know.
+    fn of(class: &str) -> Option<Self> {
+        let base = class.strip_suffix("Fast").unwrap_or(class);
+        match base {
+            "PreTrainedTokenizer" | "GPT2Tokenizer" | "Qwen2Tokenizer" | "CodeGenTokenizer" => {
+                Some(Rebuild::Never)
+            }
+            "LlamaTokenizer" | "CodeLlamaTokenizer" | "GemmaTokenizer" => {
+                Some(Rebuild::Always { bos: true })
+            }
+            "GPTNeoXTokenizer" => Some(Rebuild::Always { bos: false }),
+            _ => None,
+        }
+    }
+}
+
 /// Whether a `tokenizer.json` pre-tokenizer splits text into byte-level tokens (ByteLevel,
 /// alone or in a Sequence).
 fn byte_level(pre: Option<&serde_json::Value>) -> bool {
@@ -497,12 +538,48 @@ impl GgufTokenizer {
                     .into(),
             ));
         }
-        if let Some(bos) = flag("add_bos_token")? {
+        // The class transformers builds decides whether it rebuilds the post-processor from
+        // the flags, and with which defaults (thirteenth pass, S4).
+        let class = match json.get("tokenizer_class") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(c)) => Some(c.as_str()),
+            Some(v) => {
+                return Err(failed(format!(
+                    "tokenizer_class is {}, not a class name",
+                    crate::hf::shown_json(v)
+                )))
+            }
+        };
+        let rebuilds = match class {
+            None => Rebuild::Never,
+            Some(c) => Rebuild::of(c).ok_or_else(|| {
+                failed(format!(
+                    "tokenizer_class {} is not one ropelab knows how transformers builds \
+                     (known: {})",
+                    crate::quoted(c),
+                    Rebuild::KNOWN.join(", ")
+                ))
+            })?,
+        };
+        let bos = match (flag("add_bos_token")?, rebuilds) {
+            (Some(bos), _) => Some(bos),
+            (None, Rebuild::Always { bos }) => Some(bos),
+            (None, Rebuild::Never) => None,
+        };
+        if let Some(prefix) = flag("add_prefix_space")? {
+            self.check_prefix_space(prefix, class, rebuilds)
+                .map_err(failed)?;
+        }
+        if let Some(bos) = bos {
             if bos != self.special {
                 return Err(failed(format!(
-                    "add_bos_token is {bos}, but tokenizer.json's post_processor {} before \
+                    "add_bos_token is {bos}{}, but tokenizer.json's post_processor {} before \
                      every text: transformers would tokenize prompts otherwise than ropelab \
                      reads them (make the two files agree)",
+                    match (flag("add_bos_token")?, class) {
+                        (None, Some(c)) => format!(" (the default of tokenizer_class {c})"),
+                        _ => String::new(),
+                    },
                     if self.special {
                         "adds a token"
                     } else {
@@ -512,6 +589,34 @@ impl GgufTokenizer {
             }
         }
         Ok(())
+    }
+
+    /// Refuses a `tokenizer_config.json` `add_prefix_space` that transformers would apply
+    /// otherwise than `tokenizer.json` reads (thirteenth pass, S5): Llama's and Gemma's fast
+    /// tokenizers rebuild themselves from the slow (sentencepiece) tokenizer when it is given;
+    /// the others rebuild a byte-level pre-tokenizer whose own flag differs.
+    fn check_prefix_space(
+        &self,
+        prefix: bool,
+        class: Option<&str>,
+        rebuilds: Rebuild,
+    ) -> std::result::Result<(), String> {
+        if let (Some(c), Rebuild::Always { bos: true }) = (class, rebuilds) {
+            return Err(format!(
+                "add_prefix_space is {prefix}: transformers' {c} then rebuilds the tokenizer \
+                 from its sentencepiece model, not from tokenizer.json (remove the key)"
+            ));
+        }
+        let pre = serde_json::to_value(self.inner.get_pre_tokenizer())
+            .map_err(|e| crate::first_line(&e))?;
+        match pre.get("add_prefix_space").and_then(|v| v.as_bool()) {
+            Some(own) if own != prefix => Err(format!(
+                "add_prefix_space is {prefix}, but tokenizer.json's pre_tokenizer has \
+                 add_prefix_space {own}: transformers would rebuild it with {prefix} and \
+                 tokenize prompts otherwise than ropelab reads them (make the two files agree)"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Refuses a tokenizer that can produce an id at or beyond the model's `vocab_size` (an

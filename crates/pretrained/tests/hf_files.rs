@@ -916,6 +916,68 @@ fn tokenizer_config_flags_must_agree_with_the_tokenizer() {
     std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
     let second = ropelab_pretrained::identity::model_identity(Some(dir.path())).unwrap();
     assert_ne!(first, second);
+    // The class transformers builds: Llama's adds BOS unless told not to, GPT-2's reads
+    // tokenizer.json as it is; an unknown class is named (thirteenth pass, S4).
+    for fine in [
+        "{\"tokenizer_class\": \"GPT2Tokenizer\"}",
+        "{\"tokenizer_class\": \"PreTrainedTokenizerFast\"}",
+        "{\"tokenizer_class\": \"LlamaTokenizerFast\", \"add_bos_token\": false}",
+        "{\"tokenizer_class\": \"GPTNeoXTokenizerFast\"}",
+        "{\"add_prefix_space\": false}",
+    ] {
+        std::fs::write(dir.path().join("tokenizer_config.json"), fine).unwrap();
+        load_model(Some(dir.path()), &Device::Cpu).unwrap_or_else(|e| panic!("{fine}: {e}"));
+    }
+    for (text, want) in [
+        (
+            "{\"tokenizer_class\": \"LlamaTokenizerFast\"}",
+            "add_bos_token is true (the default of tokenizer_class LlamaTokenizerFast)",
+        ),
+        (
+            "{\"tokenizer_class\": \"BertTokenizer\"}",
+            "tokenizer_class \"BertTokenizer\" is not one ropelab knows",
+        ),
+        ("{\"tokenizer_class\": 3}", "tokenizer_class is 3"),
+        (
+            "{\"tokenizer_class\": \"LlamaTokenizer\", \"add_bos_token\": false, \
+             \"add_prefix_space\": true}",
+            "add_prefix_space is true: transformers' LlamaTokenizer then rebuilds",
+        ),
+        (
+            "{\"add_prefix_space\": \"no\"}",
+            "add_prefix_space is \"no\"",
+        ),
+    ] {
+        std::fs::write(dir.path().join("tokenizer_config.json"), text).unwrap();
+        let err = refusal(dir.path(), text);
+        assert!(
+            err.contains("tokenizer_config.json") && err.contains(want),
+            "{text}: {err}"
+        );
+    }
+}
+
+/// A `tokenizer_config.json` `add_prefix_space` that differs from the byte-level
+/// pre-tokenizer's own flag is refused: transformers rebuilds the pre-tokenizer with it
+/// (thirteenth pass, S5).
+#[test]
+fn add_prefix_space_must_agree_with_the_pre_tokenizer() {
+    let text = std::fs::read_to_string(llama().join("tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // The ByteLevel pre-tokenizer alone, as GPT-2's tokenizer.json has it.
+    json["pre_tokenizer"] = json["pre_tokenizer"]["pretokenizers"][1].clone();
+    assert_eq!(json["pre_tokenizer"]["type"], "ByteLevel");
+    let dir = with_file("tokenizer.json", json.to_string().as_bytes());
+    let config = dir.path().join("tokenizer_config.json");
+    std::fs::write(&config, "{\"add_prefix_space\": false}").unwrap();
+    load_model(Some(dir.path()), &Device::Cpu).expect("flags that agree");
+    std::fs::write(&config, "{\"add_prefix_space\": true}").unwrap();
+    let err = refusal(dir.path(), "add_prefix_space true over false");
+    assert!(
+        err.contains("tokenizer_config.json")
+            && err.contains("pre_tokenizer has add_prefix_space false"),
+        "{err}"
+    );
 }
 
 /// A byte-level vocabulary missing a byte's token is refused at load: a prompt holding the
