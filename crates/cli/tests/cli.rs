@@ -829,6 +829,17 @@ fn pretrained_commands_take_any_local_rope_model() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let (p, s) = (v["s_pos"].as_f64().unwrap(), v["s_sym"].as_f64().unwrap());
             assert!((0.0..=1.0).contains(&p) && (0.0..=1.0).contains(&s), "{v}");
+            // Each line records the prompts it was scored on (thirteenth pass, S6).
+            assert_eq!(
+                (&v["task"], &v["size"], &v["prompts"], &v["tau"]),
+                (
+                    &serde_json::json!("letter"),
+                    &serde_json::json!(16),
+                    &serde_json::json!(2),
+                    &serde_json::json!(0.0001)
+                ),
+                "{v}"
+            );
         }
         let out = ropelab(&[
             "pretrained",
@@ -862,6 +873,33 @@ fn pretrained_commands_take_any_local_rope_model() {
             .map(|l| l.split(',').next().unwrap().to_owned())
             .collect();
         assert_eq!(layers.into_iter().collect::<Vec<_>>(), ["0", "1"], "{name}");
+        // The index task's rows record their prompt count and precision (thirteenth pass, S7).
+        let index = dir.path().join(format!("{name}-index.csv"));
+        let out = ropelab(&[
+            "pretrained",
+            "index-task",
+            "--model",
+            model,
+            "--lengths",
+            "48",
+            "--n",
+            "2",
+            "--precision",
+            "bf16",
+            "--out",
+            index.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let text = std::fs::read_to_string(&index).unwrap();
+        let mut rows = csv::Reader::from_reader(text.as_bytes());
+        let header = rows.headers().unwrap().clone();
+        let row = rows.records().next().unwrap().unwrap();
+        let cell = |key: &str| row[header.iter().position(|h| h == key).unwrap()].to_owned();
+        assert_eq!(
+            (cell("n"), cell("precision")),
+            ("2".into(), "bf16".into()),
+            "{text}"
+        );
     }
     // Another table (or a page) in the way is refused, not replaced, in a folder of pretrained
     // output too; a run's directory takes no pretrained output (tenth pass, L1-L3, S1).

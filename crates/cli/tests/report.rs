@@ -238,6 +238,18 @@ fn a_report_into_another_runs_directory_is_refused() {
         "holds `ropelab pretrained` output",
     );
     assert_eq!(std::fs::read(model.join("report.html")).unwrap(), page);
+    // A folder whose only table is unreadable bytes holds no pretrained output: a page may
+    // go there (thirteenth pass, U3).
+    let junk = dir.path().join("junk-folder");
+    std::fs::create_dir_all(&junk).unwrap();
+    std::fs::write(junk.join("junk.csv"), [0xffu8, 0xfe, 0x00, 0x9c, b'\n']).unwrap();
+    ok(ropelab(&[
+        "report",
+        a.to_str().unwrap(),
+        "--out",
+        junk.join("new.html").to_str().unwrap(),
+    ]));
+    assert!(junk.join("new.html").is_file());
     // A user's own file, whatever its name, is not replaced by a page or a table (tenth pass,
     // LO1, LO2); a page rewrites its own earlier page under the same odd name.
     for name in ["notes.txt", "notes.md", "keep.py", "NOTES"] {

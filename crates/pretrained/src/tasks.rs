@@ -133,9 +133,14 @@ pub struct IndexRow {
     pub max_elements: usize,
     /// Longest prompt in tokens.
     pub prompt_tokens: usize,
+    /// Prompts asked at this length.
+    pub n: usize,
     /// Fraction answered (chance 0.25).
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub accuracy: f64,
+    /// Precision of the forward's products (`f32` or `bf16`): answers can differ between the
+    /// two (thirteenth pass, S7).
+    pub precision: String,
     /// The model that made the row (`NAME sha256:PREFIX`, see
     /// [`crate::identity::model_identity`]); empty in files written before it was
     /// recorded.
@@ -381,7 +386,15 @@ pub fn accuracy_table(
                 items.push((p.prompt, p.answer));
             }
         }
-        let answered = shared.answers_many(&items, |k| progress(done + k))?;
+        // A prompt beyond the context says which size made it (thirteenth pass, U1).
+        let answered = shared
+            .answers_many(&items, |k| progress(done + k))
+            .map_err(|e| match e {
+                PretrainedError::Input(m) => {
+                    PretrainedError::Input(format!("size {size} of the {task} task: {m}"))
+                }
+                other => other,
+            })?;
         done += items.len();
         let prompt_tokens = answered.first().map_or(0, |a| a.1);
         let accs: Vec<f64> = answered
@@ -487,7 +500,9 @@ pub fn index_accuracy(
             min_elements: prompts.iter().map(|p| p.2).min().unwrap_or(0),
             max_elements: prompts.iter().map(|p| p.2).max().unwrap_or(0),
             prompt_tokens: prompts.iter().map(|p| p.3).max().unwrap_or(0),
+            n,
             accuracy: answered.iter().filter(|a| a.0).count() as f64 / n as f64,
+            precision: model.precision().to_string(),
             model: String::new(),
         });
     }

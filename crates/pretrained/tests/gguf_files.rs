@@ -818,6 +818,23 @@ fn a_prompt_beyond_the_context_is_refused_in_one_line() {
         assert!(!text.contains('\n'), "{text}");
     }
     assert!(shared.answers("a b", "a").is_ok());
+    // The accuracy table names the size whose prompts do not fit (thirteenth pass, U1).
+    let err = ropelab_pretrained::tasks::accuracy_table(
+        &model,
+        &tokenizer,
+        ropelab_tasks::TaskKind::Letter,
+        &[1, 200],
+        1,
+        1,
+        |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("size 200 of the letter task: a prompt of")
+            && err.contains("exceeds the model's context of 256"),
+        "{err}"
+    );
 }
 
 /// Logits as a flat vector.

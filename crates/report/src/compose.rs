@@ -1151,6 +1151,15 @@ struct PretrainedFiles {
     settings: BTreeMap<&'static str, (String, String)>,
 }
 
+/// What a score file's heads were measured on, for a figure's title (every line of a file
+/// has the same, checked as it is read).
+fn prompts_scored(heads: &[PromptHead]) -> String {
+    heads
+        .first()
+        .and_then(PromptHead::settings)
+        .unwrap_or_else(|| "prompts not recorded: written by an older ropelab".into())
+}
+
 /// Whether `model` is an identity `pretrained` writes (`NAME sha256:` and 16 hex digits): a
 /// cut-off one is a damaged file.
 fn identity_shape(model: &str) -> bool {
@@ -1336,6 +1345,19 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                         return Err(ReportError::Input(format!("{origin}: {why}")));
                     }
                     out.same_model(&h.model, &origin)?;
+                    // One file, one set of prompts (thirteenth pass, S6).
+                    if h.settings() != heads[0].settings() {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: layer {} head {} was scored on other prompts ({}) than \
+                             layer {} head {} ({})",
+                            h.layer,
+                            h.head,
+                            h.settings().unwrap_or_else(|| "not recorded".into()),
+                            heads[0].layer,
+                            heads[0].head,
+                            heads[0].settings().unwrap_or_else(|| "not recorded".into())
+                        )));
+                    }
                     if !seen.insert((h.layer, h.head)) {
                         return Err(ReportError::Input(format!(
                             "{origin}: layer {} head {} is listed twice",
@@ -1354,12 +1376,35 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
 }
 
 /// Whether `dir` (or its `pretrained/`) holds `ropelab pretrained` output: its files, and a
-/// report of them, are that model's. Damaged output counts.
+/// report of them, are that model's. A file is such output by its first line (as
+/// [`pretrained_files`] tells them), so damaged output counts and an unreadable file of
+/// another kind does not (thirteenth pass, U3).
 pub fn holds_pretrained_output(dir: &Path) -> bool {
-    match pretrained_files(dir) {
-        Ok(f) => !(f.scores.is_empty() && f.tasks.is_empty() && f.failures.is_empty()),
-        Err(_) => true,
-    }
+    use std::io::{BufRead, Read};
+    [StudyDir::new(dir).pretrained(), dir.to_owned()]
+        .iter()
+        .filter_map(|folder| std::fs::read_dir(folder).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()))
+        .any(|path| {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if !path.is_file() || !(ext == "jsonl" || ext == "csv") {
+                return false;
+            }
+            let Ok(file) = std::fs::File::open(&path) else {
+                return false;
+            };
+            let mut first = Vec::new();
+            if std::io::BufReader::new(file.take(1 << 20))
+                .read_until(b'\n', &mut first)
+                .is_err()
+            {
+                return false;
+            }
+            let first = String::from_utf8_lossy(&first);
+            (ext == "csv"
+                && (first.starts_with(TASKS_HEADER) || first.starts_with(FAILURES_HEADER)))
+                || (ext == "jsonl" && first.contains("\"pure_0_1\"") && !first.contains("\"step\""))
+        })
 }
 
 /// The pretrained model's section, when `dir` holds any `ropelab pretrained` output.
@@ -1383,7 +1428,10 @@ fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
     for (stem, heads) in &files.scores {
         svgs.push(pretrained::head_type_map(
             heads,
-            &format!("Pretrained heads ({stem}; hover a cell, gamma {gamma})"),
+            &format!(
+                "Pretrained heads ({stem}: {}; hover a cell, gamma {gamma})",
+                prompts_scored(heads)
+            ),
             gamma,
         ));
     }
@@ -1658,7 +1706,25 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
                     dir.display()
                 ))
             })?;
-            pretrained::head_type_map(heads, &format!("Pretrained heads ({stem})"), gamma)
+            // A folder of several score files (a study's, one per task): the figure says
+            // which it draws.
+            let of = match files.scores.len() {
+                1 => String::new(),
+                n => format!(
+                    "; the first of {n} score files: {}",
+                    files
+                        .scores
+                        .iter()
+                        .map(|(s, _)| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            pretrained::head_type_map(
+                heads,
+                &format!("Pretrained heads ({stem}: {}{of})", prompts_scored(heads)),
+                gamma,
+            )
         }
         PlotKind::PretrainedTasks => {
             let files = pretrained_files(dir)?;

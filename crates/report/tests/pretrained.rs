@@ -28,6 +28,10 @@ fn head(layer: usize, head: usize, kind: HeadKind) -> PromptHead {
         pure_0_05: kind,
         freq_mean_plane: 3.0,
         model: MODEL.into(),
+        task: Some(TaskKind::Number),
+        size: Some(16),
+        prompts: Some(10),
+        tau: Some(0.1),
     }
 }
 
@@ -162,7 +166,11 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
         "the section names its model"
     );
     assert!(html.contains("id=\"pretrained\""));
-    assert!(html.contains("Pretrained heads (my-heads"));
+    // The map says which prompts its heads were scored on (thirteenth pass, S6).
+    assert!(
+        html.contains("Pretrained heads (my-heads: number task, size 16, 10 prompts, tau 0.1"),
+        "the map names its prompts"
+    );
     assert!(html.contains("not run: no `pretrained rope-stats` output"));
     assert!(!html.contains("config.toml is missing"));
     assert!(html.contains("<td>number</td><td>12</td><td>82</td><td>0.500</td>"));
@@ -177,6 +185,38 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("my-heads.jsonl: line 13"), "{err}");
+
+    // Lines of one file scored on other prompts are refused; a file from before the prompts
+    // were recorded is drawn saying so.
+    let mut mixed = heads();
+    mixed[3].tau = Some(1e300);
+    let text: String = mixed
+        .iter()
+        .map(|h| serde_json::to_string(h).unwrap() + "\n")
+        .collect();
+    std::fs::write(dir.path().join("my-heads.jsonl"), text).unwrap();
+    let err = ropelab_report::report(dir.path(), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("my-heads.jsonl")
+            && err.contains("tau 1e300")
+            && err.contains("other prompts"),
+        "{err}"
+    );
+    let old: String = heads()
+        .iter()
+        .map(|h| {
+            let mut v = serde_json::to_value(h).unwrap();
+            for key in ["task", "size", "prompts", "tau"] {
+                v.as_object_mut().unwrap().remove(key);
+            }
+            v.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(dir.path().join("my-heads.jsonl"), old).unwrap();
+    let html = ropelab_report::report(dir.path(), "test").unwrap();
+    assert!(html.contains("prompts not recorded: written by an older ropelab"));
 }
 
 /// Outputs of two models in one directory are refused naming both files, not drawn as one

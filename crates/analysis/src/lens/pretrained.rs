@@ -62,9 +62,37 @@ pub struct PromptHead {
     /// recorded.
     #[serde(default)]
     pub model: String,
+    /// The task of the prompts scored (None in files written before the prompts' settings
+    /// were recorded; so are the three below).
+    #[serde(default)]
+    pub task: Option<TaskKind>,
+    /// Target-window size of the prompts.
+    #[serde(default)]
+    pub size: Option<usize>,
+    /// Prompts the scores are averaged over.
+    #[serde(default)]
+    pub prompts: Option<usize>,
+    /// Temperature of the swap weights.
+    #[serde(default)]
+    pub tau: Option<f64>,
 }
 
 impl PromptHead {
+    /// The prompts' settings as a report states them (`number task, size 16, 10 prompts, tau
+    /// 0.1`), or None when the row does not record them.
+    pub fn settings(&self) -> Option<String> {
+        let tau = self.tau?;
+        let tau = if tau == 0.0 || (1e-4..1e9).contains(&tau.abs()) {
+            format!("{tau}")
+        } else {
+            format!("{tau:e}")
+        };
+        Some(format!(
+            "{} task, size {}, {} prompts, tau {tau}",
+            self.task?, self.size?, self.prompts?
+        ))
+    }
+
     /// Why this row (read back from a file) is not one [`score_prompts`] writes: scores outside
     /// [0, 1], an entropy that is no entropy, or a type its own scores do not give.
     pub fn defect(&self) -> Option<String> {
@@ -212,6 +240,10 @@ pub fn score_prompts_in_batches(
                 pure_0_05: purity(scores, Gamma::STRICT),
                 freq_mean_plane: s[3] / n,
                 model: String::new(),
+                task: Some(options.task),
+                size: Some(options.size),
+                prompts: Some(options.prompts),
+                tau: Some(options.tau.get()),
             }
         })
         .collect())

@@ -292,9 +292,10 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             say!("{table}");
             write_csv(&a.out, &rows)?;
             sayln!(
-                "{} prompts in {:.1} s; wrote {} (chance 0.25)",
+                "{} prompts in {:.1} s ({} products); wrote {} (chance 0.25)",
                 rows.len() as u64 * a.n,
                 start.elapsed().as_secs_f64(),
+                ropelab_pretrained::fused::describe(model.precision()),
                 a.out.display()
             );
             Ok(())
