@@ -881,7 +881,7 @@ fn pretrained_commands_take_any_local_rope_model() {
             "--model",
             model,
             "--lengths",
-            "48",
+            "80",
             "--n",
             "2",
             "--precision",
