@@ -25,7 +25,10 @@ fn ablate_writes_the_groups_and_refuses_an_unscored_run() {
     assert!(out.contains("(intact)") && out.contains("layer 1"), "{out}");
     let csv = std::fs::read_to_string(std::path::Path::new(&run).join("ablation.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "group,heads,ablation,hop,n,correct,accuracy");
+    assert_eq!(
+        lines[0],
+        "group,heads,ablation,hop,n,correct,accuracy,step,run"
+    );
     assert!(lines[1].starts_with("none,,none,all,16,"), "{csv}");
     // The tiny preset: 2 layers x 2 heads, so each layer and each head is a group, each by
     // mean and zero ablation, each with an `all` row and one per hop count present.

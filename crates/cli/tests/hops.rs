@@ -26,7 +26,7 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "layer,head,from,j,edges,mass,accuracy,knockout_accuracy,knockout_per_hop"
+        "layer,head,from,j,edges,mass,accuracy,knockout_accuracy,knockout_per_hop,step,run"
     );
     // The tiny preset: 2 layers x 2 heads x (last, every) x j = 1..4.
     assert_eq!(lines.len(), 1 + 2 * 2 * 2 * 4, "{csv}");

@@ -25,7 +25,7 @@ fn probe_writes_the_table_and_refuses_other_tasks() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "from,stream,target,j,n_train,n_test,unseen,test_samples,accuracy,chance,control"
+        "from,stream,target,j,n_train,n_test,unseen,test_samples,accuracy,chance,control,step,run"
     );
     assert!(lines[1].starts_with("last,0,token,1,"), "{csv}");
     // The layer sets beside them: every set of fewer moving layers than the 4 hops.
@@ -33,7 +33,7 @@ fn probe_writes_the_table_and_refuses_other_tasks() {
     let sets =
         std::fs::read_to_string(std::path::Path::new(&number).join("layer_sets.csv")).unwrap();
     assert!(
-        sets.starts_with("moving,size,hop,n,correct,accuracy\nnone,0,"),
+        sets.starts_with("moving,size,hop,n,correct,accuracy,step,run\nnone,0,"),
         "{sets}"
     );
     let letter = run("letter");

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{collected_table, ok, ropelab};
+use common::{collected_table, ok, refused, ropelab};
 
 /// One job of the tiny number model.
 fn spec(steps: usize) -> String {
@@ -442,6 +442,30 @@ fn collect_says_when_its_table_is_partial() {
     );
 }
 
+/// A shard run with an edited sweep file does not replace the plan another shard's finished
+/// job was made by: refused before anything is written (thirteenth pass, S7).
+#[test]
+fn a_shard_of_another_sweep_file_keeps_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let two = |steps| spec(steps).replace("values = [0]", "values = [0, 1]");
+    let (first, second) = (dir.path().join("a.toml"), dir.path().join("b.toml"));
+    std::fs::write(&first, two(20)).unwrap();
+    std::fs::write(&second, two(30)).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&first, &out, &["--shard", "0/2"]));
+    let plan = std::fs::read(out.join("plan.json")).unwrap();
+    let refused = sweep(&second, &out, &["--shard", "1/2"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a shard of another file ran");
+    assert!(
+        err.contains("plan.json") && err.contains("another run config"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(out.join("plan.json")).unwrap(), plan);
+    ok(sweep(&first, &out, &["--shard", "1/2"]));
+    assert!(!ok(ropelab(&["collect", out.to_str().unwrap()])).contains("partial"));
+}
+
 /// A changed `[measure]` table is not answered with the old result (issue 55, item 2): the
 /// finished job goes back to its measurement, which refuses by name the length test measured
 /// at the old extras (training is kept); a job whose measurement does not change is measured
@@ -709,6 +733,42 @@ fn no_out_replaces_a_file_a_ledger_lists() {
     assert_eq!(before, after);
     // The job is still done, its files vouched for.
     assert!(ok(sweep(&file, &out, &[])).contains("1 already done"));
+}
+
+/// A training log concatenated twice, or with a checkpoint's line edited, is refused by
+/// `train --resume` (before anything is written), as the report refuses it (thirteenth pass,
+/// S1).
+#[test]
+fn resume_refuses_a_concatenated_or_edited_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let r = run.to_str().unwrap();
+    let metrics = run.join("metrics.jsonl");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    let resume = ["train", "--resume", "--steps", "40", "--out", r];
+    std::fs::write(&metrics, whole.repeat(2)).unwrap();
+    refused(&resume, "step 0 after step 30");
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole.repeat(2));
+    // The checkpoint of step 20 recorded its line: a line of that step saying otherwise is an
+    // edit.
+    let edited: String = whole
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["step"] == 20 {
+                v["loss"] = serde_json::json!(0.001);
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    assert_ne!(edited, whole);
+    std::fs::write(&metrics, &edited).unwrap();
+    refused(
+        &resume,
+        "step 20 differs from the line its checkpoint recorded",
+    );
+    std::fs::write(&metrics, &whole).unwrap();
+    ok(ropelab(&resume));
 }
 
 /// Metrics lines deleted from the middle of the log are put back on resume where a checkpoint
@@ -1345,5 +1405,121 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
     assert!(
         err.contains("config.toml says optim.lr = 0.5") && err.contains("edited after it ran"),
         "{err}"
+    );
+}
+
+/// Measurements copied from another run (the test split, the ablation, the hop map, an
+/// attention view) are refused by the report, naming the file, not read as this run's; an
+/// accuracy no evaluation gives is refused; a hop map of an earlier checkpoint is drawn marked
+/// as such (thirteenth pass, S3-S6).
+#[test]
+fn another_runs_tables_and_impossible_accuracies_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = |name: &str, seed: &str| {
+        let run = dir.path().join(name);
+        ok(ropelab(&[
+            "train",
+            "--task",
+            "number",
+            "--preset",
+            "tiny",
+            "--steps",
+            "10",
+            "--save-every",
+            "5",
+            "--seed",
+            seed,
+            "--out",
+            run.to_str().unwrap(),
+        ]));
+        ok(ropelab(&[
+            "score",
+            "--run",
+            run.to_str().unwrap(),
+            "--samples",
+            "4",
+        ]));
+        run
+    };
+    let (a, b) = (train("a", "1"), train("b", "2"));
+    let bs = b.to_str().unwrap();
+    ok(ropelab(&["ablate", "--run", bs, "--n", "16"]));
+    ok(ropelab(&["hops", "--run", bs, "--n", "16"]));
+    ok(ropelab(&["attention", "--run", bs]));
+    ok(ropelab(&["eval", "--run", bs]));
+    let attention = std::fs::read_dir(b.join("attention"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .file_name();
+    let attention = format!("attention/{}", attention.to_string_lossy());
+    let report = |run: &Path| {
+        ropelab(&[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            dir.path().join("page.html").to_str().unwrap(),
+        ])
+    };
+    for (i, file) in [
+        "ablation.csv",
+        "hops.csv",
+        "eval/step-000010-extra-0.json",
+        attention.as_str(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let c = dir.path().join(format!("c{i}"));
+        copy_dir(&a, &c);
+        std::fs::create_dir_all(c.join(file).parent().unwrap()).unwrap();
+        std::fs::copy(b.join(file), c.join(file)).unwrap();
+        let out = report(&c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{file} of another run was reported");
+        assert!(
+            err.contains(file) && err.contains("another run"),
+            "{file}: {err}"
+        );
+    }
+    // A validation accuracy of 1.5 is no evaluation's.
+    let c = dir.path().join("accuracy");
+    copy_dir(&a, &c);
+    let metrics = c.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let edited: String = text
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["step"] == 10 {
+                v["val"]["accuracy"] = serde_json::json!(1.5);
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    assert!(edited.contains("1.5"), "{edited}");
+    std::fs::write(&metrics, edited).unwrap();
+    let out = report(&c);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("val.accuracy 1.5 is no accuracy"), "{err}");
+    // The hop map of step 5 in a run trained to step 10 is marked as an earlier checkpoint's.
+    let c = dir.path().join("older");
+    copy_dir(&a, &c);
+    ok(ropelab(&[
+        "hops",
+        "--run",
+        c.to_str().unwrap(),
+        "--step",
+        "5",
+        "--n",
+        "16",
+    ]));
+    ok(report(&c));
+    let html = std::fs::read_to_string(dir.path().join("page.html")).unwrap();
+    assert!(
+        html.contains("at step 5, older than the run&#39;s latest step 10"),
+        "the older hop map is not marked"
     );
 }

@@ -45,6 +45,48 @@ pub fn to_csv<T: Serialize>(rows: &[T]) -> Result<String, CsvError> {
     String::from_utf8(bytes).map_err(|e| error("CSV rows", e))
 }
 
+/// The CSV text of `rows` measured on checkpoint `step` of the run whose identity is `run`,
+/// those two as the last columns (`step`, `run`) of every row: a run's table copied into
+/// another run, or read after a later checkpoint, is told by them.
+pub fn to_csv_stamped<T: Serialize>(
+    rows: &[T],
+    step: usize,
+    run: &str,
+) -> Result<String, CsvError> {
+    let text = to_csv(rows)?;
+    if text.is_empty() {
+        return Ok(text);
+    }
+    let origin = "CSV rows";
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header = reader.headers().map_err(|e| error(origin, e))?.clone();
+    header.push_field("step");
+    header.push_field("run");
+    w.write_record(&header).map_err(|e| error(origin, e))?;
+    let step = step.to_string();
+    for record in reader.records() {
+        let mut record = record.map_err(|e| error(origin, e))?;
+        record.push_field(&step);
+        record.push_field(run);
+        w.write_record(&record).map_err(|e| error(origin, e))?;
+    }
+    let bytes = w.into_inner().map_err(|e| error(origin, e))?;
+    String::from_utf8(bytes).map_err(|e| error(origin, e))
+}
+
+/// The checkpoint and run one row of a table written by [`to_csv_stamped`] names (empty in
+/// tables written before rows named them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct Stamp {
+    /// The checkpoint step measured (None when the table has no `step` column).
+    #[serde(default)]
+    pub step: Option<usize>,
+    /// The run's identity (empty when the table has no `run` column).
+    #[serde(default)]
+    pub run: String,
+}
+
 /// Reads the rows of the CSV file `path` (the error names the file).
 pub fn read_csv_file<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, CsvError> {
     let origin = path.display().to_string();
@@ -174,6 +216,42 @@ mod tests {
         let err = read_csv::<Row>("n,name,x,missing\n1,a,0.5,\nx,b,1,\n", "t.csv").unwrap_err();
         let msg = err.to_string();
         assert!(msg.starts_with("t.csv: line 3"), "{msg}");
+    }
+
+    #[test]
+    fn stamped_rows_name_their_step_and_run_and_read_back_as_before() {
+        #[derive(Serialize, serde::Deserialize, Debug, PartialEq)]
+        struct R {
+            a: usize,
+            b: String,
+        }
+        let rows = vec![
+            R {
+                a: 1,
+                b: "x,y".into(),
+            },
+            R {
+                a: 2,
+                b: "z".into(),
+            },
+        ];
+        let text = to_csv_stamped(&rows, 40, "sha256:ab").unwrap();
+        assert_eq!(
+            text,
+            "a,b,step,run\n1,\"x,y\",40,sha256:ab\n2,z,40,sha256:ab\n"
+        );
+        assert_eq!(read_csv::<R>(&text, "t").unwrap(), rows);
+        let stamps = read_csv::<Stamp>(&text, "t").unwrap();
+        assert_eq!(
+            stamps[1],
+            Stamp {
+                step: Some(40),
+                run: "sha256:ab".into()
+            }
+        );
+        let old = read_csv::<Stamp>(&to_csv(&rows).unwrap(), "t").unwrap();
+        assert_eq!(old[0], Stamp::default());
+        assert_eq!(to_csv_stamped::<R>(&[], 1, "r").unwrap(), "");
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub mod toml_error;
 pub use atomic::{staging_dir_in, write_atomic, write_atomic_with, AtomicFile};
 pub use checksum::{allow_unsealed, sha256_file, sha256_hex, Manifest};
 pub use csv_rows::{
-    csv_records, read_csv, read_csv_file, records_to_csv, to_csv, write_csv, CsvError,
+    csv_records, read_csv, read_csv_file, records_to_csv, to_csv, to_csv_stamped, write_csv,
+    CsvError, Stamp,
 };
 pub use ledger::{
     owning_dir, refuse_listed, refuse_other_shape, refuse_owned, resolved, Expect, Ledger,

@@ -13,11 +13,12 @@ pub fn describe(text: &str, err: &toml::de::Error) -> String {
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let column = text[line_start..start].chars().count() + 1;
     let line = text[line_start..].lines().next().unwrap_or_default();
-    let section = before
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('[') && l.ends_with(']'));
+    // The section the place lies in: its own line when that is a header (a table missing a
+    // field is placed at it), else the nearest header above.
+    let header = |l: &str| l.starts_with('[') && l.ends_with(']');
+    let section = Some(line.trim())
+        .filter(|l| header(l))
+        .or_else(|| before.lines().rev().map(str::trim).find(|l| header(l)));
     let key = line
         .split_once('=')
         .map(|(k, _)| k.trim())
@@ -25,7 +26,8 @@ pub fn describe(text: &str, err: &toml::de::Error) -> String {
     let place = match (section, key) {
         (Some(s), Some(k)) => format!("{s} {k}: "),
         (None, Some(k)) => format!("{k}: "),
-        _ => String::new(),
+        (Some(s), None) => format!("{s}: "),
+        (None, None) => String::new(),
     };
     format!("line {line_no}, column {column}: {place}{message}")
 }
@@ -45,6 +47,29 @@ mod tests {
     struct Config {
         name: String,
         model: Model,
+    }
+
+    #[test]
+    fn a_missing_field_names_its_table() {
+        let text = "name = \"x\"\n\n[model]\nwidth = 3\n";
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Wide {
+            width: usize,
+            n_layers: usize,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Outer {
+            name: String,
+            model: Wide,
+        }
+        let err = toml::from_str::<Outer>(text).unwrap_err();
+        let line = describe(text, &err);
+        assert!(
+            line.contains("[model]") && line.contains("missing field `n_layers`"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -906,9 +906,24 @@ fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Se
         attention.viewer(view, &format!("{id}-{i}"), gamma);
     }
     let mut out = vec![dynamics, length, attention];
-    out.extend(hops_section(id, title, &files.hops));
-    out.extend(route_section(id, title, &files.probes, &files.layer_sets));
-    out.extend(ablation_section(id, title, &files.ablation));
+    // Each table's checkpoint is named, and marked when a later one exists (thirteenth pass,
+    // S5): a hop map of step 0 is not the trained model's.
+    let at = |file: &str| match files.measured_at.get(file) {
+        Some(&step) => format!("{title} at step {step}{}", stale_note(step, files.steps)),
+        None => title.to_owned(),
+    };
+    out.extend(hops_section(id, &at("hops.csv"), &files.hops));
+    out.extend(route_section(
+        id,
+        &at(ropelab_analysis::measure::probe::PROBES_FILE),
+        &files.probes,
+        &files.layer_sets,
+    ));
+    out.extend(ablation_section(
+        id,
+        &at(ropelab_analysis::measure::ablation::ABLATION_FILE),
+        &files.ablation,
+    ));
     out
 }
 

@@ -39,6 +39,7 @@ fn view(tokens: &[&str]) -> AttentionView {
             head(0, one_hot, HeadKind::Positional),
             head(1, uniform, HeadKind::Mixed),
         ],
+        run: "sha256:0123456789abcdef".into(),
     }
 }
 

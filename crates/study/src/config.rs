@@ -340,6 +340,15 @@ impl StudyConfig {
             config.train.steps != Some(0),
             "{origin}: [train] steps must be at least 1"
         );
+        // The sample counts are the run configs' data.*, but the study's key is [tasks]'s
+        // (thirteenth pass, t1).
+        for (key, n) in [
+            ("train", config.tasks.train),
+            ("val", config.tasks.val),
+            ("test", config.tasks.test),
+        ] {
+            anyhow::ensure!(n >= 1, "{origin}: [tasks] {key} must be at least 1");
+        }
         if let Some(HeadCounts::Many(counts)) = &config.train.n_heads {
             anyhow::ensure!(
                 !counts.is_empty(),
@@ -721,6 +730,8 @@ mod tests {
             ),
             ("lr = 0.0003", "lr = -1.0", "lr"),
             ("dropout = 0.1", "n_heads = 3\ndropout = 0.1", "[train]"),
+            // The sample counts are named by their study key (thirteenth pass, t1).
+            ("test = 4096", "test = 0", "[tasks] test must be at least 1"),
             (
                 "extras = [0, 16, 32, 64, 128, 256, 512, 783, 833, 850]",
                 "extras = []",

@@ -97,6 +97,9 @@ pub struct TestEval {
     pub seq_len: usize,
     /// Test accuracy.
     pub accuracy: Accuracy,
+    /// The identity of the run evaluated (empty in results written before it was recorded).
+    #[serde(default)]
+    pub run: String,
 }
 
 impl From<EvalReport> for TestEval {
@@ -106,6 +109,7 @@ impl From<EvalReport> for TestEval {
             extra: r.extra,
             seq_len: r.seq_len,
             accuracy: r.accuracy,
+            run: r.run,
         }
     }
 }
@@ -117,6 +121,7 @@ impl From<TestEval> for EvalReport {
             extra: t.extra,
             seq_len: t.seq_len,
             accuracy: t.accuracy,
+            run: t.run,
         }
     }
 }
@@ -534,6 +539,7 @@ mod tests {
                 extra: 0,
                 seq_len: 17,
                 accuracy,
+                run: "sha256:ab".into(),
             }),
             config_sha256: Some("ab".into()),
             measure: Some(MeasureOptions::default().settings()),

@@ -134,6 +134,7 @@ impl Plan {
             origin: self.origin.clone(),
             jobs: BTreeMap::new(),
         });
+        self.check_unchanged(out)?;
         plan.jobs
             .extend(self.jobs.iter().map(|(k, v)| (k.clone(), v.clone())));
         // One job lives in one directory: an id under two keys is an entry edited or copied
@@ -152,6 +153,32 @@ impl Plan {
             }
         }
         plan.write(out)
+    }
+
+    /// Fails when `out`'s plan already lists one of this plan's job folders, one that holds a
+    /// started job, with another run config (a shard of an edited sweep file): the job there
+    /// would then stand as a stranger to its own directory (thirteenth pass, S7). Checked before
+    /// the plan is written. Another measurement is no conflict (the job is measured again).
+    pub fn check_unchanged(&self, out: &Path) -> Result<()> {
+        let Some(plan) = Self::load(out)? else {
+            return Ok(());
+        };
+        for (dir, job) in &self.jobs {
+            let Some(old) = plan.jobs.get(dir) else {
+                continue;
+            };
+            if old.config_sha256 != job.config_sha256 && out.join(dir).exists() {
+                return Err(SweepError::Spec {
+                    origin: out.join(PLAN).display().to_string(),
+                    message: format!(
+                        "plans {dir}, a started job, with another run config than this command's \
+                         (an earlier sweep file, or another shard's): run every shard with the \
+                         same file, or choose another --out (nothing was written)"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Fails, naming the folder, when a job folder of `out` that its plan lists holds a run of

@@ -21,6 +21,9 @@ pub struct EvalReport {
     /// Test accuracy.
     #[serde(flatten)]
     pub accuracy: Accuracy,
+    /// The identity of the run evaluated ([`crate::RunConfig::identity`]): a file copied into
+    /// another run is told by it.
+    pub run: String,
 }
 
 impl EvalReport {
@@ -60,5 +63,6 @@ pub fn eval_checkpoint(
         extra,
         seq_len: config.layout.core_len() + extra,
         accuracy,
+        run: config.identity(),
     })
 }

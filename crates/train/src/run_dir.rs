@@ -403,6 +403,7 @@ impl RunDir {
         };
         let mut kept: Vec<(usize, String)> = vec![];
         let own = run;
+        let mut last: Option<usize> = None;
         for (i, line) in text.split_inclusive('\n').enumerate() {
             if !line.ends_with('\n') {
                 break; // torn by a kill: rewritten below or by the resumed steps
@@ -437,6 +438,34 @@ impl RunDir {
                         ),
                     ));
                 }
+            }
+            // One line per step, in order, each the line its checkpoint recorded: a
+            // concatenated or edited log is refused, not resumed (thirteenth pass, S1).
+            if let Some(before) = last.filter(|&b| line_step <= b) {
+                return Err(TrainError::run_dir(
+                    &path,
+                    format!(
+                        "line {}: step {line_step} after step {before}: one line per step, in \
+                         order (a concatenated or edited training log)",
+                        i + 1
+                    ),
+                ));
+            }
+            last = Some(line_step);
+            let recorded = restore
+                .iter()
+                .find(|(s, _)| *s == line_step)
+                .and_then(|(_, l)| serde_json::from_str::<serde_json::Value>(l).ok());
+            if recorded.is_some_and(|r| Some(&r) != value.as_ref()) {
+                return Err(TrainError::run_dir(
+                    &path,
+                    format!(
+                        "line {}: step {line_step} differs from the line its checkpoint \
+                         recorded (an edited training log; restore the run's own \
+                         metrics.jsonl)",
+                        i + 1
+                    ),
+                ));
             }
             if line_step <= step {
                 kept.push((line_step, line.to_owned()));

@@ -45,6 +45,9 @@ pub struct RunFiles {
     pub probes: Vec<ProbeRow>,
     /// `layer_sets.csv` (a number model's joint layer knock-outs), empty when absent.
     pub layer_sets: Vec<LayerSetRow>,
+    /// The checkpoint each of `hops.csv`, `ablation.csv`, `probes.csv` and `layer_sets.csv`
+    /// was measured at (its rows' `step`), by file name.
+    pub measured_at: BTreeMap<&'static str, usize>,
 }
 
 /// One seed of the study: the number and the letter model.
@@ -103,15 +106,6 @@ fn read(path: &Path) -> Result<Option<String>> {
     }
 }
 
-/// The rows of the CSV file at `path` (none when it is missing); a parse error names it.
-fn csv_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    match read(path)? {
-        Some(text) => ropelab_io::read_csv(&text, &path.display().to_string())
-            .map_err(|e| AnalysisError::Invalid(e.to_string())),
-        None => Ok(vec![]),
-    }
-}
-
 fn invalid(path: &Path, what: impl std::fmt::Display) -> AnalysisError {
     AnalysisError::Invalid(format!("{}: {what}", path.display()))
 }
@@ -134,6 +128,58 @@ struct EvalFile {
     accuracy: f64,
     loss: f64,
     per_hop: BTreeMap<usize, f64>,
+    #[serde(default)]
+    run: String,
+}
+
+/// Why an accuracy read from a file is none ropelab writes: outside [0, 1], or NaN.
+fn bad_accuracy(what: &str, accuracy: f64) -> Option<String> {
+    (!(0.0..=1.0).contains(&accuracy)).then(|| {
+        format!("{what} {accuracy} is no accuracy (one in [0, 1]): a damaged or edited file")
+    })
+}
+
+/// The rows of the run table at `path` (none when it is missing) with the checkpoint they name;
+/// every row must name this run (`same_run`) and one checkpoint (`strict`: a run whose identity
+/// is known; files assembled by hand without a run config may name none). A parse error names
+/// the file.
+fn stamped_rows<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    same_run: &dyn Fn(&Path, usize, &str) -> Result<()>,
+    strict: bool,
+) -> Result<(Vec<T>, Option<usize>)> {
+    let Some(text) = read(path)? else {
+        return Ok((vec![], None));
+    };
+    let origin = path.display().to_string();
+    let parse = |e: ropelab_io::CsvError| AnalysisError::Invalid(e.to_string());
+    let rows: Vec<T> = ropelab_io::read_csv(&text, &origin).map_err(parse)?;
+    let stamps: Vec<ropelab_io::Stamp> = ropelab_io::read_csv(&text, &origin).map_err(parse)?;
+    let mut step = None;
+    for (i, stamp) in stamps.iter().enumerate() {
+        same_run(path, i + 2, &stamp.run)?;
+        match (step, stamp.step) {
+            (None, None) if !strict => {}
+            (_, None) => {
+                return Err(invalid(
+                    path,
+                    format!("line {} names no checkpoint (no `step` value)", i + 2),
+                ))
+            }
+            (Some(a), Some(b)) if a != b => {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "line {} was measured at step {b}, the lines before at step {a}: one \
+                         table, one checkpoint",
+                        i + 2
+                    ),
+                ))
+            }
+            (_, b) => step = b,
+        }
+    }
+    Ok((rows, step))
 }
 
 /// The settings a reader expects a run's measured files were made with (the study's measure
@@ -416,6 +462,13 @@ impl RunFiles {
                     ));
                 }
                 last_step = m.step;
+                if let Some(why) = m
+                    .val
+                    .as_ref()
+                    .and_then(|v| bad_accuracy("val.accuracy", v.accuracy))
+                {
+                    return Err(invalid(&metrics, format!("line {}: {why}", i + 1)));
+                }
                 out.steps = out.steps.max(m.step);
                 if let Some(v) = m.val {
                     out.val.push((m.step, v));
@@ -431,6 +484,12 @@ impl RunFiles {
                 .is_some_and(|s| s.rsplit('-').next().is_some_and(|p| p.starts_with('n')));
             let Some(text) = read(&path)? else { continue };
             let f: EvalFile = serde_json::from_str(&text).map_err(|e| invalid(&path, e))?;
+            // The test accuracy of another run, or an edited one, is not this model's
+            // (thirteenth pass, S3, S6).
+            same_run(&path, 1, &f.run)?;
+            if let Some(why) = bad_accuracy("accuracy", f.accuracy) {
+                return Err(invalid(&path, why));
+            }
             if !partial && f.extra == 0 && best.as_ref().is_none_or(|b| f.step > b.0) {
                 let accuracy = Accuracy {
                     n: f.n,
@@ -451,6 +510,9 @@ impl RunFiles {
                 let mut seen = std::collections::BTreeSet::new();
                 for (i, row) in out.lengths.iter().enumerate() {
                     same_run(&lengths, i + 2, &row.run)?;
+                    if let Some(why) = bad_accuracy("accuracy", row.accuracy) {
+                        return Err(invalid(&lengths, format!("line {}: {why}", i + 2)));
+                    }
                     // One row per (step, extra) (twelfth pass, S3).
                     if !seen.insert((row.step, row.extra)) {
                         return Err(invalid(
@@ -466,22 +528,35 @@ impl RunFiles {
                 }
             }
         }
+        // Each table names the run and the checkpoint it was measured on: another run's copy
+        // is refused, an earlier checkpoint's is marked (thirteenth pass, S4, S5).
         if wanted("hops.csv")? {
-            out.hops = csv_rows(&dir.join("hops.csv"))?;
+            let (rows, step) = stamped_rows(&dir.join("hops.csv"), &same_run, identity.is_some())?;
+            out.hops = rows;
+            step.map(|s| out.measured_at.insert("hops.csv", s));
         }
         if wanted(ABLATION_FILE)? {
-            out.ablation = csv_rows(&dir.join(ABLATION_FILE))?;
+            let (rows, step) =
+                stamped_rows(&dir.join(ABLATION_FILE), &same_run, identity.is_some())?;
+            out.ablation = rows;
+            step.map(|s| out.measured_at.insert(ABLATION_FILE, s));
         }
         if wanted(PROBES_FILE)? {
-            out.probes = csv_rows(&dir.join(PROBES_FILE))?;
+            let (rows, step) = stamped_rows(&dir.join(PROBES_FILE), &same_run, identity.is_some())?;
+            out.probes = rows;
+            step.map(|s| out.measured_at.insert(PROBES_FILE, s));
         }
         if wanted(LAYER_SETS_FILE)? {
-            out.layer_sets = csv_rows(&dir.join(LAYER_SETS_FILE))?;
+            let (rows, step) =
+                stamped_rows(&dir.join(LAYER_SETS_FILE), &same_run, identity.is_some())?;
+            out.layer_sets = rows;
+            step.map(|s| out.measured_at.insert(LAYER_SETS_FILE, s));
         }
         for path in listed("attention")? {
             let Some(text) = read(&path)? else { continue };
-            out.attention
-                .push(serde_json::from_str(&text).map_err(|e| invalid(&path, e))?);
+            let view: AttentionView = serde_json::from_str(&text).map_err(|e| invalid(&path, e))?;
+            same_run(&path, 1, &view.run)?;
+            out.attention.push(view);
         }
         Ok(out)
     }

@@ -52,6 +52,10 @@ pub struct AttentionView {
     pub hops: usize,
     /// Every head, layer-major.
     pub heads: Vec<HeadAttention>,
+    /// The identity of the run (empty in files written before it was recorded): a view copied
+    /// into another run is told by it.
+    #[serde(default)]
+    pub run: String,
 }
 
 impl AttentionView {
@@ -121,6 +125,7 @@ pub fn attention_view(
         predicted: predicted.first().map_or_else(String::new, |&id| name(id)),
         hops: s.hops,
         heads,
+        run: config.identity(),
     })
 }
 

@@ -99,7 +99,14 @@ pub fn run(args: AblateArgs, guard: Guard) -> Result<()> {
     // A study job's ablations (listed in the run's ledger) are its verdicts' input: not
     // replaced by other settings' file.
     let key = keys::ablation(report.step, n, gamma.get());
-    write_run_csv(&args.run, &out, ABLATION_FILE, &key, &report.rows)?;
+    write_run_csv(
+        &args.run,
+        &out,
+        ABLATION_FILE,
+        &key,
+        report.step,
+        &report.rows,
+    )?;
     println!(
         "{} evaluations in {:.1} s; wrote {}",
         passes,

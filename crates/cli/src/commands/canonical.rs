@@ -28,7 +28,7 @@ pub struct CanonicalArgs {
     /// high, low and sliding windows of --window planes).
     #[arg(long, default_value = "all")]
     pub band: Vec<String>,
-    /// Planes per window of `--band sweep` (default 4), at least 1 and at most the planes.
+    /// Planes per window of `--band sweep` (default 8), at least 1 and at most the planes.
     #[arg(long)]
     pub window: Option<usize>,
     /// Seeds, comma-separated.
@@ -81,7 +81,12 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     let window = args.window.unwrap_or(DEFAULT_WINDOW);
     anyhow::ensure!(
         !sweeps || (1..=planes).contains(&window),
-        "--window {window}: a window holds between 1 and the head's {planes} planes"
+        "--window {window}{}: a window holds between 1 and the head's {planes} planes",
+        if args.window.is_none() {
+            " (the default)"
+        } else {
+            ""
+        }
     );
     let mut bands = vec![];
     for b in &args.band {

@@ -89,7 +89,8 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
     let out = args.out.unwrap_or_else(|| run_dir.join("hops.csv"));
     // A study job's hop map (listed in the run's ledger) is its verdicts' input: not replaced
     // (refused before anything is printed).
-    let text = ropelab_io::to_csv(&report.rows)?;
+    // Each row names the checkpoint and the run it was measured on.
+    let text = ropelab_io::to_csv_stamped(&report.rows, report.step, &config.identity())?;
     ropelab_io::refuse_owned(&run_dir, &out, Some(text.as_bytes()))?;
     let hops: Vec<String> = report
         .baseline
@@ -116,7 +117,7 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
     if recorded {
         Ledger::begin(&run_dir, "hops.csv", &key)?;
     }
-    write_csv(&out, &report.rows)?;
+    crate::output::write_atomic(&out, text.as_bytes())?;
     if recorded {
         Ledger::finish(&run_dir, "hops.csv", &key)?;
     }

@@ -378,16 +378,20 @@ fn styled(bar: indicatif::ProgressBar, what: &str) -> indicatif::ProgressBar {
 /// Writes `rows` as CSV to `out`, a file a measured run may own as `name` (its ledger's entry,
 /// recorded under `key` when `out` is that file): a ledger-listed file is not replaced by other
 /// bytes, nor by the same bytes under other settings (its verdicts read it).
+///
+/// Every row names the checkpoint `step` measured and the run's identity (its last two columns),
+/// so that the table copied into another run, or read after a later checkpoint, is told.
 pub fn write_run_csv<T: serde::Serialize>(
     run: &std::path::Path,
     out: &std::path::Path,
     name: &str,
     key: &str,
+    step: usize,
     rows: &[T],
 ) -> Result<()> {
-    use anyhow::Context;
     use ropelab_io::{Ledger, Standing};
-    let text = ropelab_io::to_csv(rows)?;
+    let (_, config) = ropelab_train::RunDir::open(run)?;
+    let text = ropelab_io::to_csv_stamped(rows, step, &config.identity())?;
     ropelab_io::refuse_owned(run, out, Some(text.as_bytes()))?;
     // In a measured run the file is recorded in its ledger under the key a study job uses for
     // the same settings, so the run's report and verdicts read it (and refuse other settings).
@@ -404,7 +408,7 @@ pub fn write_run_csv<T: serde::Serialize>(
         }
         Ledger::begin(run, name, key)?;
     }
-    ropelab_io::write_csv(out, rows).with_context(|| format!("cannot write {}", out.display()))?;
+    crate::output::write_atomic(out, text.as_bytes())?;
     if recorded {
         Ledger::finish(run, name, key)?;
     }

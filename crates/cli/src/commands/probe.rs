@@ -144,13 +144,14 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
     ropelab_io::refuse_owned(
         &args.run,
         &sets_out,
-        Some(ropelab_io::to_csv(&set_rows)?.as_bytes()),
+        Some(ropelab_io::to_csv_stamped(&set_rows, step, &config.identity())?.as_bytes()),
     )?;
     write_run_csv(
         &args.run,
         &probes_out,
         PROBES_FILE,
         &keys::probes(step_probes, n),
+        step_probes,
         &rows,
     )?;
     println!(
@@ -164,6 +165,7 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
         &out,
         LAYER_SETS_FILE,
         &keys::layer_sets(step, sets),
+        step,
         &set_rows,
     )?;
     println!(

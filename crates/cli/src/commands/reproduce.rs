@@ -139,12 +139,34 @@ fn print_milestone(
     report: &mut PathBuf,
 ) -> Result<()> {
     match stage {
-        Milestone::Start => println!(
-            "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
-            config.name,
-            config.seeds,
-            out.display()
-        ),
+        Milestone::Start => {
+            println!(
+                "ropelab reproduce: study {:?}, seeds {:?}, run directory {}",
+                config.name,
+                config.seeds,
+                out.display()
+            );
+            // A warm-up longer than the run is said, as `train` says it (thirteenth pass,
+            // S2): the learning rate never reaches its peak.
+            let run = config.train.run_config(
+                ropelab_tasks::TaskKind::Number,
+                config.seeds[0],
+                &config.tasks,
+            );
+            if let Some(o) = run
+                .as_ref()
+                .ok()
+                .map(|r| &r.optim)
+                .filter(|o| o.warmup >= o.steps)
+            {
+                println!(
+                    "note: [train] warmup {} >= {} steps: the learning rate never reaches lr = {}",
+                    o.warmup,
+                    o.steps,
+                    ropelab_model::number_text(o.lr)
+                );
+            }
+        }
         Milestone::Datasets(rows) => print!("{}", dataset_table(rows)),
         Milestone::Trained(trained) => {
             print!("{}", training_table(trained));

@@ -125,9 +125,12 @@ pub fn run(args: SweepArgs, guard: Guard) -> Result<()> {
             );
         }
     }
-    // Every shard records the whole plan (the same file), which `collect` pools by.
+    // Every shard records the whole plan (the same file), which `collect` pools by; a plan
+    // another shard wrote with another sweep file is refused, not replaced.
     let all: Vec<&ropelab_sweep::Job> = jobs.iter().collect();
-    Plan::of(&format!("sweep {:?}", sweep.name), &all, &sweep.measure).write(&args.out)?;
+    let plan = Plan::of(&format!("sweep {:?}", sweep.name), &all, &sweep.measure);
+    plan.check_unchanged(&args.out)?;
+    plan.write(&args.out)?;
     // The global pool's size: the machine's cores, or RAYON_NUM_THREADS (Slurm's CPUs).
     let threads = rayon::current_num_threads();
     println!(

@@ -131,6 +131,7 @@ pub fn hop_map_file(
         run,
         "hops.csv",
         &ledger_key(step, n),
+        step,
         &format!("hops {label}"),
         progress,
         |p| Ok(hop_run(run, &options, device, p)?.rows),
@@ -156,6 +157,7 @@ pub fn route_files(
         run,
         PROBES_FILE,
         &keys::probes(step, probe_n),
+        step,
         &format!("probe {label}"),
         progress,
         |p| Ok(probe_run(run, probe_n, EVAL_MEMORY, device, p)?.1),
@@ -164,6 +166,7 @@ pub fn route_files(
         run,
         LAYER_SETS_FILE,
         &keys::layer_sets(step, set_n),
+        step,
         &format!("layer sets {label}"),
         progress,
         |p| Ok(layer_sets_run(run, set_n, EVAL_MEMORY, device, p)?.1),
@@ -199,6 +202,7 @@ pub fn ablation_file(
         run,
         ABLATION_FILE,
         &keys::ablation(step, n, gamma.get()),
+        step,
         &format!("ablate {label}"),
         progress,
         |p| Ok(ablate_run(run, &grid, &options, device, p)?.rows),
@@ -221,6 +225,7 @@ fn owned_rows<R: serde::Serialize + serde::de::DeserializeOwned>(
     run: &Path,
     file: &str,
     key: &str,
+    step: usize,
     stage: &str,
     progress: &dyn Progress,
     make: impl FnOnce(&mut dyn FnMut(usize, usize)) -> Result<Vec<R>>,
@@ -235,7 +240,11 @@ fn owned_rows<R: serde::Serialize + serde::de::DeserializeOwned>(
             bar.set_total(total as u64);
             bar.set(done as u64);
         })?;
-        ropelab_io::write_csv(&run.join(file), &rows)?;
+        // Each row names the checkpoint and the run it was measured on.
+        let (_, config) = RunDir::open(run)?;
+        let text = ropelab_io::to_csv_stamped(&rows, step, &config.identity())?;
+        let path = run.join(file);
+        write_atomic(&path, text.as_bytes()).map_err(|e| io(&path, e))?;
         Ok(())
     })
 }
