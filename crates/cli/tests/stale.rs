@@ -1504,6 +1504,67 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("val.accuracy 1.5 is no accuracy"), "{err}");
+    // A possible accuracy in the line its checkpoint recorded is still an edit (fourteenth
+    // pass, N1); an accuracy that is no share of the evaluated samples is no evaluation's (N2).
+    let edited: String = text
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["step"] == 10 {
+                v["val"]["accuracy"] = serde_json::json!(1.0);
+            }
+            format!("{v}\n")
+        })
+        .collect();
+    std::fs::write(&metrics, edited).unwrap();
+    let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
+    assert!(
+        err.contains("step 10 differs from the line its checkpoint recorded"),
+        "{err}"
+    );
+    std::fs::write(&metrics, &text).unwrap();
+    ok(ropelab(&["eval", "--run", c.to_str().unwrap()]));
+    let eval = c.join("eval/step-000010-extra-0.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&eval).unwrap()).unwrap();
+    v["accuracy"] = serde_json::json!(0.999);
+    std::fs::write(&eval, v.to_string()).unwrap();
+    let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
+    assert!(err.contains("accuracy 0.999 is no share of"), "{err}");
+    // A resumed run keeps the checkpoints policy it started with: the flags are refused, not
+    // ignored (N6).
+    let out = ropelab(&[
+        "train",
+        "--resume",
+        "--steps",
+        "20",
+        "--keep-last",
+        "1",
+        "--out",
+        c.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    // A row of a head the model does not have is another model's, even under this run's name
+    // (N3).
+    std::fs::remove_file(&eval).unwrap();
+    ok(ropelab(&[
+        "hops",
+        "--run",
+        c.to_str().unwrap(),
+        "--n",
+        "16",
+    ]));
+    let hops = c.join("hops.csv");
+    let text = std::fs::read_to_string(&hops).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[1] = format!("5{}", &lines[1][1..]);
+    std::fs::write(&hops, lines.join("\n") + "\n").unwrap();
+    let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
+    assert!(
+        err.contains("layer 5 head 0 is no head of the model"),
+        "{err}"
+    );
     // The hop map of step 5 in a run trained to step 10 is marked as an earlier checkpoint's.
     let c = dir.path().join("older");
     copy_dir(&a, &c);

@@ -1392,7 +1392,7 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
 
 /// Whether `dir` (or its `pretrained/`) holds `ropelab pretrained` output: its files, and a
 /// report of them, are that model's. A file is such output by its first line (as
-/// [`pretrained_files`] tells them), so damaged output counts and an unreadable file of
+/// `pretrained_files` tells them), so damaged output counts and an unreadable file of
 /// another kind does not (thirteenth pass, U3).
 pub fn holds_pretrained_output(dir: &Path) -> bool {
     use std::io::{BufRead, Read};

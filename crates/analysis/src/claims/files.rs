@@ -139,6 +139,30 @@ fn bad_accuracy(what: &str, accuracy: f64) -> Option<String> {
     })
 }
 
+/// Why an evaluation of `n` samples read from a file is none ropelab writes: an accuracy outside
+/// [0, 1] or that is no count of `n` samples, a per-hop accuracy outside [0, 1] (fourteenth
+/// pass, N2, N4).
+fn bad_evaluation(
+    what: &str,
+    n: usize,
+    accuracy: f64,
+    per_hop: &BTreeMap<usize, f64>,
+) -> Option<String> {
+    if let Some(why) = bad_accuracy(what, accuracy) {
+        return Some(why);
+    }
+    let correct = accuracy * n as f64;
+    if (correct - correct.round()).abs() > 1e-6 * (n as f64).max(1.0) {
+        return Some(format!(
+            "{what} {accuracy} is no share of {n} samples ({correct:.3} correct): a damaged or \
+             edited file"
+        ));
+    }
+    per_hop
+        .iter()
+        .find_map(|(hop, &a)| bad_accuracy(&format!("{what} of hop {hop}"), a))
+}
+
 /// The rows of the run table at `path` (none when it is missing) with the checkpoint they name;
 /// every row must name this run (`same_run`) and one checkpoint (`strict`: a run whose identity
 /// is known; files assembled by hand without a run config may name none). A parse error names
@@ -443,6 +467,19 @@ impl RunFiles {
             None
         };
         if let Some(text) = log {
+            // The line each checkpoint recorded of its own step: a log line of that step
+            // saying otherwise is an edit (fourteenth pass, N1), as `train --resume` refuses.
+            let recorded: BTreeMap<usize, serde_json::Value> = match &opened {
+                Some((run, _)) => match run.latest_checkpoint() {
+                    Ok(latest) => run
+                        .checkpoint_metrics_lines(latest)?
+                        .into_iter()
+                        .filter_map(|(s, l)| Some((s, serde_json::from_str(&l).ok()?)))
+                        .collect(),
+                    Err(_) => BTreeMap::new(),
+                },
+                None => BTreeMap::new(),
+            };
             let mut last_step = 0;
             for (i, line) in text.lines().enumerate() {
                 let m: MetricsLine = serde_json::from_str(line)
@@ -465,9 +502,24 @@ impl RunFiles {
                 if let Some(why) = m
                     .val
                     .as_ref()
-                    .and_then(|v| bad_accuracy("val.accuracy", v.accuracy))
+                    .and_then(|v| bad_evaluation("val.accuracy", v.n, v.accuracy, &v.per_hop))
                 {
                     return Err(invalid(&metrics, format!("line {}: {why}", i + 1)));
+                }
+                if let Some(own) = recorded.get(&m.step) {
+                    let value: serde_json::Value = serde_json::from_str(line)
+                        .map_err(|e| invalid(&metrics, format!("line {}: {e}", i + 1)))?;
+                    if &value != own {
+                        return Err(invalid(
+                            &metrics,
+                            format!(
+                                "line {}: step {} differs from the line its checkpoint recorded \
+                                 (an edited training log)",
+                                i + 1,
+                                m.step
+                            ),
+                        ));
+                    }
                 }
                 out.steps = out.steps.max(m.step);
                 if let Some(v) = m.val {
@@ -487,7 +539,7 @@ impl RunFiles {
             // The test accuracy of another run, or an edited one, is not this model's
             // (thirteenth pass, S3, S6).
             same_run(&path, 1, &f.run)?;
-            if let Some(why) = bad_accuracy("accuracy", f.accuracy) {
+            if let Some(why) = bad_evaluation("accuracy", f.n, f.accuracy, &f.per_hop) {
                 return Err(invalid(&path, why));
             }
             if !partial && f.extra == 0 && best.as_ref().is_none_or(|b| f.step > b.0) {
@@ -510,8 +562,28 @@ impl RunFiles {
                 let mut seen = std::collections::BTreeSet::new();
                 for (i, row) in out.lengths.iter().enumerate() {
                     same_run(&lengths, i + 2, &row.run)?;
-                    if let Some(why) = bad_accuracy("accuracy", row.accuracy) {
+                    if let Some(why) = bad_evaluation("accuracy", row.n, row.accuracy, &row.per_hop)
+                    {
                         return Err(invalid(&lengths, format!("line {}: {why}", i + 2)));
+                    }
+                    // A margin that is no number would drop its point from the curve.
+                    if let Some(h) = row
+                        .heads
+                        .iter()
+                        .find(|h| !(h.margin.is_finite() && h.top_weight.is_finite()))
+                    {
+                        return Err(invalid(
+                            &lengths,
+                            format!(
+                                "line {}: layer {} head {}: margin {} or top weight {} is not \
+                                 a finite number",
+                                i + 2,
+                                h.layer,
+                                h.head,
+                                h.margin,
+                                h.top_weight
+                            ),
+                        ));
                     }
                     // One row per (step, extra) (twelfth pass, S3).
                     if !seen.insert((row.step, row.extra)) {
@@ -530,14 +602,50 @@ impl RunFiles {
         }
         // Each table names the run and the checkpoint it was measured on: another run's copy
         // is refused, an earlier checkpoint's is marked (thirteenth pass, S4, S5).
+        // A head outside the model is another model's row (fourteenth pass, N3).
+        let in_model = |path: &Path, line: usize, layer: usize, head: usize| -> Result<()> {
+            match &opened {
+                Some((_, config))
+                    if layer >= config.model.n_layers || head >= config.model.n_heads =>
+                {
+                    Err(invalid(
+                        path,
+                        format!(
+                            "line {line}: layer {layer} head {head} is no head of the model ({} \
+                             layers x {} heads)",
+                            config.model.n_layers, config.model.n_heads
+                        ),
+                    ))
+                }
+                _ => Ok(()),
+            }
+        };
         if wanted("hops.csv")? {
-            let (rows, step) = stamped_rows(&dir.join("hops.csv"), &same_run, identity.is_some())?;
+            let path = dir.join("hops.csv");
+            let (rows, step) = stamped_rows::<HopRow>(&path, &same_run, identity.is_some())?;
+            for (i, r) in rows.iter().enumerate() {
+                in_model(&path, i + 2, r.layer, r.head)?;
+            }
             out.hops = rows;
             step.map(|s| out.measured_at.insert("hops.csv", s));
         }
         if wanted(ABLATION_FILE)? {
-            let (rows, step) =
-                stamped_rows(&dir.join(ABLATION_FILE), &same_run, identity.is_some())?;
+            let path = dir.join(ABLATION_FILE);
+            let (rows, step) = stamped_rows::<AblationRow>(&path, &same_run, identity.is_some())?;
+            for (i, r) in rows.iter().enumerate() {
+                for head in r.heads.split_whitespace() {
+                    let parsed = head
+                        .split_once('.')
+                        .and_then(|(l, h)| Some((l.parse().ok()?, h.parse().ok()?)));
+                    let Some((layer, h)) = parsed else {
+                        return Err(invalid(
+                            &path,
+                            format!("line {}: {head:?} is no head (layer.head)", i + 2),
+                        ));
+                    };
+                    in_model(&path, i + 2, layer, h)?;
+                }
+            }
             out.ablation = rows;
             step.map(|s| out.measured_at.insert(ABLATION_FILE, s));
         }

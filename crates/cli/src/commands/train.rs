@@ -47,7 +47,7 @@ pub struct TrainArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub keep_every: Option<u64>,
     /// Continue the run in --out from its latest checkpoint.
-    #[arg(long, conflicts_with_all = ["task", "preset", "config", "seed", "save_every"])]
+    #[arg(long, conflicts_with_all = ["task", "preset", "config", "seed", "save_every", "keep_last", "keep_every"])]
     pub resume: bool,
     /// `fused` (the CPU training kernel, default) or `composed` (candle ops and autograd: the
     /// reference path, slower; same function, same dropout masks).
