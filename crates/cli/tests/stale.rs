@@ -1565,6 +1565,32 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
         err.contains("layer 5 head 0 is no head of the model"),
         "{err}"
     );
+    // `theory margins` writes beside its run or outside any ropelab directory, each row naming
+    // the checkpoint and the run (fourteenth pass, S-F).
+    let margins = |out: &Path| {
+        ropelab(&[
+            "theory",
+            "margins",
+            "--run",
+            a.to_str().unwrap(),
+            "--extras",
+            "0",
+            "--samples",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let out = margins(&b.join("margins.csv"));
+    assert!(!out.status.success(), "margins written into another run");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another ropelab directory"));
+    assert!(!b.join("margins.csv").exists());
+    ok(margins(&a.join("margins.csv")));
+    let text = std::fs::read_to_string(a.join("margins.csv")).unwrap();
+    assert!(
+        text.lines().next().unwrap().ends_with(",step,run"),
+        "{text}"
+    );
     // The hop map of step 5 in a run trained to step 10 is marked as an earlier checkpoint's.
     let c = dir.path().join("older");
     copy_dir(&a, &c);

@@ -52,6 +52,9 @@ pub struct SizeRow {
     /// Accuracy of each run.
     #[serde(serialize_with = "joined", deserialize_with = "split")]
     pub runs: Vec<f64>,
+    /// Prompts per run (0 in files written before it was recorded).
+    #[serde(default)]
+    pub n: usize,
     /// Precision of the forward's products (`f32` or `bf16`; empty in files written before it
     /// was recorded): answers can differ between the two.
     #[serde(default)]
@@ -409,6 +412,7 @@ pub fn accuracy_table(
             mean,
             sd,
             prompt_tokens,
+            n,
             precision: model.precision().to_string(),
             model: String::new(),
         });
@@ -526,15 +530,16 @@ mod tests {
             mean: 0.25,
             sd,
             runs: vec![0.25],
+            n: 4,
             precision: "f32".into(),
             model: "m.gguf sha256:0123456789abcdef".into(),
         };
         let text = ropelab_io::csv_rows::to_csv(&[row(None), row(Some(0.5))]).unwrap();
         assert_eq!(
             text,
-            "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
-             number,4,20,0.25,,0.25,f32,m.gguf sha256:0123456789abcdef\n\
-             number,4,20,0.25,0.5,0.25,f32,m.gguf sha256:0123456789abcdef\n"
+            "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
+             number,4,20,0.25,,0.25,4,f32,m.gguf sha256:0123456789abcdef\n\
+             number,4,20,0.25,0.5,0.25,4,f32,m.gguf sha256:0123456789abcdef\n"
         );
         let back: Vec<SizeRow> = ropelab_io::csv_rows::read_csv(&text, "t.csv").unwrap();
         assert_eq!((back[0].sd, back[1].sd), (None, Some(0.5)));

@@ -1246,6 +1246,10 @@ impl PretrainedFiles {
 
 /// Header of a `pretrained tasks` CSV.
 const TASKS_HEADER: &str = "task,size,prompt_tokens,mean,sd,runs";
+
+/// How a `pretrained index-task` CSV begins (not drawn, but that model's output: a page of
+/// another directory is not written beside it; fourteenth pass, S-G).
+const INDEX_HEADER: &str = "length,min_elements,max_elements";
 /// Header of a `pretrained rope-stats` CSV.
 const FAILURES_HEADER: &str = "layer,length,position_inversion,position_aliasing";
 
@@ -1277,6 +1281,12 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                      (write it again)"
                 )));
             }
+            if pretrained_output && ext == "csv" && text.lines().nth(1).is_none() {
+                return Err(ReportError::Input(format!(
+                    "{origin}: a `ropelab pretrained` table with no rows (its header alone): \
+                     measure again or remove it"
+                )));
+            }
             if ext == "csv" && first.starts_with(TASKS_HEADER) {
                 let rows: Vec<SizeRow> =
                     ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
@@ -1301,6 +1311,9 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                     }
                     out.same_model(&row.model, &origin)?;
                     out.same_settings("precision", row.precision.clone(), &origin)?;
+                    // Points of 1 and of 9 prompts per run are not one curve (fourteenth
+                    // pass, S-C).
+                    out.same_settings("prompts per run", row.n.to_string(), &origin)?;
                     out.tasks.push(row.clone());
                 }
             } else if ext == "csv" && first.starts_with(FAILURES_HEADER) {
@@ -1316,6 +1329,9 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                         format!("{} x {}", row.format, row.draws),
                         &origin,
                     )?;
+                    // One model, one context: a row of another says the table was edited
+                    // (fourteenth pass, S-D).
+                    out.same_settings("context length", row.context.to_string(), &origin)?;
                     if out
                         .failures
                         .iter()
@@ -1380,6 +1396,19 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                         )));
                     }
                 }
+                // Every head of a layers x heads grid, once: a head cut out, or one past the
+                // model's heads, is a damaged file (fourteenth pass, S-A, S-B).
+                let layers = heads.iter().map(|h| h.layer + 1).max().unwrap_or(0);
+                let per_layer = heads.iter().map(|h| h.head + 1).max().unwrap_or(0);
+                let missing = (0..layers)
+                    .flat_map(|l| (0..per_layer).map(move |h| (l, h)))
+                    .find(|key| !seen.contains(key));
+                if let Some((l, h)) = missing {
+                    return Err(ReportError::Input(format!(
+                        "{origin}: layer {l} head {h} is missing from the {layers} x {per_layer} \
+                         heads its lines span (a cut or edited file; score the model again)"
+                    )));
+                }
                 let stem = path
                     .file_stem()
                     .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
@@ -1417,7 +1446,9 @@ pub fn holds_pretrained_output(dir: &Path) -> bool {
             }
             let first = String::from_utf8_lossy(&first);
             (ext == "csv"
-                && (first.starts_with(TASKS_HEADER) || first.starts_with(FAILURES_HEADER)))
+                && (first.starts_with(TASKS_HEADER)
+                    || first.starts_with(FAILURES_HEADER)
+                    || first.starts_with(INDEX_HEADER)))
                 || (ext == "jsonl" && first.contains("\"pure_0_1\"") && !first.contains("\"step\""))
         })
 }

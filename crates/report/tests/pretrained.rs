@@ -85,6 +85,7 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
         mean,
         sd: Some(sd),
         runs: vec![mean - sd, mean + sd],
+        n: 10,
         precision: "f32".into(),
         model: MODEL.into(),
     };
@@ -337,6 +338,39 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     let err = report(&[("a.csv", tasks(4, "f32")), ("b.csv", tasks(6, "bf16"))]).unwrap_err();
     assert!(err.contains("precision"), "{err}");
     report(&[("a.csv", tasks(4, "f32")), ("b.csv", tasks(6, "f32"))]).expect("one precision");
+    // Points of other prompt counts per run are not one curve (fourteenth pass, S-C).
+    let counted = |size: usize, n: usize| {
+        format!(
+            "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
+             number,{size},82,0.5,0.1,0.4;0.6,{n},f32,{MODEL}\n"
+        )
+    };
+    let err = report(&[("a.csv", counted(4, 1)), ("b.csv", counted(6, 9))]).unwrap_err();
+    assert!(err.contains("prompts per run"), "{err}");
+    report(&[("a.csv", counted(4, 9)), ("b.csv", counted(6, 9))]).expect("one count");
+    // A table with its header alone is named, not reported as never run (S-I).
+    let err = report(&[(
+        "t.csv",
+        "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n".to_owned(),
+    )])
+    .unwrap_err();
+    assert!(err.contains("t.csv") && err.contains("no rows"), "{err}");
+    // A score file missing a head, or with one past the others, is refused (S-A, S-B).
+    let lines: Vec<String> = heads()
+        .iter()
+        .map(|h| serde_json::to_string(h).unwrap())
+        .collect();
+    let cut = lines[..lines.len() - 1].join("\n") + "\n";
+    let err = report(&[("s.jsonl", cut)]).unwrap_err();
+    assert!(err.contains("is missing from the"), "{err}");
+    let mut wide = heads();
+    wide[1].head = 99;
+    let text: String = wide
+        .iter()
+        .map(|h| serde_json::to_string(h).unwrap() + "\n")
+        .collect();
+    let err = report(&[("s.jsonl", text)]).unwrap_err();
+    assert!(err.contains("is missing from the"), "{err}");
 }
 
 /// A table the report does not recognise (a `pretrained rope-stats` CSV whose header was

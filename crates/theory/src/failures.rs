@@ -16,7 +16,7 @@ use crate::format::NumberFormat;
 use crate::product::{coefficients, correlated, normal_vector, score_curve};
 use crate::schedule::Schedule;
 use crate::stats::moments;
-use crate::{invalid, Result};
+use crate::{invalid, Result, TheoryError};
 
 /// P[S(m1) < S(m2)] over m1 in the first half of `curve`, m2 in the second (ties count half).
 pub fn position_inversion(curve: &[f64]) -> f64 {
@@ -306,19 +306,33 @@ pub fn failure_table(
         let freqs = schedule.frequencies(h)?;
         // The same draws for every base: differences between bases are not sampling noise.
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let draws: Vec<Triple> = (0..config.draws)
-            .map(|_| {
-                let q = normal_vector(&mut rng, config.d);
-                let k1 = correlated(&mut rng, &q, config.rho);
-                let k2 = correlated(&mut rng, &q, config.rho);
-                Triple { q, k1, k2 }
-            })
-            .collect();
+        let mut draws = room_for_draws(config.draws)?;
+        draws.extend((0..config.draws).map(|_| {
+            let q = normal_vector(&mut rng, config.d);
+            let k1 = correlated(&mut rng, &q, config.rho);
+            let k2 = correlated(&mut rng, &q, config.rho);
+            Triple { q, k1, k2 }
+        }));
         let rows_here = failure_rows(&draws, &freqs, base, &config.lengths, config.format);
         rows.extend(rows_here);
     }
     progress(config.bases.len(), config.bases.len());
     Ok(rows)
+}
+
+/// An empty list with room for `n` draws, or an error when the list alone cannot be held (a
+/// count `--force` let past the up-front estimate): an allocation that fails is said, not an
+/// abort (fourteenth pass, P1).
+pub fn room_for_draws(n: usize) -> Result<Vec<Triple>> {
+    let mut draws = Vec::new();
+    draws.try_reserve_exact(n).map_err(|_| {
+        TheoryError::Invalid(format!(
+            "{n} draws do not fit in this machine's memory ({:.1e} bytes for their list alone): \
+             ask for fewer",
+            n as f64 * std::mem::size_of::<Triple>() as f64
+        ))
+    })?;
+    Ok(draws)
 }
 
 /// A query and two keys (vectors of the same even length, planes = dims (2n, 2n + 1)).
@@ -458,6 +472,16 @@ pub fn trade_off(rows: &[FailureRow]) -> Vec<(&'static str, &'static str, &'stat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A draw count whose list cannot be held is an error, not an abort; a small one is
+    /// room with nothing in it.
+    #[test]
+    fn draws_that_cannot_be_held_are_an_error() {
+        let err = room_for_draws(usize::MAX / 2).unwrap_err().to_string();
+        assert!(err.contains("do not fit in this machine's memory"), "{err}");
+        let room = room_for_draws(10).unwrap();
+        assert!(room.is_empty() && room.capacity() >= 10);
+    }
 
     /// One base or one length compares nothing: its direction is "n/a", not "flat".
     #[test]

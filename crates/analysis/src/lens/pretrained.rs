@@ -523,21 +523,20 @@ pub fn model_rope_failures(
         };
         for &m in &options.lengths {
             let below = m.min(t);
-            let draws: Vec<Triple> = (0..options.draws)
-                .map(|_| {
-                    let head = rng.random_range(0..c.n_heads);
-                    let i = rng.random_range(1..below);
-                    // Two distinct key positions in 1..below: j2 is j1 moved on by 1 to
-                    // below - 2 places, wrapping (a key compared with itself aliases always).
-                    let j1 = rng.random_range(1..below);
-                    let j2 = 1 + (j1 - 1 + rng.random_range(1..below - 1)) % (below - 1);
-                    Triple {
-                        q: vec_at(&q, head, i),
-                        k1: vec_at(&k, head, j1),
-                        k2: vec_at(&k, head, j2),
-                    }
-                })
-                .collect();
+            let mut draws = ropelab_theory::failures::room_for_draws(options.draws)?;
+            draws.extend((0..options.draws).map(|_| {
+                let head = rng.random_range(0..c.n_heads);
+                let i = rng.random_range(1..below);
+                // Two distinct key positions in 1..below: j2 is j1 moved on by 1 to
+                // below - 2 places, wrapping (a key compared with itself aliases always).
+                let j1 = rng.random_range(1..below);
+                let j2 = 1 + (j1 - 1 + rng.random_range(1..below - 1)) % (below - 1);
+                Triple {
+                    q: vec_at(&q, head, i),
+                    k1: vec_at(&k, head, j1),
+                    k2: vec_at(&k, head, j2),
+                }
+            }));
             rows.extend(
                 failure_rows(&draws, &freqs, c.rope_base, &[m], options.format)
                     .iter()

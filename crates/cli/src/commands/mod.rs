@@ -214,6 +214,51 @@ pub fn check_out_file(out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Refuses an output file `out` of a command reading the run `run` that would stand among
+/// another directory's files: inside another run, study, sweep or experiment directory, in a
+/// folder of `ropelab pretrained` output, or in a model directory (weights beside a
+/// `config.json`). Beside the run itself, or outside all of them, is let through.
+pub fn out_of_others(run: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    if out.as_os_str() == "-" {
+        return Ok(());
+    }
+    let own = ropelab_io::resolved(run)?;
+    if let Some(owner) = ropelab_io::owning_dir(out)? {
+        anyhow::ensure!(
+            owner == own || owner.starts_with(&own),
+            "{} lies in {}, another ropelab directory than the run {}: write it beside the run \
+             or outside any run, study or sweep",
+            out.display(),
+            owner.display(),
+            run.display()
+        );
+        return Ok(());
+    }
+    if let Some(parent) = ropelab_io::resolved(out)?.parent() {
+        anyhow::ensure!(
+            !ropelab_report::compose::holds_pretrained_output(parent),
+            "{} lies in {}, which holds `ropelab pretrained` output: write it elsewhere",
+            out.display(),
+            parent.display()
+        );
+        let weights = std::fs::read_dir(parent).is_ok_and(|mut entries| {
+            entries.any(|e| {
+                e.is_ok_and(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.ends_with(".safetensors") || name.ends_with(".gguf")
+                })
+            })
+        });
+        anyhow::ensure!(
+            !(weights && parent.join("config.json").is_file()),
+            "{} lies in {}, a model directory (its weights and config.json): write it elsewhere",
+            out.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
 /// The up-front resource check of one command (see `ropelab_io::resources`).
 #[derive(Debug, Clone, Copy)]
 pub struct Guard {

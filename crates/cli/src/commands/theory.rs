@@ -331,6 +331,9 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
         TheoryCommand::Margins(a) => {
             super::table_on_stdout(&a.out);
             super::each_once("--extras", &a.extras)?;
+            // The table is the run's: beside it, or outside every ropelab directory (not in
+            // another run's, a study's, a model's or a pretrained folder; fourteenth pass, S-F).
+            super::out_of_others(&a.run, &a.out)?;
             if let Ok((_, config)) = ropelab_train::RunDir::open(&a.run) {
                 let options = ropelab_analysis::measure::lengthgen::LengthOptions {
                     extras: a.extras.clone(),
@@ -367,7 +370,11 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
                 ]);
             }
             say!("{table}");
-            write_csv(&a.out, &rows)?;
+            // Each row names the checkpoint and the run measured, as a run's tables do.
+            let (dir, config) = ropelab_train::RunDir::open(&a.run)?;
+            let step = dir.checkpoint_or_latest(a.step)?;
+            let text = ropelab_io::to_csv_stamped(&rows, step, &config.identity())?;
+            crate::output::write_atomic(&a.out, text.as_bytes())?;
             sayln!("wrote {}", a.out.display());
             Ok(())
         }
