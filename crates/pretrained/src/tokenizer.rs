@@ -15,6 +15,9 @@ use crate::{PretrainedError, Result};
 /// GGUF token type of control tokens.
 const CONTROL: i64 = 3;
 
+/// GGUF token type of user-defined tokens (added tokens that are not special).
+const USER_DEFINED: i64 = 4;
+
 /// The GGUF token types llama.cpp knows: undefined, normal, unknown, control, user-defined,
 /// unused, byte.
 const TOKEN_TYPES: std::ops::RangeInclusive<i64> = 0..=6;
@@ -264,6 +267,15 @@ impl GgufTokenizer {
         inner
             .add_special_tokens(specials)
             .map_err(|e| err(&crate::first_line(&e)))?;
+        // User-defined tokens (added tokens that are not special) are matched in the text
+        // before BPE, as llama.cpp partitions on them (fourteenth pass, S-H).
+        let user: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == USER_DEFINED)
+            .map(|(tok, _)| AddedToken::from(tok.clone(), false))
+            .collect();
+        inner.add_tokens(user);
         // The special-token ids must be tokens (a present id of another type is refused by
         // `optional_usize`, never dropped).
         let mut ids = [None, None];

@@ -1791,6 +1791,23 @@ fn absurd_rope_bases_and_factors_are_refused_naming_them() {
     }
 }
 
+/// A user-defined token (GGUF type 4) is matched in the text before BPE, as llama.cpp
+/// partitions on it: " ab" is one BPE token, but " " and "ab" once "ab" is user-defined
+/// (fourteenth pass, S-H).
+#[test]
+fn user_defined_tokens_are_matched_before_bpe() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = with_key(dir.path(), "tokenizer.ggml.eos_token_id", Value::U32(0));
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&plain).unwrap()).unwrap();
+    assert_eq!(tokens()[8], "Ġab");
+    assert_eq!(tokenizer.encode(" ab").unwrap(), vec![8]);
+    let mut types = vec![Value::I32(1); tokens().len()];
+    types[5] = Value::I32(4);
+    let user = with_key(dir.path(), "tokenizer.ggml.token_type", Value::Array(types));
+    let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&user).unwrap()).unwrap();
+    assert_eq!(tokenizer.encode(" ab").unwrap(), vec![6, 5]);
+}
+
 /// A token whose bytes are not UTF-8 is refused naming it (candle would read it as U+FFFD, so
 /// two damaged tokens would read as one; thirteenth pass, S3, U2).
 #[test]
