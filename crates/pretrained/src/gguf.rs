@@ -1004,10 +1004,17 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
         let start = content.tensor_data_offset.saturating_add(info.offset);
         let end = start.saturating_add(size);
         if end > file_len {
+            // A size past u64 is held at its largest value: said as a floor (fourteenth pass,
+            // U-C).
+            let shown = if size == u64::MAX {
+                format!("more than {:.1e}", size as f64)
+            } else {
+                size.to_string()
+            };
             return Err(PretrainedError::gguf(
                 path,
                 format!(
-                    "tensor {name} ({size} bytes of {dtype:?} at byte {start}) runs past the end \
+                    "tensor {name} ({shown} bytes of {dtype:?} at byte {start}) runs past the end \
                      of the file ({file_len} bytes): truncated, or its type or shape is wrong"
                 ),
             ));

@@ -296,7 +296,7 @@ fn check_dtype_keys(cfg: &ConfigJson) -> Result<()> {
 
 /// The configuration of a `config.json` (`path`).
 fn parse_config(path: &Path) -> Result<LlamaConfig> {
-    let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
+    let text = crate::json_text(path, crate::SMALL_JSON_BYTES)?;
     // serde_json keeps the last of a key given twice; transformers' json.load does too, but a
     // file that says two things is refused rather than read one way.
     unique_keys(path, text.as_bytes(), "")?;
@@ -934,8 +934,7 @@ impl HfWeights {
         }
         let c = parse_config(&config_path)?;
         let tied = {
-            let text = std::fs::read_to_string(&config_path)
-                .map_err(|e| PretrainedError::io(&config_path, e))?;
+            let text = crate::json_text(&config_path, crate::SMALL_JSON_BYTES)?;
             let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
             // The special token ids must be tokens of the model (one id or a list of them): a
             // padding id too (transformers' embedding refuses one beyond its rows).
@@ -986,6 +985,21 @@ impl HfWeights {
                 )
             })?;
             for (name, t) in loaded {
+                // A float type ropelab does not compute in is named as such, before its values
+                // are read as NaN (fourteenth pass, U-D).
+                if matches!(
+                    t.dtype(),
+                    DType::F8E4M3 | DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0
+                ) {
+                    return Err(PretrainedError::gguf(
+                        &file,
+                        format!(
+                            "tensor {} is {:?}: f32, f16 or bf16 is supported",
+                            crate::escaped(&name),
+                            t.dtype()
+                        ),
+                    ));
+                }
                 crate::gguf::finite(&file, &name, &t)?;
                 let quoted = crate::escaped(&name);
                 // Which copy transformers reads depends on the index: a tensor is in one shard,
@@ -1397,6 +1411,15 @@ fn shards(dir: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
             return Err(PretrainedError::gguf(dir, why));
         }
         (false, true) => {}
+    }
+    let len = std::fs::metadata(&index)
+        .map_err(|e| PretrainedError::io(&index, e))?
+        .len();
+    if len > crate::SMALL_JSON_BYTES {
+        return Err(PretrainedError::gguf(
+            &index,
+            format!("is {len} bytes, more than a shard index holds: a damaged or wrong file"),
+        ));
     }
     let text = std::fs::read(&index).map_err(|e| PretrainedError::io(&index, e))?;
     // A key given twice (a tensor placed in two shards, `weight_map` itself) is refused, not

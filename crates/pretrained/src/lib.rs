@@ -123,6 +123,33 @@ pub fn load_model(
 /// Result alias of the pretrained crate.
 pub type Result<T> = std::result::Result<T, PretrainedError>;
 
+/// Bytes a model's small JSON file (`config.json`, `tokenizer_config.json`, a shard index)
+/// holds at most.
+pub(crate) const SMALL_JSON_BYTES: u64 = 16 << 20;
+
+/// Bytes a `tokenizer.json` holds at most (the largest vocabularies' are tens of MB).
+pub(crate) const TOKENIZER_JSON_BYTES: u64 = 512 << 20;
+
+/// The text of a model's JSON file at `path`, refused naming its size when it is larger than
+/// such a file is (`limit` bytes): reading it whole would exhaust memory before saying what
+/// is wrong (fourteenth pass, U-E).
+pub(crate) fn json_text(path: &std::path::Path, limit: u64) -> Result<String> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| PretrainedError::io(path, e))?
+        .len();
+    if len > limit {
+        return Err(PretrainedError::gguf(
+            path,
+            format!(
+                "is {len} bytes, more than such a file holds ({} MiB at most): a damaged or \
+                 wrong file",
+                limit >> 20
+            ),
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))
+}
+
 /// `text` from a file (a tensor name, a metadata string) as an error message quotes it: control
 /// characters escaped (`\n`, `\r`, `\u{1b}`), so a message stays one line and prints no
 /// terminal codes.

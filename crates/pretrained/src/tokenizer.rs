@@ -275,7 +275,9 @@ impl GgufTokenizer {
             .filter(|(_, &t)| t == USER_DEFINED)
             .map(|(tok, _)| AddedToken::from(tok.clone(), false))
             .collect();
-        inner.add_tokens(user);
+        inner
+            .add_tokens(user)
+            .map_err(|e| err(&crate::first_line(&e)))?;
         // The special-token ids must be tokens (a present id of another type is refused by
         // `optional_usize`, never dropped).
         let mut ids = [None, None];
@@ -319,7 +321,7 @@ impl GgufTokenizer {
     /// tokenizer gives it (the crate renumbers it silently).
     pub fn from_file(path: &std::path::Path, eos: Option<u32>) -> Result<Self> {
         let failed = |m: String| PretrainedError::Tokenizer(format!("{}: {m}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
+        let text = crate::json_text(path, crate::TOKENIZER_JSON_BYTES)?;
         // A token (or a table) given twice is read as the last by the tokenizers crate.
         crate::hf::unique_keys(path, text.as_bytes(), "")?;
         let json: serde_json::Value =
@@ -523,7 +525,7 @@ impl GgufTokenizer {
         if !crate::hf::regular_file(path)? {
             return Ok(());
         }
-        let text = std::fs::read_to_string(path).map_err(|e| PretrainedError::io(path, e))?;
+        let text = crate::json_text(path, crate::SMALL_JSON_BYTES)?;
         let json: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| failed(crate::first_line(&e)))?;
         if !json.is_object() {

@@ -980,6 +980,25 @@ fn add_prefix_space_must_agree_with_the_pre_tokenizer() {
     );
 }
 
+/// A config.json or tokenizer.json far larger than such a file is refused naming its size,
+/// before it is read whole (fourteenth pass, U-E).
+#[test]
+fn an_oversized_json_file_is_refused_by_its_size() {
+    for (name, size) in [("config.json", 20u64 << 20), ("tokenizer.json", 600 << 20)] {
+        let dir = with_file("README", b"");
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join(name))
+            .unwrap();
+        file.set_len(size).unwrap(); // sparse: no disk used
+        let err = refusal(dir.path(), name);
+        assert!(
+            err.contains(name) && err.contains(&format!("is {size} bytes, more than such a file")),
+            "{name}: {err}"
+        );
+    }
+}
+
 /// A byte-level vocabulary missing a byte's token is refused at load: a prompt holding the
 /// byte would lose it without a word (tenth pass, SI4).
 #[test]
