@@ -852,7 +852,11 @@ fn each_claim_is_undetermined_when_its_evidence_cannot_decide() {
         "length 800 was not tested (tested up to it: 17, 81, 799)",
     );
     undetermined(
-        &[(letter_lengths, "783,800,100,0.97", "783,800,100,0.93")],
+        &[(
+            letter_lengths,
+            "783,800,100,0.97,1,0.97,0.97,0.97,0.97",
+            "783,800,100,0.93,1,0.93,0.93,0.93,0.93",
+        )],
         "letter_50x_context",
         "at length 800: accuracy 0.930 on 100 samples",
     );

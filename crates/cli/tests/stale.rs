@@ -1505,7 +1505,7 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
     assert!(!out.status.success());
     assert!(err.contains("val.accuracy 1.5 is no accuracy"), "{err}");
     // A possible accuracy in the line its checkpoint recorded is still an edit (fourteenth
-    // pass, N1); an accuracy that is no share of the evaluated samples is no evaluation's (N2).
+    // pass, N1); a per-hop accuracy outside [0, 1] is no evaluation's (N4).
     let edited: String = text
         .lines()
         .map(|l| {
@@ -1527,10 +1527,28 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
     let eval = c.join("eval/step-000010-extra-0.json");
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&eval).unwrap()).unwrap();
+    v["per_hop"]["2"] = serde_json::json!(3.0);
+    std::fs::write(&eval, v.to_string()).unwrap();
+    let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
+    assert!(err.contains("accuracy of hop 2 3 is no accuracy"), "{err}");
+    // An accuracy of 0.999 where every hop count is answered at most 0.0625 is no evaluation's
+    // (N2).
+    let per_hop_max = v["per_hop"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "2")
+        .map(|(_, a)| a.as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(per_hop_max < 0.9, "{v}");
+    v["per_hop"]["2"] = serde_json::json!(0.0);
     v["accuracy"] = serde_json::json!(0.999);
     std::fs::write(&eval, v.to_string()).unwrap();
     let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
-    assert!(err.contains("accuracy 0.999 is no share of"), "{err}");
+    assert!(
+        err.contains("accuracy 0.999 is no mean of its per-hop"),
+        "{err}"
+    );
     // A resumed run keeps the checkpoints policy it started with: the flags are refused, not
     // ignored (N6).
     let out = ropelab(&[

@@ -139,28 +139,40 @@ fn bad_accuracy(what: &str, accuracy: f64) -> Option<String> {
     })
 }
 
-/// Why an evaluation of `n` samples read from a file is none ropelab writes: an accuracy outside
-/// [0, 1] or that is no count of `n` samples, a per-hop accuracy outside [0, 1] (fourteenth
-/// pass, N2, N4).
+/// Why an evaluation of `n` samples read from a file is none ropelab writes: an accuracy or a
+/// per-hop accuracy outside [0, 1], no samples, or (`mean_checked`: a test-split or length
+/// evaluation) an accuracy outside the range of its per-hop accuracies (fourteenth pass, N2,
+/// N4).
 fn bad_evaluation(
     what: &str,
     n: usize,
     accuracy: f64,
     per_hop: &BTreeMap<usize, f64>,
+    mean_checked: bool,
 ) -> Option<String> {
     if let Some(why) = bad_accuracy(what, accuracy) {
         return Some(why);
     }
-    let correct = accuracy * n as f64;
-    if (correct - correct.round()).abs() > 1e-6 * (n as f64).max(1.0) {
-        return Some(format!(
-            "{what} {accuracy} is no share of {n} samples ({correct:.3} correct): a damaged or \
-             edited file"
-        ));
+    if n == 0 {
+        return Some(format!("{what} {accuracy} is of no samples (n = 0)"));
     }
-    per_hop
+    if let Some(why) = per_hop
         .iter()
         .find_map(|(hop, &a)| bad_accuracy(&format!("{what} of hop {hop}"), a))
+    {
+        return Some(why);
+    }
+    // The hop counts partition the samples: the accuracy is a weighted mean of the per-hop
+    // ones, so it lies between them (fifteenth pass, F1, F3).
+    let lo = per_hop.values().copied().fold(f64::INFINITY, f64::min);
+    let hi = per_hop.values().copied().fold(f64::NEG_INFINITY, f64::max);
+    let outside = !(lo - 1e-9..=hi + 1e-9).contains(&accuracy);
+    (mean_checked && !per_hop.is_empty() && outside).then(|| {
+        format!(
+            "{what} {accuracy} is no mean of its per-hop accuracies ({lo} to {hi}): a damaged \
+             or edited file"
+        )
+    })
 }
 
 /// The rows of the run table at `path` (none when it is missing) with the checkpoint they name;
@@ -499,11 +511,9 @@ impl RunFiles {
                     ));
                 }
                 last_step = m.step;
-                if let Some(why) = m
-                    .val
-                    .as_ref()
-                    .and_then(|v| bad_evaluation("val.accuracy", v.n, v.accuracy, &v.per_hop))
-                {
+                if let Some(why) = m.val.as_ref().and_then(|v| {
+                    bad_evaluation("val.accuracy", v.n, v.accuracy, &v.per_hop, false)
+                }) {
                     return Err(invalid(&metrics, format!("line {}: {why}", i + 1)));
                 }
                 if let Some(own) = recorded.get(&m.step) {
@@ -539,7 +549,7 @@ impl RunFiles {
             // The test accuracy of another run, or an edited one, is not this model's
             // (thirteenth pass, S3, S6).
             same_run(&path, 1, &f.run)?;
-            if let Some(why) = bad_evaluation("accuracy", f.n, f.accuracy, &f.per_hop) {
+            if let Some(why) = bad_evaluation("accuracy", f.n, f.accuracy, &f.per_hop, true) {
                 return Err(invalid(&path, why));
             }
             if !partial && f.extra == 0 && best.as_ref().is_none_or(|b| f.step > b.0) {
@@ -562,7 +572,8 @@ impl RunFiles {
                 let mut seen = std::collections::BTreeSet::new();
                 for (i, row) in out.lengths.iter().enumerate() {
                     same_run(&lengths, i + 2, &row.run)?;
-                    if let Some(why) = bad_evaluation("accuracy", row.n, row.accuracy, &row.per_hop)
+                    if let Some(why) =
+                        bad_evaluation("accuracy", row.n, row.accuracy, &row.per_hop, true)
                     {
                         return Err(invalid(&lengths, format!("line {}: {why}", i + 2)));
                     }
