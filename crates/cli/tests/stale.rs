@@ -206,6 +206,19 @@ fn resume_never_shortens_a_run_silently() {
     );
 }
 
+/// A training log with the line of `step` changed by `edit`.
+fn log_edited(text: &str, step: u64, edit: impl Fn(&mut serde_json::Value)) -> String {
+    text.lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["step"] == step {
+                edit(&mut v);
+            }
+            format!("{v}\n")
+        })
+        .collect()
+}
+
 /// A finished 30-step run of the tiny number model (checkpoints every 10 steps) in `dir/run`.
 fn tiny_run(dir: &Path) -> std::path::PathBuf {
     let run = dir.join("run");
@@ -751,16 +764,7 @@ fn resume_refuses_a_concatenated_or_edited_log() {
     assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole.repeat(2));
     // The checkpoint of step 20 recorded its line: a line of that step saying otherwise is an
     // edit.
-    let edited: String = whole
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if v["step"] == 20 {
-                v["loss"] = serde_json::json!(0.001);
-            }
-            format!("{v}\n")
-        })
-        .collect();
+    let edited = log_edited(&whole, 20, |v| v["loss"] = serde_json::json!(0.001));
     assert_ne!(edited, whole);
     std::fs::write(&metrics, &edited).unwrap();
     refused(
@@ -1488,16 +1492,7 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
     copy_dir(&a, &c);
     let metrics = c.join("metrics.jsonl");
     let text = std::fs::read_to_string(&metrics).unwrap();
-    let edited: String = text
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if v["step"] == 10 {
-                v["val"]["accuracy"] = serde_json::json!(1.5);
-            }
-            format!("{v}\n")
-        })
-        .collect();
+    let edited = log_edited(&text, 10, |v| v["val"]["accuracy"] = serde_json::json!(1.5));
     assert!(edited.contains("1.5"), "{edited}");
     std::fs::write(&metrics, edited).unwrap();
     let out = report(&c);
@@ -1506,16 +1501,7 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
     assert!(err.contains("val.accuracy 1.5 is no accuracy"), "{err}");
     // A possible accuracy in the line its checkpoint recorded is still an edit (fourteenth
     // pass, N1); a per-hop accuracy outside [0, 1] is no evaluation's (N4).
-    let edited: String = text
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if v["step"] == 10 {
-                v["val"]["accuracy"] = serde_json::json!(1.0);
-            }
-            format!("{v}\n")
-        })
-        .collect();
+    let edited = log_edited(&text, 10, |v| v["val"]["accuracy"] = serde_json::json!(1.0));
     std::fs::write(&metrics, edited).unwrap();
     let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
     assert!(
