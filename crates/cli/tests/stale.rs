@@ -1569,6 +1569,57 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
         err.contains("layer 5 head 0 is no head of the model"),
         "{err}"
     );
+    // Values no measurement gives: a hop map's mass of 2, an ablation accuracy that is not its
+    // count over its samples (fifteenth pass, F2, F5).
+    std::fs::write(&hops, &text).unwrap();
+    let mut rows: Vec<String> = text.lines().map(str::to_owned).collect();
+    let mut cells: Vec<String> = rows[1].split(',').map(str::to_owned).collect();
+    cells[5] = "2.0".into(); // mass
+    rows[1] = cells.join(",");
+    std::fs::write(&hops, rows.join("\n") + "\n").unwrap();
+    let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
+    assert!(err.contains("mass 2 is no accuracy"), "{err}");
+    std::fs::write(&hops, &text).unwrap();
+    ok(ropelab(&[
+        "score",
+        "--run",
+        c.to_str().unwrap(),
+        "--samples",
+        "4",
+    ]));
+    ok(ropelab(&[
+        "ablate",
+        "--run",
+        c.to_str().unwrap(),
+        "--n",
+        "16",
+    ]));
+    let ablation = c.join("ablation.csv");
+    let own = std::fs::read_to_string(&ablation).unwrap();
+    let mut rows: Vec<String> = own.lines().map(str::to_owned).collect();
+    let mut cells: Vec<String> = rows[1].split(',').map(str::to_owned).collect();
+    cells[6] = "0.9".into(); // accuracy, beside its count
+    rows[1] = cells.join(",");
+    std::fs::write(&ablation, rows.join("\n") + "\n").unwrap();
+    let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
+    assert!(err.contains("accuracy 0.9 is not"), "{err}");
+    std::fs::remove_file(&ablation).unwrap();
+    // A negative frequency use is no magnitude (F7).
+    let scores = c.join("scores.jsonl");
+    let own = std::fs::read_to_string(&scores).unwrap();
+    let mut lines: Vec<serde_json::Value> = own
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    lines[0]["freq_use"][1] = serde_json::json!(-1.0);
+    let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    std::fs::write(&scores, text).unwrap();
+    let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
+    assert!(
+        err.contains("freq_use of plane 1 -1 is no magnitude"),
+        "{err}"
+    );
+    std::fs::write(&scores, own).unwrap();
     // `theory margins` writes beside its run or outside any ropelab directory, each row naming
     // the checkpoint and the run (fourteenth pass, S-F).
     let margins = |out: &Path| {

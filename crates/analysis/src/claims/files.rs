@@ -139,6 +139,17 @@ fn bad_accuracy(what: &str, accuracy: f64) -> Option<String> {
     })
 }
 
+/// Why a table row's accuracy is not its `correct` answers over its `n` samples.
+fn bad_count(correct: usize, n: usize, accuracy: f64) -> Option<String> {
+    let own = correct as f64 / n.max(1) as f64;
+    (correct > n || (n > 0 && (accuracy - own).abs() > 1e-9)).then(|| {
+        format!(
+            "accuracy {accuracy} is not {correct} correct of {n} samples: a damaged or edited \
+             file"
+        )
+    })
+}
+
 /// Why an evaluation of `n` samples read from a file is none ropelab writes: an accuracy or a
 /// per-hop accuracy outside [0, 1], no samples, or (`mean_checked`: a test-split or length
 /// evaluation) an accuracy outside the range of its per-hop accuracies (fourteenth pass, N2,
@@ -636,6 +647,17 @@ impl RunFiles {
             let (rows, step) = stamped_rows::<HopRow>(&path, &same_run, identity.is_some())?;
             for (i, r) in rows.iter().enumerate() {
                 in_model(&path, i + 2, r.layer, r.head)?;
+                // A mass is a share of attention; the accuracies are accuracies (fifteenth
+                // pass, F5).
+                for (what, x) in [
+                    ("mass", r.mass),
+                    ("accuracy", r.accuracy),
+                    ("knockout_accuracy", r.knockout_accuracy),
+                ] {
+                    if let Some(why) = bad_accuracy(what, x) {
+                        return Err(invalid(&path, format!("line {}: {why}", i + 2)));
+                    }
+                }
             }
             out.hops = rows;
             step.map(|s| out.measured_at.insert("hops.csv", s));
@@ -656,18 +678,47 @@ impl RunFiles {
                     };
                     in_model(&path, i + 2, layer, h)?;
                 }
+                // The accuracy is its count over its samples (fifteenth pass, F2).
+                if let Some(why) = bad_count(r.correct, r.n, r.accuracy) {
+                    return Err(invalid(&path, format!("line {}: {why}", i + 2)));
+                }
             }
             out.ablation = rows;
             step.map(|s| out.measured_at.insert(ABLATION_FILE, s));
         }
         if wanted(PROBES_FILE)? {
-            let (rows, step) = stamped_rows(&dir.join(PROBES_FILE), &same_run, identity.is_some())?;
+            let path = dir.join(PROBES_FILE);
+            let (rows, step) = stamped_rows::<ProbeRow>(&path, &same_run, identity.is_some())?;
+            // Held-out accuracies (fifteenth pass, F6).
+            for (i, r) in rows.iter().enumerate() {
+                for (what, x) in [
+                    ("accuracy", Some(r.accuracy)),
+                    ("chance", Some(r.chance)),
+                    ("control", r.control),
+                ] {
+                    if let Some(why) = x.and_then(|x| bad_accuracy(what, x)) {
+                        return Err(invalid(&path, format!("line {}: {why}", i + 2)));
+                    }
+                }
+            }
             out.probes = rows;
             step.map(|s| out.measured_at.insert(PROBES_FILE, s));
         }
         if wanted(LAYER_SETS_FILE)? {
-            let (rows, step) =
-                stamped_rows(&dir.join(LAYER_SETS_FILE), &same_run, identity.is_some())?;
+            let (rows, step) = stamped_rows::<LayerSetRow>(
+                &dir.join(LAYER_SETS_FILE),
+                &same_run,
+                identity.is_some(),
+            )?;
+            // Each set's accuracy is its count over its samples (fifteenth pass, F6).
+            for (i, r) in rows.iter().enumerate() {
+                if let Some(why) = bad_count(r.correct, r.n, r.accuracy) {
+                    return Err(invalid(
+                        &dir.join(LAYER_SETS_FILE),
+                        format!("line {}: {why}", i + 2),
+                    ));
+                }
+            }
             out.layer_sets = rows;
             step.map(|s| out.measured_at.insert(LAYER_SETS_FILE, s));
         }

@@ -158,6 +158,17 @@ impl HeadStep {
         if !(self.entropy.is_finite() && self.entropy >= 0.0) {
             return Some(format!("{at}: entropy {} is no entropy", self.entropy));
         }
+        // Frequency use is a magnitude per plane (fifteenth pass, F7).
+        if let Some((plane, u)) = self
+            .freq_use
+            .iter()
+            .enumerate()
+            .find(|(_, u)| !(u.is_finite() && **u >= 0.0))
+        {
+            return Some(format!(
+                "{at}: freq_use of plane {plane} {u} is no magnitude (finite, at least 0)"
+            ));
+        }
         None
     }
 }
