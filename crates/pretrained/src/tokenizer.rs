@@ -258,25 +258,22 @@ impl GgufTokenizer {
             ByteLevel::new(false, true, true).into(),
         ])));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
-        let specials: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, &t)| t == CONTROL)
-            .map(|(tok, _)| AddedToken::from(tok.clone(), true))
-            .collect();
+        // Control tokens are special; user-defined ones (added tokens that are not special)
+        // are matched in the text before BPE too, as llama.cpp partitions on them (fourteenth
+        // pass, S-H).
+        let added = |kind: i64, special: bool| -> Vec<AddedToken> {
+            tokens
+                .iter()
+                .zip(&types)
+                .filter(|(_, &t)| t == kind)
+                .map(|(tok, _)| AddedToken::from(tok.clone(), special))
+                .collect()
+        };
         inner
-            .add_special_tokens(specials)
+            .add_special_tokens(added(CONTROL, true))
             .map_err(|e| err(&crate::first_line(&e)))?;
-        // User-defined tokens (added tokens that are not special) are matched in the text
-        // before BPE, as llama.cpp partitions on them (fourteenth pass, S-H).
-        let user: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, &t)| t == USER_DEFINED)
-            .map(|(tok, _)| AddedToken::from(tok.clone(), false))
-            .collect();
         inner
-            .add_tokens(user)
+            .add_tokens(added(USER_DEFINED, false))
             .map_err(|e| err(&crate::first_line(&e)))?;
         // The special-token ids must be tokens (a present id of another type is refused by
         // `optional_usize`, never dropped).
