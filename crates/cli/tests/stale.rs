@@ -1665,3 +1665,102 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
         "the older hop map is not marked"
     );
 }
+
+/// An attention view is the viewer's computation on the run's own test input: an edited input,
+/// answer, chain, hop count, head list, weight row, score or type, or a step the run never
+/// saved, is refused by the report naming the file (fifteenth pass, F8).
+#[test]
+fn an_edited_attention_view_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    ok(ropelab(&["attention", "--run", run.to_str().unwrap()]));
+    let file = std::fs::read_dir(run.join("attention"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let report = || {
+        ropelab(&[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            dir.path().join("page.html").to_str().unwrap(),
+        ])
+    };
+    ok(report());
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit, &str); 9] = [
+        (
+            "weights",
+            |v| v["heads"][0]["pattern"][1] = serde_json::json!([5.0, -4.0]),
+            "no attention distribution",
+        ),
+        (
+            "row length",
+            |v| v["heads"][0]["pattern"][1] = serde_json::json!([0.5, 0.25, 0.25]),
+            "a causal row has 2",
+        ),
+        (
+            "answer",
+            |v| v["answer"] = serde_json::json!("7"),
+            "where test input 0 has answer",
+        ),
+        (
+            "chain",
+            |v| v["chain"][0] = serde_json::json!(99),
+            "is not the input's",
+        ),
+        ("hops", |v| v["hops"] = serde_json::json!(9), "at 9 hops"),
+        (
+            "extra head",
+            |v| {
+                let h = v["heads"][0].clone();
+                let mut h = h;
+                h["layer"] = serde_json::json!(5);
+                v["heads"].as_array_mut().unwrap().push(h);
+            },
+            "each once and layer-major",
+        ),
+        (
+            "scores",
+            |v| v["heads"][0]["scores"]["s_pos"] = serde_json::json!(1.5),
+            "are not in [0, 1]",
+        ),
+        (
+            "step",
+            |v| v["step"] = serde_json::json!(7),
+            "step 7 is no checkpoint",
+        ),
+        (
+            "predicted",
+            |v| v["predicted"] = serde_json::json!("zz"),
+            "no token of the task",
+        ),
+    ];
+    for (what, edit, says) in edits {
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        edit(&mut v);
+        std::fs::write(&file, v.to_string()).unwrap();
+        let out = report();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "an edited {what} was reported");
+        assert!(
+            err.contains("attention/") && err.contains(says),
+            "{what}: {err}"
+        );
+    }
+    // The type follows the scores: a positional head relabelled symbolic is refused.
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let kind = v["heads"][0]["kind"].as_str().unwrap().to_owned();
+    let other = if kind == "symbolic" {
+        "positional"
+    } else {
+        "symbolic"
+    };
+    v["heads"][0]["kind"] = serde_json::json!(other);
+    std::fs::write(&file, v.to_string()).unwrap();
+    let err = String::from_utf8_lossy(&report().stderr).into_owned();
+    assert!(err.contains("is not the one its scores give"), "{err}");
+}

@@ -726,6 +726,20 @@ impl RunFiles {
             let Some(text) = read(&path)? else { continue };
             let view: AttentionView = serde_json::from_str(&text).map_err(|e| invalid(&path, e))?;
             same_run(&path, 1, &view.run)?;
+            // Its input, heads and weights are those the viewer computes, of a checkpoint the
+            // run keeps (fifteenth pass, F8).
+            if let Some((run, config)) = &opened {
+                let why = crate::lens::attention::view_mismatch(&view, config).or_else(|| {
+                    (!run.checkpoints().is_ok_and(|c| c.contains(&view.step)))
+                        .then(|| format!("step {} is no checkpoint of the run", view.step))
+                });
+                if let Some(why) = why {
+                    return Err(invalid(
+                        &path,
+                        format!("{why}: a damaged or edited file; measure it again"),
+                    ));
+                }
+            }
             out.attention.push(view);
         }
         Ok(out)

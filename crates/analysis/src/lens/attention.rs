@@ -142,3 +142,108 @@ pub fn write_view(root: &Path, view: &AttentionView) -> Result<PathBuf> {
     ropelab_io::write_atomic(&path, &text).map_err(|e| io(&path, e))?;
     Ok(path)
 }
+
+/// Why `view` is not a view [`attention_view`] makes of the run with `config` (None when it
+/// is): the input's tokens, chain, answer and hop count are those of test input `sample`; every
+/// head of the model appears once, layer-major; each pattern row is a causal distribution over
+/// its keys; scores lie in [0, 1] and each head's type is the one its scores give. Only the
+/// model's greedy answer (`predicted`) needs the model to check, and is checked against the
+/// vocabulary alone.
+pub fn view_mismatch(view: &AttentionView, config: &ropelab_train::RunConfig) -> Option<String> {
+    if view.task != config.task.as_str() {
+        return Some(format!(
+            "its task is {:?}, the run's is {}",
+            view.task, config.task
+        ));
+    }
+    let task = Task::new(config.task, config.layout.clone()).ok()?;
+    let data = Dataset::new(task.clone(), config.seed, Split::Test, config.data.test, 0).ok()?;
+    if view.sample >= data.len() {
+        return Some(format!(
+            "sample {} is past the run's test split ({} samples)",
+            view.sample,
+            data.len()
+        ));
+    }
+    let s = data.sample(view.sample).ok()?;
+    let vocab = task.vocab();
+    let name = |id: u32| vocab.token(id).unwrap_or("<unk>").to_owned();
+    let tokens: Vec<String> = s.ids.iter().map(|&id| name(id)).collect();
+    if view.tokens != tokens {
+        return Some(format!(
+            "its tokens are not those of test input {} of the run",
+            view.sample
+        ));
+    }
+    let strs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    if task.chain(&strs).ok().as_ref() != Some(&view.chain) {
+        return Some(format!("its chain {:?} is not the input's", view.chain));
+    }
+    if view.answer != name(s.answer_id) || view.hops != s.hops {
+        return Some(format!(
+            "answer {:?} at {} hops, where test input {} has answer {:?} at {} hops",
+            view.answer,
+            view.hops,
+            view.sample,
+            name(s.answer_id),
+            s.hops
+        ));
+    }
+    if !(0..vocab.len()).any(|id| vocab.token(id as u32) == Some(view.predicted.as_str())) {
+        return Some(format!(
+            "predicted {:?} is no token of the task",
+            view.predicted
+        ));
+    }
+    let (layers, heads) = (config.model.n_layers, config.model.n_heads);
+    let order: Vec<(usize, usize)> = view.heads.iter().map(|h| (h.layer, h.head)).collect();
+    let expected: Vec<(usize, usize)> = (0..layers)
+        .flat_map(|l| (0..heads).map(move |h| (l, h)))
+        .collect();
+    if order != expected {
+        return Some(format!(
+            "its heads are not the model's {layers} layers x {heads} heads, each once and \
+             layer-major"
+        ));
+    }
+    for h in &view.heads {
+        let at = |why: String| Some(format!("layer {} head {}: {why}", h.layer, h.head));
+        if h.pattern.len() != tokens.len() {
+            return at(format!(
+                "{} pattern rows for {} tokens",
+                h.pattern.len(),
+                tokens.len()
+            ));
+        }
+        for (q, row) in h.pattern.iter().enumerate() {
+            if row.len() != q + 1 {
+                return at(format!(
+                    "row {q} has {} weights; a causal row has {}",
+                    row.len(),
+                    q + 1
+                ));
+            }
+            let sum: f64 = row.iter().map(|&w| f64::from(w)).sum();
+            if row.iter().any(|w| !(0.0..=1.0).contains(w)) || (sum - 1.0).abs() > 1e-3 {
+                return at(format!(
+                    "row {q} is no attention distribution (weights in [0, 1] summing to 1; \
+                     they sum to {sum})"
+                ));
+            }
+        }
+        let s = h.scores;
+        if !((0.0..=1.0).contains(&s.s_pos) && (0.0..=1.0).contains(&s.s_sym)) {
+            return at(format!(
+                "scores ({}, {}) are not in [0, 1]",
+                s.s_pos, s.s_sym
+            ));
+        }
+        if h.kind != purity(s, Gamma::DEFAULT) {
+            return at(format!(
+                "its type {:?} is not the one its scores give",
+                h.kind
+            ));
+        }
+    }
+    None
+}
