@@ -1764,3 +1764,56 @@ fn an_edited_attention_view_is_refused() {
     let err = String::from_utf8_lossy(&report().stderr).into_owned();
     assert!(err.contains("is not the one its scores give"), "{err}");
 }
+
+/// A line of a step no checkpoint holds, edited, added or deleted, is told by the digest of
+/// the log the next checkpoint sealed: the report and `train --resume` refuse it (fifteenth
+/// pass, F4).
+#[test]
+fn a_log_line_between_checkpoints_is_sealed_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let metrics = run.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(text.contains("\"step\":15,"), "{text}");
+    let report = || {
+        ropelab(&[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            dir.path().join("page.html").to_str().unwrap(),
+        ])
+    };
+    let resume = || {
+        ropelab(&[
+            "train",
+            "--resume",
+            "--steps",
+            "40",
+            "--out",
+            run.to_str().unwrap(),
+        ])
+    };
+    let edited = log_edited(&text, 15, |v| v["loss"] = serde_json::json!(0.5));
+    let deleted: String = text
+        .lines()
+        .filter(|l| !l.contains("\"step\":15,"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (what, bad) in [("edited", edited), ("deleted", deleted)] {
+        std::fs::write(&metrics, &bad).unwrap();
+        for out in [report(), resume()] {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "a log with a line {what} was read");
+            assert!(
+                err.contains("metrics.jsonl")
+                    && err.contains("through step 30 are not those checkpoint step-000030"),
+                "{what}: {err}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&metrics).unwrap(), bad);
+    }
+    // The run's own log is read and resumed.
+    std::fs::write(&metrics, &text).unwrap();
+    ok(report());
+    ok(resume());
+}

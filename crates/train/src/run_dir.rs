@@ -41,6 +41,27 @@ pub struct CheckpointState {
     /// included), or a run whose `config.toml` was edited, is refused by it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub run: String,
+    /// SHA-256 of `metrics.jsonl` through this checkpoint's step (every line up to it, as
+    /// written), when recorded: a line edited, added or deleted before the checkpoint, at any
+    /// step, is told by it (None in checkpoints written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_sha256: Option<String>,
+}
+
+/// The lines of training log `text` whose steps are at most `step` (complete lines, in order,
+/// up to the first later, unreadable or torn one).
+pub fn log_through(text: &str, step: usize) -> &str {
+    let mut end = 0;
+    for line in text.split_inclusive('\n') {
+        let line_step = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v["step"].as_u64());
+        match line_step {
+            Some(s) if line.ends_with('\n') && s as usize <= step => end += line.len(),
+            _ => break,
+        }
+    }
+    &text[..end]
 }
 
 /// The files of a checkpoint folder, sealed by its manifest.
@@ -389,11 +410,15 @@ impl RunDir {
     /// `run` is the run its checkpoint names (empty for a checkpoint written before
     /// checkpoints named their run): every line must name it too, else the log is another
     /// run's and is refused.
+    ///
+    /// `digest`, the checkpoint's [`CheckpointState::log_sha256`], must be the digest of the
+    /// kept lines: a line edited or deleted that no checkpoint holds is refused, not resumed.
     pub fn truncate_metrics(
         &self,
         step: usize,
         restore: &[(usize, String)],
         run: &str,
+        digest: Option<&str>,
     ) -> Result<()> {
         let path = self.metrics_path();
         let text = match fs::read_to_string(&path) {
@@ -479,10 +504,49 @@ impl RunDir {
         // Stable: lines of one step keep their order.
         kept.sort_by_key(|(s, _)| *s);
         let kept: String = kept.into_iter().map(|(_, l)| l).collect();
+        if digest.is_some_and(|d| ropelab_io::sha256_hex(kept.as_bytes()) != d) {
+            return Err(TrainError::run_dir(
+                &path,
+                format!(
+                    "its lines through step {step} are not those checkpoint step-{step:06} \
+                     recorded (a line edited, added or deleted): restore the run's own \
+                     metrics.jsonl, or train anew into another --out"
+                ),
+            ));
+        }
         if kept == text {
             return Ok(());
         }
         write_atomic(&path, kept.as_bytes())
+    }
+
+    /// Fails, naming `metrics.jsonl`, when training log `text` is not, through the run's latest
+    /// checkpoint, the log that checkpoint recorded ([`CheckpointState::log_sha256`]): a line
+    /// edited, added or deleted at any step up to it. A checkpoint that recorded no digest, or
+    /// whose state its manifest does not vouch for, checks nothing.
+    pub fn check_log(&self, text: &str) -> Result<()> {
+        let Ok(step) = self.latest_checkpoint() else {
+            return Ok(());
+        };
+        if self.verify_checkpoint(step, &["state.json"]).is_err() {
+            return Ok(());
+        }
+        let Ok(state) = self.checkpoint_state(step) else {
+            return Ok(());
+        };
+        match state.log_sha256 {
+            Some(d) if ropelab_io::sha256_hex(log_through(text, step).as_bytes()) != d => {
+                Err(TrainError::run_dir(
+                    &self.metrics_path(),
+                    format!(
+                        "its lines through step {step} are not those checkpoint step-{step:06} \
+                         recorded (a line edited, added or deleted): restore the run's own \
+                         metrics.jsonl"
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The metrics line each checkpoint up to `step` recorded (by step), from its `state.json`

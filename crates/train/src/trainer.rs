@@ -225,6 +225,7 @@ impl Trainer {
                 pending_loss_count: 0,
                 metrics_line: None,
                 run: config_identity,
+                log_sha256: None,
             },
             last_val: None,
         };
@@ -300,7 +301,7 @@ impl Trainer {
             restore.retain(|(s, _)| *s != step);
             restore.push((step, line));
         }
-        dir.truncate_metrics(step, &restore, &state.run)?;
+        dir.truncate_metrics(step, &restore, &state.run, state.log_sha256.as_deref())?;
         let last_val = dir.last_validation()?;
         let data = Data::new(&config)?;
         Ok(Self {
@@ -372,7 +373,16 @@ impl Trainer {
         Ok(())
     }
 
-    fn save(&self) -> Result<()> {
+    fn save(&mut self) -> Result<()> {
+        // The log through this step, sealed with the checkpoint (an edit of any line is told).
+        let path = self.dir.metrics_path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(TrainError::io(path, e)),
+        };
+        let through = crate::run_dir::log_through(&text, self.state.step);
+        self.state.log_sha256 = Some(ropelab_io::sha256_hex(through.as_bytes()));
         self.dir
             .save_checkpoint(&self.state, &self.model, &self.optimizer, &self.config)?;
         self.dir.prune_checkpoints(&self.config.optim.keep)

@@ -547,6 +547,11 @@ impl RunFiles {
                     out.val.push((m.step, v));
                 }
             }
+            // Every line through the latest checkpoint is the one it sealed (fifteenth pass,
+            // F4: a validation line of a step no checkpoint holds, edited in range).
+            if let Some((run, _)) = &opened {
+                run.check_log(&text)?;
+            }
         }
         let mut best: Option<(usize, Accuracy)> = None;
         for path in listed("eval")? {
