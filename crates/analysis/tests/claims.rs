@@ -36,6 +36,7 @@ fn scores(finals: &[(f64, f64)], pure_at: usize, freq_plane: &[usize]) -> String
                 block: None,
                 planes: vec![],
                 run: String::new(),
+                settings: String::new(),
             };
             out += &serde_json::to_string(&line).unwrap();
             out.push('\n');

@@ -1817,3 +1817,53 @@ fn a_log_line_between_checkpoints_is_sealed_by_the_next() {
     ok(report());
     ok(resume());
 }
+
+/// A run's scores say what they were measured with (samples, query, tau, ...), the report
+/// shows it, and a file joined from two scorings is refused (fifteenth pass, F9).
+#[test]
+fn scores_record_their_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let rs = run.to_str().unwrap();
+    let page = dir.path().join("page.html");
+    let report = || ropelab(&["report", rs, "--out", page.to_str().unwrap()]);
+    ok(ropelab(&[
+        "score",
+        "--run",
+        rs,
+        "--samples",
+        "3",
+        "--query",
+        "hops",
+        "--tau",
+        "5",
+    ]));
+    let scores = run.join("scores.jsonl");
+    let hops = std::fs::read_to_string(&scores).unwrap();
+    ok(report());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("Scores: samples 3, query Hops, tau 5"),
+        "the report does not say how the scores were measured"
+    );
+    ok(ropelab(&["score", "--run", rs, "--samples", "3"]));
+    let last = std::fs::read_to_string(&scores).unwrap();
+    let step = |l: &&str| l.starts_with("{\"step\":0,");
+    let joined: String = last
+        .lines()
+        .filter(step)
+        .chain(hops.lines().filter(|l| !step(l)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&scores, joined).unwrap();
+    let out = report();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "scores of two settings were reported"
+    );
+    assert!(
+        err.contains("scores.jsonl") && err.contains("other settings than line 1"),
+        "{err}"
+    );
+}

@@ -866,6 +866,18 @@ fn run_sections(id: &str, title: &str, files: &RunFiles, gamma: Gamma) -> Vec<Se
     if files.scores.is_empty() {
         dynamics.not_run("scores.jsonl is missing (run `ropelab score`)");
     } else {
+        // What the scores were measured with, as the file records it.
+        let settings = &files.scores[0].settings;
+        dynamics.text(&if settings.is_empty() {
+            "Scores: the file does not record the settings they were measured with (written \
+             by an older ropelab)."
+                .to_owned()
+        } else {
+            format!(
+                "Scores: {}.",
+                settings.replace("swap scores of every checkpoint: ", "")
+            )
+        });
         dynamics.figures(&[
             figures::accuracy_by_hop(&files.scores, title),
             figures::purity_counts(&files.scores, title, gamma),

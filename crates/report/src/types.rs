@@ -226,6 +226,7 @@ mod tests {
             block: None,
             planes: vec![],
             run: String::new(),
+            settings: String::new(),
         }
     }
 

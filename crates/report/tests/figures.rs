@@ -131,6 +131,7 @@ fn line(step: usize, layer: usize, s_pos: f64, s_sym: f64, acc: f64) -> HeadStep
         block: None,
         planes: vec![],
         run: String::new(),
+        settings: String::new(),
     }
 }
 

@@ -31,6 +31,7 @@ fn scores() -> Vec<HeadStep> {
             block: None,
             planes: vec![],
             run: String::new(),
+            settings: String::new(),
         })
         .collect()
 }

@@ -461,6 +461,22 @@ impl RunFiles {
                             ));
                         }
                     }
+                    // One file, one scoring: lines of other settings are another
+                    // command's (fifteenth pass, F9).
+                    if let Some(first) = out.scores.first() {
+                        if first.settings != head.settings {
+                            return Err(invalid(
+                                &scores,
+                                format!(
+                                    "line {} was scored with other settings than line 1 ({:?}, \
+                                     not {:?}): a file joined from two scorings",
+                                    i + 1,
+                                    head.settings,
+                                    first.settings
+                                ),
+                            ));
+                        }
+                    }
                     out.scores.push(head);
                 }
                 // Every scored step holds every head (a line cut out would count one head

@@ -859,6 +859,7 @@ mod tests {
                     block: None,
                     planes: vec![],
                     run: String::new(),
+                    settings: String::new(),
                 });
             }
         }

@@ -130,6 +130,11 @@ pub struct HeadStep {
     /// files written before it was recorded.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub run: String,
+    /// The settings it was scored with (samples, query, tau, accuracy samples, blocks,
+    /// planes; [`crate::measure::keys::scores`]); empty in files written before they were
+    /// recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub settings: String,
 }
 
 impl HeadStep {
@@ -279,6 +284,7 @@ pub fn score_run(
                 block: h.block,
                 planes: h.planes,
                 run: config.identity(),
+                settings: crate::measure::keys::scores(options),
             });
         }
     }

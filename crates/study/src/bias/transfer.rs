@@ -613,6 +613,7 @@ mod tests {
             block: None,
             planes: vec![],
             run: String::new(),
+            settings: String::new(),
         };
         let scores = serde_json::to_string(&line).unwrap() + "\n";
         std::fs::write(model.join("scores.jsonl"), scores).unwrap();
