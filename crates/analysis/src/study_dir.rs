@@ -155,6 +155,21 @@ impl StudyDir {
         Ok(seeds)
     }
 
+    /// The seeds the study's `config.toml` lists (`seeds = [...]`); None without a readable
+    /// config or a `seeds` key. A `seed-S/` folder of another seed was left by a run with
+    /// other seeds: no model of this study.
+    pub fn listed_seeds(&self) -> Option<Vec<u64>> {
+        let text = std::fs::read_to_string(self.config()).ok()?;
+        let value = text.parse::<toml::Table>().ok()?;
+        let seeds = value.get("seeds")?.as_array()?;
+        Some(
+            seeds
+                .iter()
+                .filter_map(|s| s.as_integer().and_then(|s| u64::try_from(s).ok()))
+                .collect(),
+        )
+    }
+
     /// Whether the directory holds a study: a `claims.json` or `seed-S/` folders.
     pub fn is_study(&self) -> bool {
         self.claims().exists() || self.seeds().is_ok_and(|s| !s.is_empty())

@@ -677,18 +677,7 @@ fn extended_length(dir: &Path, config: &str) -> Option<String> {
 /// The seeds a study's `config.toml` lists (None when it has none, or cannot be read: every
 /// `seed-S/` is then shown).
 fn configured_seeds(dir: &Path) -> Result<Option<Vec<u64>>> {
-    let Some(text) = read_text(&dir.join("config.toml"))? else {
-        return Ok(None);
-    };
-    let Ok(value) = text.parse::<toml::Table>() else {
-        return Ok(None);
-    };
-    Ok(value.get("seeds").and_then(|s| s.as_array()).map(|seeds| {
-        seeds
-            .iter()
-            .filter_map(|s| s.as_integer().and_then(|s| u64::try_from(s).ok()))
-            .collect()
-    }))
+    Ok(StudyDir::new(dir).listed_seeds())
 }
 
 pub fn configured_gamma(dir: &Path) -> Result<Gamma> {

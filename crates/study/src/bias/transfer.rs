@@ -397,9 +397,26 @@ pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
     };
     let mut out = vec![];
     for dir in dirs {
-        let seeds = dir
+        let present = dir
             .seeds()
             .with_context(|| format!("cannot list {}", dir.root().display()))?;
+        // Only the seeds the study's config lists are its models (its report says the same of
+        // a folder another --seeds left; fifteenth pass, F10).
+        let listed = dir.listed_seeds();
+        let (seeds, left): (Vec<u64>, Vec<u64>) = present
+            .into_iter()
+            .partition(|s| listed.as_ref().is_none_or(|l| l.contains(s)));
+        if !left.is_empty() {
+            eprintln!(
+                "note: {}: {} not listed by its config.toml (seeds = {:?}): not counted",
+                dir.root().display(),
+                left.iter()
+                    .map(|s| format!("seed-{s}/"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                listed.clone().unwrap_or_default()
+            );
+        }
         for seed in seeds {
             for task in TASKS {
                 let model = dir.model(seed, task);
@@ -657,5 +674,13 @@ mod tests {
             err.contains("lengthgen.csv") && err.contains("replaced"),
             "{err}"
         );
+        std::fs::write(model.join("lengthgen.csv"), &csv).unwrap();
+        // A seed folder the study's config does not list is no model of the study (fifteenth
+        // pass, F10); a listed one is counted.
+        std::fs::write(dir.path().join("config.toml"), "seeds = [4]\n").unwrap();
+        let err = format!("{:#}", study_points(dir.path()).unwrap_err());
+        assert!(err.contains("has no number or letter model"), "{err}");
+        std::fs::write(dir.path().join("config.toml"), "seeds = [0, 4]\n").unwrap();
+        assert_eq!(study_points(dir.path()).unwrap().len(), 1);
     }
 }
