@@ -1399,15 +1399,38 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                 }
                 // Every head of a layers x heads grid, once: a head cut out, or one past the
                 // model's heads, is a damaged file (fourteenth pass, S-A, S-B).
-                let layers = heads.iter().map(|h| h.layer + 1).max().unwrap_or(0);
-                let per_layer = heads.iter().map(|h| h.head + 1).max().unwrap_or(0);
+                // A file that records the model's shape holds that grid (a whole layer, or
+                // one head of every layer, cut out would leave a smaller complete grid;
+                // fifteenth pass, S-1).
+                let spanned = (
+                    heads.iter().map(|h| h.layer + 1).max().unwrap_or(0),
+                    heads.iter().map(|h| h.head + 1).max().unwrap_or(0),
+                );
+                let shape = heads.first().and_then(|h| h.shape);
+                if let Some(h) = heads.iter().find(|h| h.shape != shape) {
+                    return Err(ReportError::Input(format!(
+                        "{origin}: layer {} head {} records another model shape ({:?}) than \
+                         layer {} head {} ({:?})",
+                        h.layer, h.head, h.shape, heads[0].layer, heads[0].head, shape
+                    )));
+                }
+                if let Some((l, hd)) = shape {
+                    if spanned.0 > l || spanned.1 > hd {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: its lines span {} x {} heads, past the model's {l} \
+                             layers x {hd} heads it records (an edited file)",
+                            spanned.0, spanned.1
+                        )));
+                    }
+                }
+                let (layers, per_layer) = shape.unwrap_or(spanned);
                 let missing = (0..layers)
                     .flat_map(|l| (0..per_layer).map(move |h| (l, h)))
                     .find(|key| !seen.contains(key));
                 if let Some((l, h)) = missing {
                     return Err(ReportError::Input(format!(
                         "{origin}: layer {l} head {h} is missing from the {layers} x {per_layer} \
-                         heads its lines span (a cut or edited file; score the model again)"
+                         grid of heads (a cut or edited file; score the model again)"
                     )));
                 }
                 let stem = path

@@ -32,6 +32,7 @@ fn head(layer: usize, head: usize, kind: HeadKind) -> PromptHead {
         size: Some(16),
         prompts: Some(10),
         tau: Some(0.1),
+        shape: None,
     }
 }
 
@@ -371,6 +372,33 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
         .collect();
     let err = report(&[("s.jsonl", text)]).unwrap_err();
     assert!(err.contains("is missing from the"), "{err}");
+    // A file that records its model's shape holds that whole grid: a whole layer, or the
+    // same head of every layer, cut out is refused; a head past the shape too (fifteenth pass,
+    // S-1).
+    let shaped = |keep: &dyn Fn(&PromptHead) -> bool| -> String {
+        let all = heads();
+        let layers = all.iter().map(|h| h.layer + 1).max().unwrap();
+        let per = all.iter().map(|h| h.head + 1).max().unwrap();
+        all.into_iter()
+            .map(|mut h| {
+                h.shape = Some((layers, per));
+                h
+            })
+            .filter(|h| keep(h))
+            .map(|h| serde_json::to_string(&h).unwrap() + "\n")
+            .collect()
+    };
+    report(&[("s.jsonl", shaped(&|_| true))]).expect("a whole grid");
+    let last_layer = heads().iter().map(|h| h.layer).max().unwrap();
+    assert!(last_layer > 0);
+    for cut in [shaped(&|h| h.layer != last_layer), shaped(&|h| h.head != 2)] {
+        let err = report(&[("s.jsonl", cut)]).unwrap_err();
+        assert!(err.contains("is missing from the"), "{err}");
+    }
+    let mut past = shaped(&|_| true);
+    past = past.replacen("\"layer\":0,", "\"layer\":40,", 1);
+    let err = report(&[("s.jsonl", past)]).unwrap_err();
+    assert!(err.contains("past the model's"), "{err}");
 }
 
 /// A table the report does not recognise (a `pretrained rope-stats` CSV whose header was

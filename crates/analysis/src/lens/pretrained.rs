@@ -75,6 +75,10 @@ pub struct PromptHead {
     /// Temperature of the swap weights.
     #[serde(default)]
     pub tau: Option<f64>,
+    /// The model's layers and heads per layer (None in files written before it was recorded):
+    /// the grid a file of these rows holds whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<(usize, usize)>,
 }
 
 impl PromptHead {
@@ -244,6 +248,7 @@ pub fn score_prompts_in_batches(
                 size: Some(options.size),
                 prompts: Some(options.prompts),
                 tau: Some(options.tau.get()),
+                shape: Some((sums.len() / n_heads, n_heads)),
             }
         })
         .collect())
