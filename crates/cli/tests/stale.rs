@@ -292,6 +292,21 @@ fn a_study_reads_only_the_files_it_measured() {
         study.to_str().unwrap(),
     ];
     ok(ropelab(&reproduce));
+    // The config the report shows is the one the study ran: edited after it, it is refused
+    // (fifteenth pass, S-2).
+    let toml = std::fs::read_to_string(study.join("config.toml")).unwrap();
+    assert!(toml.contains("steps = "), "{toml}");
+    std::fs::write(
+        study.join("config.toml"),
+        toml.replacen("steps = ", "steps = 1", 1),
+    )
+    .unwrap();
+    let out = ropelab(&["report", study.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an edited study config was reported");
+    assert!(err.contains("config.toml"), "{err}");
+    std::fs::write(study.join("config.toml"), &toml).unwrap();
+    ok(ropelab(&["report", study.to_str().unwrap()]));
     let claims = std::fs::read(study.join("claims.json")).unwrap();
     let model = study.join("seed-3/number");
     let m = model.to_str().unwrap();

@@ -96,7 +96,9 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
     let mut about = Section::new("about", "How this was produced");
     about.text("Command:");
     about.pre(command);
-    match read_text(&dir.join("config.toml"))? {
+    // A study's config is the one it ran while its ledger vouches for it (an edit after the
+    // run would be shown as the config its results were measured with).
+    match read_vouched(dir, "config.toml")? {
         Some(config) => {
             about.text("Config (config.toml):");
             about.pre(&config);

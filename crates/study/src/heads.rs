@@ -41,8 +41,11 @@ pub fn reproduce_heads(
     let study = StudyDir::new(out);
     let _lock = DirLock::acquire(out)?;
     config.check_matches_existing(out)?;
-    write_atomic(&study.config(), config.to_toml().as_bytes())
-        .with_context(|| format!("cannot write {}", study.config().display()))?;
+    ropelab_analysis::claims::files::record_table(
+        &study.config(),
+        "config",
+        config.to_toml().as_bytes(),
+    )?;
     let mut verdicts = vec![];
     let mut table = vec![];
     for &h in &counts {

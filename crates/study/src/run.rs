@@ -87,7 +87,13 @@ pub fn reproduce(
     // written (the plan, the datasets); the grid checks again before it trains.
     crate::grid::refuse_stale(&job::sweep_jobs(config, &job::jobs(config))?, out)?;
     report(Milestone::Start)?;
-    write_json(&study.config(), config.to_toml().as_bytes())?;
+    // Recorded in the study's ledger: the report shows it only while it is the config the
+    // study ran (fifteenth pass, S-2).
+    ropelab_analysis::claims::files::record_table(
+        &study.config(),
+        "config",
+        config.to_toml().as_bytes(),
+    )?;
 
     let rows = datasets::generate(config, out, progress)?;
     write_json(
