@@ -125,10 +125,23 @@ impl Need {
         total(&self.disk)
     }
 
-    /// Checks the estimate against this machine ([`Available::of_machine`]); `force` skips it.
+    /// Checks the estimate against this machine ([`Available::of_machine`]); `force` skips it
+    /// but for memory the process cannot have at all ([`most_memory`]: the machine's memory and
+    /// swap, or its address-space limit), which no `--force` makes: refused rather than aborted
+    /// by a failed allocation.
     pub fn check(&self, command: &str, force: bool) -> Result<(), ResourceError> {
         if force {
-            return Ok(());
+            return match most_memory() {
+                Some(have) if self.memory_bytes() > have => Err(ResourceError {
+                    command: command.to_owned(),
+                    kind: Kind::Beyond,
+                    need: self.memory_bytes(),
+                    largest: largest(&self.memory),
+                    available: have,
+                    at: None,
+                }),
+                _ => Ok(()),
+            };
         }
         self.check_against(command, &Available::of_machine(self.disk_at.as_deref()))
     }
@@ -236,6 +249,24 @@ pub fn available_memory() -> Option<u64> {
     }
 }
 
+/// The most memory this process could ever take: Linux's `MemTotal` plus `SwapTotal`, or less
+/// under an address-space limit; `None` where neither can be read.
+pub fn most_memory() -> Option<u64> {
+    let machine = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let kib = |key: &str| -> Option<u64> {
+                let line = info.lines().find(|l| l.starts_with(key))?;
+                line.split_whitespace().nth(1)?.parse().ok()
+            };
+            Some(kib("MemTotal:")?.saturating_add(kib("SwapTotal:").unwrap_or(0)) * 1024)
+        });
+    match (machine, address_space_left()) {
+        (Some(m), Some(a)) => Some(m.min(a)),
+        (m, a) => m.or(a),
+    }
+}
+
 /// The address space this process may still map under its soft limit (`/proc/self/limits`
 /// "Max address space" less `/proc/self/status` `VmSize`); `None` when unlimited or unknown.
 fn address_space_left() -> Option<u64> {
@@ -288,6 +319,8 @@ pub enum Kind {
     Disk,
     /// Running time (arithmetic at [`ASSUMED_FLOPS`] against [`TIME_LIMIT_SECONDS`]).
     Time,
+    /// Memory past all the process could ever have (checked under `--force` too).
+    Beyond,
 }
 
 /// A command refused up front: it would need more memory or disk than is available.
@@ -322,11 +355,22 @@ impl ResourceError {
                 TIME_LIMIT_SECONDS / 3600.0
             );
         }
+        if self.kind == Kind::Beyond {
+            return format!(
+                "{} would need about {} of memory ({}), more than this process can have at all \
+                 ({}: the machine's memory and swap, or its address-space limit); --force \
+                 cannot make it fit: make it smaller",
+                self.command,
+                Size(self.need),
+                self.largest,
+                Size(self.available),
+            );
+        }
         let (what, have) = match (self.kind, &self.at) {
             (Kind::Memory, _) => ("of memory", "available".to_owned()),
             (Kind::Disk, Some(at)) => ("of disk", format!("free at {}", at.display())),
             (Kind::Disk, None) => ("of disk", "free".to_owned()),
-            (Kind::Time, _) => ("of time", String::new()),
+            (Kind::Time | Kind::Beyond, _) => ("of time", String::new()),
         };
         format!(
             "{} would need about {} {what} ({}), but {} is {have}; \

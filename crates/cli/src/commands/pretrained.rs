@@ -312,15 +312,26 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             // Each size's prompts estimated from its first (the table refuses one beyond the
             // model's context when it meets it).
             let mut need = Need::new();
+            // One size's prompts are held at once (their text, answers and results).
+            let mut held = (0u64, 0usize);
             for &size in &a.sizes {
                 let first = ropelab_tasks::prompt::prompt(a.task, size, 0, 0)?;
                 let tokens = tokenizer.encode(&first.prompt)?.len();
                 let prompts = a.runs.saturating_mul(a.n);
+                let bytes = prompts.saturating_mul(first.prompt.len() as u64 + 96);
+                if bytes > held.0 {
+                    held = (bytes, size);
+                }
                 need = need.compute(
                     model.config().forward_flops(tokens).saturating_mul(prompts),
                     format!("{prompts} prompts of {tokens} tokens at size {size}"),
                 );
             }
+            let prompts = a.runs.saturating_mul(a.n);
+            need = need.memory(
+                held.0,
+                format!("the {prompts} prompts of size {} held at once", held.1),
+            );
             guard.check("pretrained tasks", &need)?;
             let total = a.sizes.len() as u64 * a.runs * a.n;
             let bar = progress(total, &format!("{} prompts", a.task));
