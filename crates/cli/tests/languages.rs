@@ -70,6 +70,14 @@ fn a_tiny_experiment_prints_n_star_and_writes_its_files() {
         "{err}"
     );
     assert!(nstar.lines().skip(1).all(|l| l.ends_with(",60")), "{nstar}");
+    // Another experiment's figure names the directory's kind, not a missing column.
+    let other = ropelab(&["plot", "offset-accuracy", "--dir", o, "--out", "x.svg"]);
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        !other.status.success()
+            && err.contains("holds a formal-language experiment, not the fixed-offset"),
+        "{err}"
+    );
 }
 
 #[test]

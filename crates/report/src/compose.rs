@@ -1708,6 +1708,32 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
         Ok::<_, ReportError>((text, path.display().to_string()))
     };
     let gamma = configured_gamma(dir)?;
+    // An experiment's figure of another experiment's directory is named as such, not as the
+    // columns its table lacks (fifteenth pass, U).
+    let wants = match kind {
+        PlotKind::OffsetAccuracy | PlotKind::OffsetDilution | PlotKind::OffsetPinning => {
+            Some(DirKind::Offset)
+        }
+        PlotKind::LanguageAccuracy(_) | PlotKind::ModHeads | PlotKind::NStar => {
+            Some(DirKind::Languages)
+        }
+        PlotKind::CanonicalPositions | PlotKind::CanonicalWmax | PlotKind::CanonicalSweep => {
+            Some(DirKind::Canonical)
+        }
+        _ => None,
+    };
+    let found = DirKind::detect(dir, false);
+    let experiments = [DirKind::Offset, DirKind::Languages, DirKind::Canonical];
+    if let Some(want) = wants {
+        if found != want && experiments.contains(&found) {
+            return Err(ReportError::Input(format!(
+                "{} holds a {}, not the {} this figure is drawn from",
+                dir.display(),
+                found.describe(),
+                want.describe()
+            )));
+        }
+    }
     Ok(match kind {
         PlotKind::Accuracy => figures::accuracy_by_hop(&scores()?, &title),
         PlotKind::Purity => figures::purity_counts(&scores()?, &title, gamma),

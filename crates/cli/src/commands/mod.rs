@@ -434,7 +434,7 @@ pub fn write_run_csv<T: serde::Serialize>(
     step: usize,
     rows: &[T],
 ) -> Result<()> {
-    use ropelab_io::{Ledger, Standing};
+    use ropelab_io::Ledger;
     let (_, config) = ropelab_train::RunDir::open(run)?;
     let text = ropelab_io::to_csv_stamped(rows, step, &config.identity())?;
     ropelab_io::refuse_owned(run, out, Some(text.as_bytes()))?;
@@ -442,20 +442,35 @@ pub fn write_run_csv<T: serde::Serialize>(
     // the same settings, so the run's report and verdicts read it (and refuse other settings).
     let recorded = out == run.join(name) && Ledger::load(run)?.is_some();
     if recorded {
-        // A file the ledger lists under other settings is the study's: the same bytes under
-        // another key would change what its verdicts read.
-        if let Standing::Foreign(why) = Ledger::check(run, name, key)? {
-            anyhow::bail!(
-                "{}: {why}; it is the measured run's own, so it is not replaced (write this one \
-                 elsewhere with --out)",
-                out.display()
-            );
-        }
+        refuse_measured(run, out, name, key)?;
         Ledger::begin(run, name, key)?;
     }
     crate::output::write_atomic(out, text.as_bytes())?;
     if recorded {
         Ledger::finish(run, name, key)?;
+    }
+    Ok(())
+}
+
+/// Refuses to write `out`, the measured run's own `name`, under `key` when the run's ledger
+/// lists it under other settings (a study's measurement, which its verdicts read): what
+/// [`write_run_csv`] checks, callable before the work that would make the file.
+pub fn refuse_measured(
+    run: &std::path::Path,
+    out: &std::path::Path,
+    name: &str,
+    key: &str,
+) -> Result<()> {
+    use ropelab_io::{Ledger, Standing};
+    if out != run.join(name) || Ledger::load(run)?.is_none() {
+        return Ok(());
+    }
+    if let Standing::Foreign(why) = Ledger::check(run, name, key)? {
+        anyhow::bail!(
+            "{}: {why}; it is the measured run's own, so it is not replaced (write this one \
+             elsewhere with --out)",
+            out.display()
+        );
     }
     Ok(())
 }

@@ -101,6 +101,17 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
             ropelab_io::refuse_listed(path, None)?;
         }
     }
+    // The run's own tables, measured by a study with other settings, are refused now too, not
+    // after the computation (fifteenth pass).
+    if let Ok(latest) = RunDir::new(&args.run).latest_checkpoint() {
+        super::refuse_measured(&args.run, &probes_out, PROBES_FILE, &keys::probes(latest, n))?;
+        super::refuse_measured(
+            &args.run,
+            &sets_out,
+            LAYER_SETS_FILE,
+            &keys::layer_sets(latest, sets),
+        )?;
+    }
 
     let bar = progress(m.n_layers as u64 + 1, "probe");
     let start = Instant::now();
