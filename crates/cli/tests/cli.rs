@@ -900,6 +900,16 @@ fn pretrained_commands_take_any_local_rope_model() {
             ("2".into(), "bf16".into()),
             "{text}"
         );
+        // A folder of index-task output alone is named as such, not as another program's.
+        let alone = dir.path().join(format!("{name}-index-alone"));
+        std::fs::create_dir(&alone).unwrap();
+        std::fs::copy(&index, alone.join("idx.csv")).unwrap();
+        let out = ropelab(&["report", alone.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert!(
+            !out.status.success() && err.contains("idx.csv is `ropelab pretrained index-task`"),
+            "{err}"
+        );
     }
     // Another table (or a page) in the way is refused, not replaced, in a folder of pretrained
     // output too; a run's directory takes no pretrained output (tenth pass, L1-L3, S1).

@@ -217,7 +217,10 @@ fn a_tables_out_is_checked_before_the_work() {
             ],
             "it is a directory",
         ),
-        (rope_stats(index.to_str().unwrap()), "of the model in"),
+        (
+            rope_stats(index.to_str().unwrap()),
+            "in the model directory",
+        ),
         (rope_stats(gguf.to_str().unwrap()), "a model's weights"),
     ] {
         let got = ropelab(&args);

@@ -305,8 +305,35 @@ fn a_study_reads_only_the_files_it_measured() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "an edited study config was reported");
     assert!(err.contains("config.toml"), "{err}");
+    // Nor drawn (sixteenth pass, S-2c).
+    let svg = dir.path().join("f.svg");
+    let out = ropelab(&[
+        "plot",
+        "failures",
+        "--dir",
+        study.to_str().unwrap(),
+        "--out",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        !out.status.success() && !svg.exists(),
+        "an edited study was drawn"
+    );
     std::fs::write(study.join("config.toml"), &toml).unwrap();
     ok(ropelab(&["report", study.to_str().unwrap()]));
+    // A pretrained model's file dropped into the study's pretrained/ folder is no stage of
+    // the study: its ledger does not list it (sixteenth pass, O17).
+    let stage = study.join("pretrained");
+    std::fs::create_dir_all(&stage).unwrap();
+    let line = r#"{"layer":0,"head":0,"s_pos":0.9,"s_sym":0.1,"entropy":1.0,"pure_0_1":"none","pure_0_05":"none","freq_mean_plane":1.0,"model":"m sha256:00","task":"number","size":16,"prompts":1,"tau":0.1,"shape":[1,1]}"#;
+    std::fs::write(stage.join("score-number.jsonl"), format!("{line}\n")).unwrap();
+    let out = ropelab(&["report", study.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("score-number.jsonl") && err.contains("not listed"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&stage).unwrap();
     let claims = std::fs::read(study.join("claims.json")).unwrap();
     let model = study.join("seed-3/number");
     let m = model.to_str().unwrap();
@@ -1593,7 +1620,7 @@ fn another_runs_tables_and_impossible_accuracies_are_refused() {
     rows[1] = cells.join(",");
     std::fs::write(&hops, rows.join("\n") + "\n").unwrap();
     let err = String::from_utf8_lossy(&report(&c).stderr).into_owned();
-    assert!(err.contains("mass 2 is no accuracy"), "{err}");
+    assert!(err.contains("mass 2 is no share of attention"), "{err}");
     std::fs::write(&hops, &text).unwrap();
     ok(ropelab(&[
         "score",
@@ -1746,7 +1773,7 @@ fn an_edited_attention_view_is_refused() {
         (
             "step",
             |v| v["step"] = serde_json::json!(7),
-            "step 7 is no checkpoint",
+            "not the file its name says",
         ),
         (
             "predicted",
@@ -1766,6 +1793,13 @@ fn an_edited_attention_view_is_refused() {
             "{what}: {err}"
         );
     }
+    // A view under another step's name is refused (sixteenth pass, F8g).
+    std::fs::write(&file, &text).unwrap();
+    let renamed = file.with_file_name("step-10-sample-0.json");
+    std::fs::rename(&file, &renamed).unwrap();
+    let err = String::from_utf8_lossy(&report().stderr).into_owned();
+    assert!(err.contains("not the file its name says"), "{err}");
+    std::fs::rename(&renamed, &file).unwrap();
     // The type follows the scores: a positional head relabelled symbolic is refused.
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let kind = v["heads"][0]["kind"].as_str().unwrap().to_owned();

@@ -308,10 +308,14 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
     if let Some(what) = bookkeeping(&absolute) {
         return Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
-            format!(
-                "{} is {what}, which ropelab keeps itself: write elsewhere",
-                target.display()
-            ),
+            if what.starts_with("a file in the model directory") {
+                format!("{} is {what}: write elsewhere", target.display())
+            } else {
+                format!(
+                    "{} is {what}, which ropelab keeps itself: write elsewhere",
+                    target.display()
+                )
+            },
         ));
     }
     if let Some(what) = another_table(&absolute, contents) {
@@ -581,7 +585,11 @@ fn bookkeeping(path: &Path) -> Option<String> {
                 .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".safetensors")))
         });
     if model_dir {
-        return Some(format!("the {name} of the model in {}", parent.display()));
+        return Some(format!(
+            "a file in the model directory {} (beside a model's weights ropelab writes \
+             nothing, as what lies there is read with the model)",
+            parent.display()
+        ));
     }
     // A study's saved datasets (`seed-S/data/`), which its runs are evaluated on.
     let seed = parent.parent();
@@ -758,7 +766,7 @@ mod tests {
         for f in ["model.safetensors.index.json", "generation_config.json"] {
             std::fs::write(model.join(f), b"{}").unwrap();
             let err = refuse_listed(&model.join(f), None).unwrap_err();
-            assert!(err.to_string().contains("of the model in"), "{err}");
+            assert!(err.to_string().contains("in the model directory"), "{err}");
         }
         assert!(refuse_listed(&model.join("new.csv"), None).is_ok());
         let plain = dir.path().join("plain");

@@ -130,18 +130,22 @@ impl Need {
     /// swap, or its address-space limit), which no `--force` makes: refused rather than aborted
     /// by a failed allocation.
     pub fn check(&self, command: &str, force: bool) -> Result<(), ResourceError> {
-        if force {
-            return match most_memory() {
-                Some(have) if self.memory_bytes() > have => Err(ResourceError {
+        // Past all the process could have, no --force helps: said so at once (sixteenth pass,
+        // B20), forced or not.
+        if let Some(have) = most_memory() {
+            if self.memory_bytes() > have {
+                return Err(ResourceError {
                     command: command.to_owned(),
                     kind: Kind::Beyond,
                     need: self.memory_bytes(),
                     largest: largest(&self.memory),
                     available: have,
                     at: None,
-                }),
-                _ => Ok(()),
-            };
+                });
+            }
+        }
+        if force {
+            return Ok(());
         }
         self.check_against(command, &Available::of_machine(self.disk_at.as_deref()))
     }
@@ -504,7 +508,12 @@ mod tests {
         let small = Need::new().memory(1 << 20, "x");
         assert!(small.check_against("c", &machine).is_ok());
         assert!(need.check_against("c", &Available::default()).is_ok());
-        assert!(need.check("c", true).is_ok());
+        // Forced, only memory past all the process could have is refused.
+        assert!(small.check("c", true).is_ok());
+        let beyond = Need::new().memory(u64::MAX / 2, "x");
+        let err = beyond.check("c", true).unwrap_err();
+        assert_eq!(err.kind, Kind::Beyond);
+        assert!(err.to_string().contains("--force cannot make it fit"));
     }
 
     #[test]

@@ -85,11 +85,14 @@ pub fn load_model(
             &fetched
         }
     };
-    if !path.exists() {
-        return Err(PretrainedError::gguf(
-            path,
-            "no such file or directory (a GGUF file or a Hugging Face model directory)",
-        ));
+    if let Err(e) = std::fs::metadata(path) {
+        // A link that points nowhere, or round in a loop, is said as such (sixteenth pass, FT6).
+        let why = if path.symlink_metadata().is_ok() {
+            format!("a symbolic link that leads to no file ({e})")
+        } else {
+            "no such file or directory (a GGUF file or a Hugging Face model directory)".to_owned()
+        };
+        return Err(PretrainedError::gguf(path, why));
     }
     // A pipe or a device would block the read or never end: only a file or a directory.
     if !path.is_file() && !path.is_dir() {

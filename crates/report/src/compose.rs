@@ -70,6 +70,25 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             })
             .unwrap_or_default();
         tables.sort();
+        // `pretrained index-task` tables are ropelab's, but no figure draws them: said as such
+        // (fifteenth pass, SG3).
+        let is_index = |name: &String| {
+            read_text(&dir.join(name))
+                .ok()
+                .flatten()
+                .is_some_and(|t| t.starts_with(INDEX_HEADER))
+        };
+        let (index, mut tables): (Vec<String>, Vec<String>) =
+            tables.into_iter().partition(is_index);
+        if !index.is_empty() && tables.is_empty() {
+            return Err(ReportError::Input(format!(
+                "{}: {} {} `ropelab pretrained index-task` output, a table the report draws no \
+                 figure of (read it as it is); nothing else here to report",
+                dir.display(),
+                index.join(", "),
+                if index.len() == 1 { "is" } else { "are" }
+            )));
+        }
         let passed = if tables.is_empty() {
             String::new()
         } else {
@@ -1258,7 +1277,14 @@ const FAILURES_HEADER: &str = "layer,length,position_inversion,position_aliasing
 
 fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
     let mut out = PretrainedFiles::default();
-    for folder in [StudyDir::new(dir).pretrained(), dir.to_owned()] {
+    let study_stage = StudyDir::new(dir).pretrained();
+    // A study that records its tables (a ledger at its root) vouches for its pretrained stage's
+    // files too: another model's file dropped in, or an edited one, is refused (sixteenth pass,
+    // O17, O21).
+    let study_records = dir.join(ropelab_io::LEDGER).is_file();
+    for folder in [study_stage.clone(), dir.to_owned()] {
+        let vouched =
+            folder.join(ropelab_io::LEDGER).is_file() || (folder == study_stage && study_records);
         let Ok(entries) = std::fs::read_dir(&folder) else {
             continue;
         };
@@ -1278,6 +1304,10 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
             let pretrained_output = (ext == "csv"
                 && (first.starts_with(TASKS_HEADER) || first.starts_with(FAILURES_HEADER)))
                 || (ext == "jsonl" && first.contains("\"pure_0_1\""));
+            if vouched && pretrained_output && !first.contains("\"step\"") {
+                ropelab_analysis::claims::files::vouched_table(&path, "pretrained", true)
+                    .map_err(ReportError::from_display)?;
+            }
             if pretrained_output && !text.ends_with('\n') {
                 return Err(ReportError::Input(format!(
                     "{origin}: the last line ends without a newline: the file was cut off \
@@ -1411,9 +1441,14 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                 let shape = heads.first().and_then(|h| h.shape);
                 if let Some(h) = heads.iter().find(|h| h.shape != shape) {
                     return Err(ReportError::Input(format!(
-                        "{origin}: layer {} head {} records another model shape ({:?}) than \
-                         layer {} head {} ({:?})",
-                        h.layer, h.head, h.shape, heads[0].layer, heads[0].head, shape
+                        "{origin}: layer {} head {} records another model shape ({}) than \
+                         layer {} head {} ({})",
+                        h.layer,
+                        h.head,
+                        shape_text(h.shape),
+                        heads[0].layer,
+                        heads[0].head,
+                        shape_text(shape)
                     )));
                 }
                 if let Some((l, hd)) = shape {
@@ -1443,6 +1478,14 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
         }
     }
     Ok(out)
+}
+
+/// A score file's recorded model shape as people write it (`2 layers x 4 heads`).
+fn shape_text(shape: Option<(usize, usize)>) -> String {
+    match shape {
+        Some((l, h)) => format!("{l} layers x {h} heads"),
+        None => "none recorded".to_owned(),
+    }
 }
 
 /// Whether `dir` (or its `pretrained/`) holds `ropelab pretrained` output: its files, and a
@@ -1498,6 +1541,14 @@ fn pretrained_section(dir: &Path) -> Result<Option<Section>> {
     let mut svgs = vec![];
     let gamma = configured_gamma(dir)?;
     for (stem, heads) in &files.scores {
+        // Without the model's shape, a layer or a head of every layer cut out of the file
+        // cannot be told (sixteenth pass, S-1f): said, not passed over.
+        if heads.first().is_some_and(|h| h.shape.is_none()) {
+            s.text(&format!(
+                "{stem}: the file does not record the model's shape (written by an older \
+                 ropelab, or edited): its map is checked only against the heads its lines span."
+            ));
+        }
         svgs.push(pretrained::head_type_map(
             heads,
             &format!(
@@ -1707,6 +1758,11 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
         }
         Ok::<_, ReportError>((text, path.display().to_string()))
     };
+    // A study's config edited after it ran is refused here as by the report (sixteenth pass,
+    // S-2c).
+    if dir.join("config.toml").is_file() {
+        unchanged_since_recorded(dir, "config.toml")?;
+    }
     let gamma = configured_gamma(dir)?;
     // An experiment's figure of another experiment's directory is named as such, not as the
     // columns its table lacks (fifteenth pass, U).
@@ -1818,9 +1874,17 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
                         .join(", ")
                 ),
             };
+            let unshaped = if heads.first().is_some_and(|h| h.shape.is_none()) {
+                "; the file records no model shape: a cut layer would not show"
+            } else {
+                ""
+            };
             pretrained::head_type_map(
                 heads,
-                &format!("Pretrained heads ({stem}: {}{of})", prompts_scored(heads)),
+                &format!(
+                    "Pretrained heads ({stem}: {}{of}{unshaped})",
+                    prompts_scored(heads)
+                ),
                 gamma,
             )
         }

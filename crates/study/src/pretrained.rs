@@ -13,7 +13,6 @@ use ropelab_analysis::lens::pretrained::{
     model_rope_failures, score_prompts, ModelRopeOptions, PromptScoreOptions,
 };
 use ropelab_analysis::lens::swap::Tau;
-use ropelab_io::write_atomic;
 use ropelab_pretrained::tasks::accuracy_table;
 use ropelab_tasks::TaskKind;
 
@@ -132,9 +131,27 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
         .chain([&stats])
         .cloned()
         .collect();
-    if files.iter().all(|f| f.exists()) {
+    // Each file is recorded in the folder's ledger as it is written: the report shows the
+    // study's pretrained model only from files the ledger vouches for (sixteenth pass, O17,
+    // O21), and a file replaced by hand is refused here, not reused.
+    let stage = "pretrained";
+    let mut missing = false;
+    for f in &files {
+        if f.exists() {
+            // A study from before the stage recorded its files has no ledger there: its files
+            // are reused as they are.
+            ropelab_analysis::claims::files::vouched_table(f, stage, false)?;
+        } else {
+            missing = true;
+        }
+    }
+    if !missing {
         return Ok(files);
     }
+    let record = |path: &Path, bytes: &[u8]| -> Result<()> {
+        ropelab_analysis::claims::files::record_table(path, stage, bytes)?;
+        Ok(())
+    };
     let (m, tokenizer) = &ropelab_pretrained::load_smollm2(&Device::Cpu)?;
     // Every row names the model (the report refuses files of two models side by side).
     let identity = ropelab_pretrained::identity::model_identity(None)?;
@@ -154,8 +171,7 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
                 text.push_str(&serde_json::to_string(h)?);
                 text.push('\n');
             }
-            write_atomic(path, text.as_bytes())
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            record(path, text.as_bytes())?;
         }
     }
     for (task, path) in TaskKind::ALL.into_iter().zip(&tasks) {
@@ -172,7 +188,7 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
                 |d| stage.set(d as u64),
             )?;
             rows.iter_mut().for_each(|r| r.model = identity.clone());
-            ropelab_io::write_csv(path, &rows)?;
+            record(path, ropelab_io::to_csv(&rows)?.as_bytes())?;
         }
     }
     if !stats.exists() {
@@ -183,7 +199,7 @@ pub fn run(out: &Path, plan: &PretrainedPlan, progress: &dyn Progress) -> Result
         };
         let mut rows = model_rope_failures(m, tokenizer, &options, |d| stage.set(d as u64))?;
         rows.iter_mut().for_each(|r| r.model = identity.clone());
-        ropelab_io::write_csv(&stats, &rows)?;
+        record(&stats, ropelab_io::to_csv(&rows)?.as_bytes())?;
     }
     Ok(files)
 }

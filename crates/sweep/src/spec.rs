@@ -353,8 +353,16 @@ impl Sweep {
                 message: e.to_string(),
             })?;
             let label = format!("{} (job {id}: {})", self.origin, texts(&params).join(", "));
-            // The error names the sweep file and the job's parameters.
-            let config = RunConfig::from_toml(&text, Path::new(&label))?;
+            // The error names the sweep file and the job's parameters; a line and column of
+            // the job's generated config would point into no file the user has (sixteenth
+            // pass, W6).
+            let config = RunConfig::from_toml(&text, Path::new(&label)).map_err(|e| match e {
+                ropelab_train::TrainError::ConfigFile { message, .. } => SweepError::Spec {
+                    origin: label.clone(),
+                    message: without_location(&message).to_owned(),
+                },
+                other => other.into(),
+            })?;
             check_measure(&config, &self.measure).map_err(|m| SweepError::Spec {
                 origin: label.clone(),
                 message: m,
@@ -595,4 +603,18 @@ pub fn shard(jobs: &[Job], index: usize, count: usize) -> Vec<&Job> {
         .filter(|(i, _)| count > 0 && i % count == index)
         .map(|(_, j)| j)
         .collect()
+}
+
+/// `message` without the `line N, column M: ` it starts with, when it does.
+fn without_location(message: &str) -> &str {
+    let Some(rest) = message.strip_prefix("line ") else {
+        return message;
+    };
+    match rest.split_once(", column ") {
+        Some((line, after)) if line.chars().all(|c| c.is_ascii_digit()) => after
+            .split_once(": ")
+            .filter(|(column, _)| column.chars().all(|c| c.is_ascii_digit()))
+            .map_or(message, |(_, tail)| tail),
+        _ => message,
+    }
 }

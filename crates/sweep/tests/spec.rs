@@ -78,6 +78,15 @@ fn bad_sweeps_are_one_line_errors_naming_the_key() {
     assert!(e.contains("two jobs have the same parameters"), "{e}");
     let e = err(&format!("{BASE}colour = 1\n"));
     assert!(e.contains("colour"), "{e}");
+    // A value of the wrong type names the job and the key, not a line of the job's generated
+    // config (sixteenth pass, W6).
+    let e = err(&format!(
+        "{BASE}[[axis]]\nkey = \"optim.lr\"\nvalues = [0.003, \"0.003\"]\n"
+    ));
+    assert!(
+        e.contains("optim.lr=0.003): [optim] lr: invalid type") && !e.contains("line "),
+        "{e}"
+    );
 }
 
 #[test]

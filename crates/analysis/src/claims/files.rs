@@ -135,7 +135,12 @@ struct EvalFile {
 /// Why an accuracy read from a file is none ropelab writes: outside [0, 1], or NaN.
 fn bad_accuracy(what: &str, accuracy: f64) -> Option<String> {
     (!(0.0..=1.0).contains(&accuracy)).then(|| {
-        format!("{what} {accuracy} is no accuracy (one in [0, 1]): a damaged or edited file")
+        let kind = if what == "mass" {
+            "share of attention"
+        } else {
+            "accuracy"
+        };
+        format!("{what} {accuracy} is no {kind} (one in [0, 1]): a damaged or edited file")
     })
 }
 
@@ -750,10 +755,21 @@ impl RunFiles {
             // Its input, heads and weights are those the viewer computes, of a checkpoint the
             // run keeps (fifteenth pass, F8).
             if let Some((run, config)) = &opened {
-                let why = crate::lens::attention::view_mismatch(&view, config).or_else(|| {
-                    (!run.checkpoints().is_ok_and(|c| c.contains(&view.step)))
-                        .then(|| format!("step {} is no checkpoint of the run", view.step))
-                });
+                let named = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                let own = AttentionView::file_name(view.step, view.sample);
+                let why = (named != own)
+                    .then(|| {
+                        format!(
+                            "it holds step {} sample {}, which is the file {own}, not the file \
+                             its name says",
+                            view.step, view.sample
+                        )
+                    })
+                    .or_else(|| crate::lens::attention::view_mismatch(&view, config))
+                    .or_else(|| {
+                        (!run.checkpoints().is_ok_and(|c| c.contains(&view.step)))
+                            .then(|| format!("step {} is no checkpoint of the run", view.step))
+                    });
                 if let Some(why) = why {
                     return Err(invalid(
                         &path,

@@ -104,7 +104,12 @@ pub fn run(args: ProbeArgs, guard: Guard) -> Result<()> {
     // The run's own tables, measured by a study with other settings, are refused now too, not
     // after the computation (fifteenth pass).
     if let Ok(latest) = RunDir::new(&args.run).latest_checkpoint() {
-        super::refuse_measured(&args.run, &probes_out, PROBES_FILE, &keys::probes(latest, n))?;
+        super::refuse_measured(
+            &args.run,
+            &probes_out,
+            PROBES_FILE,
+            &keys::probes(latest, n),
+        )?;
         super::refuse_measured(
             &args.run,
             &sets_out,
