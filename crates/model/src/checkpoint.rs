@@ -47,8 +47,30 @@ pub fn save_weights(model: &GptJ, path: &Path) -> Result<()> {
 }
 
 /// Loads weights saved by [`save_weights`] (or by Hugging Face) for `config`.
+///
+/// A weight that is not a finite number is refused, naming the tensor: no training step writes
+/// one (a non-finite loss stops training), and a model holding one answers with NaN everywhere
+/// (seventeenth pass, SILENT-7).
 pub fn load_weights(config: ModelConfig, path: &Path, device: &Device) -> Result<GptJ> {
     let tensors = load_tensors(path, device)?;
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    for name in names {
+        // [numel]
+        let values = tensors[name]
+            .flatten_all()?
+            .to_dtype(candle_core::DType::F32)?
+            .to_vec1::<f32>()?;
+        if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+            return Err(ModelError::checkpoint(
+                path,
+                format!(
+                    "tensor {name} holds {bad}, no weight a trained model has (a damaged or \
+                     edited checkpoint)"
+                ),
+            ));
+        }
+    }
     GptJ::from_named(config, tensors, path, device)
 }
 
@@ -88,6 +110,36 @@ pub fn hf_config(config: &ModelConfig) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A weight that is no finite number is refused by name; the saved model loads.
+    #[test]
+    fn non_finite_weights_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ModelConfig::tiny(crate::PositionEncoding::None);
+        let model = GptJ::new(config.clone(), 0, &Device::Cpu).unwrap();
+        let path = dir.path().join("model.safetensors");
+        save_weights(&model, &path).unwrap();
+        load_weights(config.clone(), &path, &Device::Cpu).unwrap();
+        let mut tensors = load_tensors(&path, &Device::Cpu).unwrap();
+        let name = "transformer.h.0.attn.q_proj.weight".to_string();
+        let shape = tensors[&name].dims().to_vec();
+        let mut values = tensors[&name]
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        values[3] = f32::NAN;
+        tensors.insert(name, Tensor::from_vec(values, shape, &Device::Cpu).unwrap());
+        save_tensors(&tensors, &path).unwrap();
+        let err = load_weights(config, &path, &Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("transformer.h.0.attn.q_proj.weight holds NaN"),
+            "{err}"
+        );
+    }
 
     /// Weights follow the umask like every other file (the safetensors writer's own private
     /// temporary file must not leave its 0600 on them).
