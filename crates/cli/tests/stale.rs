@@ -1916,3 +1916,59 @@ fn scores_record_their_settings() {
         "{err}"
     );
 }
+
+/// A length table holds one checkpoint's rows, each of its input's length, with margins,
+/// top weights and losses a model gives (seventeenth pass, SILENT-2).
+#[test]
+fn a_length_table_is_one_checkpoints_measurement() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let rs = run.to_str().unwrap();
+    ok(ropelab(&[
+        "lengthgen",
+        "--run",
+        rs,
+        "--extras",
+        "0,8",
+        "--n",
+        "8",
+    ]));
+    let path = run.join("lengthgen.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let page = dir.path().join("page.html");
+    let report = || ropelab(&["report", rs, "--out", page.to_str().unwrap()]);
+    ok(report());
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let edit = |line: usize, column: usize, value: &str| -> String {
+        text.lines()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut cells: Vec<String> = l.split(',').map(str::to_owned).collect();
+                if i == line {
+                    cells[column] = value.to_owned();
+                }
+                cells.join(",") + "\n"
+            })
+            .collect()
+    };
+    for (bad, says) in [
+        (edit(2, col("step"), "10"), "one table, one checkpoint"),
+        (edit(1, col("top_weight_L0H0"), "1.5"), "none a head gives"),
+        (edit(1, col("margin_L0H0"), "-0.5"), "none a head gives"),
+        (
+            edit(1, col("length"), "40"),
+            "is not the run's input length",
+        ),
+        (edit(1, col("loss"), "-2"), "is no loss"),
+    ] {
+        std::fs::write(&path, &bad).unwrap();
+        let out = report();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{says}: reported");
+        assert!(
+            err.contains("lengthgen.csv") && err.contains(says),
+            "{says}: {err}"
+        );
+    }
+}

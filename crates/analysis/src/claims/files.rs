@@ -614,6 +614,45 @@ impl RunFiles {
                     {
                         return Err(invalid(&lengths, format!("line {}: {why}", i + 2)));
                     }
+                    // One table, one checkpoint (`lengthgen` measures one step); a length
+                    // is its input's, a loss no negative number (seventeenth pass, SILENT-2).
+                    let first = &out.lengths[0];
+                    let core = opened.as_ref().map(|(_, c)| c.layout.core_len());
+                    let why = if row.step != first.step {
+                        Some(format!(
+                            "step {} beside step {} of line 2: one table, one checkpoint",
+                            row.step, first.step
+                        ))
+                    } else if core.is_some_and(|c| row.length != c + row.extra) {
+                        Some(format!(
+                            "length {} is not the run's input length plus extra {}",
+                            row.length, row.extra
+                        ))
+                    } else if !(row.loss.is_finite() && row.loss >= 0.0) {
+                        Some(format!("loss {} is no loss", row.loss))
+                    } else {
+                        // The largest logit minus the second is no negative number; the top
+                        // weight over `length` keys is at least 1/length.
+                        row.heads
+                            .iter()
+                            .find(|h| {
+                                h.margin < 0.0
+                                    || !(h.top_weight <= 1.0
+                                        && h.top_weight * row.length as f64 >= 1.0 - 1e-6)
+                            })
+                            .filter(|h| h.margin.is_finite() && h.top_weight.is_finite())
+                            .map(|h| {
+                                format!(
+                                    "layer {} head {}: margin {} or top weight {} is none a \
+                                     head gives (a margin is at least 0, a top weight over {} \
+                                     keys at least 1/{} and at most 1)",
+                                    h.layer, h.head, h.margin, h.top_weight, row.length, row.length
+                                )
+                            })
+                    };
+                    if let Some(why) = why {
+                        return Err(invalid(&lengths, format!("line {}: {why}", i + 2)));
+                    }
                     // A margin that is no number would drop its point from the curve.
                     if let Some(h) = row
                         .heads
