@@ -1915,6 +1915,23 @@ fn scores_record_their_settings() {
         err.contains("scores.jsonl") && err.contains("other settings than line 1"),
         "{err}"
     );
+    // Every checkpoint is scored, at the steps the run saved (seventeenth pass, SILENT-3).
+    let moved = last.replace("{\"step\":10,", "{\"step\":15,");
+    let cut: String = last
+        .lines()
+        .filter(|l| !step(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (bad, says) in [
+        (moved, "step 15 is no step the run saves"),
+        (cut, "checkpoint step 0 is not scored"),
+    ] {
+        std::fs::write(&scores, bad).unwrap();
+        let err = String::from_utf8_lossy(&report().stderr).into_owned();
+        assert!(err.contains(says), "{err}");
+    }
+    std::fs::write(&scores, &last).unwrap();
+    ok(report());
 }
 
 /// A length table holds one checkpoint's rows, each of its input's length, with margins,

@@ -486,7 +486,36 @@ impl RunFiles {
                 }
                 // Every scored step holds every head (a line cut out would count one head
                 // fewer; twelfth pass, S1).
-                if let Some((_, config)) = &opened {
+                if let Some((run, config)) = &opened {
+                    // `score` scores every checkpoint there is: a scored step the run never
+                    // saved, or a kept checkpoint below the last scored step left out, is an
+                    // edited file (seventeenth pass, SILENT-3). A checkpoint pruned since may
+                    // have been scored.
+                    let kept = run.checkpoints().unwrap_or_default();
+                    let scored: std::collections::BTreeSet<usize> =
+                        out.scores.iter().map(|h| h.step).collect();
+                    let every = config.optim.save_every.max(1);
+                    let why = scored
+                        .iter()
+                        .find(|&&s| !kept.contains(&s) && s % every != 0)
+                        .map(|s| format!("step {s} is no step the run saves checkpoints at"))
+                        .or_else(|| {
+                            let last = scored.last().copied().unwrap_or(0);
+                            kept.iter()
+                                .find(|&&c| c <= last && !scored.contains(&c))
+                                .map(|c| {
+                                    format!(
+                                        "checkpoint step {c} is not scored, though steps after \
+                                         it are (lines cut out)"
+                                    )
+                                })
+                        });
+                    if let Some(why) = why {
+                        return Err(invalid(
+                            &scores,
+                            format!("{why}: a damaged or edited file (score the run again)"),
+                        ));
+                    }
                     let heads = config.model.n_layers * config.model.n_heads;
                     let mut per_step: BTreeMap<usize, usize> = BTreeMap::new();
                     for h in &out.scores {
