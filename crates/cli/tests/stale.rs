@@ -1989,3 +1989,62 @@ fn a_length_table_is_one_checkpoints_measurement() {
         );
     }
 }
+
+/// A hop map measures every hop it reports, and a probe's accuracy is a share of its held-out
+/// positions: `hops --n 1` is refused, and edited cells are (seventeenth pass, SILENT-4, -5).
+#[test]
+fn hop_maps_and_probes_hold_only_measured_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let rs = run.to_str().unwrap();
+    let out = ropelab(&["hops", "--run", rs, "--n", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no edge of hop"),
+        "{err}"
+    );
+    assert!(!run.join("hops.csv").exists());
+    ok(ropelab(&["hops", "--run", rs, "--n", "16"]));
+    ok(ropelab(&[
+        "probe",
+        "--run",
+        rs,
+        "--n",
+        "16",
+        "--set-samples",
+        "16",
+    ]));
+    let page = dir.path().join("page.html");
+    let report = || ropelab(&["report", rs, "--out", page.to_str().unwrap()]);
+    ok(report());
+    let cell = |file: &str, column: &str, value: &str| {
+        let path = run.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+        let c = header.iter().position(|h| *h == column).unwrap();
+        let edited: String = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut cells: Vec<String> = l.split(',').map(str::to_owned).collect();
+                if i == 1 {
+                    cells[c] = value.to_owned();
+                }
+                cells.join(",") + "\n"
+            })
+            .collect();
+        std::fs::write(&path, edited).unwrap();
+        text
+    };
+    for (file, column, value, says) in [
+        ("hops.csv", "edges", "0", "over no edge measured"),
+        ("probes.csv", "accuracy", "0.3", "is no share of its"),
+    ] {
+        let kept = cell(file, column, value);
+        let out = report();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{file}: {err}");
+        std::fs::write(run.join(file), kept).unwrap();
+    }
+    ok(report());
+}

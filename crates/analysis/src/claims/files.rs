@@ -741,6 +741,19 @@ impl RunFiles {
             let (rows, step) = stamped_rows::<HopRow>(&path, &same_run, identity.is_some())?;
             for (i, r) in rows.iter().enumerate() {
                 in_model(&path, i + 2, r.layer, r.head)?;
+                // A mass is a mean over edges: none measured, none to give (seventeenth pass,
+                // SILENT-4).
+                if r.edges == 0 {
+                    return Err(invalid(
+                        &path,
+                        format!(
+                            "line {}: a mass of {} over no edge measured: a damaged or edited \
+                             file",
+                            i + 2,
+                            r.mass
+                        ),
+                    ));
+                }
                 // A mass is a share of attention; the accuracies are accuracies (fifteenth
                 // pass, F5).
                 for (what, x) in [
@@ -783,8 +796,22 @@ impl RunFiles {
         if wanted(PROBES_FILE)? {
             let path = dir.join(PROBES_FILE);
             let (rows, step) = stamped_rows::<ProbeRow>(&path, &same_run, identity.is_some())?;
-            // Held-out accuracies (fifteenth pass, F6).
+            // Held-out accuracies (fifteenth pass, F6), each a whole share of its held-out
+            // positions (seventeenth pass, SILENT-4).
             for (i, r) in rows.iter().enumerate() {
+                let share = r.accuracy * r.n_test as f64;
+                if r.n_test == 0 || (share - share.round()).abs() > 1e-6 {
+                    return Err(invalid(
+                        &path,
+                        format!(
+                            "line {}: accuracy {} is no share of its {} held-out positions: a \
+                             damaged or edited file",
+                            i + 2,
+                            r.accuracy,
+                            r.n_test
+                        ),
+                    ));
+                }
                 for (what, x) in [
                     ("accuracy", Some(r.accuracy)),
                     ("chance", Some(r.chance)),

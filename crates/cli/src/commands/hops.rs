@@ -86,6 +86,16 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
         bar.set_position(done as u64)
     })?;
     bar.finish_and_clear();
+    // A hop no sample reaches has no mass to give: its cells would be empty and the verdict
+    // would speak of hops never measured (seventeenth pass, SILENT-5).
+    if let Some(r) = report.rows.iter().find(|r| r.edges == 0) {
+        anyhow::bail!(
+            "--n {n}: no edge of hop {} was measured (none of the first {n} test samples has \
+             {} hops): give a larger --n; nothing was written",
+            r.j,
+            r.j
+        );
+    }
     let out = args.out.unwrap_or_else(|| run_dir.join("hops.csv"));
     // A study job's hop map (listed in the run's ledger) is its verdicts' input: not replaced
     // (refused before anything is printed).
