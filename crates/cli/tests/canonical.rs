@@ -131,6 +131,12 @@ fn mask_writes_the_drop_per_hop_and_refuses_bad_input() {
         lines[1]
     );
     assert!(lines.iter().any(|l| l.starts_with("0-1,low,")), "{csv}");
+    // Each hop's rows count that hop's samples: together the 16 (seventeenth pass, SILENT-6).
+    let per_hop: usize = lines[2..6]
+        .iter()
+        .map(|l| l.split(',').nth(5).unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(per_hop, 16, "{csv}");
     common::refused(
         &["mask", "--run", run, "--layers", "2"],
         "layer 2 does not exist",

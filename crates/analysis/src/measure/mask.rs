@@ -200,6 +200,12 @@ pub fn mask_run(
             plans.push((group_label(group), band.to_string(), interventions, kept));
         }
     }
+    // Each hop count's rows are over that hop's samples, not all of them (seventeenth pass,
+    // SILENT-6).
+    let mut per_hop_n: std::collections::BTreeMap<usize, usize> = Default::default();
+    for i in 0..data.len() {
+        *per_hop_n.entry(data.sample(i)?.hops).or_default() += 1;
+    }
     let model = dir.load_model(step, &config, device)?;
     let evaluations = plans.len() + 1;
     let baseline = evaluate_intervened(&model, &data, options.memory, &[])?;
@@ -209,21 +215,22 @@ pub fn mask_run(
     for (i, (layers, band, interventions, kept)) in plans.into_iter().enumerate() {
         let masked = evaluate_intervened(&model, &data, options.memory, &interventions)?;
         progress(i + 2, evaluations);
-        let row = |hop: String, base: f64, acc: f64| MaskRow {
+        let row = |hop: String, n: usize, base: f64, acc: f64| MaskRow {
             layers: layers.clone(),
             band: band.clone(),
             planes_kept: kept,
             planes_total: total,
             hop,
-            n: masked.n,
+            n,
             baseline: base,
             accuracy: acc,
             drop: base - acc,
         };
-        rows.push(row("all".into(), baseline.accuracy, masked.accuracy));
+        rows.push(row("all".into(), masked.n, baseline.accuracy, masked.accuracy));
         for (h, a) in &masked.per_hop {
             let base = baseline.per_hop.get(h).copied().unwrap_or(f64::NAN);
-            rows.push(row(h.to_string(), base, *a));
+            let n = per_hop_n.get(h).copied().unwrap_or(0);
+            rows.push(row(h.to_string(), n, base, *a));
         }
     }
     Ok(MaskReport {
