@@ -976,6 +976,33 @@ fn pretrained_commands_take_any_local_rope_model() {
         "`ropelab pretrained` output",
     );
     assert!(!run.join("rs.csv").exists());
+    // A study's pretrained/ folder with its ledger is said to be one, not a run's.
+    let study = dir.path().join("study");
+    let stage = study.join("pretrained");
+    std::fs::create_dir_all(&stage).unwrap();
+    std::fs::write(study.join("claims.json"), "[]").unwrap();
+    std::fs::write(stage.join("measured.json"), r#"{"files": {}}"#).unwrap();
+    let new = stage.join("new.jsonl");
+    let out = ropelab(&[
+        "pretrained",
+        "score",
+        "--model",
+        model.to_str().unwrap(),
+        "--task",
+        "letter",
+        "--size",
+        "1",
+        "--n",
+        "1",
+        "--out",
+        new.to_str().unwrap(),
+    ]);
+    assert_one_line_error(
+        &out,
+        "holds only what the study's pretrained stage measured",
+    );
+    assert!(!stderr(&out).contains("run, sweep or experiment"));
+    assert!(!new.exists());
     std::fs::copy(dir.path().join("gptj.csv"), run.join("rs.csv")).unwrap();
     let out = ropelab(&["report", run.to_str().unwrap()]);
     assert_one_line_error(&out, "is `ropelab pretrained` output inside the run");
@@ -1025,6 +1052,35 @@ fn pretrained_commands_take_any_local_rope_model() {
         "a",
     ]);
     assert_one_line_error(&out, "config.json is missing");
+    // Spaces a Whitespace pre-tokenizer drops are a prompt of no token, not an empty one.
+    let spaces = dir.path().join("spaces");
+    std::fs::create_dir(&spaces).unwrap();
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixtures.join("llama").join(name), spaces.join(name)).unwrap();
+    }
+    let text = std::fs::read_to_string(spaces.join("tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
+    std::fs::write(spaces.join("tokenizer.json"), json.to_string()).unwrap();
+    let generate = |prompt: &str| {
+        ropelab(&[
+            "pretrained",
+            "generate",
+            "--model",
+            spaces.to_str().unwrap(),
+            "--max-new",
+            "2",
+            prompt,
+        ])
+    };
+    let out = generate("   ");
+    assert_one_line_error(&out, "the prompt \"   \" tokenizes to no token");
+    assert!(
+        stderr(&out).contains("spaces/tokenizer.json"),
+        "{}",
+        stderr(&out)
+    );
+    assert_one_line_error(&generate(""), "the prompt is empty");
     let bad_arch = dir.path().join("bert");
     std::fs::create_dir(&bad_arch).unwrap();
     std::fs::write(

@@ -1360,6 +1360,21 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
     let html = std::fs::read_to_string(study.join("report.html")).unwrap();
     assert!(html.contains("Seeds this study does not list") && html.contains("seed-7/"));
     std::fs::remove_dir_all(study.join("seed-7")).unwrap();
+    // A listed seed's folder renamed to an unlisted seed is named as such; a listed seed whose
+    // folder is gone is said to be missing (seventeenth pass, SILENT-8).
+    std::fs::rename(study.join("seed-3"), study.join("seed-4")).unwrap();
+    let got = ropelab(&["report", st]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(
+        !got.status.success() && err.contains("model of seed 3, not of seed 4"),
+        "{err}"
+    );
+    let aside = dir.path().join("aside");
+    std::fs::rename(study.join("seed-4"), &aside).unwrap();
+    ok(ropelab(&["report", st]));
+    let html = std::fs::read_to_string(study.join("report.html")).unwrap();
+    assert!(html.contains("Seeds this study lists but lacks") && html.contains("seed-3/"));
+    std::fs::rename(&aside, study.join("seed-3")).unwrap();
     // A hand-edited verdict is not shown as the study's (fifth pass).
     let claims = study.join("claims.json");
     let verdicts = std::fs::read_to_string(&claims).unwrap();

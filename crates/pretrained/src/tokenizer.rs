@@ -620,13 +620,14 @@ impl GgufTokenizer {
         }
         let pre = serde_json::to_value(self.inner.get_pre_tokenizer())
             .map_err(|e| crate::first_line(&e))?;
-        match pre.get("add_prefix_space").and_then(|v| v.as_bool()) {
-            Some(own) if own != prefix => Err(format!(
+        // A ByteLevel inside a Sequence (Llama 3's layout) is rebuilt too.
+        match prefix_flags(&pre).into_iter().find(|&own| own != prefix) {
+            Some(own) => Err(format!(
                 "add_prefix_space is {prefix}, but tokenizer.json's pre_tokenizer has \
                  add_prefix_space {own}: transformers would rebuild it with {prefix} and \
                  tokenize prompts otherwise than ropelab reads them (make the two files agree)"
             )),
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 
@@ -675,4 +676,17 @@ impl GgufTokenizer {
             .decode(ids, false)
             .map_err(|e| PretrainedError::Tokenizer(e.to_string()))
     }
+}
+
+/// The `add_prefix_space` flags of a serialized pre-tokenizer: its own, and those of the
+/// members of a `Sequence` (at any depth).
+fn prefix_flags(pre: &serde_json::Value) -> Vec<bool> {
+    let own = pre.get("add_prefix_space").and_then(|v| v.as_bool());
+    let members = pre
+        .get("pretokenizers")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .flat_map(prefix_flags);
+    own.into_iter().chain(members).collect()
 }

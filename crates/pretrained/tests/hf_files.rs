@@ -978,6 +978,24 @@ fn add_prefix_space_must_agree_with_the_pre_tokenizer() {
             && err.contains("pre_tokenizer has add_prefix_space false"),
         "{err}"
     );
+    // The ByteLevel inside a Sequence (the fixture's Digits then ByteLevel) is rebuilt too.
+    for (name, text) in [
+        (
+            "GPT-2's",
+            "{\"tokenizer_class\":\"GPT2TokenizerFast\",\"add_prefix_space\":true}",
+        ),
+        ("none", "{\"add_prefix_space\": true}"),
+    ] {
+        let dir = with_file("tokenizer_config.json", text.as_bytes());
+        let err = refusal(dir.path(), name);
+        assert!(
+            err.contains("tokenizer_config.json")
+                && err.contains("pre_tokenizer has add_prefix_space false"),
+            "{name}: {err}"
+        );
+    }
+    let dir = with_file("tokenizer_config.json", b"{\"add_prefix_space\": false}");
+    load_model(Some(dir.path()), &Device::Cpu).expect("a Sequence's flag that agrees");
 }
 
 /// A config.json or tokenizer.json far larger than such a file is refused naming its size,

@@ -145,6 +145,31 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
             let (seeds, left): (Vec<u64>, Vec<u64>) = present
                 .into_iter()
                 .partition(|s| listed.as_ref().is_none_or(|l| l.contains(s)));
+            // A folder of an unlisted seed holding a listed seed's model is a renamed folder,
+            // not another run's leftovers (seventeenth pass, SILENT-8).
+            for &seed in &left {
+                for task in [TaskKind::Number, TaskKind::Letter] {
+                    let model = study.model(seed, task);
+                    let held = read_text(&model.join("config.toml"))
+                        .ok()
+                        .flatten()
+                        .and_then(|t| t.parse::<toml::Table>().ok())
+                        .and_then(|t| t.get("seed").and_then(|s| s.as_integer()));
+                    if let Some(held) = held.filter(|&h| u64::try_from(h) != Ok(seed)) {
+                        return Err(ReportError::Input(format!(
+                            "{} holds the {task} model of seed {held}, not of seed {seed} its \
+                             folder names: move the folders back",
+                            model.display(),
+                        )));
+                    }
+                }
+            }
+            let missing: Vec<u64> = listed
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|s| !seeds.contains(s))
+                .collect();
             let files = study_files(dir, &seeds)?;
             sections.push(claims_section(
                 dir,
@@ -160,7 +185,22 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
                         .map(|s| format!("seed-{s}/"))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    listed.unwrap_or_default()
+                    listed.clone().unwrap_or_default()
+                ));
+                sections.push(s);
+            }
+            if !missing.is_empty() {
+                let mut s = Section::new("missing-seeds", "Seeds this study lists but lacks");
+                s.not_run(&format!(
+                    "{} listed by config.toml (seeds = {:?}) {} missing: the claims were \
+                     measured on their models, which cannot be shown or checked here",
+                    missing
+                        .iter()
+                        .map(|s| format!("seed-{s}/"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    listed.clone().unwrap_or_default(),
+                    if missing.len() == 1 { "is" } else { "are" }
                 ));
                 sections.push(s);
             }
@@ -1275,6 +1315,22 @@ const INDEX_HEADER: &str = "length,min_elements,max_elements";
 /// Header of a `pretrained rope-stats` CSV.
 const FAILURES_HEADER: &str = "layer,length,position_inversion,position_aliasing";
 
+/// Refuses a study's pretrained stage folder whose ledger lists a file that is gone, naming
+/// it: its chart would otherwise be left out silently.
+fn listed_files_exist(folder: &Path) -> Result<()> {
+    let Some(ledger) = ropelab_io::Ledger::load(folder).map_err(ReportError::from_display)? else {
+        return Ok(());
+    };
+    match ledger.files.keys().find(|f| !folder.join(f).is_file()) {
+        Some(file) => Err(ReportError::Input(format!(
+            "{}: listed in {} but missing: rerun `ropelab reproduce` to measure it again",
+            folder.join(file).display(),
+            folder.join(ropelab_io::LEDGER).display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
     let mut out = PretrainedFiles::default();
     let study_stage = StudyDir::new(dir).pretrained();
@@ -1282,6 +1338,7 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
     // files too: another model's file dropped in, or an edited one, is refused (sixteenth pass,
     // O17, O21).
     let study_records = dir.join(ropelab_io::LEDGER).is_file();
+    listed_files_exist(&study_stage)?;
     for folder in [study_stage.clone(), dir.to_owned()] {
         let vouched =
             folder.join(ropelab_io::LEDGER).is_file() || (folder == study_stage && study_records);
@@ -1347,6 +1404,8 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                     // Points of 1 and of 9 prompts per run are not one curve (fourteenth
                     // pass, S-C).
                     out.same_settings("prompts per run", row.n.to_string(), &origin)?;
+                    // Nor are means of 2 and of 3 runs.
+                    out.same_settings("runs per window size", row.runs.len().to_string(), &origin)?;
                     out.tasks.push(row.clone());
                 }
             } else if ext == "csv" && first.starts_with(FAILURES_HEADER) {

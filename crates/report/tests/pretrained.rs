@@ -349,6 +349,25 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     let err = report(&[("a.csv", counted(4, 1)), ("b.csv", counted(6, 9))]).unwrap_err();
     assert!(err.contains("prompts per run"), "{err}");
     report(&[("a.csv", counted(4, 9)), ("b.csv", counted(6, 9))]).expect("one count");
+    // Nor are means over other numbers of runs, in two files or in one.
+    let ran = |size: usize, runs: &str| {
+        format!(
+            "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
+             number,{size},82,0,,{runs},9,f32,{MODEL}\n"
+        )
+    };
+    let err = report(&[("a.csv", ran(4, "0;0;0")), ("b.csv", ran(6, "0;0"))]).unwrap_err();
+    assert!(
+        err.contains("runs per window size") && err.contains("a.csv") && err.contains("b.csv"),
+        "{err}"
+    );
+    let one = ran(4, "0;0;0") + &ran(6, "0;0").lines().nth(1).unwrap().to_owned() + "\n";
+    let err = report(&[("a.csv", one)]).unwrap_err();
+    assert!(
+        err.contains("a.csv") && err.contains("runs per window size"),
+        "{err}"
+    );
+    report(&[("a.csv", ran(4, "0;0")), ("b.csv", ran(6, "0;0"))]).expect("one run count");
     // A table with its header alone is named, not reported as never run (S-I).
     let err = report(&[(
         "t.csv",
@@ -447,5 +466,40 @@ fn rope_statistics_beyond_the_context_are_called_an_extrapolation() {
     assert!(
         page.contains("M = 512 lie beyond the model") && page.contains("context of 128 tokens"),
         "no extrapolation note"
+    );
+}
+
+/// A file a study's pretrained stage measured (listed in `pretrained/measured.json`) and then
+/// deleted is named, not left out of the report in silence.
+#[test]
+fn a_file_the_study_measured_and_that_is_gone_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("note.txt"), "a study's table\n").unwrap();
+    ropelab_io::Ledger::finish(root, "note.txt", "a key").unwrap();
+    let stage = root.join("pretrained");
+    let tasks = |task: &str| {
+        format!(
+            "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
+             {task},4,82,0.5,0.1,0.4;0.6,9,f32,{MODEL}\n"
+        )
+    };
+    for task in ["letter", "number"] {
+        let path = stage.join(format!("tasks-{task}.csv"));
+        ropelab_analysis::claims::files::record_table(&path, "pretrained", tasks(task).as_bytes())
+            .unwrap();
+    }
+    let html = ropelab_report::report(root, "test").expect("every listed file");
+    assert!(html.contains("<td>number</td>"));
+    std::fs::remove_file(stage.join("tasks-number.csv")).unwrap();
+    let err = ropelab_report::report(root, "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tasks-number.csv")
+            && err.contains("measured.json but missing")
+            && err.contains("ropelab reproduce")
+            && !err.contains('\n'),
+        "{err}"
     );
 }

@@ -226,7 +226,12 @@ pub fn mask_run(
             accuracy: acc,
             drop: base - acc,
         };
-        rows.push(row("all".into(), masked.n, baseline.accuracy, masked.accuracy));
+        rows.push(row(
+            "all".into(),
+            masked.n,
+            baseline.accuracy,
+            masked.accuracy,
+        ));
         for (h, a) in &masked.per_hop {
             let base = baseline.per_hop.get(h).copied().unwrap_or(f64::NAN);
             let n = per_hop_n.get(h).copied().unwrap_or(0);

@@ -178,6 +178,17 @@ impl ModelArg {
         )?)
     }
 
+    /// Where the model's tokenizer is read from, in words: a directory's `tokenizer.json`, or
+    /// the GGUF file's metadata.
+    fn tokenizer_file(&self) -> String {
+        let gguf = |p: &std::path::Path| format!("the tokenizer of {}", p.display());
+        match &self.path {
+            Some(p) if p.is_dir() => p.join("tokenizer.json").display().to_string(),
+            Some(p) => gguf(p),
+            None => gguf(&ropelab_pretrained::fetch::model_path()),
+        }
+    }
+
     /// The model's name in printed lines: the file or directory name, or SmolLM2.
     fn name(&self) -> String {
         match &self.path {
@@ -198,6 +209,19 @@ fn outside_runs(out: &std::path::Path) -> Result<()> {
         return Ok(());
     }
     if let Some(owner) = ropelab_io::owning_dir(out)? {
+        // A study's pretrained/ with its ledger holds what the stage measured, and only that.
+        let stage_of = owner.parent().map(ropelab_analysis::StudyDir::new);
+        if let Some(study) = stage_of.filter(|s| s.is_study() && s.pretrained() == owner) {
+            anyhow::bail!(
+                "{} lies in {}, the pretrained/ folder of the study {}: it holds only what the \
+                 study's pretrained stage measured (its {}), so write `ropelab pretrained` \
+                 output elsewhere",
+                out.display(),
+                owner.display(),
+                study.root().display(),
+                ropelab_io::LEDGER
+            );
+        }
         anyhow::ensure!(
             ropelab_analysis::StudyDir::new(&owner).is_study(),
             "{} lies in {}, a run, sweep or experiment directory: `ropelab pretrained` output \
@@ -222,6 +246,14 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             let (model, tokenizer) = a.model.load()?;
             let load = start.elapsed().as_secs_f64();
             let ids = tokenizer.encode(&a.prompt)?;
+            // Text a tokenizer drops whole (spaces, with a Whitespace pre-tokenizer) is no
+            // empty prompt.
+            anyhow::ensure!(
+                !ids.is_empty() || a.prompt.is_empty(),
+                "the prompt {:?} tokenizes to no token with {}: give text that tokenizer keeps",
+                a.prompt.chars().take(40).collect::<String>(),
+                a.model.tokenizer_file()
+            );
             let tokens = ids.len().saturating_add(a.max_new as usize);
             let need = Need::new().memory(
                 model.config().cached_bytes(tokens, PREFILL_CHUNK, 1),
