@@ -2063,3 +2063,63 @@ fn hop_maps_and_probes_hold_only_measured_values() {
     }
     ok(report());
 }
+
+/// A test evaluation is the count of the samples its name says: another step, extra or
+/// sample count than its name, a length not its input's, a negative loss, or accuracies no
+/// count of those samples gives are refused (seventeenth pass, SILENT-1).
+#[test]
+fn an_evaluation_is_the_count_of_the_samples_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let rs = run.to_str().unwrap();
+    ok(ropelab(&["eval", "--run", rs]));
+    let path = run.join("eval/step-000030-extra-0.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let page = dir.path().join("page.html");
+    let report = || ropelab(&["report", rs, "--out", page.to_str().unwrap()]);
+    ok(report());
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let n = v["n"].as_u64().unwrap() as f64;
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let edits: Vec<(Edit, &str)> = vec![
+        (
+            Box::new(|v| v["step"] = 10.into()),
+            "not the file its name says",
+        ),
+        (
+            Box::new(|v| v["extra"] = 8.into()),
+            "not the file its name says",
+        ),
+        (
+            Box::new(|v| v["n"] = 1000.into()),
+            "not the file its name says",
+        ),
+        (
+            Box::new(|v| v["seq_len"] = 99.into()),
+            "is not the run's input length",
+        ),
+        (Box::new(|v| v["loss"] = (-1.0).into()), "is no loss"),
+        (
+            Box::new(move |v| {
+                // Half a sample more than its count, within its per-hop range.
+                let a = v["accuracy"].as_f64().unwrap();
+                v["accuracy"] = (a + 0.5 / n).into();
+                for h in ["1", "2", "3", "4"] {
+                    v["per_hop"][h] = (a + 0.5 / n).into();
+                }
+            }),
+            "is no share of its",
+        ),
+    ];
+    for (edit, says) in edits {
+        let mut e = v.clone();
+        edit(&mut e);
+        std::fs::write(&path, e.to_string()).unwrap();
+        let out = report();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{says}: reported");
+        assert!(err.contains("eval/") && err.contains(says), "{says}: {err}");
+    }
+    std::fs::write(&path, &text).unwrap();
+    ok(report());
+}

@@ -130,6 +130,85 @@ struct EvalFile {
     per_hop: BTreeMap<usize, f64>,
     #[serde(default)]
     run: String,
+    #[serde(default)]
+    seq_len: Option<usize>,
+}
+
+/// Why test evaluation `f`, read from `name`, is not what `eval` writes for the run with
+/// `config` (None when it is): its name is its step, extra and sample count; its length the
+/// run's input length plus extra; its loss no negative number; and its accuracies are counts
+/// of the very samples it names, the first `n` of the test split (each hop's a share of that
+/// hop's samples, the overall one their sum over `n`; seventeenth pass, SILENT-1).
+fn eval_mismatch(name: &str, f: &EvalFile, config: &ropelab_train::RunConfig) -> Option<String> {
+    let base = format!("step-{:06}-extra-{}", f.step, f.extra);
+    let whole = f.n == config.data.test;
+    let own = if whole {
+        format!("{base}.json")
+    } else {
+        format!("{base}-n{}.json", f.n)
+    };
+    if name != own && name != format!("{base}-n{}.json", f.n) {
+        return Some(format!(
+            "it holds step {} extra {} over {} samples, which is the file {own}, not the file \
+             its name says",
+            f.step, f.extra, f.n
+        ));
+    }
+    let core = config.layout.core_len();
+    if f.seq_len.is_some_and(|l| l != core + f.extra) {
+        return Some(format!(
+            "seq_len {:?} is not the run's input length {core} plus extra {}",
+            f.seq_len, f.extra
+        ));
+    }
+    if !(f.loss.is_finite() && f.loss >= 0.0) {
+        return Some(format!("loss {} is no loss", f.loss));
+    }
+    if f.n > config.data.test {
+        return Some(format!(
+            "{} samples, more than the run's test split of {}",
+            f.n, config.data.test
+        ));
+    }
+    let task = ropelab_tasks::Task::new(config.task, config.layout.clone()).ok()?;
+    let data = ropelab_tasks::Dataset::new(
+        task,
+        config.seed,
+        ropelab_tasks::Split::Test,
+        f.n,
+        f.extra,
+    )
+    .ok()?;
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for i in 0..data.len() {
+        *counts.entry(data.sample(i).ok()?.hops).or_default() += 1;
+    }
+    if counts.keys().ne(f.per_hop.keys()) {
+        return Some(format!(
+            "per-hop accuracies of hops {:?}, where its samples have hops {:?}",
+            f.per_hop.keys().collect::<Vec<_>>(),
+            counts.keys().collect::<Vec<_>>()
+        ));
+    }
+    let mut correct = 0.0;
+    for (h, &n_h) in &counts {
+        let share = f.per_hop[h] * n_h as f64;
+        if (share - share.round()).abs() > 1e-6 {
+            return Some(format!(
+                "the accuracy of hop {h}, {}, is no share of its {n_h} samples",
+                f.per_hop[h]
+            ));
+        }
+        correct += share.round();
+    }
+    let overall = correct / f.n.max(1) as f64;
+    if (overall - f.accuracy).abs() > 1e-9 {
+        return Some(format!(
+            "accuracy {} is not its per-hop counts over {} samples ({overall})",
+            f.accuracy, f.n
+        ));
+    }
+    None
 }
 
 /// Why an accuracy read from a file is none ropelab writes: outside [0, 1], or NaN.
@@ -617,6 +696,15 @@ impl RunFiles {
             same_run(&path, 1, &f.run)?;
             if let Some(why) = bad_evaluation("accuracy", f.n, f.accuracy, &f.per_hop, true) {
                 return Err(invalid(&path, why));
+            }
+            if let Some((_, config)) = &opened {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                if let Some(why) = eval_mismatch(name, &f, config) {
+                    return Err(invalid(
+                        &path,
+                        format!("{why}: a damaged or edited file; evaluate again"),
+                    ));
+                }
             }
             if !partial && f.extra == 0 && best.as_ref().is_none_or(|b| f.step > b.0) {
                 let accuracy = Accuracy {
