@@ -171,14 +171,9 @@ fn eval_mismatch(name: &str, f: &EvalFile, config: &ropelab_train::RunConfig) ->
         ));
     }
     let task = ropelab_tasks::Task::new(config.task, config.layout.clone()).ok()?;
-    let data = ropelab_tasks::Dataset::new(
-        task,
-        config.seed,
-        ropelab_tasks::Split::Test,
-        f.n,
-        f.extra,
-    )
-    .ok()?;
+    let data =
+        ropelab_tasks::Dataset::new(task, config.seed, ropelab_tasks::Split::Test, f.n, f.extra)
+            .ok()?;
     let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
     for i in 0..data.len() {
         *counts.entry(data.sample(i).ok()?.hops).or_default() += 1;
@@ -497,7 +492,8 @@ impl RunFiles {
                     path,
                     format!(
                         "line {line} was measured on another run ({run}; this run is {own}): \
-                         a file copied from elsewhere is not this run's measurement"
+                         a file copied from elsewhere, or a config.toml edited since (its \
+                         steps, say), is not this run's measurement"
                     ),
                 )),
                 _ => Ok(()),
