@@ -361,7 +361,7 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
         err.contains("runs per window size") && err.contains("a.csv") && err.contains("b.csv"),
         "{err}"
     );
-    let one = ran(4, "0;0;0") + &ran(6, "0;0").lines().nth(1).unwrap().to_owned() + "\n";
+    let one = ran(4, "0;0;0") + ran(6, "0;0").lines().nth(1).unwrap() + "\n";
     let err = report(&[("a.csv", one)]).unwrap_err();
     assert!(
         err.contains("a.csv") && err.contains("runs per window size"),

@@ -537,7 +537,7 @@ impl RunDir {
         match state.log_sha256 {
             Some(d) if ropelab_io::sha256_hex(log_through(text, step).as_bytes()) != d => {
                 Err(TrainError::run_dir(
-                    &self.metrics_path(),
+                    self.metrics_path(),
                     format!(
                         "its lines through step {step} are not those checkpoint step-{step:06} \
                          recorded (a line edited, added or deleted): restore the run's own \
