@@ -1970,29 +1970,13 @@ fn a_length_table_is_one_checkpoints_measurement() {
     let page = dir.path().join("page.html");
     let report = || ropelab(&["report", rs, "--out", page.to_str().unwrap()]);
     ok(report());
-    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let edit = |line: usize, column: usize, value: &str| -> String {
-        text.lines()
-            .enumerate()
-            .map(|(i, l)| {
-                let mut cells: Vec<String> = l.split(',').map(str::to_owned).collect();
-                if i == line {
-                    cells[column] = value.to_owned();
-                }
-                cells.join(",") + "\n"
-            })
-            .collect()
-    };
+    let edit = |line: usize, column: &str, value: &str| csv_cell_edited(&text, line, column, value);
     for (bad, says) in [
-        (edit(2, col("step"), "10"), "one table, one checkpoint"),
-        (edit(1, col("top_weight_L0H0"), "1.5"), "none a head gives"),
-        (edit(1, col("margin_L0H0"), "-0.5"), "none a head gives"),
-        (
-            edit(1, col("length"), "40"),
-            "is not the run's input length",
-        ),
-        (edit(1, col("loss"), "-2"), "is no loss"),
+        (edit(2, "step", "10"), "one table, one checkpoint"),
+        (edit(1, "top_weight_L0H0", "1.5"), "none a head gives"),
+        (edit(1, "margin_L0H0", "-0.5"), "none a head gives"),
+        (edit(1, "length", "40"), "is not the run's input length"),
+        (edit(1, "loss", "-2"), "is no loss"),
     ] {
         std::fs::write(&path, &bad).unwrap();
         let out = report();
@@ -2035,20 +2019,7 @@ fn hop_maps_and_probes_hold_only_measured_values() {
     let cell = |file: &str, column: &str, value: &str| {
         let path = run.join(file);
         let text = std::fs::read_to_string(&path).unwrap();
-        let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
-        let c = header.iter().position(|h| *h == column).unwrap();
-        let edited: String = text
-            .lines()
-            .enumerate()
-            .map(|(i, l)| {
-                let mut cells: Vec<String> = l.split(',').map(str::to_owned).collect();
-                if i == 1 {
-                    cells[c] = value.to_owned();
-                }
-                cells.join(",") + "\n"
-            })
-            .collect();
-        std::fs::write(&path, edited).unwrap();
+        std::fs::write(&path, csv_cell_edited(&text, 1, column, value)).unwrap();
         text
     };
     for (file, column, value, says) in [
@@ -2122,4 +2093,20 @@ fn an_evaluation_is_the_count_of_the_samples_it_names() {
     }
     std::fs::write(&path, &text).unwrap();
     ok(report());
+}
+
+/// CSV `text` with the cell of `column` on line `line` (0 is the header) set to `value`.
+fn csv_cell_edited(text: &str, line: usize, column: &str, value: &str) -> String {
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let c = header.iter().position(|h| *h == column).unwrap();
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut cells: Vec<String> = l.split(',').map(str::to_owned).collect();
+            if i == line {
+                cells[c] = value.to_owned();
+            }
+            cells.join(",") + "\n"
+        })
+        .collect()
 }
