@@ -447,6 +447,31 @@ fn a_study_reads_only_the_files_it_measured() {
         "{err}"
     );
     assert_eq!(files.map(written), before, "{err}");
+    // A rerun with another config that fails before its claims leaves the study's config
+    // unvouched: the report refuses it rather than show a config its measurements did not use
+    // (eighteenth pass, S2).
+    std::fs::rename(&model, other.join("seed-3/number")).unwrap();
+    std::fs::rename(dir.path().join("own-model"), &model).unwrap();
+    let toml = std::fs::read_to_string(study.join("config.toml")).unwrap();
+    assert!(toml.contains("    20,\n"), "{toml}");
+    std::fs::write(
+        study.join("config.toml"),
+        toml.replace("    20,\n", "    10,\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        STUDY.replace("extras = [0, 20]", "extras = [0, 10]"),
+    )
+    .unwrap();
+    let out = ropelab(&reproduce);
+    assert!(!out.status.success(), "a stale length table was reused");
+    let out = ropelab(&["report", study.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("config.toml"),
+        "a config the study did not measure with was reported: {err}"
+    );
 }
 
 /// `collect` says when the table is partial (a started job has no result yet) and lists the
@@ -1977,6 +2002,8 @@ fn a_length_table_is_one_checkpoints_measurement() {
         (edit(1, "margin_L0H0", "-0.5"), "none a head gives"),
         (edit(1, "length", "40"), "is not the run's input length"),
         (edit(1, "loss", "-2"), "is no loss"),
+        // Counts of the samples measured (eighteenth pass, S1).
+        (edit(1, "hop_1", "0.3"), "is no share of its"),
     ] {
         std::fs::write(&path, &bad).unwrap();
         let out = report();

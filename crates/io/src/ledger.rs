@@ -308,7 +308,9 @@ pub fn refuse_listed(target: &Path, contents: Option<&[u8]>) -> io::Result<()> {
     if let Some(what) = bookkeeping(&absolute) {
         return Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
-            if what.starts_with("a file in the model directory") {
+            if what.starts_with("a file in the model directory")
+                || what.starts_with("a file the model loader reads")
+            {
                 format!("{} is {what}: write elsewhere", target.display())
             } else {
                 format!(
@@ -450,6 +452,15 @@ fn ropelab_dir(path: &Path) -> Option<&Path> {
 /// kind of file), or a new file in a ropelab directory whose contents are not what its name
 /// says: what it is. A command rewriting its own file of the same shape is let through; a
 /// TOML file is never replaced.
+/// Whether `dir` is a Hugging Face model directory: a `config.json` beside safetensors weights.
+fn is_model_dir(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
+        && std::fs::read_dir(dir).is_ok_and(|mut entries| {
+            entries
+                .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".safetensors")))
+        })
+}
+
 fn another_table(path: &Path, contents: Option<&[u8]>) -> Option<String> {
     let name = path.file_name()?.to_string_lossy().into_owned();
     let dir = ropelab_dir(path);
@@ -561,6 +572,25 @@ fn bookkeeping(path: &Path) -> Option<String> {
     if let Some(what) = named {
         return Some(what.to_owned());
     }
+    // A name the model loader reads, new or not, in a model directory: written there, it
+    // would change the model (eighteenth pass, S1).
+    let read_with_model = matches!(
+        name.as_str(),
+        "config.json"
+            | "tokenizer.json"
+            | "tokenizer_config.json"
+            | "generation_config.json"
+            | "special_tokens_map.json"
+            | "model.safetensors.index.json"
+    ) || name.ends_with(".safetensors")
+        || name.ends_with(".gguf");
+    if read_with_model && is_model_dir(parent) {
+        return Some(format!(
+            "a file the model loader reads in the model directory {} (written there, it would \
+             change the model)",
+            parent.display()
+        ));
+    }
     if !path.exists() {
         return None;
     }
@@ -579,15 +609,10 @@ fn bookkeeping(path: &Path) -> Option<String> {
     }
     // Every file of a model directory (its config, tokenizer, shard index, generation
     // settings) is read with the weights: none is replaced.
-    let model_dir = parent.join("config.json").is_file()
-        && std::fs::read_dir(parent).is_ok_and(|mut entries| {
-            entries
-                .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".safetensors")))
-        });
-    if model_dir {
+    if is_model_dir(parent) {
         return Some(format!(
-            "a file in the model directory {} (beside a model's weights ropelab writes \
-             nothing, as what lies there is read with the model)",
+            "a file in the model directory {} (ropelab replaces nothing there, as what lies \
+             there is read with the model)",
             parent.display()
         ));
     }
@@ -768,6 +793,12 @@ mod tests {
             let err = refuse_listed(&model.join(f), None).unwrap_err();
             assert!(err.to_string().contains("in the model directory"), "{err}");
         }
+        // A name the loader reads is refused before it exists too (eighteenth pass, S1).
+        for f in ["tokenizer_config.json", "model-00002-of-00002.safetensors"] {
+            let err = refuse_listed(&model.join(f), None).unwrap_err();
+            assert!(err.to_string().contains("the model loader reads"), "{err}");
+        }
+        assert!(refuse_listed(&model.join("notes.csv"), None).is_ok());
         assert!(refuse_listed(&model.join("new.csv"), None).is_ok());
         let plain = dir.path().join("plain");
         std::fs::create_dir_all(&plain).unwrap();

@@ -87,13 +87,19 @@ pub fn reproduce(
     // written (the plan, the datasets); the grid checks again before it trains.
     crate::grid::refuse_stale(&job::sweep_jobs(config, &job::jobs(config))?, out)?;
     report(Milestone::Start)?;
-    // Recorded in the study's ledger: the report shows it only while it is the config the
-    // study ran (fifteenth pass, S-2).
-    ropelab_analysis::claims::files::record_table(
-        &study.config(),
-        "config",
-        config.to_toml().as_bytes(),
-    )?;
+    // Recorded in the study's ledger once its claims are: the report shows it only while it
+    // is the config the study ran (fifteenth pass, S-2), and a rerun that fails before its
+    // claims leaves it pending, never vouched for (eighteenth pass, S2).
+    let config_key = ropelab_analysis::measure::keys::study_table("config");
+    let text = config.to_toml();
+    let unchanged = std::fs::read(study.config()).is_ok_and(|b| b == text.as_bytes())
+        && ropelab_io::Ledger::check(out, "config.toml", &config_key)
+            .is_ok_and(|s| s == ropelab_io::Standing::Own);
+    if !unchanged {
+        ropelab_io::Ledger::begin(out, "config.toml", &config_key)
+            .with_context(|| format!("cannot record {}", study.config().display()))?;
+        write_json(&study.config(), text.as_bytes())?;
+    }
 
     let rows = datasets::generate(config, out, progress)?;
     write_json(
@@ -151,6 +157,8 @@ pub fn reproduce(
         "claims",
         serde_json::to_string_pretty(&verdicts)?.as_bytes(),
     )?;
+    ropelab_io::Ledger::finish(out, "config.toml", &config_key)
+        .with_context(|| format!("cannot record {}", study.config().display()))?;
     report(Milestone::Claims(&verdicts))?;
 
     let pretrained = match (&config.pretrained, options.no_pretrained) {

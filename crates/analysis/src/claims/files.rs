@@ -155,10 +155,10 @@ fn eval_mismatch(name: &str, f: &EvalFile, config: &ropelab_train::RunConfig) ->
         ));
     }
     let core = config.layout.core_len();
-    if f.seq_len.is_some_and(|l| l != core + f.extra) {
+    if let Some(l) = f.seq_len.filter(|&l| l != core + f.extra) {
         return Some(format!(
-            "seq_len {:?} is not the run's input length {core} plus extra {}",
-            f.seq_len, f.extra
+            "seq_len {l} is not the run's input length {core} plus extra {}",
+            f.extra
         ));
     }
     if !(f.loss.is_finite() && f.loss >= 0.0) {
@@ -170,37 +170,49 @@ fn eval_mismatch(name: &str, f: &EvalFile, config: &ropelab_train::RunConfig) ->
             f.n, config.data.test
         ));
     }
+    counts_mismatch(config, f.n, f.extra, f.accuracy, &f.per_hop)
+}
+
+/// Why `accuracy` and `per_hop` over the first `n` test samples of the run with `config`
+/// (lengthened by `extra`) are no counts of those samples (None when they are): each hop's
+/// accuracy a whole share of that hop's samples, the overall one their sum over `n`.
+fn counts_mismatch(
+    config: &ropelab_train::RunConfig,
+    n: usize,
+    extra: usize,
+    accuracy: f64,
+    per_hop: &BTreeMap<usize, f64>,
+) -> Option<String> {
     let task = ropelab_tasks::Task::new(config.task, config.layout.clone()).ok()?;
-    let data =
-        ropelab_tasks::Dataset::new(task, config.seed, ropelab_tasks::Split::Test, f.n, f.extra)
-            .ok()?;
+    let data = ropelab_tasks::Dataset::new(task, config.seed, ropelab_tasks::Split::Test, n, extra)
+        .ok()?;
     let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
     for i in 0..data.len() {
         *counts.entry(data.sample(i).ok()?.hops).or_default() += 1;
     }
-    if counts.keys().ne(f.per_hop.keys()) {
+    if counts.keys().ne(per_hop.keys()) {
         return Some(format!(
             "per-hop accuracies of hops {:?}, where its samples have hops {:?}",
-            f.per_hop.keys().collect::<Vec<_>>(),
+            per_hop.keys().collect::<Vec<_>>(),
             counts.keys().collect::<Vec<_>>()
         ));
     }
     let mut correct = 0.0;
     for (h, &n_h) in &counts {
-        let share = f.per_hop[h] * n_h as f64;
+        let share = per_hop[h] * n_h as f64;
         if (share - share.round()).abs() > 1e-6 {
             return Some(format!(
                 "the accuracy of hop {h}, {}, is no share of its {n_h} samples",
-                f.per_hop[h]
+                per_hop[h]
             ));
         }
         correct += share.round();
     }
-    let overall = correct / f.n.max(1) as f64;
-    if (overall - f.accuracy).abs() > 1e-9 {
+    let overall = correct / n.max(1) as f64;
+    if (overall - accuracy).abs() > 1e-9 {
         return Some(format!(
             "accuracy {} is not its per-hop counts over {} samples ({overall})",
-            f.accuracy, f.n
+            accuracy, n
         ));
     }
     None
@@ -743,6 +755,11 @@ impl RunFiles {
                         ))
                     } else if !(row.loss.is_finite() && row.loss >= 0.0) {
                         Some(format!("loss {} is no loss", row.loss))
+                    } else if let Some(why) = opened.as_ref().and_then(|(_, c)| {
+                        // Counts of the samples measured (eighteenth pass, S1).
+                        counts_mismatch(c, row.n, row.extra, row.accuracy, &row.per_hop)
+                    }) {
+                        Some(why)
                     } else {
                         // The largest logit minus the second is no negative number; the top
                         // weight over `length` keys is at least 1/length.
