@@ -201,8 +201,8 @@ impl Ledger {
                 "a training log is not measured again: remove the run's directory (a study's \
                  or sweep's job folder) and rerun to train it again"
             } else if file == "config.toml" {
-                "it is no longer the config the study ran: restore it, or rerun `reproduce \
-                 --config` with the config you want, which measures again what it changes"
+                "it is no longer the config the study ran: restore it (a study of another \
+                 config is reproduced into a new --out)"
             } else {
                 "move it away and rerun to measure it again"
             };
