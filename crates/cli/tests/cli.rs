@@ -596,6 +596,16 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         ],
         "theta must lie in (0, 2 pi) (angles repeat every turn: 2 pi is 0)",
     );
+    // A negative value reaches the range check, not clap's "unexpected argument '-0'"
+    // (eighteenth pass, TH14).
+    bad(
+        &["discrepancy", "--mechanism", "index", "--theta", "-0.5"],
+        "theta must lie in (0, 2 pi)",
+    );
+    bad(
+        &["offset-range", "--g", "-1", "--cap", "100"],
+        "g must lie in (0, 2 pi]",
+    );
     // Angles past a turn, and scales or rotations the numbers cannot hold (fifth pass).
     bad(
         &["discrepancy", "--mechanism", "index", "--theta", "1e300"],

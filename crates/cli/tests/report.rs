@@ -149,6 +149,21 @@ fn plot_writes_one_figure_and_names_a_missing_input() {
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("lengthgen.csv is missing"), "{err}");
     assert!(!out.exists());
+    // A folder that does not exist is named so, not as one holding no output (eighteenth
+    // pass, RO9).
+    let gone = dir.path().join("gone");
+    for kind in ["accuracy", "pretrained-tasks"] {
+        let missing = ropelab(&[
+            "plot",
+            kind,
+            "--dir",
+            gone.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&missing.stderr);
+        assert!(err.contains("gone is not a directory"), "{kind}: {err}");
+    }
     let bad = ropelab(&["plot", "nonsense", "--dir", run_s, "--out", "x.svg"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("choose one of"));
 }
@@ -184,15 +199,27 @@ fn a_report_into_another_runs_directory_is_refused() {
         ok(common::train_tiny("number", "4", run, &[]));
         ok(ropelab(&["report", run.to_str().unwrap()]));
     }
+    // One whose pretrained/ holds a model's table is still named as a run, not as that
+    // model's output (eighteenth pass, RO1).
+    std::fs::create_dir_all(b.join("pretrained")).unwrap();
+    std::fs::write(
+        b.join("pretrained/tasks.csv"),
+        "task,size,prompt_tokens,mean,sd,runs,precision,model\n",
+    )
+    .unwrap();
     let page = std::fs::read(b.join("report.html")).unwrap();
-    common::refused(
-        &[
-            "report",
-            a.to_str().unwrap(),
-            "--out",
-            b.join("report.html").to_str().unwrap(),
-        ],
-        "another ropelab directory",
+    let refusal = ropelab(&[
+        "report",
+        a.to_str().unwrap(),
+        "--out",
+        b.join("report.html").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&refusal.stderr);
+    assert!(
+        !refusal.status.success()
+            && err.contains("another ropelab directory")
+            && !err.contains("pretrained"),
+        "{err}"
     );
     assert_eq!(std::fs::read(b.join("report.html")).unwrap(), page);
     // A figure too (ninth pass, S9).

@@ -1965,6 +1965,8 @@ fn scores_record_their_settings() {
     for (bad, says) in [
         (moved, "step 15 is no step the run saves"),
         (cut, "checkpoint step 0 is not scored"),
+        // An empty file is named so (nineteenth pass, U5).
+        (String::new(), "it holds no scored head (an empty file)"),
     ] {
         std::fs::write(&scores, bad).unwrap();
         let err = String::from_utf8_lossy(&report().stderr).into_owned();
@@ -2004,6 +2006,8 @@ fn a_length_table_is_one_checkpoints_measurement() {
         (edit(1, "loss", "-2"), "is no loss"),
         // Counts of the samples measured (eighteenth pass, S1).
         (edit(1, "hop_1", "0.3"), "is no share of its"),
+        // Rows of two sample counts are not one curve (nineteenth pass, SILENT-1).
+        (edit(2, "n", "9"), "one table, one sample count"),
     ] {
         std::fs::write(&path, &bad).unwrap();
         let out = report();
@@ -2012,6 +2016,20 @@ fn a_length_table_is_one_checkpoints_measurement() {
         assert!(
             err.contains("lengthgen.csv") && err.contains(says),
             "{says}: {err}"
+        );
+        let svg = dir.path().join("length.svg");
+        let figure = ropelab(&[
+            "plot",
+            "length",
+            "--dir",
+            rs,
+            "--out",
+            svg.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&figure.stderr);
+        assert!(
+            !figure.status.success() && err.contains(says),
+            "plot, {says}: {err}"
         );
     }
 }

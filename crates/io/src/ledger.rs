@@ -135,7 +135,8 @@ impl Ledger {
         ledger.save(dir)
     }
 
-    /// The standing of `file` (relative to `dir`) under `key`.
+    /// The standing of `file` (relative to `dir`) under `key`; a refusal shows both keys
+    /// through [`readable_key`].
     pub fn check(dir: &Path, file: &str, key: &str) -> io::Result<Standing> {
         let path = dir.join(file);
         if !path.exists() {
@@ -152,9 +153,10 @@ impl Ledger {
         };
         if entry.key != key {
             return Ok(Standing::Foreign(format!(
-                "{} was measured with other settings ({:?} in {LEDGER}, {key:?} asked now)",
+                "{} was measured with other settings (\"{}\" in {LEDGER}, \"{}\" asked now)",
                 path.display(),
-                entry.key
+                readable_key(&entry.key),
+                readable_key(key)
             )));
         }
         let Some(want) = &entry.sha256 else {
@@ -680,8 +682,56 @@ fn refuse_in(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<(
     ))
 }
 
+/// A settings key as a message shows it: the keys keep Rust's `Some(8)` and `None` (changing
+/// them would make every recorded file stale), which a reader sees as `8` and `default`
+/// (nineteenth pass, U1).
+pub fn readable_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key;
+    // Closing parentheses still owed to a `Some(` removed; one flag per open parenthesis.
+    let mut opened: Vec<bool> = Vec::new();
+    while let Some(c) = rest.chars().next() {
+        if let Some(after) = rest.strip_prefix("Some(") {
+            opened.push(true);
+            rest = after;
+        } else if rest.starts_with("None")
+            && !out.ends_with(|c: char| c.is_alphanumeric())
+            && !rest[4..].starts_with(|c: char| c.is_alphanumeric())
+        {
+            out.push_str("default");
+            rest = &rest[4..];
+        } else {
+            match c {
+                '(' => opened.push(false),
+                ')' if opened.pop() == Some(true) => {
+                    rest = &rest[1..];
+                    continue;
+                }
+                _ => {}
+            }
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    /// Keys are shown without Rust's option spelling (nineteenth pass, U1).
+    #[test]
+    fn keys_read_as_settings() {
+        assert_eq!(
+            readable_key("length test: extras [0, 20], samples Some(8), step None"),
+            "length test: extras [0, 20], samples 8, step default"
+        );
+        assert_eq!(
+            readable_key("query Some(Answer), blocks Some((0, 2)), planes 4 (None)"),
+            "query Answer, blocks (0, 2), planes 4 (default)"
+        );
+        assert_eq!(readable_key("NoneSuch Some(x"), "NoneSuch x");
+    }
+
     use super::*;
 
     #[test]

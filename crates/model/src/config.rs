@@ -28,9 +28,14 @@ pub struct ModelConfig {
     #[serde(default)]
     pub tied_embeddings: bool,
     /// Position encoding of every layer without an entry in `layer_positions`.
+    #[serde(deserialize_with = "ropelab_io::toml_error::tagged")]
     pub position: PositionEncoding,
     /// Per-layer position encodings; empty, or one per layer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "ropelab_io::toml_error::tagged_list"
+    )]
     pub layer_positions: Vec<PositionEncoding>,
     /// How attention weights come from the logits (softmax, or linear).
     #[serde(default)]
@@ -43,7 +48,7 @@ pub struct ModelConfig {
     #[serde(default = "yes")]
     pub layer_norm: bool,
     /// What the output layer predicts: the next token, or a class.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "ropelab_io::toml_error::tagged")]
     pub head: Head,
 }
 

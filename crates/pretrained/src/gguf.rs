@@ -1055,7 +1055,8 @@ fn check_layout(path: &Path, content: &Content, file_len: u64) -> Result<()> {
                 path,
                 format!(
                     "the file is {file_len} bytes, but its last tensor, {name}, ends at byte \
-                     {end} (padded: {padded}): bytes were added or removed before the tensor data"
+                     {end} (padded: {padded}): the file was cut or grown at its end, or bytes were added \
+                     or removed before the tensor data"
                 ),
             ));
         }

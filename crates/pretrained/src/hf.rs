@@ -67,11 +67,17 @@ impl ConfigJson {
                 "{key} is null: give an unsigned integer (the key is required)"
             )));
         }
-        self.present(key)?
-            .ok_or_else(|| self.error(format!("key {key} is missing")))?
-            .as_u64()
-            .map(|v| v as usize)
-            .ok_or_else(|| self.error(format!("{key} is not an unsigned integer")))
+        // A whole-number float (`2.0`) is refused too: transformers would fail on it
+        // (`range(2.0)`, a layer of 4.0 features).
+        let value = self
+            .present(key)?
+            .ok_or_else(|| self.error(format!("key {key} is missing")))?;
+        value.as_u64().map(|v| v as usize).ok_or_else(|| {
+            self.error(format!(
+                "{key} is {}, not an unsigned integer",
+                shown(value)
+            ))
+        })
     }
 
     fn usize_or(&self, key: &str, default: usize) -> Result<usize> {
@@ -2158,6 +2164,13 @@ mod tests {
                 llama_with(r#", "max_position_embeddings": 0"#),
                 "max_position_embeddings must be positive",
                 "sliding",
+            ),
+            // A whole-number float is no layer count transformers takes (eighteenth pass,
+            // HB7): refused, showing the value.
+            (
+                llama_with(r#", "num_hidden_layers": 2.0"#),
+                "num_hidden_layers is 2.0, not an unsigned integer",
+                "missing",
             ),
             (
                 NEOX_OLD.replace(

@@ -304,6 +304,15 @@ fn truncated_files_are_errors_naming_the_file() {
             .unwrap_or_else(|| panic!("{len} bytes loaded"));
         assert!(err.to_string().contains("cut.gguf"), "{len}: {err}");
     }
+    // A byte added at the end leaves every tensor in place: the message says the file was
+    // grown, not only that bytes moved before the data (eighteenth pass, GN16).
+    let mut grown = bytes.clone();
+    grown.push(0);
+    std::fs::write(&cut, &grown).unwrap();
+    let err = Llama::load(&cut, &Device::Cpu)
+        .err()
+        .expect("a grown file loaded");
+    assert!(err.to_string().contains("cut or grown at its end"), "{err}");
 }
 
 #[test]

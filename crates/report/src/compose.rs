@@ -1295,8 +1295,9 @@ impl PretrainedFiles {
             }
             Some((seen, _)) if *seen == value => Ok(()),
             Some((seen, first)) if first == origin => Err(ReportError::Input(format!(
-                "{origin}: its rows were measured with two {what} ({seen:?} and {value:?}): \
-                 one table is measured with one setting (a damaged or edited file)"
+                "{origin}: its rows were measured with different {what} settings, {seen:?} \
+                 and {value:?}: one table is measured with one setting (a damaged or edited \
+                 file)"
             ))),
             Some((seen, first)) => Err(ReportError::Input(format!(
                 "{origin} was measured with {what} {value:?}, but {first} with {seen:?}: one \
@@ -1792,6 +1793,13 @@ impl std::str::FromStr for PlotKind {
 /// One figure of `dir` (a run directory, or a study directory for the theory figures) as SVG;
 /// the file it needs must exist (an explicit request, unlike the report's "not run").
 pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
+    // A missing folder is named as such, not as one holding no output (eighteenth pass, RO9).
+    if !dir.is_dir() {
+        return Err(ReportError::Input(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
     let title = dir.display().to_string();
     let need = |file: &str| -> Result<String> {
         let path = dir.join(file);

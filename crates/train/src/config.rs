@@ -624,13 +624,13 @@ impl RunConfig {
         }
         if !(o.eps.is_finite() && o.eps > 0.0) {
             return Err(TrainError::Config(format!(
-                "optim.eps must be positive, got {}",
+                "optim.eps must be a finite positive number, got {}",
                 o.eps
             )));
         }
         if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
             return Err(TrainError::Config(format!(
-                "optim.weight_decay must be non-negative, got {}",
+                "optim.weight_decay must be a finite number at least 0, got {}",
                 o.weight_decay
             )));
         }

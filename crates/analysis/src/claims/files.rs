@@ -582,21 +582,28 @@ impl RunFiles {
                     let scored: std::collections::BTreeSet<usize> =
                         out.scores.iter().map(|h| h.step).collect();
                     let every = config.optim.save_every.max(1);
-                    let why = scored
-                        .iter()
-                        .find(|&&s| !kept.contains(&s) && s % every != 0)
-                        .map(|s| format!("step {s} is no step the run saves checkpoints at"))
-                        .or_else(|| {
-                            let last = scored.last().copied().unwrap_or(0);
-                            kept.iter()
-                                .find(|&&c| c <= last && !scored.contains(&c))
-                                .map(|c| {
-                                    format!(
+                    // An empty file is named as one, not as steps cut out (nineteenth pass,
+                    // U5).
+                    let empty = scored
+                        .is_empty()
+                        .then(|| "it holds no scored head (an empty file)".to_owned());
+                    let why = empty.or_else(|| {
+                        scored
+                            .iter()
+                            .find(|&&s| !kept.contains(&s) && s % every != 0)
+                            .map(|s| format!("step {s} is no step the run saves checkpoints at"))
+                            .or_else(|| {
+                                let last = scored.last().copied().unwrap_or(0);
+                                kept.iter()
+                                    .find(|&&c| c <= last && !scored.contains(&c))
+                                    .map(|c| {
+                                        format!(
                                         "checkpoint step {c} is not scored, though steps after \
                                          it are (lines cut out)"
                                     )
-                                })
-                        });
+                                    })
+                            })
+                    });
                     if let Some(why) = why {
                         return Err(invalid(
                             &scores,
@@ -747,6 +754,13 @@ impl RunFiles {
                         Some(format!(
                             "step {} beside step {} of line 2: one table, one checkpoint",
                             row.step, first.step
+                        ))
+                    } else if row.n != first.n {
+                        // `lengthgen` measures every length over one sample count: points
+                        // of other counts are not one curve (nineteenth pass, SILENT-1).
+                        Some(format!(
+                            "{} samples beside {} of line 2: one table, one sample count",
+                            row.n, first.n
                         ))
                     } else if core.is_some_and(|c| row.length != c + row.extra) {
                         Some(format!(

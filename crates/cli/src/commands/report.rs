@@ -41,9 +41,22 @@ fn own_directory_or_none(dir: &Path, out: &Path, what: &str) -> Result<()> {
         return Ok(());
     }
     let dir_resolved = ropelab_io::resolved(dir)?;
+    if let Some(owner) = ropelab_io::owning_dir(out)? {
+        anyhow::ensure!(
+            owner == dir_resolved,
+            "{} lies in {}, another ropelab directory than {}: its {what} would stand there as \
+             that directory's; write it into {} or outside any run, study or sweep",
+            out.display(),
+            owner.display(),
+            dir.display(),
+            dir.display()
+        );
+        return Ok(());
+    }
     // A folder of `ropelab pretrained` output has no marker file, but its files (and its
     // report) are one model's: another directory's page there would replace its report
-    // (ninth pass, F12l).
+    // (ninth pass, F12l). Another run, study or sweep is named as that above (eighteenth pass,
+    // RO1).
     if let Some(parent) = ropelab_io::resolved(out)?.parent() {
         anyhow::ensure!(
             parent == dir_resolved
@@ -53,17 +66,6 @@ fn own_directory_or_none(dir: &Path, out: &Path, what: &str) -> Result<()> {
              there as that model's; write it into {} or elsewhere",
             out.display(),
             parent.display(),
-            dir.display()
-        );
-    }
-    if let Some(owner) = ropelab_io::owning_dir(out)? {
-        anyhow::ensure!(
-            owner == dir_resolved,
-            "{} lies in {}, another ropelab directory than {}: its {what} would stand there as \
-             that directory's; write it into {} or outside any run, study or sweep",
-            out.display(),
-            owner.display(),
-            dir.display(),
             dir.display()
         );
     }
