@@ -950,9 +950,17 @@ impl HfWeights {
                     Some(Value::Array(items)) => items.iter().collect(),
                     Some(v) => vec![v],
                 };
+                // An id that is no unsigned integer (0.0, -1, "2") is named as that, not as
+                // beyond the vocabulary (nineteenth pass, U1).
+                if let Some(bad) = ids.iter().find(|v| v.as_u64().is_none()) {
+                    return Err(PretrainedError::gguf(
+                        &config_path,
+                        format!("{key} {} is not an unsigned integer", shown(bad)),
+                    ));
+                }
                 if let Some(bad) = ids
                     .iter()
-                    .find(|v| v.as_u64().is_none_or(|i| (i as usize) >= c.vocab_size))
+                    .find(|v| v.as_u64().is_some_and(|i| (i as usize) >= c.vocab_size))
                 {
                     return Err(PretrainedError::gguf(
                         &config_path,

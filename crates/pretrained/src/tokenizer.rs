@@ -77,6 +77,20 @@ fn byte_level(pre: Option<&serde_json::Value>) -> bool {
     }
 }
 
+/// Whether a `tokenizer.json` decoder turns byte-level tokens back into text (ByteLevel,
+/// alone or in a Sequence).
+fn byte_level_decoder(decoder: Option<&serde_json::Value>) -> bool {
+    let Some(decoder) = decoder else { return false };
+    match decoder.get("type").and_then(|t| t.as_str()) {
+        Some("ByteLevel") => true,
+        Some("Sequence") => decoder
+            .get("decoders")
+            .and_then(|p| p.as_array())
+            .is_some_and(|items| items.iter().any(|d| byte_level_decoder(Some(d)))),
+        _ => false,
+    }
+}
+
 /// The character byte-level BPE writes for each byte 0..=255 (GPT-2's table: printable
 /// bytes stand for themselves, the others take the characters from U+0100 on, in order).
 fn byte_chars() -> Vec<char> {
@@ -290,12 +304,16 @@ impl GgufTokenizer {
                 ));
             }
         }
-        // The other special ids ropelab does not use must still be tokens of the file.
-        for key in [
-            "tokenizer.ggml.padding_token_id",
-            "tokenizer.ggml.unknown_token_id",
-            "tokenizer.ggml.seperator_token_id",
-        ] {
+        // The other special ids ropelab does not use (pad, unknown, separator, cls, mask,
+        // eot, fim, ...: every `tokenizer.ggml.*_token_id`) must still be tokens of the file
+        // (nineteenth pass, S1).
+        let mut others: Vec<String> = file
+            .metadata_keys()
+            .into_keys()
+            .filter(|k| k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id"))
+            .collect();
+        others.sort();
+        for key in &others {
             if let Some(i) = file.optional_usize(key)?.filter(|&i| i >= tokens.len()) {
                 return bad(format!(
                     "{key} {i} is not a token of its {} tokens",
@@ -443,6 +461,16 @@ impl GgufTokenizer {
                     given.map_or("nothing".to_owned(), |g| g.to_string())
                 )));
             }
+        }
+        // A byte-level decoder means a byte-level vocabulary: without a byte-level
+        // pre-tokenizer, a space or a non-ASCII character of a prompt has no token and is
+        // dropped with no word (nineteenth pass, S2).
+        if byte_level_decoder(json.get("decoder")) && !byte_level(json.get("pre_tokenizer")) {
+            return Err(failed(
+                "its decoder is ByteLevel but its pre_tokenizer is not: a prompt's spaces and \
+                 non-ASCII characters would have no token and be lost"
+                    .to_owned(),
+            ));
         }
         if byte_level(json.get("pre_tokenizer")) {
             // Every byte has its token in a byte-level vocabulary: without one, the byte

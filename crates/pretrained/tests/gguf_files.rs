@@ -1511,6 +1511,43 @@ fn a_short_sliding_window_and_a_padding_id_beyond_the_tokens_are_refused() {
         err.contains("tokenizer.ggml.padding_token_id 5000"),
         "{err}"
     );
+    // Every special id the file declares, not a fixed list: cls, mask, eot, fim ... beyond
+    // the tokens, negative or of another type (nineteenth pass, S1).
+    for (key, value, says) in [
+        (
+            "tokenizer.ggml.cls_token_id",
+            Value::U32(5000),
+            "5000 is not a token",
+        ),
+        (
+            "tokenizer.ggml.mask_token_id",
+            Value::U32(5000),
+            "5000 is not a token",
+        ),
+        (
+            "tokenizer.ggml.eot_token_id",
+            Value::U32(5000),
+            "5000 is not a token",
+        ),
+        (
+            "tokenizer.ggml.fim_pre_token_id",
+            Value::U32(5000),
+            "5000 is not a token",
+        ),
+        (
+            "tokenizer.ggml.cls_token_id",
+            Value::I32(-1),
+            "not an unsigned integer",
+        ),
+        (
+            "tokenizer.ggml.cls_token_id",
+            Value::String("3".into()),
+            "not an unsigned integer",
+        ),
+    ] {
+        let err = refusal(&with_key(dir.path(), key, value), key);
+        assert!(err.contains(key) && err.contains(says), "{key}: {err}");
+    }
 }
 
 /// The tiny model's embedding stored as F32 (Q8_0's f16 scale cannot hold 1e20) and scaled

@@ -505,6 +505,14 @@ fn a_padding_id_beyond_the_vocabulary_is_refused() {
             && err.contains("pad_token_id 99999 is not a token of the model's vocabulary of 300"),
         "{err}"
     );
+    // An id that is no integer is named so, not as beyond the vocabulary (nineteenth pass,
+    // U1).
+    let float = fixture_with_config("llama", |j| j["bos_token_id"] = 0.0.into());
+    let err = refusal(float.path(), "bos_token_id 0.0");
+    assert!(
+        err.contains("bos_token_id 0.0 is not an unsigned integer"),
+        "{err}"
+    );
 }
 
 /// GPT-J's fixed RoPE (base 10,000, unscaled): a config key asking for another is refused
@@ -1031,4 +1039,27 @@ fn a_byte_level_vocabulary_missing_a_byte_is_refused() {
         err.contains("tokenizer.json") && err.contains("no token for byte 0x25"),
         "{err}"
     );
+}
+
+/// A byte-level decoder beside no byte-level pre-tokenizer (`"pre_tokenizer": null`, or a
+/// Whitespace one) is refused at load: a prompt's spaces would have no token and vanish
+/// (nineteenth pass, S2).
+#[test]
+fn a_byte_level_decoder_without_a_byte_level_pre_tokenizer_is_refused() {
+    let text = std::fs::read_to_string(llama().join("tokenizer.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["decoder"]["type"], "ByteLevel");
+    for pre in [
+        serde_json::Value::Null,
+        serde_json::json!({"type": "Whitespace"}),
+    ] {
+        let mut edited = json.clone();
+        edited["pre_tokenizer"] = pre.clone();
+        let dir = with_file("tokenizer.json", edited.to_string().as_bytes());
+        let err = refusal(dir.path(), "a byte-level decoder alone");
+        assert!(
+            err.contains("tokenizer.json") && err.contains("decoder is ByteLevel"),
+            "{pre}: {err}"
+        );
+    }
 }

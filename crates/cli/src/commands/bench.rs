@@ -81,7 +81,7 @@ pub struct BenchRopeArgs {
     #[arg(long, default_value_t = 1000)]
     pub draws: usize,
     /// Frequency base.
-    #[arg(long, allow_negative_numbers = true, default_value_t = ropelab_model::rope::DEFAULT_BASE)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = ropelab_model::rope::DEFAULT_BASE)]
     pub base: f64,
 }
 

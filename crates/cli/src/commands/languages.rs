@@ -32,7 +32,7 @@ pub struct LanguagesArgs {
     #[arg(long, value_delimiter = ',')]
     pub seeds: Option<Vec<u64>>,
     /// Peak learning rates, comma-separated (default: the protocol's).
-    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub lrs: Option<Vec<f64>>,
     /// `quick` (about 30 minutes on 2 cores) or `paper` (cluster scale).
     #[arg(long, default_value = "quick", value_parser = |s: &str| s.parse::<Protocol>().map_err(|e| e.to_string()))]

@@ -48,7 +48,7 @@ pub struct ConstructArgs {
     #[arg(long, value_enum)]
     pub mechanism: MechanismArg,
     /// RoPE angle (Index default 0.866; Retrieval default omega / (4 * long)).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     pub theta: Option<f64>,
     /// Letters (Index: letters; Retrieval: the alphabet).
     #[arg(long, default_value_t = ConstructOptions::default().letters)]
@@ -85,13 +85,13 @@ pub struct PeriodicArgs {
 #[derive(Debug, Args)]
 pub struct OffsetRangeArgs {
     /// Rotations g per position (radians), comma-separated.
-    #[arg(long, allow_negative_numbers = true, value_delimiter = ',', default_values_t = offset_defaults::ROTATIONS)]
+    #[arg(long, allow_hyphen_values = true, value_delimiter = ',', default_values_t = offset_defaults::ROTATIONS)]
     pub g: Vec<f64>,
     /// The offset k the head looks back.
     #[arg(long, default_value_t = offset_defaults::K)]
     pub k: usize,
     /// Multiples of the minimal scale 2 f_large / (1 - cos g), comma-separated.
-    #[arg(long, allow_negative_numbers = true, value_delimiter = ',', default_values_t = offset_defaults::SCALES)]
+    #[arg(long, allow_hyphen_values = true, value_delimiter = ',', default_values_t = offset_defaults::SCALES)]
     pub scales: Vec<f64>,
     /// Number format.
     #[arg(long, default_value_t = offset_defaults::FORMAT, value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
@@ -152,7 +152,7 @@ pub struct DiscrepancyArgs {
     #[arg(long, value_enum)]
     pub mechanism: MechanismArg,
     /// RoPE angle theta per position (Index: > 0; Retrieval: >= 0).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     pub theta: f64,
     /// Alphabet size |ALPH| of the Retrieval head (default 8; the Index head has none).
     #[arg(long)]
@@ -172,7 +172,7 @@ pub struct RopeStatsArgs {
     #[arg(long, default_value_t = FailureConfig::default().d)]
     pub d: usize,
     /// Frequency bases B, comma-separated.
-    #[arg(long, allow_negative_numbers = true, value_delimiter = ',', default_values_t = FailureConfig::default().bases)]
+    #[arg(long, allow_hyphen_values = true, value_delimiter = ',', default_values_t = FailureConfig::default().bases)]
     pub bases: Vec<f64>,
     /// Context lengths M, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = FailureConfig::default().lengths)]
@@ -184,7 +184,7 @@ pub struct RopeStatsArgs {
     #[arg(long, default_value_t = FailureConfig::default().seed)]
     pub seed: u64,
     /// Correlation of the keys with the query (0: i.i.d.).
-    #[arg(long, allow_negative_numbers = true, default_value_t = FailureConfig::default().rho)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = FailureConfig::default().rho)]
     pub rho: f64,
     /// Number format for the aliasing events: f64, f32, bf16 or f16.
     #[arg(long, default_value_t = FailureConfig::default().format, value_parser = |s: &str| s.parse::<NumberFormat>().map_err(|e| e.to_string()))]
