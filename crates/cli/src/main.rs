@@ -37,6 +37,35 @@ fn one_line(err: &clap::Error) -> String {
         .join(" ")
 }
 
+/// A negative number given to a flag that takes none (a count, a size) reaches clap as an
+/// unknown short flag ("unexpected argument '-1' found"): named here as the flag's value
+/// instead (twentieth pass, F-U1). `args` is the command line.
+fn negative_value(err: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if err.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(unknown)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let number = |v: &str| {
+        v.strip_prefix('-').is_some_and(|rest| {
+            rest.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+                || ["inf", "nan"]
+                    .iter()
+                    .any(|w| rest.to_ascii_lowercase().starts_with(w))
+        })
+    };
+    let at = args
+        .iter()
+        .position(|a| a.starts_with(unknown.as_str()) && number(a))?;
+    let flag = args[..at].last().filter(|f| f.starts_with("--"))?;
+    Some(format!(
+        "{flag} {}: a negative number is not a value {flag} takes (see --help)",
+        args[at]
+    ))
+}
+
 /// The error chain on one line: some causes (candle's, when RUST_BACKTRACE is set) append a
 /// backtrace to their message, which is dropped here; the chain itself is kept.
 fn error_line(err: &anyhow::Error) -> String {
@@ -117,7 +146,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(err) => {
-            eprintln!("{}", one_line(&err));
+            match negative_value(&err, &std::env::args().collect::<Vec<_>>()) {
+                Some(line) => eprintln!("error: {line}"),
+                None => eprintln!("{}", one_line(&err)),
+            }
             return ExitCode::from(2);
         }
     };

@@ -606,6 +606,24 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         &["offset-range", "--g", "-1", "--cap", "100"],
         "g must lie in (0, 2 pi]",
     );
+    // A negative number to a flag that takes a count is named as that flag's value, not as
+    // an unknown argument '-4' (twentieth pass, F-U1).
+    bad(
+        &["rope-stats", "--d", "-4"],
+        "--d -4: a negative number is not a value --d takes",
+    );
+    bad(
+        &[
+            "discrepancy",
+            "--mechanism",
+            "index",
+            "--theta",
+            "1",
+            "--max-n",
+            "-inf",
+        ],
+        "--max-n -inf: a negative number",
+    );
     // Every spelling of a negative number (nineteenth pass, U2).
     for theta in ["-1e-9", "-.5", "-inf"] {
         bad(
@@ -1069,7 +1087,7 @@ fn pretrained_commands_take_any_local_rope_model() {
         "a",
     ]);
     assert_one_line_error(&out, "config.json is missing");
-    // Spaces a Whitespace pre-tokenizer drops are a prompt of no token, not an empty one.
+    // A Whitespace pre-tokenizer drops spaces: such a tokenizer is refused at load.
     let spaces = dir.path().join("spaces");
     std::fs::create_dir(&spaces).unwrap();
     for name in ["config.json", "model.safetensors", "tokenizer.json"] {
@@ -1092,14 +1110,27 @@ fn pretrained_commands_take_any_local_rope_model() {
             prompt,
         ])
     };
+    // A tokenizer that drops the space is refused at load, naming it (twentieth pass,
+    // F-S1), before any prompt could tokenize to nothing.
     let out = generate("   ");
-    assert_one_line_error(&out, "the prompt \"   \" tokenizes to no token");
+    assert_one_line_error(&out, "the character ' ' has no token");
     assert!(
         stderr(&out).contains("spaces/tokenizer.json"),
         "{}",
         stderr(&out)
     );
-    assert_one_line_error(&generate(""), "the prompt is empty");
+    assert_one_line_error(
+        &ropelab(&[
+            "pretrained",
+            "generate",
+            "--model",
+            fixtures.join("llama").to_str().unwrap(),
+            "--max-new",
+            "2",
+            "",
+        ]),
+        "the prompt is empty",
+    );
     let bad_arch = dir.path().join("bert");
     std::fs::create_dir(&bad_arch).unwrap();
     std::fs::write(

@@ -159,4 +159,22 @@ fn an_experiments_tables_are_replaced_aloud_and_by_no_other_command() {
         &["report", o, "--out", html.to_str().unwrap()],
         "replaced after it was measured",
     );
+    // Nor with its ledger removed: nothing there can be vouched for (twentieth pass, S1).
+    std::fs::remove_file(out.join("measured.json")).unwrap();
+    one_line_error(
+        &["report", o, "--out", html.to_str().unwrap()],
+        "measured.json is missing",
+    );
+    let svg = dir.path().join("a.svg");
+    one_line_error(
+        &[
+            "plot",
+            "offset-accuracy",
+            "--dir",
+            o,
+            "--out",
+            svg.to_str().unwrap(),
+        ],
+        "measured.json is missing",
+    );
 }

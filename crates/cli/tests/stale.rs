@@ -321,6 +321,37 @@ fn a_study_reads_only_the_files_it_measured() {
     );
     std::fs::write(study.join("config.toml"), &toml).unwrap();
     ok(ropelab(&["report", study.to_str().unwrap()]));
+    // A ledger removed (the study's, or one model's) leaves nothing vouched for: the report
+    // and the figures refuse, naming it (twentieth pass, S2).
+    for folder in [study.clone(), study.join("seed-3/number")] {
+        let ledger = folder.join("measured.json");
+        let kept = std::fs::read(&ledger).unwrap();
+        std::fs::remove_file(&ledger).unwrap();
+        let out = ropelab(&["report", study.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("measured.json is missing"),
+            "{}: {err}",
+            folder.display()
+        );
+        let figure = ropelab(&[
+            "plot",
+            "length",
+            "--dir",
+            study.join("seed-3/number").to_str().unwrap(),
+            "--out",
+            svg.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&figure.stderr);
+        if folder != study {
+            assert!(
+                !figure.status.success() && err.contains("measured.json is missing"),
+                "{err}"
+            );
+        }
+        std::fs::write(&ledger, kept).unwrap();
+    }
+    ok(ropelab(&["report", study.to_str().unwrap()]));
     // A pretrained model's file dropped into the study's pretrained/ folder is no stage of
     // the study: its ledger does not list it (sixteenth pass, O17).
     let stage = study.join("pretrained");

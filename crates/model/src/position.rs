@@ -154,18 +154,12 @@ impl PeriodicTables {
     /// The named tables: `uniform`, T_m(s) = 2 pi s / m (spec of the MOD_m construction).
     pub const NAMES: [&'static str; 1] = ["uniform"];
 
-    /// The angle tables for `periods` (checked first by [`PositionEncoding::check`]).
-    pub fn resolve(&self, periods: &[usize]) -> Vec<Vec<f64>> {
+    /// How each plane of `periods` turns (checked first by [`PositionEncoding::check`]): a
+    /// named table is computed per position ([`Turn::Uniform`]), an explicit one is held.
+    pub fn turns(&self, periods: &[usize]) -> Vec<Turn> {
         match self {
-            PeriodicTables::Named(_) => periods
-                .iter()
-                .map(|&m| {
-                    (0..m)
-                        .map(|s| std::f64::consts::TAU * s as f64 / m as f64)
-                        .collect()
-                })
-                .collect(),
-            PeriodicTables::Explicit(t) => t.clone(),
+            PeriodicTables::Named(_) => periods.iter().map(|&m| Turn::Uniform(m)).collect(),
+            PeriodicTables::Explicit(t) => t.iter().cloned().map(Turn::Table).collect(),
         }
     }
 
@@ -294,6 +288,10 @@ pub enum Turn {
     Rate(f64),
     /// `table[pos mod table.len()]` radians (periodic RoPE).
     Table(Vec<f64>),
+    /// `2 pi (pos mod m) / m` radians: the `uniform` table of period m, computed per position
+    /// rather than held (a period of 1e12 is a valid encoding but no table; twentieth pass,
+    /// P1). Bit for bit the table's entries.
+    Uniform(usize),
 }
 
 impl Turn {
@@ -304,6 +302,7 @@ impl Turn {
         match self {
             Turn::Rate(g) => pos as f64 * g,
             Turn::Table(t) => t[pos % t.len()],
+            Turn::Uniform(m) => uniform_angle(pos % m, *m),
         }
     }
 }
@@ -395,6 +394,11 @@ impl Rotation {
 
 fn bad<T>(message: String) -> Result<T> {
     Err(ModelError::Config(message))
+}
+
+/// Entry `s` of the `uniform` table of period `m`: 2 pi s / m.
+fn uniform_angle(s: usize, m: usize) -> f64 {
+    std::f64::consts::TAU * s as f64 / m as f64
 }
 
 /// Checks periods: at least one, each at least 1.
@@ -518,15 +522,7 @@ impl PositionEncoding {
                 tables,
                 layout,
                 planes,
-            } => Some(Rotation::new(
-                tables
-                    .resolve(periods)
-                    .into_iter()
-                    .map(Turn::Table)
-                    .collect(),
-                *layout,
-                planes,
-            )),
+            } => Some(Rotation::new(tables.turns(periods), *layout, planes)),
             _ => None,
         }
     }
@@ -552,11 +548,7 @@ impl PositionEncoding {
                 .into_iter()
                 .map(Turn::Rate)
                 .collect(),
-            PositionEncoding::PeriodicSinusoidal { periods, tables } => tables
-                .resolve(periods)
-                .into_iter()
-                .map(Turn::Table)
-                .collect(),
+            PositionEncoding::PeriodicSinusoidal { periods, tables } => tables.turns(periods),
             _ => return None,
         };
         let mut out = Vec::new();
@@ -782,6 +774,36 @@ mod tests {
             assert!((c[0] - want.cos()).abs() < 1e-15 && (s[0] - want.sin()).abs() < 1e-15);
             assert_eq!((c[1], s[1]), (1.0, 0.0), "period 1, uniform: angle 0");
         }
+    }
+
+    /// A named table of any period is computed per position, equal bit for bit to the
+    /// explicit table it names; a period of 1e12 holds no table (twentieth pass, P1: it
+    /// allocated 8 TB and aborted).
+    #[test]
+    fn a_uniform_period_is_its_table_and_needs_no_memory() {
+        let explicit: Vec<f64> = (0..7)
+            .map(|s| std::f64::consts::TAU * s as f64 / 7.0)
+            .collect();
+        let named = Turn::Uniform(7);
+        let table = Turn::Table(explicit);
+        for pos in 0..30 {
+            assert_eq!(named.angle(pos).to_bits(), table.angle(pos).to_bits());
+        }
+        let huge = PositionEncoding::Periodic {
+            periods: vec![2, 1_000_000_000_000],
+            tables: PeriodicTables::default(),
+            layout: RopeLayout::Interleaved,
+            planes: PlaneMask::default(),
+        };
+        let r = huge.rotation().unwrap();
+        assert_eq!(r.turns[1], Turn::Uniform(1_000_000_000_000));
+        let (c, _) = r.cos_sin_at(5);
+        assert!(c.iter().all(|v| v.is_finite()));
+        let sinusoid = PositionEncoding::PeriodicSinusoidal {
+            periods: vec![1_000_000_000_000],
+            tables: PeriodicTables::default(),
+        };
+        assert_eq!(sinusoid.sinusoid_table(2, [3]).unwrap().len(), 2);
     }
 
     #[test]

@@ -841,6 +841,20 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
             "rotary_dim {rope_dim} is not an even number of dims within a head of {d_head}"
         )));
     }
+    // GPT-J rotates `rotary_dim` dims; the other families' rotated-fraction keys are ignored
+    // by transformers' GPT-J, so one that says another fraction than rotary_dim's is refused
+    // (twentieth pass, F-S4).
+    let fraction = rope_dim as f64 / d_head as f64;
+    for key in ["partial_rotary_factor", "rotary_pct"] {
+        if let Some(v) = cfg.get(key).filter(|v| v.as_f64() != Some(fraction)) {
+            return Err(cfg.error(format!(
+                "{key} is {}, but rotary_dim {rope_dim} of a {d_head}-dim head rotates {}: \
+                 transformers' GPT-J ignores {key} (rotary_dim sets the rotated dims); remove it",
+                shown(v),
+                ropelab_model::number_text(fraction)
+            )));
+        }
+    }
     Ok(LlamaConfig {
         arch: "gptj".into(),
         vocab_size: cfg.usize("vocab_size")?,
@@ -1014,7 +1028,12 @@ impl HfWeights {
                         ),
                     ));
                 }
-                crate::gguf::finite(&file, &name, &t)?;
+                // An F64 tensor is refused by its type when it is read (a buffer transformers
+                // recomputes is never read): its values are not judged in f32 first (a finite
+                // 1e300 would be named as inf; twentieth pass, F-U2).
+                if t.dtype() != DType::F64 {
+                    crate::gguf::finite(&file, &name, &t)?;
+                }
                 let quoted = crate::escaped(&name);
                 // Which copy transformers reads depends on the index: a tensor is in one shard,
                 // the one the index names.

@@ -77,6 +77,104 @@ fn byte_level(pre: Option<&serde_json::Value>) -> bool {
     }
 }
 
+/// Whether the `tokenizer.json` component `value` is of type `kind`, alone or inside a
+/// Sequence (whose members are under `members`).
+fn has_type(value: &serde_json::Value, members: &str, kind: &str) -> bool {
+    match value.get("type").and_then(|t| t.as_str()) {
+        Some(t) if t == kind => true,
+        Some("Sequence") => value
+            .get(members)
+            .and_then(|m| m.as_array())
+            .is_some_and(|items| items.iter().any(|v| has_type(v, members, kind))),
+        _ => false,
+    }
+}
+
+/// The TemplateProcessing post-processors of `processor` (alone or in a Sequence).
+fn templates(processor: &serde_json::Value) -> Vec<&serde_json::Value> {
+    match processor.get("type").and_then(|t| t.as_str()) {
+        Some("TemplateProcessing") => vec![processor],
+        Some("Sequence") => processor
+            .get("processors")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+            .flat_map(templates)
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// Refuses a template the tokenizers crate would panic on: a special token its
+/// `special_tokens` table lacks, a table entry whose ids and tokens differ in number, or a
+/// single-text template reading the second text `$B`.
+fn check_templates(processor: &serde_json::Value) -> std::result::Result<(), String> {
+    for template in templates(processor) {
+        let table = template.get("special_tokens").and_then(|t| t.as_object());
+        for (name, entry) in table.into_iter().flatten() {
+            let count = |key: &str| entry.get(key).and_then(|v| v.as_array()).map(Vec::len);
+            if count("ids").is_none() || count("ids") != count("tokens") || count("ids") == Some(0)
+            {
+                return Err(format!(
+                    "post_processor's special token {} needs as many ids as tokens (at least \
+                     one)",
+                    crate::quoted(name)
+                ));
+            }
+        }
+        for which in ["single", "pair"] {
+            for piece in template
+                .get(which)
+                .and_then(|t| t.as_array())
+                .into_iter()
+                .flatten()
+            {
+                if let Some(id) = piece.pointer("/SpecialToken/id").and_then(|i| i.as_str()) {
+                    if !table.is_some_and(|t| t.contains_key(id)) {
+                        return Err(format!(
+                            "post_processor's {which} template names special token {} that \
+                             its special_tokens table lacks",
+                            crate::quoted(id)
+                        ));
+                    }
+                }
+                let sequence = piece.pointer("/Sequence/id").and_then(|i| i.as_str());
+                if which == "single" && sequence.is_some_and(|id| id != "A") {
+                    return Err(
+                        "post_processor's single template reads $B, the second text of a pair: \
+                         a single text has only $A"
+                            .to_owned(),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The (token, id) pairs the templates of `processor` declare in their special-token tables.
+fn template_tokens(processor: &serde_json::Value) -> Vec<(String, u32)> {
+    let mut out = vec![];
+    for template in templates(processor) {
+        for entry in template
+            .get("special_tokens")
+            .and_then(|t| t.as_object())
+            .into_iter()
+            .flat_map(|t| t.values())
+        {
+            let list = |key: &str| entry.get(key).and_then(|v| v.as_array()).cloned();
+            if let (Some(ids), Some(tokens)) = (list("ids"), list("tokens")) {
+                for (id, token) in ids.iter().zip(&tokens) {
+                    if let (Some(id), Some(token)) = (id.as_u64(), token.as_str()) {
+                        out.push((token.to_owned(), u32::try_from(id).unwrap_or(u32::MAX)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Whether a `tokenizer.json` decoder turns byte-level tokens back into text (ByteLevel,
 /// alone or in a Sequence).
 fn byte_level_decoder(decoder: Option<&serde_json::Value>) -> bool {
@@ -428,6 +526,21 @@ impl GgufTokenizer {
                 }
             }
         }
+        // What the tokenizers crate panics on instead of refusing (twentieth pass, F-P1,
+        // F-P2): a sentencepiece character map, a template naming what it lacks.
+        if let Some(normalizer) = json.get("normalizer") {
+            if has_type(normalizer, "normalizers", "Precompiled") {
+                return Err(failed(
+                    "normalizer Precompiled (a sentencepiece character map) is not supported: \
+                     ropelab reads the BPE tokenizers of Llama, Mistral, Qwen2, GPT-NeoX and \
+                     GPT-J"
+                        .to_owned(),
+                ));
+            }
+        }
+        if let Some(processor) = json.get("post_processor") {
+            check_templates(processor).map_err(failed)?;
+        }
         let mut inner: Tokenizer = text.parse().map_err(|e| failed(crate::first_line(&e)))?;
         let quoted = |t: &str| format!("{:?}", t);
         if let Some(vocab) = json.pointer("/model/vocab").and_then(|v| v.as_object()) {
@@ -484,6 +597,36 @@ impl GgufTokenizer {
                 return Err(failed(format!(
                     "its byte-level vocabulary has no token for byte 0x{byte:02x} ({c:?}): a \
                      prompt holding that byte would lose it"
+                )));
+            }
+        }
+        // A template's special token is the vocabulary's token of that id: another id would
+        // put another token before every prompt (twentieth pass, F-S2).
+        if let Some(processor) = json.get("post_processor") {
+            for (token, id) in template_tokens(processor) {
+                if inner.token_to_id(&token) != Some(id) {
+                    return Err(failed(format!(
+                        "post_processor's special token {} declares id {id}, but the \
+                         vocabulary numbers it {}: the two tables must agree",
+                        quoted(&token),
+                        inner
+                            .token_to_id(&token)
+                            .map_or("nothing".to_owned(), |i| i.to_string())
+                    )));
+                }
+            }
+        }
+        // Every printable ASCII character and the space has a token: a tokenizer without a
+        // byte-level pre-tokenizer, byte fallback or unknown token for one would drop it from
+        // every prompt with no word (twentieth pass, F-S1).
+        for c in ' '..='~' {
+            let ids = inner
+                .encode(c.to_string(), false)
+                .map_err(|e| failed(crate::first_line(&e)))?;
+            if ids.get_ids().is_empty() {
+                return Err(failed(format!(
+                    "the character {c:?} has no token (no byte-level pre-tokenizer, byte \
+                     fallback or unknown token covers it): a prompt holding it would lose it"
                 )));
             }
         }
@@ -569,6 +712,7 @@ impl GgufTokenizer {
                 ))),
             }
         };
+        self.config_tokens_are_tokens(&json).map_err(failed)?;
         if flag("add_eos_token")? == Some(true) {
             return Err(failed(
                 "add_eos_token is true: transformers would end every prompt with EOS, and a \
@@ -625,6 +769,91 @@ impl GgufTokenizer {
                         "adds no token"
                     }
                 )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses special tokens of a `tokenizer_config.json` (`json`) that `tokenizer.json` does
+    /// not hold under the same id: transformers adds a missing one as a new token, beyond the
+    /// model's embedding rows (twentieth pass, F-S3).
+    fn config_tokens_are_tokens(
+        &self,
+        json: &serde_json::Value,
+    ) -> std::result::Result<(), String> {
+        // A token is a string, or an object holding it as `content` (an AddedToken).
+        let content = |v: &serde_json::Value| -> Option<String> {
+            v.as_str()
+                .or_else(|| v.get("content").and_then(|c| c.as_str()))
+                .map(str::to_owned)
+        };
+        let mut named: Vec<(String, String)> = vec![];
+        for key in [
+            "bos_token",
+            "eos_token",
+            "unk_token",
+            "pad_token",
+            "sep_token",
+            "cls_token",
+            "mask_token",
+        ] {
+            match json.get(key) {
+                None | Some(serde_json::Value::Null) => {}
+                Some(v) => named.push((
+                    key.to_owned(),
+                    content(v).ok_or_else(|| {
+                        format!("{key} is {}, not a token", crate::hf::shown_json(v))
+                    })?,
+                )),
+            }
+        }
+        if let Some(extra) = json.get("additional_special_tokens") {
+            let items = extra.as_array().ok_or_else(|| {
+                format!(
+                    "additional_special_tokens is {}, not a list of tokens",
+                    crate::hf::shown_json(extra)
+                )
+            })?;
+            for (i, v) in items.iter().enumerate() {
+                let key = format!("additional_special_tokens[{i}]");
+                let token = content(v)
+                    .ok_or_else(|| format!("{key} is {}, not a token", crate::hf::shown_json(v)))?;
+                named.push((key, token));
+            }
+        }
+        for (key, token) in named {
+            if self.inner.token_to_id(&token).is_none() {
+                return Err(format!(
+                    "{key} {} is not a token of tokenizer.json: transformers would add it as a \
+                     new token, beyond the model's embedding rows",
+                    crate::quoted(&token)
+                ));
+            }
+        }
+        if let Some(decoder) = json.get("added_tokens_decoder") {
+            let map = decoder.as_object().ok_or_else(|| {
+                format!(
+                    "added_tokens_decoder is {}, not a map of ids to tokens",
+                    crate::hf::shown_json(decoder)
+                )
+            })?;
+            for (id, v) in map {
+                let token = content(v).ok_or_else(|| {
+                    format!(
+                        "added_tokens_decoder[{id}] is {}, not a token",
+                        crate::hf::shown_json(v)
+                    )
+                })?;
+                let given = self.inner.token_to_id(&token);
+                if id.parse::<u32>().ok() != given || given.is_none() {
+                    return Err(format!(
+                        "added_tokens_decoder gives id {} to {}, but tokenizer.json numbers it \
+                         {}: the two files must agree",
+                        crate::quoted(id),
+                        crate::quoted(&token),
+                        given.map_or("nothing".to_owned(), |g| g.to_string())
+                    ));
+                }
             }
         }
         Ok(())

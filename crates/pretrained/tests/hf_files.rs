@@ -528,6 +528,25 @@ fn a_gptj_directory_asking_for_another_rope_is_refused() {
             && err.contains("rope_theta is 500: transformers' GPT-J ignores it"),
         "{err}"
     );
+    // A rotated fraction other than rotary_dim's, which GPT-J ignores (twentieth pass, F-S4);
+    // one that agrees with it is read.
+    for key in ["partial_rotary_factor", "rotary_pct"] {
+        let bad = fixture_with_config("gptj", |j| j[key] = 1.0.into());
+        let err = refusal(bad.path(), key);
+        assert!(
+            err.contains(&format!("{key} is 1.0, but rotary_dim"))
+                && err.contains("transformers' GPT-J ignores"),
+            "{err}"
+        );
+    }
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(llama().with_file_name("gptj").join("config.json")).unwrap(),
+    )
+    .unwrap();
+    let fraction = config["rotary_dim"].as_f64().unwrap()
+        / (config["n_embd"].as_f64().unwrap() / config["n_head"].as_f64().unwrap());
+    let agreeing = fixture_with_config("gptj", |j| j["partial_rotary_factor"] = fraction.into());
+    assert!(load_model(Some(agreeing.path()), &Device::Cpu).is_ok());
 }
 
 /// A tensor listed twice in a safetensors header (the reader keeps the last) is refused naming
@@ -834,13 +853,15 @@ fn a_tokenizer_post_processor_is_honoured_or_refused() {
     });
     assert_eq!(load(&cut).unwrap().encode("a b ab").unwrap(), plain);
 
-    // A special id beyond the model's vocabulary is named at load (tenth pass, T2oov).
+    // A special id beyond the model's vocabulary is named at load (tenth pass, T2oov): it is
+    // not the vocabulary's id of its token (twentieth pass, F-S2).
     let mut beyond = bos.clone();
     beyond["post_processor"]["special_tokens"]["<|endoftext|>"]["ids"] = serde_json::json!([999]);
     let dir = with_file("tokenizer.json", beyond.to_string().as_bytes());
     let err = refusal(dir.path(), "a special id beyond the vocabulary");
     assert!(
-        err.contains("tokenizer.json") && err.contains("post_processor puts id 999"),
+        err.contains("tokenizer.json")
+            && err.contains("declares id 999, but the vocabulary numbers it 0"),
         "{err}"
     );
 }
@@ -1060,6 +1081,115 @@ fn a_byte_level_decoder_without_a_byte_level_pre_tokenizer_is_refused() {
         assert!(
             err.contains("tokenizer.json") && err.contains("decoder is ByteLevel"),
             "{pre}: {err}"
+        );
+    }
+}
+
+/// The llama fixture's tokenizer.json with `edit` applied, in a model directory.
+fn with_tokenizer(edit: impl Fn(&mut serde_json::Value)) -> tempfile::TempDir {
+    let text = std::fs::read_to_string(llama().join("tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut json);
+    with_file("tokenizer.json", json.to_string().as_bytes())
+}
+
+/// What the tokenizers crate panics on (a sentencepiece character map, a template naming a
+/// special token its table lacks or reading `$B` alone) is refused in one line; a template's
+/// special id other than the vocabulary's, and a tokenizer dropping a printable character,
+/// are refused too (twentieth pass, F-P1, F-P2, F-S1, F-S2).
+#[test]
+fn tokenizers_the_crate_would_panic_on_or_that_drop_text_are_refused() {
+    let template = |single: serde_json::Value, table: serde_json::Value| {
+        serde_json::json!({
+            "type": "TemplateProcessing",
+            "single": single,
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": table,
+        })
+    };
+    let bos = serde_json::json!([
+        {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+        {"Sequence": {"id": "A", "type_id": 0}}
+    ]);
+    let table = |id: u32| serde_json::json!({"<|endoftext|>": {"id": "<|endoftext|>", "ids": [id], "tokens": ["<|endoftext|>"]}});
+    let good = with_tokenizer(|j| j["post_processor"] = template(bos.clone(), table(0)));
+    assert!(load_model(Some(good.path()), &Device::Cpu).is_ok());
+    let cases: Vec<(Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        (
+            Box::new(|j| {
+                j["normalizer"] =
+                    serde_json::json!({"type": "Precompiled", "precompiled_charsmap": "AAAA"})
+            }),
+            "normalizer Precompiled",
+        ),
+        (
+            Box::new(|j| {
+                j["normalizer"] = serde_json::json!({"type": "Sequence", "normalizers": [
+                    {"type": "Precompiled", "precompiled_charsmap": "AAAAAAAA"}]})
+            }),
+            "normalizer Precompiled",
+        ),
+        (
+            Box::new(|j| j["post_processor"] = template(bos.clone(), serde_json::json!({}))),
+            "that its special_tokens table lacks",
+        ),
+        (
+            Box::new(|j| {
+                j["post_processor"] = template(
+                    serde_json::json!([{"Sequence": {"id": "B", "type_id": 0}}]),
+                    table(0),
+                )
+            }),
+            "reads $B",
+        ),
+        (
+            Box::new(|j| j["post_processor"] = template(bos.clone(), table(7))),
+            "declares id 7, but the vocabulary numbers it 0",
+        ),
+        (
+            Box::new(|j| {
+                j["pre_tokenizer"] = serde_json::Value::Null;
+                j["decoder"] = serde_json::Value::Null;
+            }),
+            "the character ' ' has no token",
+        ),
+    ];
+    for (edit, says) in cases {
+        let dir = with_tokenizer(edit);
+        let err = refusal(dir.path(), says);
+        assert!(
+            err.contains("tokenizer.json") && err.contains(says),
+            "{says}: {err}"
+        );
+    }
+}
+
+/// A tokenizer_config.json special token that tokenizer.json lacks (transformers would add it
+/// beyond the embedding rows), or an id it numbers otherwise, is refused (twentieth pass,
+/// F-S3); tokens the vocabulary holds are read.
+#[test]
+fn tokenizer_config_special_tokens_must_be_tokens() {
+    let dir = with_file(
+        "tokenizer_config.json",
+        br#"{"bos_token": "<|endoftext|>", "eos_token": {"content": "<|endoftext|>"}}"#,
+    );
+    assert!(load_model(Some(dir.path()), &Device::Cpu).is_ok());
+    for (config, says) in [
+        (r#"{"bos_token": "<s>"}"#, "bos_token \"<s>\" is not a token"),
+        (
+            r#"{"additional_special_tokens": ["<im_start>"]}"#,
+            "additional_special_tokens[0] \"<im_start>\" is not a token",
+        ),
+        (
+            r#"{"added_tokens_decoder": {"5": {"content": "<|endoftext|>"}}}"#,
+            "added_tokens_decoder gives id \"5\" to \"<|endoftext|>\", but tokenizer.json numbers it 0",
+        ),
+    ] {
+        let dir = with_file("tokenizer_config.json", config.as_bytes());
+        let err = refusal(dir.path(), says);
+        assert!(
+            err.contains("tokenizer_config.json") && err.contains(says),
+            "{says}: {err}"
         );
     }
 }

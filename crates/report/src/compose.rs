@@ -58,6 +58,16 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
                 dir.join("report.html").display()
             )));
         }
+        // A sweep not yet collected has its plan but no tables: named as such (twentieth
+        // pass, U6).
+        if dir.join("plan.json").is_file() {
+            return Err(ReportError::Input(format!(
+                "{} is a sweep whose jobs are not collected (plan.json, no collected/summary.csv): \
+                 run `ropelab collect {}` first",
+                dir.display(),
+                dir.display()
+            )));
+        }
         // Tables it holds are named: a `pretrained` table with a damaged header is not
         // recognised, and the reader should learn which file was passed over (ninth pass, F4c).
         let mut tables: Vec<String> = std::fs::read_dir(dir)
@@ -127,6 +137,14 @@ pub fn report(dir: &Path, command: &str) -> Result<String> {
         }
         None if kind.has_no_config() => {}
         None => about.not_run("config.toml is missing"),
+    }
+    // Directories ropelab writes with a ledger are read only with it (twentieth pass, S1, S2).
+    match kind {
+        DirKind::Languages | DirKind::Offset | DirKind::Canonical | DirKind::Study { .. } => {
+            required_ledger(dir, kind.describe())?
+        }
+        DirKind::Run if in_study(dir) => required_ledger(dir, "model a study measures")?,
+        _ => {}
     }
     match kind {
         DirKind::Sweep => sections.push(sweep_section(dir)?),
@@ -1206,7 +1224,57 @@ fn theory_section(dir: &Path) -> Result<Section> {
 /// plan lists holds the run the plan made there (not one copied from another study).
 pub(crate) fn study_files(dir: &Path, seeds: &[u64]) -> Result<StudyFiles> {
     ropelab_sweep::plan::Plan::check_models(dir).map_err(ReportError::from_display)?;
-    StudyFiles::load(dir, seeds).map_err(ReportError::from_display)
+    // Every model folder of the study holds the ledger its measurement wrote, and the study's
+    // tables are read only as their folders' ledgers list them: a ledger removed would let
+    // edited files through (twentieth pass, S2).
+    let study = StudyDir::new(dir);
+    for &seed in seeds {
+        for model in [
+            study.model(seed, TaskKind::Number),
+            study.model(seed, TaskKind::Letter),
+            study.compose(seed),
+        ] {
+            if model.is_dir() {
+                required_ledger(&model, "model a study measures")?;
+            }
+        }
+    }
+    let expected = ropelab_analysis::claims::files::Expected {
+        tables_recorded: true,
+        ..Default::default()
+    };
+    StudyFiles::load_expecting(dir, seeds, &expected).map_err(ReportError::from_display)
+}
+
+/// Refuses `folder` without its ledger (`measured.json`): ropelab writes one with every `what`
+/// (a study, an experiment, a model a study measures), and without it no file there can be
+/// vouched for: a directory of an older ropelab, or a ledger removed by hand, whose files
+/// may have been edited since (twentieth pass, S1, S2).
+pub(crate) fn required_ledger(folder: &Path, what: &str) -> Result<()> {
+    let ledger = ropelab_io::Ledger::load(folder)
+        .map_err(|e| ReportError::Input(format!("{}: {e}", folder.display())))?;
+    if ledger.is_none() {
+        return Err(ReportError::Input(format!(
+            "{} is missing: ropelab writes it with every {what}, and without it nothing in {} \
+             can be vouched for (a directory of an older ropelab, or a ledger removed): rerun \
+             it into a new --out",
+            folder.join(ropelab_io::LEDGER).display(),
+            folder.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `dir` is a model folder of a study (`STUDY/seed-S/TASK/`): its files are read only
+/// as its ledger vouches for them.
+fn in_study(dir: &Path) -> bool {
+    let seed_folder = dir.parent();
+    seed_folder
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n.to_string_lossy().starts_with("seed-"))
+        && seed_folder
+            .and_then(Path::parent)
+            .is_some_and(|root| StudyDir::new(root).is_study())
 }
 
 /// What `ropelab pretrained` wrote into `dir/pretrained/` or `dir`, recognised by content
@@ -1856,6 +1924,15 @@ pub fn plot(kind: PlotKind, dir: &Path) -> Result<String> {
                 want.describe()
             )));
         }
+    }
+    // As the report: a directory ropelab writes with a ledger is drawn only with it
+    // (twentieth pass, S1, S2).
+    match found {
+        DirKind::Languages | DirKind::Offset | DirKind::Canonical | DirKind::Study { .. } => {
+            required_ledger(dir, found.describe())?
+        }
+        DirKind::Run if in_study(dir) => required_ledger(dir, "model a study measures")?,
+        _ => {}
     }
     Ok(match kind {
         PlotKind::Accuracy => figures::accuracy_by_hop(&scores()?, &title),

@@ -91,6 +91,12 @@ fn a_canonical_directory_gets_its_own_report() {
         serde_json::to_string(&summary).unwrap(),
     )
     .unwrap();
+    // Without the ledger the command writes, nothing is vouched for (twentieth pass, S1).
+    let err = ropelab_report::report(dir.path(), "x")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("measured.json is missing"), "{err}");
+    ledgered(dir.path(), &["per_position.csv", "summary.json"]);
     let html = ropelab_report::report(dir.path(), "ropelab canonical").unwrap();
     assert!(html.contains("Canonical task index: which frequency bands solve it"));
     assert!(html.contains("<td>0.9876</td>") && html.contains("<td>1.250e-1</td>"));
@@ -100,4 +106,12 @@ fn a_canonical_directory_gets_its_own_report() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("summary.json"), "{err}");
+}
+
+/// Records `files` of `dir` in its ledger, as the experiment command does when it writes them
+/// (a directory of experiment tables without its ledger is refused).
+fn ledgered(dir: &std::path::Path, files: &[&str]) {
+    for file in files {
+        ropelab_io::Ledger::finish(dir, file, "experiment table").unwrap();
+    }
 }

@@ -49,6 +49,9 @@ fn study(root: &Path, gamma: &str) {
         .map(|l| serde_json::to_string(l).unwrap() + "\n")
         .collect();
     std::fs::write(run.join("scores.jsonl"), text).unwrap();
+    // The ledgers a study writes (a study, or one of its models, without one is refused).
+    ropelab_io::Ledger::finish(root, "config.toml", "study config").unwrap();
+    ropelab_io::Ledger::finish(&run, "scores.jsonl", "scores").unwrap();
 }
 
 #[test]

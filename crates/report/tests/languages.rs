@@ -225,6 +225,7 @@ fn a_languages_directory_gets_its_own_report() {
         length("ab-star", "nope", 0, 41, 0.4),
     ];
     ropelab_io::write_csv(&dir.path().join("accuracy.csv"), &lengths).unwrap();
+    ledgered(dir.path(), &["nstar.csv", "accuracy.csv"]);
     let html = ropelab_report::report(dir.path(), "ropelab languages").unwrap();
     assert!(html.contains("Formal languages: N* per position encoding"));
     assert!(html.contains("ab-star: accuracy versus string length"));
@@ -253,6 +254,7 @@ fn a_languages_directory_gets_its_own_report() {
         ropelab_analysis::measure::languages::offset_rows(&run, 1.0, 8, 1, &[1.0, 10.0], 1000)
             .unwrap();
     ropelab_io::write_csv(&dir.path().join("offset.csv"), &offsets).unwrap();
+    ledgered(dir.path(), &["heads.csv", "offset.csv"]);
     let html = ropelab_report::report(dir.path(), "ropelab languages").unwrap();
     assert!(html.contains("MOD heads: the strongest head"));
     assert!(html.contains("<td>L3H5</td>") && html.contains("<td>0.125</td>"));
@@ -269,4 +271,12 @@ fn a_languages_directory_gets_its_own_report() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("nstar.csv"), "{err}");
+}
+
+/// Records `files` of `dir` in its ledger, as the experiment command does when it writes them
+/// (a directory of experiment tables without its ledger is refused).
+fn ledgered(dir: &std::path::Path, files: &[&str]) {
+    for file in files {
+        ropelab_io::Ledger::finish(dir, file, "experiment table").unwrap();
+    }
 }

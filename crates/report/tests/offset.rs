@@ -137,6 +137,7 @@ fn an_offset_directory_gets_its_own_report() {
         &[line("rope", 2, 0, 32, 29)],
     )
     .unwrap();
+    ledgered(dir.path(), &["accuracy.csv", "runs.csv", "mechanism.csv"]);
     let html = ropelab_report::report(dir.path(), "ropelab offset").unwrap();
     assert!(html.contains("Fixed-offset retrieval: rotary, learned absolute, none"));
     assert!(html.contains("fixed-offset experiment"));
@@ -154,4 +155,12 @@ fn an_offset_directory_gets_its_own_report() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("runs.csv"), "{err}");
+}
+
+/// Records `files` of `dir` in its ledger, as the experiment command does when it writes them
+/// (a directory of experiment tables without its ledger is refused).
+fn ledgered(dir: &std::path::Path, files: &[&str]) {
+    for file in files {
+        ropelab_io::Ledger::finish(dir, file, "experiment table").unwrap();
+    }
 }

@@ -41,11 +41,9 @@ pub fn reproduce_heads(
     let study = StudyDir::new(out);
     let _lock = DirLock::acquire(out)?;
     config.check_matches_existing(out)?;
-    ropelab_analysis::claims::files::record_table(
-        &study.config(),
-        "config",
-        config.to_toml().as_bytes(),
-    )?;
+    // Pending until every head count's claims are written, as a single study's config is
+    // (a rerun that fails before then leaves it unvouched).
+    let config_key = crate::run::config_pending(config, out)?;
     let mut verdicts = vec![];
     let mut table = vec![];
     for &h in &counts {
@@ -66,6 +64,7 @@ pub fn reproduce_heads(
         ));
         verdicts.push((h, claims));
     }
+    crate::run::config_vouched(out, &config_key)?;
     let csv = ropelab_io::csv_rows::to_csv(&table)?;
     write_atomic(&study.heads_csv(), csv.as_bytes())
         .with_context(|| format!("cannot write {}", study.heads_csv().display()))?;

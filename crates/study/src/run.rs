@@ -87,19 +87,7 @@ pub fn reproduce(
     // written (the plan, the datasets); the grid checks again before it trains.
     crate::grid::refuse_stale(&job::sweep_jobs(config, &job::jobs(config))?, out)?;
     report(Milestone::Start)?;
-    // Recorded in the study's ledger once its claims are: the report shows it only while it
-    // is the config the study ran (fifteenth pass, S-2), and a rerun that fails before its
-    // claims leaves it pending, never vouched for (eighteenth pass, S2).
-    let config_key = ropelab_analysis::measure::keys::study_table("config");
-    let text = config.to_toml();
-    let unchanged = std::fs::read(study.config()).is_ok_and(|b| b == text.as_bytes())
-        && ropelab_io::Ledger::check(out, "config.toml", &config_key)
-            .is_ok_and(|s| s == ropelab_io::Standing::Own);
-    if !unchanged {
-        ropelab_io::Ledger::begin(out, "config.toml", &config_key)
-            .with_context(|| format!("cannot record {}", study.config().display()))?;
-        write_json(&study.config(), text.as_bytes())?;
-    }
+    let config_key = config_pending(config, out)?;
 
     let rows = datasets::generate(config, out, progress)?;
     write_json(
@@ -157,8 +145,7 @@ pub fn reproduce(
         "claims",
         serde_json::to_string_pretty(&verdicts)?.as_bytes(),
     )?;
-    ropelab_io::Ledger::finish(out, "config.toml", &config_key)
-        .with_context(|| format!("cannot record {}", study.config().display()))?;
+    config_vouched(out, &config_key)?;
     report(Milestone::Claims(&verdicts))?;
 
     let pretrained = match (&config.pretrained, options.no_pretrained) {
@@ -182,4 +169,30 @@ pub fn reproduce(
 
 fn write_json(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Writes the study config `config` into `out`, recorded in its ledger as pending unless the
+/// ledger already vouches for these very bytes; returns its ledger key. It is vouched for by
+/// [`config_vouched`] once the claims are written: the report shows it only while it is the
+/// config the study ran (fifteenth pass, S-2), and a rerun that fails before its claims
+/// leaves it pending, never vouched for (eighteenth pass, S2).
+pub(crate) fn config_pending(config: &StudyConfig, out: &Path) -> Result<String> {
+    let study = StudyDir::new(out);
+    let config_key = ropelab_analysis::measure::keys::study_table("config");
+    let text = config.to_toml();
+    let unchanged = std::fs::read(study.config()).is_ok_and(|b| b == text.as_bytes())
+        && ropelab_io::Ledger::check(out, "config.toml", &config_key)
+            .is_ok_and(|s| s == ropelab_io::Standing::Own);
+    if !unchanged {
+        ropelab_io::Ledger::begin(out, "config.toml", &config_key)
+            .with_context(|| format!("cannot record {}", study.config().display()))?;
+        write_json(&study.config(), text.as_bytes())?;
+    }
+    Ok(config_key)
+}
+
+/// Vouches for the config [`config_pending`] wrote into `out` under `key`.
+pub(crate) fn config_vouched(out: &Path, key: &str) -> Result<()> {
+    ropelab_io::Ledger::finish(out, "config.toml", key)
+        .with_context(|| format!("cannot record {}", StudyDir::new(out).config().display()))
 }

@@ -684,6 +684,22 @@ impl RunConfig {
     /// and the shift stays below 2^24 (where f32 angles lose whole radians).
     fn check_position_shift(&self) -> Result<()> {
         let shift = self.position_shift;
+        // A learned table shorter than a training input (that does not clamp) fails on the
+        // first batch: refused here, naming the key (twentieth pass, U7).
+        if let ropelab_model::PositionEncoding::Learned {
+            max_len,
+            beyond: ropelab_model::Beyond::Error,
+        } = &self.model.position
+        {
+            let longest = self.train_seq_lens().into_iter().max().unwrap_or(0);
+            if shift == 0 && *max_len < longest {
+                return Err(TrainError::Config(format!(
+                    "model.position.max_len {max_len} is shorter than the longest training \
+                     input of {longest} positions (give at least {longest}, or beyond = \
+                     \"clamp\" to reuse the last vector)"
+                )));
+            }
+        }
         if shift == 0 {
             return Ok(());
         }
@@ -1051,6 +1067,22 @@ mod tests {
         );
         c.position_shift = MAX_POSITION_SHIFT;
         one_line(&c, "must be below");
+        // A multi-hop run's learned table shorter than its input is refused up front, naming
+        // the key (twentieth pass, U7); clamping it is a choice the config may make.
+        let mut short = Preset::Tiny.config(TaskKind::Number);
+        short.model.position = ropelab_model::PositionEncoding::Learned {
+            max_len: 4,
+            beyond: ropelab_model::Beyond::Error,
+        };
+        one_line(
+            &short,
+            "model.position.max_len 4 is shorter than the longest training input",
+        );
+        short.model.position = ropelab_model::PositionEncoding::Learned {
+            max_len: 4,
+            beyond: ropelab_model::Beyond::Clamp,
+        };
+        short.check().unwrap();
         let mut c = Preset::Tiny.config(TaskKind::Ambiguous);
         c.ambiguous = None;
         one_line(&c, "needs an [ambiguous] table");

@@ -501,9 +501,9 @@ pub fn model_rope_failures(
             .iter()
             .map(|t| match t {
                 ropelab_model::Turn::Rate(rate) => Ok(*rate),
-                ropelab_model::Turn::Table(_) => Err(AnalysisError::Invalid(
-                    "a periodic rotation has no constant frequency".into(),
-                )),
+                ropelab_model::Turn::Table(_) | ropelab_model::Turn::Uniform(_) => Err(
+                    AnalysisError::Invalid("a periodic rotation has no constant frequency".into()),
+                ),
             })
             .collect::<Result<_>>()?,
         None => Schedule::Plain { base: c.rope_base }.frequencies(c.rope_dim / 2)?,

@@ -117,6 +117,10 @@ fn bench_prompts(args: BenchPromptsArgs) -> Result<()> {
         "--task must be number or letter, not {}",
         args.task
     );
+    // Sizes are checked before the model loads and the table starts (nineteenth pass, BN32).
+    for &size in &args.sizes {
+        prompt(args.task, size, 0, 0).map_err(|e| anyhow::anyhow!("--sizes {size}: {e}"))?;
+    }
     let (model, _) = smollm2_and_text(1)?;
     let path = ropelab_pretrained::fetch::ensure_model()?;
     let tokenizer = ropelab_pretrained::tokenizer::GgufTokenizer::from_gguf(
