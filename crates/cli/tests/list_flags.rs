@@ -158,6 +158,18 @@ fn values_that_leave_nothing_to_check_are_refused() {
             vec!["bench", "train", "--model", "formal", "--task", "letter"],
             "--task applies to --model gptj only",
         ),
+        // A bf16 path without a bf16 measurement would do nothing (twenty-first pass, S-D).
+        (
+            vec![
+                "bench",
+                "train",
+                "--preset",
+                "tiny",
+                "--bf16-path",
+                "emulated",
+            ],
+            "--bf16-path emulated applies to a bf16 measurement",
+        ),
     ] {
         let got = ropelab(&args);
         let err = String::from_utf8_lossy(&got.stderr);

@@ -1324,6 +1324,44 @@ fn kind_of(t: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// Refuses a safetensors `__metadata__` (`info`, of the file at `path`) whose `format`
+/// transformers does not read as a PyTorch state dict: it loads `pt` and `mlx` (or no
+/// metadata) as such, converts `tf` and `flax` through their own loaders (another layout), and
+/// refuses any other format, or none (twenty-first pass, S-A).
+fn check_safetensors_format(path: &Path, info: &Value) -> Result<()> {
+    let format = match info {
+        Value::Null => return Ok(()),
+        Value::Object(map) => map.get("format"),
+        other => {
+            return Err(PretrainedError::gguf(
+                path,
+                format!(
+                    "the safetensors __metadata__ is {}, not a map of strings",
+                    shown(other)
+                ),
+            ))
+        }
+    };
+    match format.and_then(Value::as_str) {
+        Some("pt" | "mlx") => Ok(()),
+        Some(f @ ("tf" | "flax")) => Err(PretrainedError::gguf(
+            path,
+            format!(
+                "the safetensors __metadata__ format is \"{f}\": transformers converts such \
+                 weights through its {f} loader (another layout), not as a PyTorch state dict"
+            ),
+        )),
+        _ => Err(PretrainedError::gguf(
+            path,
+            format!(
+                "the safetensors __metadata__ format is {}: transformers reads \"pt\" (or \
+                 \"mlx\") and refuses this file",
+                format.map_or("missing".to_owned(), shown)
+            ),
+        )),
+    }
+}
+
 /// Checks the header of safetensors file `path` where the safetensors reader trusts it or
 /// names nothing: a key given twice (a tensor listed twice: the reader keeps the last) is
 /// refused naming it, and a tensor whose dtype and shape do not fill its `data_offsets` (a
@@ -1355,6 +1393,7 @@ fn check_safetensors_header(path: &Path) -> Result<()> {
     };
     for (name, info) in &entries {
         if name == "__metadata__" {
+            check_safetensors_format(path, info)?;
             continue;
         }
         let bytes = info

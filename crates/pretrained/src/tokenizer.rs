@@ -15,6 +15,9 @@ use crate::{PretrainedError, Result};
 /// GGUF token type of control tokens.
 const CONTROL: i64 = 3;
 
+/// GGUF token type of unknown tokens (split out of a text as control tokens are).
+const UNKNOWN: i64 = 2;
+
 /// GGUF token type of user-defined tokens (added tokens that are not special).
 const USER_DEFINED: i64 = 4;
 
@@ -373,19 +376,21 @@ impl GgufTokenizer {
         // Control tokens are special; user-defined ones (added tokens that are not special)
         // are matched in the text before BPE too, as llama.cpp partitions on them (fourteenth
         // pass, S-H).
-        let added = |kind: i64, special: bool| -> Vec<AddedToken> {
+        let added = |kinds: &[i64], special: bool| -> Vec<AddedToken> {
             tokens
                 .iter()
                 .zip(&types)
-                .filter(|(_, &t)| t == kind)
+                .filter(|(_, t)| kinds.contains(t))
                 .map(|(tok, _)| AddedToken::from(tok.clone(), special))
                 .collect()
         };
+        // llama.cpp splits unknown tokens out of a text as it does control ones (its special
+        // tokens cache holds both; twenty-first pass, S-C).
         inner
-            .add_special_tokens(added(CONTROL, true))
+            .add_special_tokens(added(&[CONTROL, UNKNOWN], true))
             .map_err(|e| err(&crate::first_line(&e)))?;
         inner
-            .add_tokens(added(USER_DEFINED, false))
+            .add_tokens(added(&[USER_DEFINED], false))
             .map_err(|e| err(&crate::first_line(&e)))?;
         // The special-token ids must be tokens (a present id of another type is refused by
         // `optional_usize`, never dropped).

@@ -1852,6 +1852,15 @@ fn user_defined_tokens_are_matched_before_bpe() {
     let user = with_key(dir.path(), "tokenizer.ggml.token_type", Value::Array(types));
     let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&user).unwrap()).unwrap();
     assert_eq!(tokenizer.encode(" ab").unwrap(), vec![6, 5]);
+    // An unknown token (type 2) is split out as a control one is: llama.cpp's special-token
+    // cache holds both (twenty-first pass, S-C).
+    for kind in [2, 3] {
+        let mut types = vec![Value::I32(1); tokens().len()];
+        types[5] = Value::I32(kind);
+        let path = with_key(dir.path(), "tokenizer.ggml.token_type", Value::Array(types));
+        let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+        assert_eq!(tokenizer.encode(" ab").unwrap(), vec![6, 5], "type {kind}");
+    }
 }
 
 /// A token whose bytes are not UTF-8 is refused naming it (candle would read it as U+FFFD, so

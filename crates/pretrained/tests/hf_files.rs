@@ -1193,3 +1193,43 @@ fn tokenizer_config_special_tokens_must_be_tokens() {
         );
     }
 }
+
+/// A safetensors `__metadata__` whose format transformers does not read as a PyTorch state
+/// dict (none, an unknown one, or `tf`/`flax`, which it converts through other loaders) is
+/// refused naming the file; `pt`, `mlx` and no metadata are read (twenty-first pass, S-A).
+#[test]
+fn safetensors_metadata_must_say_pytorch() {
+    let meta = r#""__metadata__":{"format":"pt"}"#;
+    for (format, says) in [
+        (r#""__metadata__":{}"#, Some("format is missing")),
+        (
+            r#""__metadata__":{"format":"foo"}"#,
+            Some("format is \"foo\""),
+        ),
+        (
+            r#""__metadata__":{"format":"flax"}"#,
+            Some("its flax loader"),
+        ),
+        (r#""__metadata__":{"format":"tf"}"#, Some("its tf loader")),
+        (r#""__metadata__":{"format":"mlx"}"#, None),
+        (r#""__metadata__":null"#, None),
+    ] {
+        let dir = with_header(|h| {
+            assert!(h.contains(meta), "{h}");
+            h.replace(meta, format)
+        });
+        match says {
+            Some(says) => {
+                let err = refusal(dir.path(), format);
+                assert!(
+                    err.contains("model.safetensors") && err.contains(says),
+                    "{format}: {err}"
+                );
+            }
+            None => assert!(
+                load_model(Some(dir.path()), &Device::Cpu).is_ok(),
+                "{format}"
+            ),
+        }
+    }
+}

@@ -180,6 +180,15 @@ impl Batches {
 /// Runs `ropelab bench train`.
 pub fn run(args: BenchTrainArgs, guard: super::Guard) -> Result<()> {
     super::each_once("--precision", &args.precision)?;
+    // A bf16 path with no bf16 measured would do nothing (twenty-first pass, S-D).
+    if let Some(path) = args.bf16_path {
+        anyhow::ensure!(
+            args.precision.contains(&Precision::Bf16),
+            "--bf16-path {} applies to a bf16 measurement; --precision lists none (give \
+             --precision bf16 or f32,bf16)",
+            path.name()
+        );
+    }
     if args.model != BenchModel::Gptj {
         // A setting the zoo's fixed shapes would not read is refused, not dropped.
         for (flag, given) in [
