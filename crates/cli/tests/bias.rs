@@ -186,4 +186,10 @@ fn shards_cover_the_grid_and_collect_to_the_same_tables() {
         "{script}"
     );
     assert!(script.contains("--shard \"$SLURM_ARRAY_TASK_ID/2\""));
+    // Another experiment does not take over the directory its array is planned for
+    // (twenty-first pass, N6).
+    common::refused(
+        &["languages", "--steps", "1", "--out", p],
+        "holds bias.sbatch, a Slurm array `ropelab bias` planned there",
+    );
 }

@@ -51,6 +51,26 @@ fn hops_writes_the_map_and_refuses_other_tasks() {
     refused(&["hops", "--run", &number, "--step", "999"], "999");
     let missing = dir.path().join("nothing");
     refused(&["hops", "--run", missing.to_str().unwrap()], "nothing");
+    // Linear attention's weights are no shares: no hop map and no attention view of them,
+    // which the readers would call damaged (twenty-first pass, N3).
+    let config = std::fs::read_to_string(std::path::Path::new(&number).join("config.toml"))
+        .unwrap()
+        .replace("attention = \"softmax\"", "attention = \"linear\"");
+    assert!(config.contains("attention = \"linear\""), "{config}");
+    let toml = dir.path().join("linear.toml");
+    std::fs::write(&toml, config).unwrap();
+    let linear = dir.path().join("linear");
+    let l = linear.to_str().unwrap();
+    ok(ropelab(&[
+        "train",
+        "--config",
+        toml.to_str().unwrap(),
+        "--out",
+        l,
+    ]));
+    refused(&["hops", "--run", l, "--n", "8"], "its attention is linear");
+    refused(&["attention", "--run", l], "its attention is linear");
+    assert!(!linear.join("hops.csv").exists() && !linear.join("attention").exists());
 }
 
 #[test]

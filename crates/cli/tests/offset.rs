@@ -177,4 +177,25 @@ fn an_experiments_tables_are_replaced_aloud_and_by_no_other_command() {
         ],
         "measured.json is missing",
     );
+    // A run's own table edited by hand is never collected into the experiment's tables: its
+    // job recorded it in the run's ledger, and the rerun measures it again (twenty-first pass,
+    // N4).
+    let lengths = out.join("runs/rope-softmax/k-3/seed-0/lengths.csv");
+    let text = std::fs::read_to_string(&lengths).unwrap();
+    let edited = format!("{text}{}\n", text.lines().last().unwrap());
+    std::fs::write(&lengths, &edited).unwrap();
+    assert!(offset("3").status.success());
+    assert_eq!(std::fs::read_to_string(&lengths).unwrap(), text);
+    // The collector itself refuses a table its run's ledger does not vouch for.
+    std::fs::write(&lengths, &edited).unwrap();
+    let err = ropelab_sweep::measure::read_run_csv::<ropelab_train::lengths::LengthAccuracy>(
+        lengths.parent().unwrap(),
+        "lengths.csv",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("lengths.csv") && err.contains("ledger vouches"),
+        "{err}"
+    );
 }

@@ -259,6 +259,35 @@ fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
     assert!(run
         .join("checkpoints/step-000000/model.safetensors")
         .is_file());
+
+    // Saved every step and evaluated every step: the validation loss of step 1 is already no
+    // number, so training stops there, before logging or saving it; saved every step but not
+    // evaluated, the checkpoint of step 1 (whose weights gave step 2 its NaN loss) is no good
+    // checkpoint, and analyses refuse it (twenty-first pass, N1).
+    config.optim.lr = 1e12;
+    config.optim.warmup = 0;
+    config.optim.save_every = 1;
+    for (eval_every, says) in [(1, "the validation loss became NaN at step 1"), (10, "")] {
+        config.optim.eval_every = eval_every;
+        std::fs::write(&path, config.to_toml()).unwrap();
+        let run = dir.path().join(format!("run-{eval_every}"));
+        let r = run.to_str().unwrap();
+        let out = ropelab(&["train", "--config", path.to_str().unwrap(), "--out", r]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success() && err.contains(says), "{err}");
+        assert!(
+            err.contains("The last good checkpoint is") && err.contains("step-000000"),
+            "{err}"
+        );
+        let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap_or_default();
+        assert!(!metrics.contains("null"), "{metrics}");
+        if run.join("checkpoints/step-000001").exists() {
+            one_line_error(
+                &ropelab(&["hops", "--run", r, "--n", "4"]),
+                "its weights compute no finite logits",
+            );
+        }
+    }
 }
 
 #[test]

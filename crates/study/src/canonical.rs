@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 use ropelab_analysis::lens::swap::{swap_scores, Tau};
-use ropelab_io::{read_csv_file, write_atomic};
+use ropelab_io::write_atomic;
 use ropelab_model::{AttentionKind, Head, ModelConfig, Objective, PositionEncoding, RopeLayout};
 pub use ropelab_sweep::measure::canonical::{HeadReport, PlaneScore};
 use ropelab_sweep::{Job, MeasureOptions};
@@ -378,11 +378,13 @@ pub fn run(
         for &seed in &experiment.seeds {
             let dir = run_dir(out, task, band, seed);
             let head_path = dir.join("head.json");
+            ropelab_sweep::measure::vouched_run_file(&dir, "head.json")?;
             let text = std::fs::read_to_string(&head_path)
                 .with_context(|| format!("cannot read {}", head_path.display()))?;
             let report: HeadReport = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not a head report", head_path.display()))?;
-            let positions: Vec<PositionAccuracy> = read_csv_file(&dir.join("per_position.csv"))?;
+            let positions: Vec<PositionAccuracy> =
+                ropelab_sweep::measure::read_run_csv(&dir, "per_position.csv")?;
             rows.extend(positions.iter().map(|p| PerPositionRow {
                 task: task.kind.name().into(),
                 band: band.to_string(),

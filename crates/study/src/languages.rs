@@ -10,7 +10,6 @@ pub use ropelab_analysis::measure::languages::{
     n_star, offset_rows, LengthRow, NStarRow, OffsetRow, Pe, PERIODS,
 };
 pub use ropelab_analysis::measure::modular::{ModHeadRow, MOD_THRESHOLD};
-use ropelab_io::read_csv_file;
 use ropelab_model::{AttentionKind, Head, ModelConfig, Objective};
 pub use ropelab_sweep::measure::language::HEAD_STRINGS;
 use ropelab_sweep::{Job, MeasureOptions};
@@ -340,8 +339,8 @@ pub fn run(
     let hi = experiment.train_lengths[1];
     for (language, pe, seed, lr) in experiment.grid() {
         let dir = run_dir(out, language, pe, seed, lr);
-        let rows: Vec<LengthAccuracy> = read_csv_file(&dir.join("lengths.csv"))?;
-        let heads: Vec<ModHeadRow> = read_csv_file(&dir.join("heads.csv"))?;
+        let rows: Vec<LengthAccuracy> = ropelab_sweep::measure::read_run_csv(&dir, "lengths.csv")?;
+        let heads: Vec<ModHeadRow> = ropelab_sweep::measure::read_run_csv(&dir, "heads.csv")?;
         let mean = |test: bool| {
             let part: Vec<f64> = rows
                 .iter()

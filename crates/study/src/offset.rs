@@ -10,7 +10,6 @@ pub use ropelab_analysis::measure::offset::{
     attention_name, parse_attention, CarrierRow, MechanismLine, OffsetAccuracyRow, OffsetPe,
     OffsetRunRow,
 };
-use ropelab_io::read_csv_file;
 use ropelab_model::{AttentionKind, Beyond, Head, ModelConfig, Objective};
 pub use ropelab_sweep::measure::offset::{EQUIVARIANCE_SHIFT, MECHANISM_ROWS};
 use ropelab_sweep::{Job, MeasureOptions};
@@ -385,15 +384,18 @@ pub fn run(
     };
     for (pe, attention, k, seed) in experiment.grid() {
         let dir = run_dir(out, pe, attention, k, seed);
-        let rows: Vec<LengthAccuracy> = read_csv_file(&dir.join("lengths.csv"))?;
+        let rows: Vec<LengthAccuracy> = ropelab_sweep::measure::read_run_csv(&dir, "lengths.csv")?;
         let run_path = dir.join("run.csv");
-        let run_row = read_csv_file::<OffsetRunRow>(&run_path)?
+        let run_row = ropelab_sweep::measure::read_run_csv::<OffsetRunRow>(&dir, "run.csv")?
             .pop()
             .with_context(|| format!("{} is empty", run_path.display()))?;
         if attention == AttentionKind::Softmax {
             outcome
                 .mechanisms
-                .extend(read_csv_file::<MechanismLine>(&dir.join("mechanism.csv"))?);
+                .extend(ropelab_sweep::measure::read_run_csv::<MechanismLine>(
+                    &dir,
+                    "mechanism.csv",
+                )?);
         }
         outcome
             .accuracy

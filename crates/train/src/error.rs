@@ -26,9 +26,11 @@ pub enum TrainError {
     },
     /// The loss stopped being finite.
     #[error(
-        "the training loss became {loss} at step {step}; stopped. The last good checkpoint is {last_good}"
+        "the {which} loss became {loss} at step {step}; stopped. The last good checkpoint is {last_good}"
     )]
     Diverged {
+        /// Which loss: "training" or "validation".
+        which: &'static str,
         /// The step whose loss was not finite.
         step: usize,
         /// The loss value (NaN or inf).

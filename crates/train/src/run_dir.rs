@@ -237,7 +237,42 @@ impl RunDir {
 
     /// Loads the model of checkpoint `step` with `config`'s architecture, frozen for inference.
     pub fn load_model(&self, step: usize, config: &RunConfig, device: &Device) -> Result<GptJ> {
-        Ok(self.load_trainable(step, config, device)?.frozen())
+        let model = self.load_trainable(step, config, device)?.frozen();
+        self.computes_numbers(&model, step, config, device)?;
+        Ok(model)
+    }
+
+    /// Refuses a model whose finite weights compute no finite logits (a run diverged: its
+    /// weights overflow in the forward pass before any loss showed it), so no analysis measures
+    /// NaN as attention or accuracy (twenty-first pass, N1). One forward pass over a short input
+    /// of the run's length.
+    fn computes_numbers(
+        &self,
+        model: &GptJ,
+        step: usize,
+        config: &RunConfig,
+        device: &Device,
+    ) -> Result<()> {
+        let len = config
+            .train_seq_lens()
+            .into_iter()
+            .min()
+            .unwrap_or(1)
+            .clamp(1, 64);
+        let vocab = config.model.vocab_size.max(1);
+        let ids: Vec<u32> = (0..len).map(|i| (i % vocab) as u32).collect();
+        let input = candle_core::Tensor::from_vec(ids, (1, len), device)?; // [1, pos]
+        let logits = model.forward(&input, &mut ropelab_model::Hooks::new(), None)?; // [1, pos, out]
+        let values: Vec<f32> = logits.flatten_all()?.to_vec1()?;
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(TrainError::run_dir(
+                &self.checkpoint_dir(step),
+                "its weights compute no finite logits (the run diverged before this \
+                 checkpoint's loss showed it): analyse an earlier checkpoint with --step, or \
+                 train again with a smaller learning rate",
+            ));
+        }
+        Ok(())
     }
 
     /// Loads the weights of checkpoint `step` as trainable parameters (to resume training),

@@ -388,15 +388,25 @@ impl Trainer {
         self.dir.prune_checkpoints(&self.config.optim.keep)
     }
 
-    /// The error for a non-finite loss at `step`, naming the last good checkpoint.
-    fn diverged(&self, step: usize, loss: f32) -> Result<TrainError> {
+    /// The error for a non-finite `which` loss at `step`, computed with the weights of step
+    /// `bad`: the last good checkpoint is the latest before `bad` (a checkpoint of `bad` itself
+    /// holds the weights whose loss this is; twenty-first pass, N1).
+    fn diverged(
+        &self,
+        which: &'static str,
+        step: usize,
+        loss: f32,
+        bad: usize,
+    ) -> Result<TrainError> {
         let last_good = self
             .dir
             .checkpoints()?
-            .last()
-            .map(|s| self.dir.checkpoint_dir(*s).display().to_string())
+            .into_iter()
+            .rfind(|&s| s < bad)
+            .map(|s| self.dir.checkpoint_dir(s).display().to_string())
             .unwrap_or_else(|| "none".into());
         Ok(TrainError::Diverged {
+            which,
             step,
             loss,
             last_good,
@@ -431,7 +441,8 @@ impl Trainer {
                 lr,
             )?;
             if !loss_value.is_finite() {
-                return Err(self.diverged(step, loss_value)?);
+                // The loss of `step` is computed with the weights of step - 1.
+                return Err(self.diverged("training", step, loss_value, step - 1)?);
             }
             self.state.step = step;
             self.state.adam_updates = self.optimizer.updates();
@@ -447,6 +458,11 @@ impl Trainer {
             if eval_now || step.is_multiple_of(o.log_every) {
                 let val = if eval_now {
                     let acc = self.data.validate(&self.model, objective)?;
+                    // A validation loss that is no number is a divergence too: stopped before
+                    // it is logged or saved (twenty-first pass, N1).
+                    if !acc.loss.is_finite() {
+                        return Err(self.diverged("validation", step, acc.loss as f32, step)?);
+                    }
                     self.last_val = Some(acc.clone());
                     Some(acc)
                 } else {

@@ -1147,6 +1147,24 @@ pub fn refuse_other_tables(dir: &Path, stage: &str) -> Result<()> {
             "holds the jobs of a sweep or study (plan.json): choose another --out",
         ));
     }
+    // A Slurm array another command planned here (`bias.sbatch`) would write its tables beside
+    // this stage's (twenty-first pass, N6); the stage's own array is its to continue.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(planner) = name.strip_suffix(".sbatch") {
+                if planner != stage {
+                    return Err(invalid(
+                        dir,
+                        format!(
+                            "holds {name}, a Slurm array `ropelab {planner}` planned there: \
+                             choose another --out"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
     let key = crate::measure::keys::study_table(stage);
     let Some(ledger) = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))? else {
         return Ok(());

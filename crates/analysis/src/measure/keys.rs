@@ -77,6 +77,13 @@ pub fn training_log(step: usize) -> String {
     format!("training log to step {step}")
 }
 
+/// A table a sweep, study or experiment job writes into its run (`lengths.csv`,
+/// `conflict.csv`, `heads.csv`, `head.json`, the offset mechanism files), recorded in the run's
+/// ledger: the experiment collects only what the ledger vouches for.
+pub fn run_table(file: &str) -> String {
+    format!("{file} measured by the run's job")
+}
+
 /// A study's own tables (`offset/`, `canonical/TASK/`, `theory/`), recorded in the ledger of
 /// the folder that holds them when the study writes them.
 pub fn study_table(stage: &str) -> String {

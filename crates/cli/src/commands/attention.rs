@@ -29,6 +29,7 @@ pub struct AttentionArgs {
 /// Runs `ropelab attention`.
 pub fn run(args: AttentionArgs, guard: Guard) -> Result<()> {
     if let Ok((_, config)) = RunDir::open(&args.run) {
+        super::softmax_attention(&config, &args.run, "an attention view's weights")?;
         let need = inference_need(&config.model, config.layout.core_len(), 0);
         guard.check("attention", &need)?;
     }

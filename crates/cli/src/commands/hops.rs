@@ -62,6 +62,7 @@ pub fn run(args: HopsArgs, guard: Guard) -> Result<()> {
         return hand(&args, guard);
     };
     let (_, config) = RunDir::open(&run_dir)?;
+    super::softmax_attention(&config, &run_dir, "a hop map's masses")?;
     let n = args.n as usize;
     let m = &config.model;
     let passes = bytes(&[m.n_layers, m.n_heads, 2 * MAX_HOP]).saturating_add(1);

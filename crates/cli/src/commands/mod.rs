@@ -475,6 +475,23 @@ pub fn refuse_measured(
     Ok(())
 }
 
+/// Refuses a run whose attention is linear for a measurement that reads attention weights as
+/// shares (`what`): linear attention's weights are unnormalised (they may be negative and need
+/// not sum to 1), so a mass or a view of them would be read as damaged (twenty-first pass, N3).
+pub fn softmax_attention(
+    config: &ropelab_train::RunConfig,
+    run: &std::path::Path,
+    what: &str,
+) -> Result<()> {
+    anyhow::ensure!(
+        config.model.attention != ropelab_model::AttentionKind::Linear,
+        "{}: its attention is linear (unnormalised weights, docs/model.md), and {what} are \
+         shares of softmax attention",
+        run.display()
+    );
+    Ok(())
+}
+
 /// The tables an experiment writes in its output directory as they stood before it ran: when
 /// a run of another grid (or other settings) replaces one, [`TablesBefore::note`] says so, so
 /// an earlier command's tables do not change under a reader without a word.

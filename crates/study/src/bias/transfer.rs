@@ -423,6 +423,16 @@ pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
                 if !model.join("lengthgen.csv").exists() {
                     continue;
                 }
+                // A study's model is read through its ledger: one whose ledger is gone has
+                // nothing vouched for (twenty-first pass, N5).
+                anyhow::ensure!(
+                    ropelab_io::Ledger::load(&model)
+                        .with_context(|| format!("cannot read {}", model.display()))?
+                        .is_some(),
+                    "{} is missing: a study's model is read only through the ledger its \
+                     measurement wrote (rerun the study into a new --out)",
+                    model.join(ropelab_io::LEDGER).display()
+                );
                 let files = RunFiles::load(&model)?;
                 let p = model_point_of(&model, &files)?;
                 out.push(StudyPoint {
@@ -653,10 +663,12 @@ mod tests {
         };
         let csv = lengthgen::to_csv(&[row(17, 1.0), row(33, 0.5)]).unwrap();
         std::fs::write(model.join("lengthgen.csv"), &csv).unwrap();
-        // Measured by hand (no ledger): read.
-        let points = study_points(dir.path()).unwrap();
-        assert_eq!((points[0].margin, points[0].first_below), (2.0, Some(33)));
-        assert_eq!(points[0].test_accuracy, None);
+        // Without its ledger, nothing is vouched for: refused (twenty-first pass, N5).
+        let err = format!("{:#}", study_points(dir.path()).unwrap_err());
+        assert!(
+            err.contains("seed-0/number/measured.json is missing"),
+            "{err}"
+        );
         // Under a ledger that lists only the scores, the length test is another command's:
         // refused by name, never read.
         ropelab_io::Ledger::finish(&model, "scores.jsonl", "k").unwrap();
@@ -667,7 +679,9 @@ mod tests {
         );
         // Listed, then replaced: refused too.
         ropelab_io::Ledger::finish(&model, "lengthgen.csv", "k").unwrap();
-        study_points(dir.path()).unwrap();
+        let points = study_points(dir.path()).unwrap();
+        assert_eq!((points[0].margin, points[0].first_below), (2.0, Some(33)));
+        assert_eq!(points[0].test_accuracy, None);
         std::fs::write(model.join("lengthgen.csv"), csv.replace(",0.5,", ",0.95,")).unwrap();
         let err = format!("{:#}", study_points(dir.path()).unwrap_err());
         assert!(

@@ -12,7 +12,6 @@ use ropelab_analysis::lens::heads::score_heads;
 use ropelab_analysis::lens::purity::HeadKind;
 use ropelab_analysis::lens::purity::{purity, Gamma};
 use ropelab_analysis::lens::swap::Tau;
-use ropelab_io::write_csv;
 use ropelab_model::GptJ;
 use ropelab_tasks::ambiguous::Kind;
 use ropelab_tasks::Split;
@@ -21,7 +20,7 @@ use ropelab_train::lengths::accuracy_at_lengths;
 use ropelab_train::{RunConfig, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
-use super::{write_lengths, MeasureOptions, Measured};
+use super::{write_lengths, write_run_csv, MeasureOptions, Measured};
 use crate::Result;
 
 /// The length split's default sizes: 1, 2, 4 and 8 x the training items.
@@ -73,12 +72,12 @@ pub fn measure(
     let rows = accuracy_at_lengths(model, &inputs, &plan, EVAL_MEMORY)?;
     write_lengths(run, &rows)?;
     let conflict = conflict_mechanisms(model, &task, config.seed, options.per_length, EVAL_MEMORY)?;
-    write_csv(&run.join("conflict.csv"), &[conflict])?;
+    write_run_csv(run, "conflict.csv", &[conflict])?;
     let mut layer_types = None;
     if options.heads {
         let heads = score(model, &task, config.seed)?;
         layer_types = Some(letters(&heads));
-        write_csv(&run.join("heads.csv"), &heads)?;
+        write_run_csv(run, "heads.csv", &heads)?;
     }
     let test_accuracy = rows
         .iter()
@@ -97,7 +96,7 @@ pub fn measure(
 /// Reads a run's `conflict.csv`.
 pub fn read_conflict(run: &Path) -> Result<MechanismFractions> {
     let path = run.join("conflict.csv");
-    let rows: Vec<MechanismFractions> = ropelab_io::read_csv_file(&path)?;
+    let rows: Vec<MechanismFractions> = super::read_run_csv(run, "conflict.csv")?;
     rows.into_iter()
         .next()
         .ok_or_else(|| crate::SweepError::Job {

@@ -9,14 +9,14 @@ use candle_core::{Device, Tensor};
 use ropelab_analysis::lens::swap::{swap_scores, Tau};
 use ropelab_analysis::measure::partial::{plane_margins, PlaneMargin};
 use ropelab_analysis::Captured;
-use ropelab_io::{write_atomic, write_csv};
+
 use ropelab_model::{GptJ, PlaneMode, PositionEncoding};
 use ropelab_tasks::{CanonicalKind, CanonicalTask, Split};
 use ropelab_train::canonical_data::accuracy_by_position;
 use ropelab_train::{RunConfig, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
-use super::{io, MeasureOptions, Measured};
+use super::{MeasureOptions, Measured};
 use crate::{Result, SweepError};
 
 /// Tests a canonical run on `options.per_length` test samples, an equal share per answer
@@ -40,7 +40,7 @@ pub fn measure(
         options.per_length,
         EVAL_MEMORY,
     )?;
-    write_csv(&run.join("per_position.csv"), &positions)?;
+    super::write_run_csv(run, "per_position.csv", &positions)?;
     let n: usize = positions.iter().map(|r| r.n).sum();
     let correct: usize = positions.iter().map(|r| r.correct).sum();
     let accuracy = correct as f64 / n.max(1) as f64;
@@ -77,9 +77,11 @@ pub fn measure(
             w_max: scores.w_max,
             margins: scores.margins,
         };
-        let path = run.join("head.json");
-        write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())
-            .map_err(|e| io(&path, e))?;
+        super::write_run_file(
+            run,
+            "head.json",
+            serde_json::to_string_pretty(&report)?.as_bytes(),
+        )?;
     }
     Ok(Measured {
         test_accuracy: Some(accuracy),

@@ -7,7 +7,6 @@ use candle_core::Tensor;
 use ropelab_analysis::measure::languages::{n_star, Pe, PERIODS};
 use ropelab_analysis::measure::modular::{bos_curves, mod_head_rows, RunLabel};
 use ropelab_analysis::AnalysisError;
-use ropelab_io::write_csv;
 use ropelab_model::GptJ;
 use ropelab_tasks::{LanguageSamples, Split};
 use ropelab_train::language_data::LanguageInputs;
@@ -108,6 +107,6 @@ fn heads(
     };
     // Query positions 1 ..= hi + 1 are those of training strings (w and EOS).
     let heads = mod_head_rows(&label, &curves, &PERIODS, hi + 1)?;
-    write_csv(&run.join("heads.csv"), &heads)?;
+    super::write_run_csv(run, "heads.csv", &heads)?;
     Ok(())
 }

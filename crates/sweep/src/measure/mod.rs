@@ -26,6 +26,7 @@ use std::path::Path;
 
 use candle_core::Device;
 use ropelab_analysis::measure::dynamics::{HeadStep, ScoreOptions};
+use ropelab_analysis::measure::keys;
 use ropelab_analysis::measure::lengthgen::LengthOptions;
 use ropelab_io::{write_atomic, Ledger, Progress, Standing, LEDGER};
 use ropelab_tasks::TaskKind;
@@ -127,7 +128,6 @@ impl MeasureOptions {
     /// budgets and output paths, which change only how it is computed, are left out): a job's
     /// result records them, and a result measured under other settings is measured again.
     pub fn settings(&self) -> BTreeMap<String, String> {
-        use ropelab_analysis::measure::keys;
         BTreeMap::from([
             ("score".to_string(), keys::scores(&self.score)),
             ("length".to_string(), keys::lengths(&self.length)),
@@ -267,12 +267,63 @@ pub(crate) fn pooled<'a>(rows: impl Iterator<Item = &'a LengthAccuracy>) -> f64 
 }
 
 pub(crate) fn write_lengths(run: &Path, rows: &[LengthAccuracy]) -> Result<()> {
-    let path = run.join("lengths.csv");
+    write_run_csv(run, "lengths.csv", rows)
+}
+
+/// Writes `rows` as the table `file` of `run` (atomically), recorded in the run's ledger under
+/// [`keys::run_table`]: the experiment that collects it reads it only while the ledger vouches
+/// for it ([`read_run_csv`]; twenty-first pass, N4).
+pub(crate) fn write_run_csv<T: serde::Serialize>(run: &Path, file: &str, rows: &[T]) -> Result<()> {
     let text = ropelab_io::to_csv(rows).map_err(|e| SweepError::Job {
         id: run.display().to_string(),
         message: e.to_string(),
     })?;
-    write_atomic(&path, text.as_bytes()).map_err(|e| io(&path, e))
+    write_run_file(run, file, text.as_bytes())
+}
+
+/// Writes `bytes` as `file` of `run`, recorded in its ledger ([`write_run_csv`]).
+pub(crate) fn write_run_file(run: &Path, file: &str, bytes: &[u8]) -> Result<()> {
+    let key = keys::run_table(file);
+    let ledger = |e| io(&run.join(LEDGER), e);
+    Ledger::begin(run, file, &key).map_err(ledger)?;
+    let path = run.join(file);
+    write_atomic(&path, bytes).map_err(|e| io(&path, e))?;
+    Ledger::finish(run, file, &key).map_err(ledger)
+}
+
+/// Whether the run's ledger vouches for its table `file` as its job wrote it (`Ok(())`), or
+/// why not: changed after it was measured, never recorded (an older ropelab's run, or another
+/// command's file), or not finished.
+pub fn vouched_run_file(run: &Path, file: &str) -> Result<()> {
+    let key = keys::run_table(file);
+    let why = match Ledger::check(run, file, &key).map_err(|e| io(&run.join(LEDGER), e))? {
+        Standing::Own => return Ok(()),
+        Standing::Absent => format!("{} is missing", run.join(file).display()),
+        Standing::Pending => format!(
+            "{} was being measured when its job stopped",
+            run.join(file).display()
+        ),
+        Standing::Foreign(why) => why,
+    };
+    Err(SweepError::Job {
+        id: run.display().to_string(),
+        message: format!(
+            "{why}: the experiment reads a run's tables only as its ledger vouches for them \
+             (rerun the experiment into a new --out, or move the run away so it is measured \
+             again)"
+        ),
+    })
+}
+
+/// The table `file` of `run`, read only while the run's ledger vouches for it
+/// ([`vouched_run_file`]).
+pub fn read_run_csv<T: serde::de::DeserializeOwned>(run: &Path, file: &str) -> Result<Vec<T>> {
+    vouched_run_file(run, file)?;
+    let path = run.join(file);
+    ropelab_io::read_csv_file(&path).map_err(|e| SweepError::Job {
+        id: run.display().to_string(),
+        message: e.to_string(),
+    })
 }
 
 pub(crate) fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {

@@ -10,7 +10,6 @@ use ropelab_analysis::measure::offset::{
     attention_name, carrier_planes, carrier_repeak, carrier_summary, equivariance_deviation,
     mechanisms, CarrierRow, MechanismLine, MechanismRow, OffsetPe, OffsetRunRow, PlaneRow,
 };
-use ropelab_io::write_csv;
 use ropelab_model::{AttentionKind, Beyond, GptJ, PositionEncoding};
 use ropelab_tasks::{OffsetTask, Split};
 use ropelab_train::lengths::{accuracy_at_lengths, LengthAccuracy};
@@ -137,7 +136,7 @@ fn measure_mechanisms(
     };
     let planes = carrier_planes(model, task, seed, train_len, MECHANISM_ROWS)?;
     if !planes.is_empty() {
-        write_csv(&run.join("planes.csv"), &planes)?;
+        super::write_run_csv(run, "planes.csv", &planes)?;
         let heads = planes.iter().map(|p| p.head).max().unwrap_or(0) + 1;
         let best = (0..heads)
             .filter_map(|h| {
@@ -155,7 +154,7 @@ fn measure_mechanisms(
     }
     if attention == AttentionKind::Softmax {
         let m = mechanisms(model, task, seed, test_lens, MECHANISM_ROWS)?;
-        write_csv(&run.join("pinning.csv"), &m.pins)?;
+        super::write_run_csv(run, "pinning.csv", &m.pins)?;
         let carrier: Vec<CarrierRow> = m
             .carrier
             .iter()
@@ -166,7 +165,7 @@ fn measure_mechanisms(
                     .map(move |(r, &s)| CarrierRow { head, r, s })
             })
             .collect();
-        write_csv(&run.join("carrier.csv"), &carrier)?;
+        super::write_run_csv(run, "carrier.csv", &carrier)?;
         // The law assumes logits that depend on the offset alone (not APE's).
         let largest_error = |predicted: fn(&MechanismRow) -> f64| {
             m.rows
@@ -204,8 +203,8 @@ fn measure_mechanisms(
                 accuracy: accuracy_at(r.test_len),
             })
             .collect();
-        write_csv(&run.join("mechanism.csv"), &mechanism)?;
+        super::write_run_csv(run, "mechanism.csv", &mechanism)?;
     }
-    write_csv(&run.join("run.csv"), std::slice::from_ref(&run_row))?;
+    super::write_run_csv(run, "run.csv", std::slice::from_ref(&run_row))?;
     Ok(())
 }
