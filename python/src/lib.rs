@@ -432,7 +432,7 @@ impl Model {
                     .iter()
                     .map(|t| match t {
                         Turn::Rate(x) => Some(*x),
-                        Turn::Table(_) => None,
+                        Turn::Table(_) | Turn::Uniform(_) => None,
                     })
                     .collect::<Option<Vec<f64>>>()?;
                 Some((layout.to_owned(), thetas))

@@ -192,4 +192,20 @@ fn shards_cover_the_grid_and_collect_to_the_same_tables() {
         &["languages", "--steps", "1", "--out", p],
         "holds bias.sbatch, a Slurm array `ropelab bias` planned there",
     );
+    // Nor does a study (twenty-second pass, S2).
+    let study = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../python/tests/small_study.toml"
+    );
+    common::refused(
+        &[
+            "reproduce",
+            "--config",
+            study,
+            "--no-pretrained",
+            "--out",
+            p,
+        ],
+        "holds bias.sbatch, a Slurm array `ropelab bias` planned there",
+    );
 }

@@ -58,6 +58,42 @@ fn a_tiny_band_sweep_prints_its_table() {
             "{kind}"
         );
     }
+    // A run's head report holding a swap score above 1, its ledger recorded again over the
+    // edit, is refused when the experiment collects it (twenty-second pass, S5).
+    let run = out.join("runs/index/all/seed-0");
+    let head = run.join("head.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&head).unwrap()).unwrap();
+    report["s_pos"] = serde_json::json!(7.5);
+    std::fs::write(&head, report.to_string()).unwrap();
+    ropelab_io::Ledger::finish(
+        &run,
+        "head.json",
+        &ropelab_analysis::measure::keys::run_table("head.json"),
+    )
+    .unwrap();
+    let rerun = ropelab(&[
+        "canonical",
+        "--task",
+        "index",
+        "--band",
+        "sweep",
+        "--window",
+        "4",
+        "--d-model",
+        "16",
+        "--len",
+        "8",
+        "--steps",
+        "5",
+        "--out",
+        o,
+    ]);
+    let err = String::from_utf8_lossy(&rerun.stderr);
+    assert!(
+        !rerun.status.success() && err.contains("lies outside [0, 1]"),
+        "{err}"
+    );
 }
 
 #[test]

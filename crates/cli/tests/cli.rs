@@ -574,6 +574,28 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&stats).unwrap().lines().count(), 5);
+    // A head that fails at its first query certifies no range: said so, not shown as the
+    // length k - 1 (twenty-second pass, N4).
+    let range = dir.path().join("r.csv");
+    let out = ropelab(&[
+        "theory",
+        "offset-range",
+        "--g",
+        "3.14159265",
+        "--k",
+        "4",
+        "--cap",
+        "100",
+        "--scales",
+        "1",
+        "--out",
+        range.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("none (fails at i = k = 4)"),
+        "{text}"
+    );
 
     let bad = |args: &[&str], needle: &str| {
         let mut all = vec!["theory"];
@@ -1131,6 +1153,26 @@ fn pretrained_commands_take_any_local_rope_model() {
         ]),
         "the prompt is empty",
     );
+    // Output under another command's extension would be read as none of ropelab's
+    // (twenty-second pass, U1).
+    let llama = fixtures.join("llama");
+    for (command, out) in [("score", "x.csv"), ("tasks", "y.jsonl")] {
+        let target = dir.path().join(out);
+        assert_one_line_error(
+            &ropelab(&[
+                "pretrained",
+                command,
+                "--model",
+                llama.to_str().unwrap(),
+                "--task",
+                "number",
+                "--out",
+                target.to_str().unwrap(),
+            ]),
+            "writes a .",
+        );
+        assert!(!target.exists());
+    }
     let bad_arch = dir.path().join("bert");
     std::fs::create_dir(&bad_arch).unwrap();
     std::fs::write(

@@ -198,4 +198,27 @@ fn an_experiments_tables_are_replaced_aloud_and_by_no_other_command() {
         err.contains("lengths.csv") && err.contains("ledger vouches"),
         "{err}"
     );
+    // Vouched for by a ledger recorded again over the edit, a row no measurement gives (more
+    // correct than inputs) is still refused (twenty-second pass, S3).
+    let mut rows: Vec<Vec<String>> = text
+        .lines()
+        .map(|l| l.split(',').map(str::to_owned).collect())
+        .collect();
+    let (n, correct) = (rows[1][1].clone(), rows[1][2].clone());
+    assert!(correct.parse::<usize>().is_ok(), "{text}");
+    rows[1][2] = (n.parse::<usize>().unwrap() + 3).to_string();
+    let forged: String = rows.iter().map(|r| r.join(",") + "\n").collect();
+    std::fs::write(&lengths, forged).unwrap();
+    ropelab_io::Ledger::finish(
+        lengths.parent().unwrap(),
+        "lengths.csv",
+        &ropelab_analysis::measure::keys::run_table("lengths.csv"),
+    )
+    .unwrap();
+    let rerun = offset("3");
+    let err = String::from_utf8_lossy(&rerun.stderr);
+    assert!(
+        !rerun.status.success() && err.contains("which no measurement gives"),
+        "{err}"
+    );
 }

@@ -638,6 +638,30 @@ fn rope_params(
     // whichever key holds it) and must scale as `rope_parameters` does.
     if name != "rope_scaling" {
         if let Some(old) = scaling_object(cfg)? {
+            // Its own base, and its own rotated fraction, must agree too (twenty-second pass,
+            // N2: a rope_theta there was ignored).
+            if let Some(b) = cfg.float_in(old, "rope_theta", "rope_scaling.rope_theta")? {
+                if b != base {
+                    return Err(cfg.error(format!(
+                        "rope_scaling.rope_theta {} and {from} {} give two RoPE bases: give one",
+                        crate::number(b),
+                        crate::number(base)
+                    )));
+                }
+            }
+            if let Some(f) = cfg.float_in(
+                old,
+                "partial_rotary_factor",
+                "rope_scaling.partial_rotary_factor",
+            )? {
+                if (f * d_head as f64).round() as usize != rope_dim {
+                    return Err(cfg.error(format!(
+                        "rope_scaling.partial_rotary_factor {} rotates another share of a head \
+                         than {rope_dim} of {d_head} dims: give one",
+                        crate::number(f)
+                    )));
+                }
+            }
             let also = scaled_thetas(cfg, old, "rope_scaling", base, rope_dim)?;
             if also != thetas {
                 return Err(
@@ -1832,6 +1856,30 @@ mod tests {
             let err = config(&llama.replace(from, to)).expect_err(needle);
             assert!(err.contains(needle) && err.contains("config.json"), "{err}");
         }
+    }
+
+    /// A `rope_theta` in an older `rope_scaling` beside `rope_parameters` must be the same
+    /// base: it was ignored (twenty-second pass, N2).
+    #[test]
+    fn a_second_base_in_rope_scaling_is_refused() {
+        let with = |extra: &str| {
+            format!(
+                r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "vocab_size": 300, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
+                "rope_parameters": {{"rope_type": "default", "rope_theta": 10000.0}}{extra}}}"#
+            )
+        };
+        let err = config(&with(
+            r#", "rope_scaling": {"rope_type": "default", "rope_theta": 500000.0}"#,
+        ))
+        .unwrap_err();
+        assert!(err.contains("rope_scaling.rope_theta 500000"), "{err}");
+        assert!(err.contains("two RoPE bases"), "{err}");
+        assert!(config(&with(
+            r#", "rope_scaling": {"rope_type": "default", "rope_theta": 10000.0}"#
+        ))
+        .is_ok());
     }
 
     #[test]

@@ -621,21 +621,29 @@ impl GgufTokenizer {
                 }
             }
         }
-        // Every printable ASCII character and the space has a token: a tokenizer without a
-        // byte-level pre-tokenizer, byte fallback or unknown token for one would drop it from
-        // every prompt with no word (twentieth pass, F-S1).
+        let leading = Self::leading_special(&mut inner, path)?;
+        // Every printable ASCII character and the space survives tokenizing (truncation and
+        // padding dropped above), inside a word
+        // and repeated: a tokenizer without a token for one (no byte-level pre-tokenizer, a
+        // byte-fallback token missing) would drop it from every prompt with no word
+        // (twentieth pass, F-S1; twenty-second pass, N1: alone it could hide in a merged
+        // token).
         for c in ' '..='~' {
+            let probe = format!("a{c}{c}b");
             let ids = inner
-                .encode(c.to_string(), false)
+                .encode(probe.as_str(), false)
                 .map_err(|e| failed(crate::first_line(&e)))?;
-            if ids.get_ids().is_empty() {
+            let back = inner
+                .decode(ids.get_ids(), false)
+                .map_err(|e| failed(crate::first_line(&e)))?;
+            if !back.contains(&format!("{c}{c}")) {
                 return Err(failed(format!(
                     "the character {c:?} has no token (no byte-level pre-tokenizer, byte \
-                     fallback or unknown token covers it): a prompt holding it would lose it"
+                     fallback or unknown token covers it): {probe:?} tokenizes back to \
+                     {back:?}, so a prompt holding it would lose it"
                 )));
             }
         }
-        let leading = Self::leading_special(&mut inner, path)?;
         Ok(Self {
             inner,
             eos,

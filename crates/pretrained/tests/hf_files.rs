@@ -1114,7 +1114,8 @@ fn tokenizers_the_crate_would_panic_on_or_that_drop_text_are_refused() {
     let table = |id: u32| serde_json::json!({"<|endoftext|>": {"id": "<|endoftext|>", "ids": [id], "tokens": ["<|endoftext|>"]}});
     let good = with_tokenizer(|j| j["post_processor"] = template(bos.clone(), table(0)));
     assert!(load_model(Some(good.path()), &Device::Cpu).is_ok());
-    let cases: Vec<(Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    type Edit<'a> = Box<dyn Fn(&mut serde_json::Value) + 'a>;
+    let cases: Vec<(Edit, &str)> = vec![
         (
             Box::new(|j| {
                 j["normalizer"] =

@@ -1424,7 +1424,16 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
             let Some(text) = read_text(&path)? else {
                 continue;
             };
-            let origin = path.display().to_string();
+            // A name that is no UTF-8 is shown with its bytes escaped, so the file can be
+            // found from the message (twenty-first pass, U-A).
+            let origin = match path.to_str() {
+                Some(name) => name.to_owned(),
+                None => path
+                    .as_os_str()
+                    .as_encoded_bytes()
+                    .escape_ascii()
+                    .to_string(),
+            };
             let first = text.lines().next().unwrap_or("");
             // ropelab ends every line it writes: a file that does not was cut off.
             let pretrained_output = (ext == "csv"
@@ -1476,6 +1485,19 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                     // Nor are means of 2 and of 3 runs.
                     out.same_settings("runs per window size", row.runs.len().to_string(), &origin)?;
                     out.tasks.push(row.clone());
+                }
+            } else if ext == "csv" && first.starts_with(INDEX_HEADER) {
+                // No figure draws an index-task table, but its model is the directory's model
+                // too: another model's table beside it is refused (twenty-second pass, N3).
+                #[derive(serde::Deserialize)]
+                struct ModelColumn {
+                    #[serde(default)]
+                    model: String,
+                }
+                let rows: Vec<ModelColumn> =
+                    ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
+                for row in &rows {
+                    out.same_model(&row.model, &origin)?;
                 }
             } else if ext == "csv" && first.starts_with(FAILURES_HEADER) {
                 let rows: Vec<LayerFailureRow> =

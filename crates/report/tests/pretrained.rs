@@ -506,3 +506,26 @@ fn a_file_the_study_measured_and_that_is_gone_is_named() {
         "{err}"
     );
 }
+
+/// A table whose file name is no UTF-8 is named with its bytes escaped, so the file can be
+/// found from the refusal (twenty-first pass, U-A).
+#[test]
+fn a_file_name_that_is_no_utf8_is_shown_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let table = |precision: &str| {
+        format!(
+            "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
+             number,4,82,0.5,0.1,0.4;0.6,{precision},{MODEL}\n"
+        )
+    };
+    std::fs::write(dir.path().join("a.csv"), table("f32")).unwrap();
+    let odd = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"\xff\xfe.csv"));
+    std::fs::write(&odd, table("bf16")).unwrap();
+    let err = ropelab_report::report(dir.path(), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\\xff\\xfe.csv"), "{err}");
+}

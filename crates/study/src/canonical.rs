@@ -385,6 +385,28 @@ pub fn run(
                 .with_context(|| format!("{} is not a head report", head_path.display()))?;
             let positions: Vec<PositionAccuracy> =
                 ropelab_sweep::measure::read_run_csv(&dir, "per_position.csv")?;
+            // Counts and shares no measurement gives are refused, ledger or not
+            // (twenty-second pass, S5).
+            let share = |x: f64| (0.0..=1.0).contains(&x);
+            ensure!(
+                share(report.accuracy) && share(report.s_pos) && share(report.s_sym),
+                "{}: accuracy {}, s_pos {} or s_sym {} lies outside [0, 1]: a damaged or \
+                 edited file",
+                head_path.display(),
+                report.accuracy,
+                report.s_pos,
+                report.s_sym
+            );
+            if let Some(p) = positions.iter().find(|p| p.n == 0 || p.correct > p.n) {
+                anyhow::bail!(
+                    "{}: position {} counts {} correct of {} samples, which no measurement \
+                     gives: a damaged or edited file",
+                    dir.join("per_position.csv").display(),
+                    p.position,
+                    p.correct,
+                    p.n
+                );
+            }
             rows.extend(positions.iter().map(|p| PerPositionRow {
                 task: task.kind.name().into(),
                 band: band.to_string(),

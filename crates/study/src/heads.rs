@@ -41,6 +41,7 @@ pub fn reproduce_heads(
     let study = StudyDir::new(out);
     let _lock = DirLock::acquire(out)?;
     config.check_matches_existing(out)?;
+    ropelab_analysis::claims::files::refuse_planned_arrays(out, "study")?;
     // Pending until every head count's claims are written, as a single study's config is
     // (a rerun that fails before then leaves it unvouched).
     let config_key = crate::run::config_pending(config, out)?;

@@ -339,7 +339,8 @@ pub fn run(
     let hi = experiment.train_lengths[1];
     for (language, pe, seed, lr) in experiment.grid() {
         let dir = run_dir(out, language, pe, seed, lr);
-        let rows: Vec<LengthAccuracy> = ropelab_sweep::measure::read_run_csv(&dir, "lengths.csv")?;
+        let rows: Vec<LengthAccuracy> =
+            ropelab_sweep::measure::read_run_lengths(&dir, Some(&experiment.test_lengths), true)?;
         let heads: Vec<ModHeadRow> = ropelab_sweep::measure::read_run_csv(&dir, "heads.csv")?;
         let mean = |test: bool| {
             let part: Vec<f64> = rows

@@ -384,7 +384,8 @@ pub fn run(
     };
     for (pe, attention, k, seed) in experiment.grid() {
         let dir = run_dir(out, pe, attention, k, seed);
-        let rows: Vec<LengthAccuracy> = ropelab_sweep::measure::read_run_csv(&dir, "lengths.csv")?;
+        let rows: Vec<LengthAccuracy> =
+            ropelab_sweep::measure::read_run_lengths(&dir, Some(&experiment.test_lens), false)?;
         let run_path = dir.join("run.csv");
         let run_row = ropelab_sweep::measure::read_run_csv::<OffsetRunRow>(&dir, "run.csv")?
             .pop()

@@ -83,6 +83,7 @@ pub fn reproduce(
     let study = StudyDir::new(out);
     let _lock = DirLock::acquire(out)?;
     config.check_matches_existing(out)?;
+    ropelab_analysis::claims::files::refuse_planned_arrays(out, "study")?;
     // A model directory replaced by another config's run is refused before anything is
     // written (the plan, the datasets); the grid checks again before it trains.
     crate::grid::refuse_stale(&job::sweep_jobs(config, &job::jobs(config))?, out)?;

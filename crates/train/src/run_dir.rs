@@ -266,7 +266,7 @@ impl RunDir {
         let values: Vec<f32> = logits.flatten_all()?.to_vec1()?;
         if values.iter().any(|v| !v.is_finite()) {
             return Err(TrainError::run_dir(
-                &self.checkpoint_dir(step),
+                self.checkpoint_dir(step),
                 "its weights compute no finite logits (the run diverged before this \
                  checkpoint's loss showed it): analyse an earlier checkpoint with --step, or \
                  train again with a smaller learning rate",

@@ -1134,6 +1134,30 @@ pub fn record_table(path: &Path, stage: &str, bytes: &[u8]) -> Result<()> {
     Ledger::finish(dir, name, &key).map_err(ledger)
 }
 
+/// Refuses `dir` when it holds a Slurm array another command than `own` planned there
+/// (`bias.sbatch`): this command's files beside it would leave the array unable to run or
+/// collect (twenty-first pass, N6; twenty-second pass, S2: `reproduce` too).
+pub fn refuse_planned_arrays(dir: &Path, own: &str) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(planner) = name.strip_suffix(".sbatch") {
+            if planner != own {
+                return Err(invalid(
+                    dir,
+                    format!(
+                        "holds {name}, a Slurm array `ropelab {planner}` planned there: choose \
+                         another --out"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuses `dir` as the output of the study stage (or experiment) `stage` when its ledger
 /// lists files that something else wrote there (another experiment's tables, a study's or a
 /// run's measurements): writing this stage's tables beside them would replace theirs (an
@@ -1147,24 +1171,7 @@ pub fn refuse_other_tables(dir: &Path, stage: &str) -> Result<()> {
             "holds the jobs of a sweep or study (plan.json): choose another --out",
         ));
     }
-    // A Slurm array another command planned here (`bias.sbatch`) would write its tables beside
-    // this stage's (twenty-first pass, N6); the stage's own array is its to continue.
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(planner) = name.strip_suffix(".sbatch") {
-                if planner != stage {
-                    return Err(invalid(
-                        dir,
-                        format!(
-                            "holds {name}, a Slurm array `ropelab {planner}` planned there: \
-                             choose another --out"
-                        ),
-                    ));
-                }
-            }
-        }
-    }
+    refuse_planned_arrays(dir, stage)?;
     let key = crate::measure::keys::study_table(stage);
     let Some(ledger) = Ledger::load(dir).map_err(|e| invalid(&dir.join(LEDGER), e))? else {
         return Ok(());

@@ -204,6 +204,22 @@ impl ModelArg {
 /// Refuses an `out` inside a run, sweep or experiment directory: a pretrained model's output
 /// there would stand among that directory's results (its report refuses it; tenth pass, S1).
 /// A study's `pretrained/` folder holds its own model's output and is let through.
+/// Refuses an `--out` whose extension is not the one `ropelab pretrained {command}` writes
+/// (`ext`): the report finds pretrained output by it, and would call a `score` file named
+/// `.csv` none of ropelab's (twenty-second pass, U1).
+fn named_as_written(out: &std::path::Path, command: &str, ext: &str) -> Result<()> {
+    if out.as_os_str() == "-" {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        out.extension().is_some_and(|e| e == ext),
+        "--out {}: `ropelab pretrained {command}` writes a .{ext} file (the report reads its \
+         output by that extension)",
+        out.display()
+    );
+    Ok(())
+}
+
 fn outside_runs(out: &std::path::Path) -> Result<()> {
     if out.as_os_str() == "-" {
         return Ok(());
@@ -276,6 +292,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::IndexTask(a) => {
             super::table_on_stdout(&a.out);
             outside_runs(&a.out)?;
+            named_as_written(&a.out, "index-task", "csv")?;
             super::each_once("--lengths", &a.lengths)?;
             let (model, tokenizer) = a.model.load()?;
             let context = model.config().context_length;
@@ -335,6 +352,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::Tasks(a) => {
             super::table_on_stdout(&a.out);
             outside_runs(&a.out)?;
+            named_as_written(&a.out, "tasks", "csv")?;
             super::each_once("--sizes", &a.sizes)?;
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
@@ -413,6 +431,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
 fn score(a: &PretrainedScoreArgs, guard: Guard) -> Result<()> {
     super::table_on_stdout(&a.out);
     outside_runs(&a.out)?;
+    named_as_written(&a.out, "score", "jsonl")?;
     let (model, tokenizer) = a.model.load()?;
     // Estimated from the first prompt: every prompt's patterns of every layer are captured.
     let c = model.config();
@@ -504,6 +523,7 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     }
     super::table_on_stdout(&a.out);
     outside_runs(&a.out)?;
+    named_as_written(&a.out, "rope-stats", "csv")?;
     super::each_once("--lengths", &a.lengths)?;
     let (model, tokenizer) = a.model.load()?;
     let n = model.config().n_layers;

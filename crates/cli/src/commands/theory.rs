@@ -319,8 +319,13 @@ pub fn run(cmd: TheoryCommand, guard: Guard) -> Result<()> {
                     r.g.to_string(),
                     r.k.to_string(),
                     format!("{:.1}", r.c),
+                    // A range below k certifies no query (the head fails at the first,
+                    // i = k): said so, not shown as a length (twenty-second pass, N4).
                     r.certified_range
-                        .map_or(format!(">= {}", a.cap), |l| l.to_string()),
+                        .map_or(format!(">= {}", a.cap), |l| match l < a.k {
+                            true => format!("none (fails at i = k = {})", a.k),
+                            false => l.to_string(),
+                        }),
                 ]);
             }
             say!("{table}");

@@ -615,7 +615,8 @@ pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
         let dir = run_dir(out, bias, seed);
         let name = bias.to_string();
         let conflict = read_conflict(&dir)?;
-        let rows: Vec<LengthAccuracy> = ropelab_sweep::measure::read_run_csv(&dir, "lengths.csv")?;
+        let rows: Vec<LengthAccuracy> =
+            ropelab_sweep::measure::read_run_lengths(&dir, None, false)?;
         // A run measured with other settings (an earlier grid's lengths or sample counts, whose
         // `run` was not rerun) is refused by name, never reported as this experiment's.
         ensure!(
@@ -630,6 +631,30 @@ pub fn collect(experiment: &Experiment, out: &Path) -> Result<Outcome> {
             experiment.per_length
         );
         let heads: Vec<AmbiguousHead> = ropelab_sweep::measure::read_run_csv(&dir, "heads.csv")?;
+        // A head's type is its scores' at the paper's tolerance, and the scores are shares:
+        // a row that contradicts itself is refused (twenty-second pass, S1).
+        for h in &heads {
+            let scores = ropelab_analysis::lens::swap::SwapScores {
+                s_pos: h.s_pos,
+                s_sym: h.s_sym,
+            };
+            let in_range = (0.0..=1.0).contains(&h.s_pos) && (0.0..=1.0).contains(&h.s_sym);
+            ensure!(
+                in_range
+                    && ropelab_analysis::lens::purity::purity(
+                        scores,
+                        ropelab_analysis::measure::dynamics::Gamma::DEFAULT
+                    ) == h.kind,
+                "{}: layer {} head {} is typed {} with s_pos {} and s_sym {}, which no \
+                 measurement gives: a damaged or edited file",
+                dir.join("heads.csv").display(),
+                h.layer,
+                h.head,
+                h.kind,
+                h.s_pos,
+                h.s_sym
+            );
+        }
         o.mechanisms.push(MechanismRow {
             bias: name.clone(),
             seed,

@@ -315,6 +315,50 @@ pub fn vouched_run_file(run: &Path, file: &str) -> Result<()> {
     })
 }
 
+/// The run's `lengths.csv` ([`read_run_csv`]) with every row a count of what it measured
+/// (at least one input, no more correct than inputs) and, when `asked` is given, exactly the
+/// lengths the experiment asks for (`asked`; with `after_training`, those after the rows of
+/// the training lengths a language run measures first): a table whose content contradicts
+/// itself or the experiment is refused even when its ledger vouches for it (twenty-second
+/// pass, S3, S4).
+pub fn read_run_lengths(
+    run: &Path,
+    asked: Option<&[usize]>,
+    after_training: bool,
+) -> Result<Vec<LengthAccuracy>> {
+    let rows: Vec<LengthAccuracy> = read_run_csv(run, "lengths.csv")?;
+    let bad = |why: String| SweepError::Job {
+        id: run.display().to_string(),
+        message: format!(
+            "{}: {why}: a damaged or edited file",
+            run.join("lengths.csv").display()
+        ),
+    };
+    if let Some(r) = rows
+        .iter()
+        .find(|r| r.n == 0 || r.correct > r.n || !r.loss.is_finite())
+    {
+        return Err(bad(format!(
+            "the row of length {} counts {} correct of {} inputs (loss {}), which no \
+             measurement gives",
+            r.length, r.correct, r.n, r.loss
+        )));
+    }
+    if let Some(asked) = asked {
+        let lengths: Vec<usize> = rows.iter().map(|r| r.length).collect();
+        let fits = match after_training {
+            true => lengths.ends_with(asked),
+            false => lengths == asked,
+        };
+        if !fits {
+            return Err(bad(format!(
+                "it holds lengths {lengths:?}, the experiment measures {asked:?}"
+            )));
+        }
+    }
+    Ok(rows)
+}
+
 /// The table `file` of `run`, read only while the run's ledger vouches for it
 /// ([`vouched_run_file`]).
 pub fn read_run_csv<T: serde::de::DeserializeOwned>(run: &Path, file: &str) -> Result<Vec<T>> {
