@@ -986,9 +986,10 @@ fn pretrained_commands_take_any_local_rope_model() {
         ])
     };
     let scores = std::fs::read(dir.path().join("gptj.jsonl")).unwrap();
+    // (Refused by its extension first: a rope-stats table is a .csv; twenty-second pass, U1.)
     assert_one_line_error(
         &rope_stats(&dir.path().join("gptj.jsonl")),
-        "another kind of file",
+        "writes a .csv file",
     );
     assert_eq!(
         std::fs::read(dir.path().join("gptj.jsonl")).unwrap(),
@@ -1004,7 +1005,7 @@ fn pretrained_commands_take_any_local_rope_model() {
     let page = std::fs::read(folder.join("report.html")).unwrap();
     assert_one_line_error(
         &rope_stats(&folder.join("report.html")),
-        "another kind of file",
+        "writes a .csv file",
     );
     let out = ropelab(&[
         "report",

@@ -292,8 +292,8 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::IndexTask(a) => {
             super::table_on_stdout(&a.out);
             outside_runs(&a.out)?;
-            named_as_written(&a.out, "index-task", "csv")?;
             super::each_once("--lengths", &a.lengths)?;
+            named_as_written(&a.out, "index-task", "csv")?;
             let (model, tokenizer) = a.model.load()?;
             let context = model.config().context_length;
             anyhow::ensure!(
@@ -352,8 +352,8 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
         PretrainedCommand::Tasks(a) => {
             super::table_on_stdout(&a.out);
             outside_runs(&a.out)?;
-            named_as_written(&a.out, "tasks", "csv")?;
             super::each_once("--sizes", &a.sizes)?;
+            named_as_written(&a.out, "tasks", "csv")?;
             anyhow::ensure!(
                 !a.sizes.is_empty() && a.sizes.iter().all(|&s| s >= 1),
                 "sizes must be at least 1"
@@ -523,8 +523,8 @@ fn rope_stats(a: &PretrainedRopeArgs, guard: Guard) -> Result<()> {
     }
     super::table_on_stdout(&a.out);
     outside_runs(&a.out)?;
-    named_as_written(&a.out, "rope-stats", "csv")?;
     super::each_once("--lengths", &a.lengths)?;
+    named_as_written(&a.out, "rope-stats", "csv")?;
     let (model, tokenizer) = a.model.load()?;
     let n = model.config().n_layers;
     let mut first_middle_last = vec![0, n / 2, n.saturating_sub(1)];
