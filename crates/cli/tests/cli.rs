@@ -596,6 +596,16 @@ fn theory_commands_write_csv_and_reject_bad_parameters() {
         out.status.success() && text.contains("none (fails at i = k = 4)"),
         "{text}"
     );
+    let table = std::fs::read_to_string(&range).unwrap();
+    assert!(
+        table
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",certified_range,certifies")
+            && table.lines().nth(1).unwrap().ends_with(",false"),
+        "{table}"
+    );
 
     let bad = |args: &[&str], needle: &str| {
         let mut all = vec!["theory"];

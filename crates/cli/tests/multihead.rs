@@ -74,6 +74,25 @@ fn a_study_per_head_count_runs_each_and_compares_them() {
     // The 4-head study's own report draws frequency use per head.
     let sub = std::fs::read_to_string(run.join("heads-4/report.html")).unwrap();
     assert!(sub.contains("frequency use per head"));
+    // The comparison is read as the study wrote it, each head count's folder must hold its
+    // own study, and its config as it ran (twenty-third pass, MH1, MHsw2, MHc1).
+    let r = run.to_str().unwrap();
+    std::fs::write(run.join("heads.csv"), csv.replace(",number,", ",number,1")).unwrap();
+    refused(&["report", r], "heads.csv");
+    std::fs::write(run.join("heads.csv"), &csv).unwrap();
+    std::fs::rename(run.join("heads-1"), run.join("swap")).unwrap();
+    std::fs::rename(run.join("heads-4"), run.join("heads-1")).unwrap();
+    std::fs::rename(run.join("swap"), run.join("heads-4")).unwrap();
+    refused(&["report", r], "not of the 1 its folder names");
+    std::fs::rename(run.join("heads-1"), run.join("swap")).unwrap();
+    std::fs::rename(run.join("heads-4"), run.join("heads-1")).unwrap();
+    std::fs::rename(run.join("swap"), run.join("heads-4")).unwrap();
+    let sub_config = run.join("heads-1/config.toml");
+    let kept = std::fs::read_to_string(&sub_config).unwrap();
+    std::fs::write(&sub_config, kept.replacen("steps = ", "steps = 1", 1)).unwrap();
+    refused(&["report", r], "config.toml");
+    std::fs::write(&sub_config, kept).unwrap();
+    ok(ropelab(&["report", r]));
     // A rerun reuses everything; another config in the same directory is refused.
     ok(ropelab(&args));
     std::fs::write(&config, HEADS_STUDY.replace("[1, 4]", "[1, 2]")).unwrap();

@@ -462,6 +462,17 @@ fn commands_that_would_run_for_days_are_refused_up_front() {
             "--draws",
             "1000000000000",
         ],
+        // Tiny draws, many of them: their set-up is counted (twenty-third pass, BN).
+        vec![
+            "bench",
+            "rope",
+            "--m",
+            "8",
+            "--h",
+            "2",
+            "--draws",
+            "1000000000000",
+        ],
     ]
     .into_iter()
     .map(|c| c.into_iter().map(str::to_owned).collect())

@@ -286,6 +286,11 @@ fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
                 &ropelab(&["hops", "--run", r, "--n", "4"]),
                 "its weights compute no finite logits",
             );
+            // Nor is training resumed from them (twenty-third pass, TRn3).
+            one_line_error(
+                &ropelab(&["train", "--resume", "--out", r, "--steps", "1"]),
+                "its weights compute no finite logits",
+            );
         }
     }
 }

@@ -628,7 +628,9 @@ impl GgufTokenizer {
         // byte-fallback token missing) would drop it from every prompt with no word
         // (twentieth pass, F-S1; twenty-second pass, N1: alone it could hide in a merged
         // token).
-        for c in ' '..='~' {
+        // The task prompts hold newlines, and text may hold tabs and non-ASCII letters: a
+        // tokenizer that loses one of those is refused too (twenty-third pass, F-NL).
+        for c in (' '..='~').chain(['\n', '\t', 'é', '中']) {
             let probe = format!("a{c}{c}b");
             let ids = inner
                 .encode(probe.as_str(), false)

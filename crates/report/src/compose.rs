@@ -1155,7 +1155,7 @@ fn read_vouched(dir: &Path, name: &str) -> Result<Option<String>> {
 /// Refuses `folder/file` when the folder's ledger lists it and it changed since it was
 /// recorded (a file the ledger does not list, as in a study from before it did, is read as it
 /// is).
-fn unchanged_since_recorded(folder: &Path, file: &str) -> Result<()> {
+pub(crate) fn unchanged_since_recorded(folder: &Path, file: &str) -> Result<()> {
     if let Some(ledger) = ropelab_io::Ledger::load(folder)
         .map_err(|e| ReportError::Input(format!("{}: {e}", folder.display())))?
     {

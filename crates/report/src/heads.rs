@@ -10,7 +10,7 @@ use ropelab_analysis::StudyDir;
 use ropelab_io::read_csv;
 use ropelab_tasks::TaskKind;
 
-use crate::compose::{claims_section, read_text};
+use crate::compose::{claims_section, read_text, unchanged_since_recorded};
 use crate::html::Section;
 use crate::types::{type_grid, types_over_training};
 use crate::{ReportError, Result};
@@ -27,7 +27,32 @@ pub fn sections(dir: &Path) -> Result<Vec<Section>> {
          head, layers separated by |, layer 0 first); the first tested length whose accuracy \
          falls below the study's length threshold.",
     );
+    // The comparison is the one the study wrote (recorded in its ledger; an edited or cut
+    // table is refused), and each head count's study is the one its folder names, with its
+    // config as it ran (twenty-third pass, MH1, MHsw2, MHc1).
+    for h in study.head_counts() {
+        let sub = study.heads(h);
+        crate::compose::required_ledger(sub.root(), "study")?;
+        unchanged_since_recorded(sub.root(), "config.toml")?;
+        let held = read_text(&sub.config())?
+            .and_then(|t| t.parse::<toml::Table>().ok())
+            .and_then(|t| {
+                t.get("train")
+                    .and_then(|m| m.get("n_heads"))
+                    .and_then(toml::Value::as_integer)
+            });
+        if let Some(held) = held.filter(|&n| u64::try_from(n).ok() != Some(h as u64)) {
+            return Err(ReportError::Input(format!(
+                "{} holds the study of {held} heads per layer, not of the {h} its folder names: \
+                 move the folders back",
+                sub.root().display()
+            )));
+        }
+    }
     let path = study.heads_csv();
+    if path.exists() {
+        unchanged_since_recorded(dir, "heads.csv")?;
+    }
     match read_text(&path)? {
         Some(text) => {
             let rows: Vec<HeadCountRow> =

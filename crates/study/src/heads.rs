@@ -66,8 +66,9 @@ pub fn reproduce_heads(
         verdicts.push((h, claims));
     }
     crate::run::config_vouched(out, &config_key)?;
+    // Recorded in the study's ledger: the report reads the comparison only as written here.
     let csv = ropelab_io::csv_rows::to_csv(&table)?;
-    write_atomic(&study.heads_csv(), csv.as_bytes())
+    ropelab_analysis::claims::files::record_table(&study.heads_csv(), "heads", csv.as_bytes())
         .with_context(|| format!("cannot write {}", study.heads_csv().display()))?;
     let html = ropelab_report::report(out, &options.command)?;
     write_atomic(&study.report(), html.as_bytes())

@@ -319,8 +319,12 @@ pub struct OffsetRangeRow {
     /// Number format.
     #[serde(serialize_with = "name")]
     pub format: NumberFormat,
-    /// Certified range (None: no failure up to the cap).
+    /// Certified range (None: no failure up to the cap). Below k it certifies no query: the
+    /// head fails at its first, i = k (see `certifies`).
     pub certified_range: Option<usize>,
+    /// Whether the range certifies any query (false: it fails at i = k already), so the table
+    /// read alone cannot pass a vacuous range for a length (twenty-third pass, N4).
+    pub certifies: bool,
 }
 
 /// [`offset_range`] for every rotation g and every multiple `scale` of the minimal scale
@@ -374,12 +378,14 @@ pub fn offset_table(
     for &g in rotations {
         for &scale in scales {
             let c = scale * 2.0 * fl / (1.0 - g.cos());
+            let certified_range = offset_range(g, c, k, format, cap)?;
             rows.push(OffsetRangeRow {
                 g,
                 k,
                 c,
                 format,
-                certified_range: offset_range(g, c, k, format, cap)?,
+                certified_range,
+                certifies: certified_range.is_none_or(|l| l >= k),
             });
         }
     }

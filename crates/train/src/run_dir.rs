@@ -426,6 +426,9 @@ impl RunDir {
         let dir = self.checkpoint_dir(step);
         self.verify_checkpoint(step, &["optimizer.safetensors", "state.json"])?;
         let model = self.load_trainable(step, config, device)?;
+        // Training does not resume from weights that already diverged (twenty-third pass,
+        // TRn3): its message names the checkpoint.
+        self.computes_numbers(&model, step, config, device)?;
         let state = self.checkpoint_state(step)?;
         let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
         let tensors = load_tensors(&dir.join("optimizer.safetensors"), device)?;

@@ -289,6 +289,13 @@ fn bench_rope(args: BenchRopeArgs, guard: super::Guard) -> Result<()> {
             ropelab_io::resources::bytes(&[threads.saturating_add(1), 6 * 8, args.h]),
             format!("frequencies and {threads} draws of {} planes", args.h),
         )
+        // Each draw's set-up (seeding, 4h normals, the coefficients, a curve's allocation):
+        // 1e7 draws of M = 8, h = 2 took 2.8 s on a 2-core EPYC, some 60,000 of the estimate's
+        // FLOP each, which the plane-steps alone missed 40-fold (twenty-third pass, BN).
+        .compute(
+            ropelab_io::resources::bytes(&[args.draws, 60_000]),
+            format!("setting up {} draws", args.draws),
+        )
         // About 1.7e9 plane-steps per second on 2 cores: some 100 of the estimate's FLOP each.
         .compute(
             ropelab_io::resources::bytes(&[args.draws, args.m, args.h, 100]),
