@@ -137,6 +137,23 @@ fn bad_input_is_a_one_line_error() {
         &["canonical", "--task", "index", "--len", "1", "--out", o],
         "at least 2 items",
     );
+    // Two names for one set of planes train one model twice (twenty-third pass, CB13).
+    one_line_error(
+        &[
+            "canonical",
+            "--task",
+            "index",
+            "--d-model",
+            "16",
+            "--band",
+            "all",
+            "--band",
+            "planes=0-7",
+            "--out",
+            o,
+        ],
+        "keep the same planes",
+    );
     assert!(!out.exists(), "a refused experiment wrote nothing");
 }
 

@@ -167,6 +167,14 @@ impl FromStr for Band {
                 };
                 let mut planes = vec![];
                 for part in list.split(',') {
+                    // A negative plane reads as a range from nothing: named as itself
+                    // (twenty-third pass, CB5).
+                    if part.trim().starts_with('-') {
+                        return bad(format!(
+                            "band {other:?}: {:?} is not a plane number (planes count from 0)",
+                            part.trim()
+                        ));
+                    }
                     let num = |t: &str| -> Result<usize> {
                         t.trim().parse().map_err(|_| {
                             AnalysisError::Invalid(format!(
@@ -243,6 +251,9 @@ mod tests {
         ] {
             assert!(bad.parse::<Band>().is_err(), "{bad}");
         }
+        // A negative plane is quoted as written, not as "" (twenty-third pass, CB5).
+        let err = "planes=-1".parse::<Band>().unwrap_err().to_string();
+        assert!(err.contains("\"-1\" is not a plane number"), "{err}");
         let s = sweep(8, 4);
         assert_eq!(s.len(), 3 + 3);
         assert_eq!(s[3], Band::Planes(vec![0, 1, 2, 3]));

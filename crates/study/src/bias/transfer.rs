@@ -382,8 +382,10 @@ pub fn studies_points(studies: &[PathBuf]) -> Result<Vec<StudyPoint>> {
 /// several head counts, every count's), for the claim's rank correlation.
 pub fn study_points(study: &Path) -> Result<Vec<StudyPoint>> {
     let root = StudyDir::new(study);
+    // A study per head count is a study too: its models are in heads-H/ (twenty-third pass,
+    // BIm1).
     anyhow::ensure!(
-        root.is_study(),
+        root.is_study() || !root.head_counts().is_empty(),
         "{} is not a study directory (no config.toml with models)",
         study.display()
     );
@@ -615,6 +617,69 @@ mod tests {
         ];
         assert_eq!(movers(&e, &rows), vec![Bias::Nope(0)]);
         assert!(movers(&e, &rows[1..]).is_empty());
+    }
+
+    /// Writes a measured number model into `model` (its scores and length test, listed in
+    /// its ledger when `ledgered`); returns the length table's text.
+    fn measured_model(model: &std::path::Path, ledgered: bool) -> String {
+        use ropelab_analysis::measure::lengthgen::{self, HeadMargin};
+        std::fs::create_dir_all(model).unwrap();
+        let line = ropelab_analysis::measure::dynamics::HeadStep {
+            step: 100,
+            layer: 0,
+            head: 0,
+            s_pos: 0.99,
+            s_sym: 0.01,
+            entropy: 1.0,
+            entropy_norm: 0.5,
+            pure_0_1: HeadKind::Positional,
+            pure_0_05: HeadKind::Positional,
+            freq_use: vec![],
+            freq_mean_plane: 0.0,
+            accuracy: 1.0,
+            accuracy_per_hop: Default::default(),
+            block: None,
+            planes: vec![],
+            run: String::new(),
+            settings: String::new(),
+        };
+        let scores = serde_json::to_string(&line).unwrap() + "\n";
+        std::fs::write(model.join("scores.jsonl"), scores).unwrap();
+        let row = |length: usize, accuracy: f64| LengthRow {
+            step: 100,
+            extra: length - 17,
+            length,
+            n: 100,
+            accuracy,
+            loss: 0.1,
+            per_hop: Default::default(),
+            heads: vec![HeadMargin {
+                layer: 0,
+                head: 0,
+                margin: 2.0,
+                top_weight: 0.9,
+            }],
+            seconds: 0.0,
+            run: String::new(),
+        };
+        let csv = lengthgen::to_csv(&[row(17, 1.0), row(33, 0.5)]).unwrap();
+        std::fs::write(model.join("lengthgen.csv"), &csv).unwrap();
+        if ledgered {
+            ropelab_io::Ledger::finish(model, "scores.jsonl", "k").unwrap();
+            ropelab_io::Ledger::finish(model, "lengthgen.csv", "k").unwrap();
+        }
+        csv
+    }
+
+    /// A study per head count is read as the studies in its heads-H/ folders, not refused as
+    /// "not a study directory" (twenty-third pass, BIm1).
+    #[test]
+    fn a_study_per_head_count_is_read_through_its_head_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        measured_model(&dir.path().join("heads-2/seed-0/number"), true);
+        let points = study_points(dir.path()).unwrap();
+        assert_eq!(points.len(), 1);
+        assert!(points[0].study.ends_with("heads-2"), "{}", points[0].study);
     }
 
     #[test]
