@@ -9,23 +9,26 @@ use common::{ok, refused as one_line_error, ropelab};
 fn a_tiny_band_sweep_prints_its_table() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("canonical");
-    let text = ok(ropelab(&[
-        "canonical",
-        "--task",
-        "index",
-        "--band",
-        "sweep",
-        "--window",
-        "4",
-        "--d-model",
-        "16",
-        "--len",
-        "8",
-        "--steps",
-        "5",
-        "--out",
-        out.to_str().unwrap(),
-    ]));
+    let sweep = || {
+        ropelab(&[
+            "canonical",
+            "--task",
+            "index",
+            "--band",
+            "sweep",
+            "--window",
+            "4",
+            "--d-model",
+            "16",
+            "--len",
+            "8",
+            "--steps",
+            "5",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let text = ok(sweep());
     // all, high, low, and windows 0-3, 2-5, 4-7 of the 8 planes.
     for band in [
         "all",
@@ -72,23 +75,7 @@ fn a_tiny_band_sweep_prints_its_table() {
         &ropelab_analysis::measure::keys::run_table("head.json"),
     )
     .unwrap();
-    let rerun = ropelab(&[
-        "canonical",
-        "--task",
-        "index",
-        "--band",
-        "sweep",
-        "--window",
-        "4",
-        "--d-model",
-        "16",
-        "--len",
-        "8",
-        "--steps",
-        "5",
-        "--out",
-        o,
-    ]);
+    let rerun = sweep();
     let err = String::from_utf8_lossy(&rerun.stderr);
     assert!(
         !rerun.status.success() && err.contains("lies outside [0, 1]"),

@@ -69,15 +69,7 @@ impl Rebuild {
 /// Whether a `tokenizer.json` pre-tokenizer splits text into byte-level tokens (ByteLevel,
 /// alone or in a Sequence).
 fn byte_level(pre: Option<&serde_json::Value>) -> bool {
-    let Some(pre) = pre else { return false };
-    match pre.get("type").and_then(|t| t.as_str()) {
-        Some("ByteLevel") => true,
-        Some("Sequence") => pre
-            .get("pretokenizers")
-            .and_then(|p| p.as_array())
-            .is_some_and(|items| items.iter().any(|p| byte_level(Some(p)))),
-        _ => false,
-    }
+    pre.is_some_and(|p| has_type(p, "pretokenizers", "ByteLevel"))
 }
 
 /// Whether the `tokenizer.json` component `value` is of type `kind`, alone or inside a
@@ -181,15 +173,7 @@ fn template_tokens(processor: &serde_json::Value) -> Vec<(String, u32)> {
 /// Whether a `tokenizer.json` decoder turns byte-level tokens back into text (ByteLevel,
 /// alone or in a Sequence).
 fn byte_level_decoder(decoder: Option<&serde_json::Value>) -> bool {
-    let Some(decoder) = decoder else { return false };
-    match decoder.get("type").and_then(|t| t.as_str()) {
-        Some("ByteLevel") => true,
-        Some("Sequence") => decoder
-            .get("decoders")
-            .and_then(|p| p.as_array())
-            .is_some_and(|items| items.iter().any(|d| byte_level_decoder(Some(d)))),
-        _ => false,
-    }
+    decoder.is_some_and(|d| has_type(d, "decoders", "ByteLevel"))
 }
 
 /// The character byte-level BPE writes for each byte 0..=255 (GPT-2's table: printable

@@ -684,50 +684,9 @@ mod tests {
 
     #[test]
     fn another_studys_files_are_read_only_when_its_ledger_vouches_for_them() {
-        use ropelab_analysis::measure::lengthgen::{self, HeadMargin};
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("seed-0/number");
-        std::fs::create_dir_all(&model).unwrap();
-        let line = ropelab_analysis::measure::dynamics::HeadStep {
-            step: 100,
-            layer: 0,
-            head: 0,
-            s_pos: 0.99,
-            s_sym: 0.01,
-            entropy: 1.0,
-            entropy_norm: 0.5,
-            pure_0_1: HeadKind::Positional,
-            pure_0_05: HeadKind::Positional,
-            freq_use: vec![],
-            freq_mean_plane: 0.0,
-            accuracy: 1.0,
-            accuracy_per_hop: Default::default(),
-            block: None,
-            planes: vec![],
-            run: String::new(),
-            settings: String::new(),
-        };
-        let scores = serde_json::to_string(&line).unwrap() + "\n";
-        std::fs::write(model.join("scores.jsonl"), scores).unwrap();
-        let row = |length: usize, accuracy: f64| LengthRow {
-            step: 100,
-            extra: length - 17,
-            length,
-            n: 100,
-            accuracy,
-            loss: 0.1,
-            per_hop: Default::default(),
-            heads: vec![HeadMargin {
-                layer: 0,
-                head: 0,
-                margin: 2.0,
-                top_weight: 0.9,
-            }],
-            seconds: 0.0,
-            run: String::new(),
-        };
-        let csv = lengthgen::to_csv(&[row(17, 1.0), row(33, 0.5)]).unwrap();
-        std::fs::write(model.join("lengthgen.csv"), &csv).unwrap();
+        let csv = measured_model(&model, false);
         // Without its ledger, nothing is vouched for: refused (twenty-first pass, N5).
         let err = format!("{:#}", study_points(dir.path()).unwrap_err());
         assert!(
