@@ -140,3 +140,58 @@ fn a_run_and_its_continuation_count_once() {
     assert!(out.contains("y: the same run as x"), "{out}");
     assert!(out.contains("number: 1 models"), "{out}");
 }
+
+/// A sweep job's test evaluation edited and its ledger entry re-sealed passes the checksum, but
+/// says another accuracy than the job's `result.json`: the run is not read, and says why
+/// (twenty-third pass, PH3).
+#[test]
+fn a_run_whose_evaluation_contradicts_its_result_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(
+        &file,
+        "name = \"s\"\npreset = \"tiny\"\ntask = \"number\"\n[base]\noptim.steps = 8\n\
+         data.train = 2000\ndata.test = 64\n[[axis]]\nkey = \"seed\"\nvalues = [0]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    ok(ropelab(&[
+        "sweep",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let before = ok(ropelab(&["pure-heads", "--dir", out.to_str().unwrap()]));
+    assert!(!before.contains("not read"), "{before}");
+    let job = std::fs::read_dir(out.join("jobs"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let run = job.join("run");
+    let name = "eval/step-000008-extra-0.json";
+    let path = run.join(name);
+    let mut eval: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // Forged consistently with itself: every hop and the whole split at one value.
+    let was = eval["accuracy"].as_f64().unwrap();
+    let forged = if was > 0.5 { 0.0 } else { 1.0 };
+    eval["accuracy"] = forged.into();
+    for (_, v) in eval["per_hop"].as_object_mut().unwrap() {
+        *v = forged.into();
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&eval).unwrap()).unwrap();
+    let key = ropelab_io::Ledger::load(&run).unwrap().unwrap().files[name]
+        .key
+        .clone();
+    ropelab_io::Ledger::finish(&run, name, &key).unwrap();
+    let got = ropelab(&["pure-heads", "--dir", out.to_str().unwrap()]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(text.contains("contradicts its run's files"), "{text}");
+    assert!(!text.contains(&format!("{forged:.4}")), "{text}");
+}

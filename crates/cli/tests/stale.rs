@@ -726,6 +726,110 @@ fn collect_pools_only_the_jobs_of_one_plan() {
     assert_eq!(listed.lines().count(), 1, "{listed}");
 }
 
+/// A result whose ledger entry was re-sealed over an edit passes every checksum; collect still
+/// refuses it when it contradicts itself, its run or the files its job measured, and a rerun
+/// measures the job again instead of reusing it (twenty-third pass, SWr1-6).
+#[test]
+fn a_resealed_result_must_say_what_its_run_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(20)).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&file, &out, &[]));
+    ok(ropelab(&["collect", out.to_str().unwrap()]));
+    let job = job_dir(&out);
+    let result = job.join("result.json");
+    let text = std::fs::read_to_string(&result).unwrap();
+    let truth: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let reseal = |value: &serde_json::Value| {
+        std::fs::write(&result, serde_json::to_string_pretty(value).unwrap()).unwrap();
+        ropelab_io::Ledger::finish(&job, "result.json", "job result").unwrap();
+    };
+    let accuracy = truth["test_accuracy"].as_f64().unwrap();
+    let other = if accuracy > 0.5 { 0.125 } else { 0.875 };
+    type Edit = fn(&mut serde_json::Value, f64);
+    let edits: [(&str, Edit, &str); 9] = [
+        (
+            "an impossible accuracy",
+            |v, _| v["val_accuracy"] = 1.5.into(),
+            "which is no accuracy",
+        ),
+        (
+            "a negative time",
+            |v, _| v["train_seconds"] = (-1.0).into(),
+            "which is no duration",
+        ),
+        (
+            "test accuracy beside its own evaluation",
+            |v, o| v["test_accuracy"] = o.into(),
+            "its own test evaluation says",
+        ),
+        (
+            "test accuracy and evaluation together",
+            |v, o| {
+                v["test_accuracy"] = o.into();
+                v["test"]["accuracy"]["accuracy"] = o.into();
+            },
+            "the files its job measured give",
+        ),
+        (
+            "layer types",
+            |v, _| v["layer_types"] = "SS".into(),
+            "layer_types",
+        ),
+        (
+            "a length accuracy",
+            |v, o| {
+                let first = v["length_accuracy"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .next()
+                    .unwrap()
+                    .clone();
+                v["length_accuracy"][first] = o.into();
+            },
+            "length_accuracy",
+        ),
+        (
+            "the validation accuracy",
+            |v, o| v["val_accuracy"] = o.into(),
+            "metrics.jsonl ends with",
+        ),
+        (
+            "the steps",
+            |v, _| v["steps"] = 600.into(),
+            "its run's config says 20",
+        ),
+        (
+            "the parameters",
+            |v, _| v["params"]["seed"] = "9".into(),
+            "the plan gives job",
+        ),
+    ];
+    for (what, edit, needle) in edits {
+        let mut forged = truth.clone();
+        edit(&mut forged, other);
+        reseal(&forged);
+        let got = ropelab(&["collect", out.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(
+            !got.status.success(),
+            "{what}: collected {}",
+            String::from_utf8_lossy(&got.stdout)
+        );
+        assert!(err.contains(needle), "{what}: {needle:?} not in {err}");
+    }
+    // A rerun does not answer with the forged result: it measures the job again.
+    let mut forged = truth.clone();
+    forged["layer_types"] = "SS".into();
+    reseal(&forged);
+    let rerun = ok(sweep(&file, &out, &[]));
+    assert!(!rerun.contains("1 already done"), "{rerun}");
+    assert_eq!(timeless(&result), without_times(&text));
+    ok(ropelab(&["collect", out.to_str().unwrap()]));
+}
+
 /// Copies directory `from` to `to`, recursively.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

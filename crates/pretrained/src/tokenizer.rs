@@ -206,6 +206,10 @@ pub struct GgufTokenizer {
     special: bool,
     /// The ids the post-processor puts before every text (empty without them).
     leading: Vec<u32>,
+    /// The bytes a GGUF's byte-level vocabulary has no token for: a text holding one would
+    /// lose it, so [`GgufTokenizer::encode`] refuses it (twenty-third pass, S-B). Empty for a
+    /// `tokenizer.json`, whose vocabulary is refused at load when it lacks a byte.
+    missing_bytes: Vec<u8>,
 }
 
 impl GgufTokenizer {
@@ -408,11 +412,18 @@ impl GgufTokenizer {
                 ));
             }
         }
+        let missing_bytes = byte_chars()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| !seen.contains_key(c.to_string().as_str()))
+            .map(|(b, _)| b as u8)
+            .collect();
         Ok(Self {
             inner,
             eos: ids[0].map(|e| e as u32),
             special: false,
             leading: vec![],
+            missing_bytes,
         })
     }
 
@@ -635,6 +646,7 @@ impl GgufTokenizer {
             eos,
             special: !leading.is_empty(),
             leading,
+            missing_bytes: vec![],
         })
     }
 
@@ -917,13 +929,28 @@ impl GgufTokenizer {
 
     /// Token ids of `text`: after the tokens a `tokenizer.json` post-processor puts before
     /// every text (BOS, in Llama 3's), else none (a GGUF's add_bos_token is false).
+    /// A text holding a byte the vocabulary has no token for (a GGUF's byte-level vocabulary
+    /// with a byte left out) is refused naming it, not encoded without it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self
+        let ids = self
             .inner
             .encode(text, self.special)
             .map_err(|e| PretrainedError::Tokenizer(e.to_string()))?
             .get_ids()
-            .to_vec())
+            .to_vec();
+        if !self.missing_bytes.is_empty() && self.decode(&ids)? != text {
+            let byte = text.bytes().find(|b| self.missing_bytes.contains(b));
+            return Err(PretrainedError::Tokenizer(match byte {
+                Some(b) => format!(
+                    "the text holds byte 0x{b:02x}, for which the model's byte-level \
+                     vocabulary has no token: it would be dropped from the prompt"
+                ),
+                None => "the text does not survive the model's tokenizer (encoded and \
+                         decoded, it comes back changed)"
+                    .into(),
+            }));
+        }
+        Ok(ids)
     }
 
     /// Text of token ids.

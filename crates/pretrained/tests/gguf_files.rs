@@ -18,23 +18,63 @@ const HD: usize = 16;
 const FF: usize = 64;
 const LAYERS: usize = 2;
 
-fn tokens() -> Vec<&'static str> {
-    vec![
-        "<|endoftext|>",
-        "<|im_start|>",
-        "a",
-        "b",
-        "c",
-        "ab",
-        "Ġ",
-        "Ġa",
-        "Ġab",
-        "1",
-        "2",
-        "3",
-        "x",
-        "y",
-    ]
+/// The tokens the tests' prompts and ids are made of: control tokens, a few letters, digits and
+/// merges (their embedding rows are nonzero).
+const WORDS: [&str; 14] = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "a",
+    "b",
+    "c",
+    "ab",
+    "Ġ",
+    "Ġa",
+    "Ġab",
+    "1",
+    "2",
+    "3",
+    "x",
+    "y",
+];
+
+/// The tiny vocabulary: [`WORDS`], then a token for every other byte, as a byte-level
+/// vocabulary has (a text holding a byte without one is refused, never encoded without it).
+/// Those tokens' embedding rows are zero, so the model reads and answers as with WORDS alone.
+fn tokens() -> Vec<String> {
+    let mut toks: Vec<String> = WORDS.map(String::from).to_vec();
+    for c in byte_chars() {
+        let c = c.to_string();
+        if !toks.contains(&c) {
+            toks.push(c);
+        }
+    }
+    toks
+}
+
+/// GPT-2's byte-level characters, byte 0 to 255: printable bytes stand for themselves, the
+/// others take the characters from U+0100 on, in byte order.
+fn byte_chars() -> Vec<char> {
+    let printable = |b: u32| {
+        (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b)
+    };
+    let mut next = 0x100;
+    (0..256u32)
+        .map(|b| match printable(b) {
+            true => char::from_u32(b).unwrap(),
+            false => {
+                next += 1;
+                char::from_u32(next - 1).unwrap()
+            }
+        })
+        .collect()
+}
+
+/// The token embedding of `v` tokens: [`q8_values`] rows for [`WORDS`], zero rows for the
+/// byte tokens after them.
+fn embedding(v: usize) -> Vec<f32> {
+    let mut rows = q8_values(WORDS.len(), D, 1);
+    rows.resize(v * D, 0.0);
+    rows
 }
 
 /// Values that Q4_1 represents exactly: per block of 32, m + d q with d = 1/8, m = -1 and both
@@ -97,7 +137,7 @@ fn write_edited(
         (
             "token_embd.weight".into(),
             vec![v, D],
-            q8_values(v, D, 1),
+            embedding(v),
             GgmlDType::Q8_0,
         ),
         (
@@ -288,6 +328,41 @@ fn small_files_load_exactly_and_run() {
     assert_eq!(tokenizer.encode("123").unwrap(), vec![9, 10, 11]);
     assert_eq!(tokenizer.encode("<|im_start|>a").unwrap(), vec![1, 2]);
     assert_eq!(tokenizer.decode(&[5, 8]).unwrap(), "ab ab");
+}
+
+/// A GGUF byte-level vocabulary without a token for some byte would drop that byte from every
+/// prompt: a text holding it is refused naming the byte, never encoded without it
+/// (twenty-third pass, S-B).
+#[test]
+fn a_byte_without_a_token_is_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited(dir.path(), "bytes.gguf", |meta, _| {
+        let keep: Vec<Value> = tokens()
+            .iter()
+            .map(|t| match t.as_str() {
+                "z" => Value::String("zz".into()),
+                "\u{109}" => Value::String("tabs".into()),
+                _ => Value::String(t.clone()),
+            })
+            .collect();
+        set(meta, "tokenizer.ggml.tokens", Value::Array(keep));
+    });
+    let file = ropelab_pretrained::gguf::GgufFile::open(&path).unwrap();
+    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    assert_eq!(tokenizer.encode("ab ab").unwrap(), vec![5, 8]);
+    for (text, byte) in [("a\tb", "0x09"), ("ab z", "0x7a")] {
+        let err = tokenizer.encode(text).unwrap_err().to_string();
+        assert!(
+            err.contains(byte) && err.contains("dropped"),
+            "{text:?}: {err}"
+        );
+    }
+    // With every byte, the same texts are encoded and come back whole.
+    let (_dir, _, whole) = tiny_model();
+    for text in ["a\tb", "ab z", "é\n中"] {
+        let ids = whole.encode(text).unwrap();
+        assert_eq!(whole.decode(&ids).unwrap(), text);
+    }
 }
 
 #[test]
@@ -506,7 +581,7 @@ fn quantized_decoding_equals_the_f32_model() {
         );
         assert_eq!(f32_model.generate(&prompt, 12, None).unwrap(), want);
     }
-    let n = tokens().len() as u32;
+    let n = WORDS.len() as u32;
     let ids: Vec<u32> = (0..12).map(|i| (i * 5 + 2) % n).collect();
     let full = full_forward(&f32_model, &ids); // [1, pos, vocab]
     let mut cache = KvCache::new(model.config().n_layers);
@@ -540,7 +615,7 @@ fn cached_decoding_equals_recomputing_the_whole_sequence() {
     let path = dir.path().join("tiny.gguf");
     write_model(&path);
     let model = Llama::load(&path, &Device::Cpu).unwrap();
-    let n = tokens().len() as u32;
+    let n = WORDS.len() as u32;
     for prompt in [vec![2u32], vec![2, 5, 7], vec![1, 9, 10, 11, 3, 4, 8]] {
         // Tokens: the same continuation (grouped-query attention: 2 query heads, 1 kv head).
         assert_eq!(
@@ -641,7 +716,7 @@ fn shared_prompt_heads_give_the_same_answers() {
 fn batched_suffixes_equal_one_prefill_each() {
     use ropelab_pretrained::llama::KvCache;
     let (_dir, model, _) = tiny_model();
-    let n = tokens().len() as u32;
+    let n = WORDS.len() as u32;
     let head: Vec<u32> = (0..9).map(|i| (i * 5 + 1) % n).collect();
     let suffixes: Vec<Vec<u32>> = [1usize, 6, 3, 11]
         .iter()
@@ -738,7 +813,7 @@ fn key_blocks_with_a_running_softmax_equal_one_softmax() {
     let path = dir.path().join("tiny.gguf");
     write_model(&path);
     let whole = Llama::load(&path, &Device::Cpu).unwrap();
-    let n = tokens().len() as u32;
+    let n = WORDS.len() as u32;
     let ids: Vec<u32> = (0..40).map(|i| (i * 11 + 5) % n).collect();
     let logits = |model: &Llama, chunk: usize| -> Vec<f32> {
         let mut cache = KvCache::new(model.config().n_layers);
@@ -781,7 +856,7 @@ fn the_hooked_forward_in_key_blocks_matches_the_full_patterns() {
     write_model(&path);
     let whole = Llama::load(&path, &Device::Cpu).unwrap();
     let layers = whole.config().n_layers;
-    let n = tokens().len() as u32;
+    let n = WORDS.len() as u32;
     // Two rows, so the bounded path runs batched.
     let ids: Vec<u32> = (0..2 * 40).map(|i| (i * 7 + 3) % n).collect();
     let ids = Tensor::from_vec(ids, (2, 40), &Device::Cpu).unwrap();
@@ -827,7 +902,8 @@ fn a_prompt_beyond_the_context_is_refused_in_one_line() {
         assert!(!text.contains('\n'), "{text}");
     }
     assert!(shared.answers("a b", "a").is_ok());
-    // The accuracy table names the size whose prompts do not fit (thirteenth pass, U1).
+    // The accuracy table names the size whose prompts do not fit (thirteenth pass, U1): with
+    // one token per byte, already the smallest letter prompt exceeds the tiny context.
     let err = ropelab_pretrained::tasks::accuracy_table(
         &model,
         &tokenizer,
@@ -840,7 +916,7 @@ fn a_prompt_beyond_the_context_is_refused_in_one_line() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("size 200 of the letter task: a prompt of")
+        err.contains("size 1 of the letter task: a prompt of")
             && err.contains("exceeds the model's context of 256"),
         "{err}"
     );
@@ -869,7 +945,7 @@ fn the_fused_forward_equals_the_candle_ops_on_every_cached_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("quantized.gguf");
     write_model_with(&path, GgmlDType::Q8_0);
-    let n = tokens().len() as u32;
+    let n = WORDS.len() as u32;
     let ids: Vec<u32> = (0..15).map(|i| (i * 5 + 2) % n).collect();
     let suffixes: Vec<Vec<u32>> = (0..3)
         .map(|r| (0..r + 2).map(|i| (i * 3 + r * 7 + 1) % n).collect())
@@ -918,7 +994,7 @@ fn bf16_suffix_batches_equal_bf16_prefills() {
     let model = model.with_precision(Precision::Bf16).unwrap();
     assert_eq!(model.precision(), Precision::Bf16);
     assert!(model.packed_bytes() > 0);
-    let n = tokens().len() as u32;
+    let n = WORDS.len() as u32;
     let head: Vec<u32> = (0..9).map(|i| (i * 5 + 1) % n).collect();
     let suffixes: Vec<Vec<u32>> = [1usize, 6, 3]
         .iter()
@@ -1394,7 +1470,7 @@ fn tokenizer_keys_ropelab_would_ignore_are_refused() {
         (
             "tokenizer.ggml.token_type",
             Value::Array(vec![Value::I32(1); 3]),
-            "3 entries for 14 tokens",
+            "3 entries for 261 tokens",
         ),
     ] {
         let err = refusal(&with_key(dir.path(), key, value), key);

@@ -127,6 +127,14 @@ pub fn results(out: &Path) -> Result<Vec<JobResult>> {
                  before results were recorded in the job's {LEDGER}): rerun the sweep, which \
                  measures the job again"
             ));
+        } else if let Some(planned) = plan.jobs.get(dir) {
+            let run = planned.run_dir(out, dir);
+            if let Some(c) = r.contradiction(&run, &planned.measure)? {
+                why.push(format!(
+                    "{dir}/{RESULT} contradicts itself or its run: {c} (a result edited and its \
+                     ledger re-sealed; rerun the sweep, which measures the job again)"
+                ));
+            }
         }
     }
     if !why.is_empty() {

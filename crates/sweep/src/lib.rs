@@ -6,6 +6,7 @@
 //! with means over seeds ([`collect`]).
 
 pub mod collect;
+mod consistent;
 pub mod estimate;
 pub mod local;
 pub mod measure;

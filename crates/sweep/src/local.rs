@@ -331,8 +331,18 @@ pub fn job_state(job: &Job, out: &Path) -> Result<JobState> {
             // under its old result (eighth pass, a182).
             let finished =
                 RunDir::new(&run).latest_checkpoint().ok() == Some(job.config.optim.steps);
+            // A result whose numbers its run's files do not give (edited, its ledger entry
+            // re-sealed) is measured again, never reused (twenty-third pass, SWr).
+            let agrees = |r: &JobResult| -> Result<bool> {
+                let settings = r.measure.clone().unwrap_or_default();
+                Ok(r.contradiction(&run, &settings)?.is_none())
+            };
             return Ok(
-                if finished && measurement_intact(&run)? && result_vouched(&out.join(&job.dir))? {
+                if finished
+                    && measurement_intact(&run)?
+                    && result_vouched(&out.join(&job.dir))?
+                    && agrees(r)?
+                {
                     JobState::Done(Box::new(r.clone()))
                 } else {
                     JobState::Started

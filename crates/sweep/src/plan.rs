@@ -30,6 +30,10 @@ pub struct Planned {
     pub config_sha256: String,
     /// The measurement it was asked for ([`MeasureOptions::settings`]).
     pub measure: BTreeMap<String, String>,
+    /// Its run directory relative to the output directory (`/`-separated; absent in plans
+    /// written before it was recorded: then `<dir>/run` where that exists, else `<dir>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 /// What an output directory's jobs are.
@@ -47,6 +51,17 @@ pub fn dir_key(dir: &Path) -> String {
         .map(|c| c.as_os_str().to_string_lossy())
         .collect::<Vec<_>>()
         .join("/")
+}
+
+impl Planned {
+    /// The job's run directory under `out`, whose job directory is `dir` ([`Planned::run`]).
+    pub fn run_dir(&self, out: &Path, dir: &str) -> std::path::PathBuf {
+        match &self.run {
+            Some(run) => out.join(run),
+            None if out.join(dir).join("run").is_dir() => out.join(dir).join("run"),
+            None => out.join(dir),
+        }
+    }
 }
 
 impl Plan {
@@ -67,6 +82,7 @@ impl Plan {
                             .collect(),
                         config_sha256: j.config.digest(),
                         measure: settings.clone(),
+                        run: Some(dir_key(&j.run)),
                     };
                     (dir_key(&j.dir), planned)
                 })
@@ -235,6 +251,12 @@ impl Plan {
                 "{dir}/result.json is job {}'s result, but the plan puts job {} there (a job \
                  copied under another directory name)",
                 result.id, planned.id
+            ));
+        }
+        if result.params != planned.params {
+            return Some(format!(
+                "{dir}/result.json says parameters {:?}, the plan gives job {} {:?}",
+                result.params, planned.id, planned.params
             ));
         }
         if result.config_sha256.as_deref() != Some(planned.config_sha256.as_str()) {

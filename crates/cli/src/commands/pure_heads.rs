@@ -46,7 +46,17 @@ pub fn run(args: PureHeadsArgs) -> Result<()> {
     if let Some(out) = &args.out {
         ropelab_io::refuse_listed(out, None)?;
     }
-    let found = collect(&args.dir, args.gamma)?;
+    let mut found = collect(&args.dir, args.gamma)?;
+    // A run whose job result says other numbers than its measured files (one of them edited
+    // and its ledger re-sealed) is not read (twenty-third pass, PH3).
+    let mut kept = vec![];
+    for row in std::mem::take(&mut found.rows) {
+        match contradicted(&args.dir.join(&row.run))? {
+            Some(why) => found.skipped.push((row.run.clone(), why)),
+            None => kept.push(row),
+        }
+    }
+    found.rows = kept;
     if found.rows.is_empty() {
         // Runs that were found but not read say why (tenth pass, U1).
         if let Some((run, why)) = found.skipped.first() {
@@ -119,4 +129,28 @@ pub fn run(args: PureHeadsArgs) -> Result<()> {
     .with_context(|| format!("cannot write {}", svg.display()))?;
     println!("wrote {} and {}", out.display(), svg.display());
     Ok(())
+}
+
+/// Why the job result beside the run in `run` (its own `result.json`, or its job directory's
+/// one level up, as a sweep lays them out) contradicts the run's measured files, or None
+/// when it agrees or there is none.
+fn contradicted(run: &std::path::Path) -> Result<Option<String>> {
+    let beside = [Some(run), run.parent().filter(|_| run.ends_with("run"))];
+    for dir in beside.into_iter().flatten() {
+        let path = dir.join(ropelab_sweep::local::RESULT);
+        let Some(result) = ropelab_sweep::local::read_result(&path)? else {
+            continue;
+        };
+        // A result from before settings were recorded is measured again by its next rerun.
+        let Some(settings) = result.measure.clone() else {
+            continue;
+        };
+        if let Some(why) = result.contradiction(run, &settings)? {
+            return Ok(Some(format!(
+                "{} contradicts its run's files: {why}",
+                path.display()
+            )));
+        }
+    }
+    Ok(None)
 }

@@ -3,7 +3,6 @@
 //! conflict split show (`conflict.csv`), and with `heads` every head's swap scores and type on
 //! agree test samples (`heads.csv`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
@@ -16,7 +15,7 @@ use ropelab_model::GptJ;
 use ropelab_tasks::ambiguous::Kind;
 use ropelab_tasks::Split;
 use ropelab_train::ambiguous_data::{conflict_mechanisms, AmbiguousInputs, MechanismFractions};
-use ropelab_train::lengths::accuracy_at_lengths;
+use ropelab_train::lengths::{accuracy_at_lengths, LengthAccuracy};
 use ropelab_train::{RunConfig, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
@@ -73,24 +72,28 @@ pub fn measure(
     write_lengths(run, &rows)?;
     let conflict = conflict_mechanisms(model, &task, config.seed, options.per_length, EVAL_MEMORY)?;
     write_run_csv(run, "conflict.csv", &[conflict])?;
-    let mut layer_types = None;
+    let mut heads = None;
     if options.heads {
-        let heads = score(model, &task, config.seed)?;
-        layer_types = Some(letters(&heads));
-        write_run_csv(run, "heads.csv", &heads)?;
+        let scored = score(model, &task, config.seed)?;
+        write_run_csv(run, "heads.csv", &scored)?;
+        heads = Some(scored);
     }
-    let test_accuracy = rows
-        .iter()
-        .find(|r| r.length == items)
-        .map(|r| r.accuracy());
-    let length_accuracy: BTreeMap<usize, f64> =
-        rows.iter().map(|r| (r.length, r.accuracy())).collect();
-    Ok(Measured {
-        test_accuracy,
-        length_accuracy,
-        layer_types,
+    Ok(summary(&rows, items, heads.as_deref()))
+}
+
+/// What an ambiguous job's result records of its `lengths.csv` rows (`items` its training
+/// length) and, when measured, its `heads.csv`: test accuracy at the training length, the
+/// accuracy at every tested length and the heads' types in letters.
+pub fn summary(rows: &[LengthAccuracy], items: usize, heads: Option<&[AmbiguousHead]>) -> Measured {
+    Measured {
+        test_accuracy: rows
+            .iter()
+            .find(|r| r.length == items)
+            .map(|r| r.accuracy()),
+        length_accuracy: rows.iter().map(|r| (r.length, r.accuracy())).collect(),
+        layer_types: heads.map(letters),
         ..Measured::default()
-    })
+    }
 }
 
 /// Reads a run's `conflict.csv`.

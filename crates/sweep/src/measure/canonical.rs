@@ -12,7 +12,7 @@ use ropelab_analysis::Captured;
 
 use ropelab_model::{GptJ, PlaneMode, PositionEncoding};
 use ropelab_tasks::{CanonicalKind, CanonicalTask, Split};
-use ropelab_train::canonical_data::accuracy_by_position;
+use ropelab_train::canonical_data::{accuracy_by_position, PositionAccuracy};
 use ropelab_train::{RunConfig, EVAL_MEMORY};
 use serde::{Deserialize, Serialize};
 
@@ -41,9 +41,7 @@ pub fn measure(
         EVAL_MEMORY,
     )?;
     super::write_run_csv(run, "per_position.csv", &positions)?;
-    let n: usize = positions.iter().map(|r| r.n).sum();
-    let correct: usize = positions.iter().map(|r| r.correct).sum();
-    let accuracy = correct as f64 / n.max(1) as f64;
+    let accuracy = pooled(&positions);
     if options.heads {
         let PositionEncoding::Rope {
             base,
@@ -83,10 +81,23 @@ pub fn measure(
             serde_json::to_string_pretty(&report)?.as_bytes(),
         )?;
     }
-    Ok(Measured {
-        test_accuracy: Some(accuracy),
+    Ok(summary(&positions))
+}
+
+/// Test accuracy pooled over a canonical job's `per_position.csv` rows.
+fn pooled(positions: &[PositionAccuracy]) -> f64 {
+    let n: usize = positions.iter().map(|r| r.n).sum();
+    let correct: usize = positions.iter().map(|r| r.correct).sum();
+    correct as f64 / n.max(1) as f64
+}
+
+/// What a canonical job's result records of its `per_position.csv` rows: the pooled test
+/// accuracy.
+pub fn summary(positions: &[PositionAccuracy]) -> Measured {
+    Measured {
+        test_accuracy: Some(pooled(positions)),
         ..Measured::default()
-    })
+    }
 }
 
 /// What one trained head does (a run's `head.json`).

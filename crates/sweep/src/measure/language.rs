@@ -56,22 +56,29 @@ pub fn measure(
     if options.heads {
         heads(model, config, &samples, &rows, run)?;
     }
+    Ok(summary(&rows, hi))
+}
+
+/// What a language job's result records of its `lengths.csv` rows (`hi` its longest training
+/// length): test accuracy pooled over the training lengths, the accuracy at hi, 1.25 hi,
+/// 1.5 hi and [`LANGUAGE_REACH`] x hi, and N*.
+pub fn summary(rows: &[LengthAccuracy], hi: usize) -> Measured {
     let marks = [
         hi,
         hi + (hi / 4).max(1),
         hi + (hi / 2).max(1),
         LANGUAGE_REACH * hi,
     ];
-    Ok(Measured {
+    Measured {
         test_accuracy: Some(pooled(rows.iter().filter(|r| r.length <= hi))),
         length_accuracy: rows
             .iter()
             .filter(|r| marks.contains(&r.length))
             .map(|r| (r.length, r.accuracy()))
             .collect(),
-        n_star: Some(n_star(&rows, hi)),
+        n_star: Some(n_star(rows, hi)),
         ..Measured::default()
-    })
+    }
 }
 
 /// Every head's fit to MOD_m^r for each period of [`PERIODS`], read on [`HEAD_STRINGS`] test

@@ -206,6 +206,80 @@ pub fn measure(
     }
 }
 
+/// What the run in `run` (config `config`) measured under `settings` ([`MeasureOptions::settings`]),
+/// as its ledger vouches for it: derived from the files its measurement wrote, each read only
+/// while the ledger vouches for it, exactly as [`measure`] derives its result from them.
+/// Nothing is computed or written: a file missing, unfinished or changed is an error naming
+/// it. A job's `result.json` must say what this says ([`crate::local::JobResult::contradiction`]).
+pub fn recorded(
+    run: &Path,
+    config: &RunConfig,
+    settings: &BTreeMap<String, String>,
+) -> Result<Measured> {
+    let setting = |name: &str| {
+        settings.get(name).ok_or_else(|| SweepError::Job {
+            id: run.display().to_string(),
+            message: format!("the measurement settings have no `{name}`"),
+        })
+    };
+    let lengths = || read_run_lengths(run, None, false);
+    Ok(match config.task {
+        TaskKind::Number | TaskKind::Letter => {
+            let gamma = setting("gamma")?;
+            let gamma = gamma
+                .strip_prefix("Gamma(")
+                .and_then(|g| g.strip_suffix(')'))
+                .and_then(|g| g.parse::<f64>().ok())
+                .and_then(|g| ropelab_analysis::lens::purity::Gamma::new(g).ok())
+                .ok_or_else(|| SweepError::Job {
+                    id: run.display().to_string(),
+                    message: format!("the measurement setting gamma = {gamma} is no tolerance"),
+                })?;
+            multi_hop::recorded(run, setting("score")?, setting("length")?, gamma)?
+        }
+        TaskKind::Language => {
+            let hi = config.language.as_ref().map_or(0, |l| l.lengths[1]);
+            language::summary(&lengths()?, hi)
+        }
+        TaskKind::Offset => {
+            let hi = config.offset.as_ref().map_or(0, |o| o.lengths[1]);
+            offset::summary(&lengths()?, hi)
+        }
+        TaskKind::Ambiguous => {
+            let items = match config.ambiguous.as_ref().map(|a| a.task()) {
+                Some(Ok(task)) => task.items(),
+                _ => 0,
+            };
+            let heads = match setting("heads")?.as_str() {
+                "true" => Some(read_run_csv::<ambiguous::AmbiguousHead>(run, "heads.csv")?),
+                _ => None,
+            };
+            ambiguous::summary(&lengths()?, items, heads.as_deref())
+        }
+        TaskKind::Canonical => canonical::summary(&read_run_csv(run, "per_position.csv")?),
+    })
+}
+
+/// `file` of `run` read with `read` while the run's ledger vouches for it under `key`, else an
+/// error naming the file and why ([`recorded`]).
+pub(crate) fn vouched<T>(
+    run: &Path,
+    file: &str,
+    key: &str,
+    read: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    let why = match Ledger::check(run, file, key).map_err(|e| io(&run.join(LEDGER), e))? {
+        Standing::Own => return read(&run.join(file)),
+        Standing::Absent => "is missing".to_string(),
+        Standing::Pending => "was being measured when its job stopped".to_string(),
+        Standing::Foreign(why) => why,
+    };
+    Err(SweepError::Job {
+        id: run.display().to_string(),
+        message: format!("{}: {why}", run.join(file).display()),
+    })
+}
+
 /// Records the run's training log (`metrics.jsonl`, which the verdicts read) in its ledger under
 /// the key of its last checkpoint, when the ledger does not list it yet (a run measured before
 /// the log was recorded gets it at its next measurement); a log the ledger lists must be the

@@ -20,7 +20,7 @@ use ropelab_analysis::measure::lengthgen::{self, length_generalisation, LengthRo
 use ropelab_analysis::measure::probe::{probe_run, ProbeRow, PROBES_FILE};
 use ropelab_io::{write_atomic, Ledger, Progress, LEDGER};
 use ropelab_tasks::TaskKind;
-use ropelab_train::eval::eval_checkpoint;
+use ropelab_train::eval::{eval_checkpoint, EvalReport};
 use ropelab_train::RunDir;
 use ropelab_train::EVAL_MEMORY;
 
@@ -97,15 +97,52 @@ pub fn multi_hop(
         ablation_file(run, &scores, n, options.gamma, label, progress, device)?;
     }
     Ok(Measured {
+        score_seconds,
+        length_seconds,
+        ..summary(test, &scores, &lengths, options.gamma)
+    })
+}
+
+/// What a number/letter job's result records of its test-split evaluation, its `scores.jsonl`
+/// (the layer types at `gamma`) and its `lengthgen.csv` rows.
+pub fn summary(
+    test: EvalReport,
+    scores: &[HeadStep],
+    lengths: &[LengthRow],
+    gamma: Gamma,
+) -> Measured {
+    Measured {
         test_accuracy: Some(test.accuracy.accuracy),
         per_hop: test.accuracy.per_hop.clone(),
-        layer_types: Some(layer_types(&scores, options.gamma)),
+        layer_types: Some(layer_types(scores, gamma)),
         length_accuracy: lengths.iter().map(|r| (r.length, r.accuracy)).collect(),
         n_star: None,
         test: Some(test),
-        score_seconds,
-        length_seconds,
-    })
+        ..Measured::default()
+    }
+}
+
+/// The measurement of the number/letter run in `run` as its ledger vouches for it, with
+/// settings `score_key` and `length_key` ([`keys::scores`], [`keys::lengths`]) and layer types
+/// at `gamma`: its test split at the latest checkpoint, `scores.jsonl` and `lengthgen.csv`,
+/// each read only when the ledger vouches for it (else an error naming the file). Nothing is
+/// computed or written.
+pub fn recorded(run: &Path, score_key: &str, length_key: &str, gamma: Gamma) -> Result<Measured> {
+    let step = RunDir::new(run).latest_checkpoint()?;
+    let eval_file = format!("eval/step-{step:06}-extra-0.json");
+    let test: EvalReport = super::vouched(run, &eval_file, &keys::test_split(step), |p| {
+        let text = std::fs::read_to_string(p).map_err(|e| io(p, e))?;
+        read_eval(&text).map_err(|e| crate::SweepError::Job {
+            id: run.display().to_string(),
+            message: format!("{} is not a test-split evaluation: {e}", p.display()),
+        })
+    })?;
+    let scores = super::vouched(run, "scores.jsonl", score_key, read_scores)?;
+    let lengths = super::vouched(run, "lengthgen.csv", length_key, |p| {
+        let text = std::fs::read_to_string(p).map_err(|e| io(p, e))?;
+        Ok(lengthgen::from_csv(&text, &p.display().to_string())?)
+    })?;
+    Ok(summary(test, &scores, &lengths, gamma))
 }
 
 /// Measures the hop map of the number-task run in `run` at its latest checkpoint on `n` test
@@ -207,6 +244,32 @@ pub fn ablation_file(
         progress,
         |p| Ok(ablate_run(run, &grid, &options, device, p)?.rows),
     )
+}
+
+/// A test-split evaluation from its file's JSON text (its accuracy flattened beside the
+/// step, the extension, the length and the run, as [`EvalReport`] writes it).
+fn read_eval(text: &str) -> serde_json::Result<EvalReport> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        step: usize,
+        extra: usize,
+        seq_len: usize,
+        run: String,
+    }
+    let mut value: serde_json::Value = serde_json::from_str(text)?;
+    let head: Head = serde_json::from_value(value.clone())?;
+    if let Some(map) = value.as_object_mut() {
+        for key in ["step", "extra", "seq_len", "run"] {
+            map.remove(key);
+        }
+    }
+    Ok(EvalReport {
+        step: head.step,
+        extra: head.extra,
+        seq_len: head.seq_len,
+        accuracy: serde_json::from_value(value)?,
+        run: head.run,
+    })
 }
 
 /// The latest checkpoint of the run in `run` when it is a number-task run (None otherwise).

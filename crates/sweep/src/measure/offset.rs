@@ -62,6 +62,13 @@ pub fn measure(
         let tested: Vec<usize> = rows.iter().map(|r| r.length).collect();
         measure_mechanisms(model, config, &task, &tested, &rows, run)?;
     }
+    Ok(summary(&rows, hi))
+}
+
+/// What an offset job's result records of its `lengths.csv` rows (`hi` its longest training
+/// length): test accuracy pooled over the training lengths, the accuracy at hi and at every
+/// tested length beyond it.
+pub fn summary(rows: &[LengthAccuracy], hi: usize) -> Measured {
     let trained = || rows.iter().filter(|r| r.length <= hi);
     let mut length_accuracy: BTreeMap<usize, f64> = rows
         .iter()
@@ -69,11 +76,11 @@ pub fn measure(
         .map(|r| (r.length, r.accuracy()))
         .collect();
     length_accuracy.insert(hi, trained().next_back().map_or(0.0, |r| r.accuracy()));
-    Ok(Measured {
+    Measured {
         test_accuracy: Some(pooled(trained())),
         length_accuracy,
         ..Measured::default()
-    })
+    }
 }
 
 /// The mechanisms of one run (docs/offset.md, "Mechanisms"): `run.csv` (equivariance, the
