@@ -93,6 +93,15 @@ fn a_study_per_head_count_runs_each_and_compares_them() {
     refused(&["report", r], "config.toml");
     std::fs::write(&sub_config, kept).unwrap();
     ok(ropelab(&["report", r]));
+    // collect names what each directory is: the root is a study per head count, a model's own
+    // folder a run (twenty-third pass, UNCLEAR).
+    refused(
+        &["collect", r],
+        "is a study per head count (heads-1, heads-4)",
+    );
+    let model = run.join("heads-4/seed-3/letter");
+    refused(&["collect", model.to_str().unwrap()], "is a run directory");
+    ok(ropelab(&["collect", run.join("heads-4").to_str().unwrap()]));
     // A rerun reuses everything; another config in the same directory is refused.
     ok(ropelab(&args));
     std::fs::write(&config, HEADS_STUDY.replace("[1, 4]", "[1, 2]")).unwrap();
@@ -108,6 +117,11 @@ fn bad_head_counts_are_one_line_errors() {
         ("[2, 2]", "n_heads lists 2 twice"),
         ("[]", "n_heads must list at least one head count"),
         ("3", "must be a positive multiple of n_heads 3"),
+        // Values of another kind name the key and what it takes (twenty-third pass).
+        ("-1", "n_heads: expected a whole number of heads"),
+        ("2.5", "n_heads: expected a whole number of heads"),
+        ("\"two\"", "n_heads: expected a whole number of heads"),
+        ("[2, \"x\"]", "or a list of them"),
     ] {
         std::fs::write(&config, HEADS_STUDY.replace("[1, 4]", counts)).unwrap();
         refused(&["reproduce", "--config", config.to_str().unwrap()], needle);

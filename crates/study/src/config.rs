@@ -194,13 +194,37 @@ pub struct StudyTrain {
 
 /// Heads per block in a study's `[train]` table: `n_heads = 2`, or `n_heads = [2, 4]` for one
 /// study per count.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum HeadCounts {
     /// One count: the study itself.
     One(usize),
     /// Several counts: one study per count, in `DIR/heads-H/`.
     Many(Vec<usize>),
+}
+
+impl<'de> Deserialize<'de> for HeadCounts {
+    /// One count or a list of counts, else an error saying so (not serde's "did not match any
+    /// variant of untagged enum"; twenty-third pass, UNCLEAR).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            One(usize),
+            Many(Vec<usize>),
+        }
+        Either::deserialize(d)
+            .map(|e| match e {
+                Either::One(h) => HeadCounts::One(h),
+                Either::Many(h) => HeadCounts::Many(h),
+            })
+            .map_err(|_| {
+                serde::de::Error::custom(
+                    "n_heads: expected a whole number of heads (n_heads = 2) or a list of them \
+                     (n_heads = [1, 2, 4])",
+                )
+            })
+    }
 }
 
 impl StudyTrain {

@@ -435,6 +435,40 @@ pub fn vouch_collected(path: &Path) -> std::result::Result<(), String> {
     }
 }
 
+/// What `out`, a directory without a plan, is when it is something collect does not merge: a
+/// run (one trained model), a study per head count (its `heads-H/` studies are collected one by
+/// one) or an experiment's directory (its tables in its ledger, merged already).
+fn not_a_job_directory(out: &Path) -> Result<Option<String>> {
+    if out.join("config.toml").is_file() && out.join("checkpoints").is_dir() {
+        return Ok(Some(
+            "a run directory (one trained model; its job's result, when a sweep or study ran \
+             it, is collected from the sweep's or study's directory)"
+                .into(),
+        ));
+    }
+    let heads: Vec<String> = subdirs(out)?
+        .iter()
+        .filter(|d| d.join(PLAN).is_file())
+        .filter_map(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("heads-"))
+        .collect();
+    if let Some(first) = heads.first() {
+        return Ok(Some(format!(
+            "a study per head count ({}): collect each of them (e.g. {})",
+            heads.join(", "),
+            out.join(first).display()
+        )));
+    }
+    if out.join(ropelab_io::LEDGER).is_file() {
+        return Ok(Some(format!(
+            "an experiment's directory ({} lists its tables, which are its merged results \
+             already)",
+            ropelab_io::LEDGER
+        )));
+    }
+    Ok(None)
+}
+
 /// Writes `out/collected/{jobs.csv, jobs.jsonl, summary.csv, lengths.csv}` (and
 /// `unfinished.txt`, one job directory per line, when some planned or started jobs have no
 /// result yet: the tables then count only the finished ones); returns the results. A directory
@@ -444,16 +478,16 @@ pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
     let all = results(out)?;
     // An experiment's directory (`offset`, `languages`, `canonical`, `bias`: its tables in its
     // ledger, no plan) has its tables already; collect merges a sweep's or study's jobs.
-    if all.is_empty() && out.join(ropelab_io::LEDGER).is_file() && !out.join(PLAN).is_file() {
-        return Err(SweepError::Job {
-            id: "collect".into(),
-            message: format!(
-                "{} is an experiment's directory ({} lists its tables, which are its merged \
-                 results already): collect merges the jobs of a sweep or a study; nothing written",
-                out.display(),
-                ropelab_io::LEDGER
-            ),
-        });
+    if all.is_empty() && !out.join(PLAN).is_file() {
+        if let Some(what) = not_a_job_directory(out)? {
+            return Err(SweepError::Job {
+                id: "collect".into(),
+                message: format!(
+                    "{} is {what}: collect merges the jobs of a sweep or a study; nothing written",
+                    out.display()
+                ),
+            });
+        }
     }
     if all.is_empty() {
         return Err(SweepError::Job {
