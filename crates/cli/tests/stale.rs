@@ -292,6 +292,15 @@ fn a_study_reads_only_the_files_it_measured() {
         study.to_str().unwrap(),
     ];
     ok(ropelab(&reproduce));
+    // A study given where a run is expected is named as one (twenty-fourth pass, UNCLEAR).
+    let s = study.to_str().unwrap();
+    for args in [
+        vec!["eval", "--run", s],
+        vec!["score", "--run", s],
+        vec!["attention", "--run", s],
+    ] {
+        refused(&args, "is a study's or sweep's directory");
+    }
     // The config the report shows is the one the study ran: edited after it, it is refused
     // (fifteenth pass, S-2).
     let toml = std::fs::read_to_string(study.join("config.toml")).unwrap();
@@ -820,6 +829,33 @@ fn a_resealed_result_must_say_what_its_run_says() {
         );
         assert!(err.contains(needle), "{what}: {needle:?} not in {err}");
     }
+    // A length-test row its settings never asked for, added to lengthgen.csv with both the
+    // table and the result re-sealed to match (twenty-fourth pass, S).
+    let run = job.join("run");
+    let table = run.join("lengthgen.csv");
+    let rows = std::fs::read_to_string(&table).unwrap();
+    let last = rows.lines().last().unwrap();
+    let cells: Vec<&str> = last.split(',').collect();
+    let mut added: Vec<String> = cells.iter().map(|c| c.to_string()).collect();
+    added[1] = "32".into();
+    added[2] =
+        (cells[2].parse::<usize>().unwrap() - cells[1].parse::<usize>().unwrap() + 32).to_string();
+    std::fs::write(&table, format!("{rows}{}\n", added.join(","))).unwrap();
+    let key = ropelab_io::Ledger::load(&run).unwrap().unwrap().files["lengthgen.csv"]
+        .key
+        .clone();
+    ropelab_io::Ledger::finish(&run, "lengthgen.csv", &key).unwrap();
+    let mut forged = truth.clone();
+    forged["length_accuracy"][&added[2]] = serde_json::json!(cells[4].parse::<f64>().unwrap());
+    reseal(&forged);
+    let got = ropelab(&["collect", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(
+        !got.status.success() && err.contains("its job measures"),
+        "{err}"
+    );
+    std::fs::write(&table, &rows).unwrap();
+    ropelab_io::Ledger::finish(&run, "lengthgen.csv", &key).unwrap();
     // A rerun does not answer with the forged result: it measures the job again.
     let mut forged = truth.clone();
     forged["layer_types"] = "SS".into();

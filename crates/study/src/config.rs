@@ -557,7 +557,8 @@ impl StudyConfig {
     }
 
     /// Fails when `out` already holds a study whose config differs from this one in anything
-    /// but its seeds (adding seeds to a study reuses the finished ones). Checked before the
+    /// but its seeds (adding seeds to a study reuses the finished ones; dropping one is refused).
+    /// Checked before the
     /// study writes anything, so a refused rerun leaves the existing study untouched.
     pub fn check_matches_existing(&self, out: &Path) -> Result<()> {
         // A sweep's directory is not a study's: its plan would pool sweep jobs with models.
@@ -574,6 +575,23 @@ impl StudyConfig {
             return Ok(());
         }
         let mut existing = Self::load(&path)?;
+        // Seeds may be added, never dropped: the study's claims and its collected tables would
+        // then cover other seeds than the models it holds (twenty-fourth pass).
+        let dropped: Vec<u64> = existing
+            .seeds
+            .iter()
+            .filter(|s| !self.seeds.contains(s))
+            .copied()
+            .collect();
+        anyhow::ensure!(
+            dropped.is_empty(),
+            "{} holds a study of seeds {:?}; these seeds {:?} would leave out {:?}, whose models \
+             it holds: give every seed it has (more may be added), or choose another --out",
+            out.display(),
+            existing.seeds,
+            self.seeds,
+            dropped
+        );
         existing.seeds = self.seeds.clone();
         if existing == *self {
             return Ok(());
@@ -642,6 +660,24 @@ fn first_difference(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seeds_may_be_added_to_a_study_never_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut study = StudyConfig::embedded(false);
+        study.seeds = vec![0, 1];
+        std::fs::write(dir.path().join("config.toml"), study.to_toml()).unwrap();
+        let with = |seeds: &[u64]| {
+            let mut c = study.clone();
+            c.seeds = seeds.to_vec();
+            c.check_matches_existing(dir.path())
+        };
+        assert!(with(&[0, 1]).is_ok());
+        assert!(with(&[0, 1, 2]).is_ok());
+        let err = with(&[1]).unwrap_err().to_string();
+        assert!(err.contains("would leave out [0]"), "{err}");
+        assert!(with(&[1, 2]).is_err());
+    }
 
     #[test]
     fn the_first_changed_setting_is_named() {

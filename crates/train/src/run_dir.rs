@@ -145,6 +145,16 @@ impl RunDir {
                 "has no config.toml: not a ropelab run",
             ));
         }
+        // A study's or sweep's directory has a config.toml of its own (and a plan of its jobs):
+        // named for what it is, not left to the run config's parse error (twenty-fourth pass).
+        if !dir.checkpoints_dir().is_dir() && dir.root.join("plan.json").is_file() {
+            return Err(TrainError::run_dir(
+                &dir.root,
+                "is a study's or sweep's directory (it holds plan.json, the list of its jobs), not \
+                 a run: give one of its runs (a folder with checkpoints/, e.g. seed-S/number in a \
+                 study)",
+            ));
+        }
         let config = RunConfig::load(&dir.config_path())?;
         Ok((dir, config))
     }

@@ -26,6 +26,29 @@ pub fn lengths(l: &LengthOptions) -> String {
     )
 }
 
+/// The extension tokens, samples and step a [`lengths`] key names (None for a text it never
+/// writes).
+pub fn parse_lengths(key: &str) -> Option<(Vec<usize>, Option<usize>, Option<usize>)> {
+    let rest = key.strip_prefix("length test: extras [")?;
+    let (extras, rest) = rest.split_once("], samples ")?;
+    let (samples, step) = rest.split_once(", step ")?;
+    let extras = extras
+        .split(", ")
+        .filter(|e| !e.is_empty())
+        .map(str::parse)
+        .collect::<Result<Vec<usize>, _>>()
+        .ok()?;
+    let option = |text: &str| -> Option<Option<usize>> {
+        match text {
+            "None" => Some(None),
+            s => Some(Some(
+                s.strip_prefix("Some(")?.strip_suffix(')')?.parse().ok()?,
+            )),
+        }
+    };
+    Some((extras, option(samples)?, option(step)?))
+}
+
 /// `attention/step-S-sample-0.json`: the attention viewer's file of checkpoint `step`.
 pub fn attention(step: usize) -> String {
     format!("attention of step {step} on test input 0")
@@ -88,4 +111,25 @@ pub fn run_table(file: &str) -> String {
 /// the folder that holds them when the study writes them.
 pub fn study_table(stage: &str) -> String {
     format!("{stage} tables written by the study")
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn a_length_key_reads_back_as_written() {
+        for (extras, samples, step) in
+            [(vec![0, 16, 64], Some(256), Some(4)), (vec![0], None, None)]
+        {
+            let key = lengths(&LengthOptions {
+                extras: extras.clone(),
+                samples,
+                step,
+                memory: 1,
+            });
+            assert_eq!(parse_lengths(&key), Some((extras, samples, step)));
+        }
+        assert_eq!(parse_lengths("length test: extras [x]"), None);
+    }
 }

@@ -58,11 +58,7 @@ pub fn measure(
         .expect("a checked ambiguous run has [ambiguous]");
     let task = data.task()?;
     let items = task.items();
-    let lengths: Vec<usize> = match &options.lengths {
-        Some(l) => l.clone(),
-        None => AMBIGUOUS_SCALES.iter().map(|s| s * items).collect(),
-    };
-    let plan: Vec<(usize, usize)> = lengths.iter().map(|&n| (n, options.per_length)).collect();
+    let plan = plan(items, options.per_length, options.lengths.as_deref());
     let inputs = AmbiguousInputs {
         task: task.clone(),
         seed: config.seed,
@@ -79,6 +75,16 @@ pub fn measure(
         heads = Some(scored);
     }
     Ok(summary(&rows, items, heads.as_deref()))
+}
+
+/// The (length, samples) an ambiguous job tests: `per_length` agree samples at each of
+/// `lengths` (items; default [`AMBIGUOUS_SCALES`] x the training `items`).
+pub fn plan(items: usize, per_length: usize, lengths: Option<&[usize]>) -> Vec<(usize, usize)> {
+    let lengths: Vec<usize> = match lengths {
+        Some(l) => l.to_vec(),
+        None => AMBIGUOUS_SCALES.iter().map(|s| s * items).collect(),
+    };
+    lengths.iter().map(|&n| (n, per_length)).collect()
 }
 
 /// What an ambiguous job's result records of its `lengths.csv` rows (`items` its training

@@ -38,15 +38,8 @@ pub fn measure(
         negatives: data.negatives,
         seed: config.seed,
     };
-    let [lo, hi] = data.lengths;
-    let beyond = match &options.lengths {
-        Some(lengths) => lengths.clone(),
-        None => (hi + 1..=LANGUAGE_REACH * hi).collect(),
-    };
-    let plan: Vec<(usize, usize)> = (lo..=hi)
-        .chain(beyond)
-        .map(|n| (n, options.per_length))
-        .collect();
+    let hi = data.lengths[1];
+    let plan = plan(data.lengths, options.per_length, options.lengths.as_deref());
     let inputs = LanguageInputs {
         samples,
         split: Split::Test,
@@ -57,6 +50,21 @@ pub fn measure(
         heads(model, config, &samples, &rows, run)?;
     }
     Ok(summary(&rows, hi))
+}
+
+/// The (length, strings) a language job tests: `per_length` strings at each training length
+/// lo..=hi, then at each of `lengths` (default hi + 1 ..= [`LANGUAGE_REACH`] x hi).
+pub fn plan(
+    trained: [usize; 2],
+    per_length: usize,
+    lengths: Option<&[usize]>,
+) -> Vec<(usize, usize)> {
+    let [lo, hi] = trained;
+    let beyond = match lengths {
+        Some(lengths) => lengths.to_vec(),
+        None => (hi + 1..=LANGUAGE_REACH * hi).collect(),
+    };
+    (lo..=hi).chain(beyond).map(|n| (n, per_length)).collect()
 }
 
 /// What a language job's result records of its `lengths.csv` rows (`hi` its longest training

@@ -222,7 +222,46 @@ pub fn recorded(
             message: format!("the measurement settings have no `{name}`"),
         })
     };
-    let lengths = || read_run_lengths(run, None, false);
+    let bad_setting = |name: &str, value: &str| SweepError::Job {
+        id: run.display().to_string(),
+        message: format!("the measurement setting {name} = {value} is not one ropelab writes"),
+    };
+    let per_length = setting("per_length")?;
+    let per_length: usize = per_length
+        .parse()
+        .map_err(|_| bad_setting("per_length", per_length))?;
+    let asked = setting("lengths")?;
+    let asked: Option<Vec<usize>> = match asked.as_str() {
+        "None" => None,
+        text => Some(
+            text.strip_prefix("Some([")
+                .and_then(|t| t.strip_suffix("])"))
+                .map(|t| {
+                    t.split(", ")
+                        .filter(|n| !n.is_empty())
+                        .map(str::parse)
+                        .collect::<std::result::Result<Vec<usize>, _>>()
+                })
+                .and_then(|r| r.ok())
+                .ok_or_else(|| bad_setting("lengths", asked))?,
+        ),
+    };
+    // The table must hold exactly the (length, inputs) its job asked for: a row added or
+    // changed under a re-sealed ledger contradicts the measurement (twenty-fourth pass, S).
+    let lengths = |plan: Vec<(usize, usize)>| -> Result<Vec<LengthAccuracy>> {
+        let rows = read_run_lengths(run, None, false)?;
+        let got: Vec<(usize, usize)> = rows.iter().map(|r| (r.length, r.n)).collect();
+        if got != plan {
+            return Err(SweepError::Job {
+                id: run.display().to_string(),
+                message: format!(
+                    "{} holds (length, inputs) {got:?}, its job measures {plan:?}",
+                    run.join("lengths.csv").display()
+                ),
+            });
+        }
+        Ok(rows)
+    };
     Ok(match config.task {
         TaskKind::Number | TaskKind::Letter => {
             let gamma = setting("gamma")?;
@@ -235,15 +274,17 @@ pub fn recorded(
                     id: run.display().to_string(),
                     message: format!("the measurement setting gamma = {gamma} is no tolerance"),
                 })?;
-            multi_hop::recorded(run, setting("score")?, setting("length")?, gamma)?
+            multi_hop::recorded(run, config, setting("score")?, setting("length")?, gamma)?
         }
         TaskKind::Language => {
-            let hi = config.language.as_ref().map_or(0, |l| l.lengths[1]);
-            language::summary(&lengths()?, hi)
+            let trained = config.language.as_ref().map_or([0, 0], |l| l.lengths);
+            let plan = language::plan(trained, per_length, asked.as_deref());
+            language::summary(&lengths(plan)?, trained[1])
         }
         TaskKind::Offset => {
-            let hi = config.offset.as_ref().map_or(0, |o| o.lengths[1]);
-            offset::summary(&lengths()?, hi)
+            let trained = config.offset.as_ref().map_or([0, 0], |o| o.lengths);
+            let plan = offset::plan(trained, per_length, asked.as_deref());
+            offset::summary(&lengths(plan)?, trained[1])
         }
         TaskKind::Ambiguous => {
             let items = match config.ambiguous.as_ref().map(|a| a.task()) {
@@ -254,7 +295,8 @@ pub fn recorded(
                 "true" => Some(read_run_csv::<ambiguous::AmbiguousHead>(run, "heads.csv")?),
                 _ => None,
             };
-            ambiguous::summary(&lengths()?, items, heads.as_deref())
+            let plan = ambiguous::plan(items, per_length, asked.as_deref());
+            ambiguous::summary(&lengths(plan)?, items, heads.as_deref())
         }
         TaskKind::Canonical => canonical::summary(&read_run_csv(run, "per_position.csv")?),
     })

@@ -127,8 +127,18 @@ pub fn summary(
 /// at `gamma`: its test split at the latest checkpoint, `scores.jsonl` and `lengthgen.csv`,
 /// each read only when the ledger vouches for it (else an error naming the file). Nothing is
 /// computed or written.
-pub fn recorded(run: &Path, score_key: &str, length_key: &str, gamma: Gamma) -> Result<Measured> {
+pub fn recorded(
+    run: &Path,
+    config: &ropelab_train::RunConfig,
+    score_key: &str,
+    length_key: &str,
+    gamma: Gamma,
+) -> Result<Measured> {
     let step = RunDir::new(run).latest_checkpoint()?;
+    let bad = |message: String| crate::SweepError::Job {
+        id: run.display().to_string(),
+        message,
+    };
     let eval_file = format!("eval/step-{step:06}-extra-0.json");
     let test: EvalReport = super::vouched(run, &eval_file, &keys::test_split(step), |p| {
         let text = std::fs::read_to_string(p).map_err(|e| io(p, e))?;
@@ -142,6 +152,23 @@ pub fn recorded(run: &Path, score_key: &str, length_key: &str, gamma: Gamma) -> 
         let text = std::fs::read_to_string(p).map_err(|e| io(p, e))?;
         Ok(lengthgen::from_csv(&text, &p.display().to_string())?)
     })?;
+    // The table holds exactly the rows its settings ask for, all of the latest checkpoint: a
+    // row added or changed under a re-sealed ledger contradicts them (twenty-fourth pass).
+    let (extras, samples, asked_step) = keys::parse_lengths(length_key).ok_or_else(|| {
+        bad(format!(
+            "the length-test setting {length_key:?} is not one ropelab writes"
+        ))
+    })?;
+    let n = samples.unwrap_or(config.data.test);
+    let got: Vec<(usize, usize, usize)> = lengths.iter().map(|r| (r.step, r.extra, r.n)).collect();
+    let at = asked_step.unwrap_or(step);
+    let want: Vec<(usize, usize, usize)> = extras.iter().map(|&e| (at, e, n)).collect();
+    if got != want {
+        return Err(bad(format!(
+            "{} holds (step, extra, samples) {got:?}, its job measures {want:?}",
+            run.join("lengthgen.csv").display()
+        )));
+    }
     Ok(summary(test, &scores, &lengths, gamma))
 }
 

@@ -39,18 +39,8 @@ pub fn measure(
         .as_ref()
         .expect("a checked offset run has [offset]");
     let task = OffsetTask::new(data.vocab, data.k).map_err(TrainError::from)?;
-    let [lo, hi] = data.lengths;
-    let plan: Vec<(usize, usize)> = match &options.lengths {
-        Some(lengths) => lengths.iter().map(|&n| (n, options.per_length)).collect(),
-        None => {
-            let per = options.per_length.div_ceil(hi - lo + 1).max(1);
-            let scaled = OFFSET_SCALES.iter().map(|s| s * hi).filter(|&n| n > hi);
-            (lo..=hi)
-                .map(|n| (n, per))
-                .chain(scaled.map(|n| (n, options.per_length)))
-                .collect()
-        }
-    };
+    let hi = data.lengths[1];
+    let plan = plan(data.lengths, options.per_length, options.lengths.as_deref());
     let inputs = OffsetInputs {
         task,
         seed: config.seed,
@@ -63,6 +53,28 @@ pub fn measure(
         measure_mechanisms(model, config, &task, &tested, &rows, run)?;
     }
     Ok(summary(&rows, hi))
+}
+
+/// The (length, sequences) an offset job tests: `per_length` at each of `lengths`, by default
+/// `per_length` spread over the training lengths lo..=hi and `per_length` at each of
+/// [`OFFSET_SCALES`] x hi beyond hi.
+pub fn plan(
+    trained: [usize; 2],
+    per_length: usize,
+    lengths: Option<&[usize]>,
+) -> Vec<(usize, usize)> {
+    let [lo, hi] = trained;
+    match lengths {
+        Some(lengths) => lengths.iter().map(|&n| (n, per_length)).collect(),
+        None => {
+            let per = per_length.div_ceil(hi - lo + 1).max(1);
+            let scaled = OFFSET_SCALES.iter().map(|s| s * hi).filter(|&n| n > hi);
+            (lo..=hi)
+                .map(|n| (n, per))
+                .chain(scaled.map(|n| (n, per_length)))
+                .collect()
+        }
+    }
 }
 
 /// What an offset job's result records of its `lengths.csv` rows (`hi` its longest training
