@@ -940,6 +940,51 @@ fn pretrained_commands_take_any_local_rope_model() {
             .map(|l| l.split(',').next().unwrap().to_owned())
             .collect();
         assert_eq!(layers.into_iter().collect::<Vec<_>>(), ["0", "1"], "{name}");
+        // A row is the same whichever other lengths were asked, in whatever order
+        // (twenty-fourth pass, B-S4).
+        let rows_of = |lengths: &str| {
+            let path = dir
+                .path()
+                .join(format!("{name}-{}.csv", lengths.replace(',', "-")));
+            let out = ropelab(&[
+                "pretrained",
+                "rope-stats",
+                "--model",
+                model,
+                "--lengths",
+                lengths,
+                "--draws",
+                "50",
+                "--out",
+                path.to_str().unwrap(),
+            ]);
+            assert!(out.status.success(), "{name}: {}", stderr(&out));
+            let mut rows: Vec<String> = std::fs::read_to_string(&path)
+                .unwrap()
+                .lines()
+                .skip(1)
+                .filter(|l| l.split(',').nth(1) == Some("16"))
+                .map(str::to_owned)
+                .collect();
+            rows.sort();
+            rows
+        };
+        let alone = rows_of("16");
+        assert_eq!(alone.len(), 2, "{alone:?}");
+        assert_eq!(rows_of("32,16"), alone, "{name}");
+        // The hooked analyses are f32 only: bf16 would change nothing (twenty-fourth pass,
+        // B-S8).
+        for command in ["score", "rope-stats"] {
+            let out = ropelab(&[
+                "pretrained",
+                command,
+                "--model",
+                model,
+                "--precision",
+                "bf16",
+            ]);
+            assert_one_line_error(&out, "computes in f32 only");
+        }
         // The index task's rows record their prompt count and precision (thirteenth pass, S7).
         let index = dir.path().join(format!("{name}-index.csv"));
         let out = ropelab(&[

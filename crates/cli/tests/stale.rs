@@ -2326,3 +2326,197 @@ fn csv_cell_edited(text: &str, line: usize, column: &str, value: &str) -> String
         })
         .collect()
 }
+
+/// Reseals checkpoint `dir`'s manifest over its files as they are now.
+fn reseal_checkpoint(dir: &Path) {
+    let files = [
+        "model.safetensors",
+        "optimizer.safetensors",
+        "config.json",
+        "ropelab.json",
+        "state.json",
+    ];
+    ropelab_io::checksum::Manifest::seal(dir, &files).unwrap();
+}
+
+/// A checkpoint whose files contradict each other under a re-sealed manifest is refused: a
+/// transformers config.json of another model than its ropelab.json, AdamW updates other than
+/// its step, losses pending at a step whose metrics line was just written (twenty-fourth pass,
+/// S4); a measured run is not resumed (S8); a run is not trained into a directory holding
+/// other files (S7).
+#[test]
+fn a_checkpoint_that_contradicts_itself_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let r = run.to_str().unwrap();
+    let checkpoint = run.join("checkpoints/step-000030");
+    let config = checkpoint.join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["n_layer"] = serde_json::json!(json["n_layer"].as_u64().unwrap() + 1);
+    std::fs::write(&config, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    reseal_checkpoint(&checkpoint);
+    refused(&["eval", "--run", r, "--n", "8"], "n_layer differs");
+    std::fs::write(&config, &text).unwrap();
+    reseal_checkpoint(&checkpoint);
+    ok(ropelab(&["eval", "--run", r, "--n", "8"]));
+    let state = checkpoint.join("state.json");
+    let text = std::fs::read_to_string(&state).unwrap();
+    for (key, value, says) in [
+        (
+            "adam_updates",
+            serde_json::json!(3),
+            "3 AdamW updates at step 30",
+        ),
+        (
+            "pending_loss_count",
+            serde_json::json!(3),
+            "which no training leaves there",
+        ),
+    ] {
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        json[key] = value;
+        std::fs::write(&state, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+        reseal_checkpoint(&checkpoint);
+        refused(&["train", "--out", r, "--resume", "--steps", "40"], says);
+    }
+    std::fs::write(&state, &text).unwrap();
+    reseal_checkpoint(&checkpoint);
+    // A run a sweep measured keeps its training log: not resumed (S8).
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(20)).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&file, &out, &[]));
+    let copy = dir.path().join("copy");
+    copy_dir(&job_dir(&out).join("run"), &copy);
+    refused(
+        &[
+            "train",
+            "--out",
+            copy.to_str().unwrap(),
+            "--resume",
+            "--steps",
+            "30",
+        ],
+        "resuming would change a measured file",
+    );
+    // Nor is a run trained into the sweep's own directory (S7).
+    let before = std::fs::read(out.join("plan.json")).unwrap();
+    refused(
+        &[
+            "train",
+            "--task",
+            "number",
+            "--preset",
+            "tiny",
+            "--steps",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "already holds files",
+    );
+    assert_eq!(std::fs::read(out.join("plan.json")).unwrap(), before);
+    assert!(!out.join("config.toml").exists());
+}
+
+/// Measured files copied in from another job of the same sweep, or forged together with the
+/// result, are refused by collect (twenty-fourth pass, S2, S3); a collected table edited under a
+/// re-sealed ledger is refused by the report (S5).
+#[test]
+fn a_jobs_files_must_be_its_own_and_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sweep.toml");
+    std::fs::write(&file, spec(20).replace("values = [0]", "values = [0, 1]")).unwrap();
+    let out = dir.path().join("out");
+    ok(sweep(&file, &out, &[]));
+    ok(ropelab(&["collect", out.to_str().unwrap()]));
+    let mut jobs: Vec<_> = std::fs::read_dir(out.join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    jobs.sort();
+    let eval = "eval/step-000020-extra-0.json";
+    let (a, b) = (jobs[0].join("run"), jobs[1].join("run"));
+    let key = ropelab_io::Ledger::load(&b).unwrap().unwrap().files[eval]
+        .key
+        .clone();
+    let own = std::fs::read(b.join(eval)).unwrap();
+    let result = jobs[1].join("result.json");
+    let truth = std::fs::read_to_string(&result).unwrap();
+    let refuse = |needle: &str| {
+        let got = ropelab(&["collect", out.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert!(
+            !got.status.success() && err.contains(needle),
+            "{needle:?} not in {err}"
+        );
+    };
+    // S2: job A's evaluation in job B, B's result made to match it.
+    std::fs::copy(a.join(eval), b.join(eval)).unwrap();
+    ropelab_io::Ledger::finish(&b, eval, &key).unwrap();
+    let theirs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(jobs[0].join("result.json")).unwrap())
+            .unwrap();
+    let mut forged: serde_json::Value = serde_json::from_str(&truth).unwrap();
+    for k in ["test_accuracy", "per_hop", "test"] {
+        forged[k] = theirs[k].clone();
+    }
+    std::fs::write(&result, serde_json::to_string_pretty(&forged).unwrap()).unwrap();
+    ropelab_io::Ledger::finish(&jobs[1], "result.json", "job result").unwrap();
+    refuse("copied in from another run");
+    // S3: B's evaluation and result forged together, self-consistently, far from what its
+    // length test measured on the same checkpoint.
+    let mut eval_json: serde_json::Value = serde_json::from_slice(&own).unwrap();
+    let was = eval_json["accuracy"].as_f64().unwrap();
+    let to = if was < 0.5 { 1.0 } else { 0.0 };
+    eval_json["accuracy"] = to.into();
+    for (_, v) in eval_json["per_hop"].as_object_mut().unwrap() {
+        *v = to.into();
+    }
+    std::fs::write(
+        b.join(eval),
+        serde_json::to_string_pretty(&eval_json).unwrap(),
+    )
+    .unwrap();
+    ropelab_io::Ledger::finish(&b, eval, &key).unwrap();
+    let mut forged: serde_json::Value = serde_json::from_str(&truth).unwrap();
+    forged["test_accuracy"] = to.into();
+    forged["test"]["accuracy"]["accuracy"] = to.into();
+    for k in forged["per_hop"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+    {
+        forged["per_hop"][&k] = to.into();
+        forged["test"]["accuracy"]["per_hop"][&k] = to.into();
+    }
+    std::fs::write(&result, serde_json::to_string_pretty(&forged).unwrap()).unwrap();
+    ropelab_io::Ledger::finish(&jobs[1], "result.json", "job result").unwrap();
+    refuse("z = ");
+    std::fs::write(b.join(eval), &own).unwrap();
+    ropelab_io::Ledger::finish(&b, eval, &key).unwrap();
+    std::fs::write(&result, &truth).unwrap();
+    ropelab_io::Ledger::finish(&jobs[1], "result.json", "job result").unwrap();
+    ok(ropelab(&["collect", out.to_str().unwrap()]));
+    // S5: a collected table edited and re-sealed is not what the jobs give.
+    let collected = out.join("collected");
+    let summary = collected.join("summary.csv");
+    let text = std::fs::read_to_string(&summary).unwrap();
+    std::fs::write(
+        &summary,
+        format!("{text}{}\n", text.lines().last().unwrap()),
+    )
+    .unwrap();
+    let key = ropelab_io::Ledger::load(&collected).unwrap().unwrap().files["summary.csv"]
+        .key
+        .clone();
+    ropelab_io::Ledger::finish(&collected, "summary.csv", &key).unwrap();
+    refused(
+        &["report", out.to_str().unwrap()],
+        "is not what the finished jobs",
+    );
+}

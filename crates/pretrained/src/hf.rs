@@ -1814,9 +1814,69 @@ pub fn eos_token(dir: &Path) -> Option<u32> {
     u32::try_from(id).ok()
 }
 
+/// Every end-of-generation id of a model directory: each `eos_token_id` (one id or a list) of
+/// its `config.json` and, when present, its `generation_config.json` (transformers' `generate`
+/// stops at each). An id beyond the `vocab` or of another type is refused naming the file.
+pub fn stop_tokens(dir: &Path, vocab: usize) -> Result<Vec<u32>> {
+    let mut stops = vec![];
+    for name in ["config.json", "generation_config.json"] {
+        let path = dir.join(name);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && name != "config.json" => continue,
+            Err(e) => return Err(PretrainedError::gguf(&path, e.to_string())),
+        };
+        let json: Value = serde_json::from_str(&text)
+            .map_err(|e| PretrainedError::gguf(&path, format!("not JSON: {e}")))?;
+        let ids = match json.get("eos_token_id") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Array(list)) => list.clone(),
+            Some(one) => vec![one.clone()],
+        };
+        for id in ids {
+            match id.as_u64().filter(|&i| (i as usize) < vocab) {
+                Some(i) => stops.push(i as u32),
+                None => {
+                    return Err(PretrainedError::gguf(
+                        &path,
+                        format!(
+                            "eos_token_id {id} is not a token id of the model's {vocab} (an end \
+                             of generation no token can reach)"
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    stops.sort_unstable();
+    stops.dedup();
+    Ok(stops)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every eos_token_id of config.json and generation_config.json ends a generation; one no
+    /// token can reach is refused (twenty-fourth pass, B-S5).
+    #[test]
+    fn every_end_of_generation_id_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"eos_token_id": [0, 238]}"#,
+        )
+        .unwrap();
+        assert_eq!(stop_tokens(dir.path(), 300).unwrap(), vec![0, 238]);
+        std::fs::write(
+            dir.path().join("generation_config.json"),
+            r#"{"eos_token_id": 97}"#,
+        )
+        .unwrap();
+        assert_eq!(stop_tokens(dir.path(), 300).unwrap(), vec![0, 97, 238]);
+        let err = stop_tokens(dir.path(), 200).unwrap_err().to_string();
+        assert!(err.contains("config.json") && err.contains("238"), "{err}");
+    }
 
     /// The configuration of `json` written as a config.json (or its one-line error).
     fn config(json: &str) -> std::result::Result<LlamaConfig, String> {

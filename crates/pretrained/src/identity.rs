@@ -15,9 +15,10 @@ pub const DIGITS: usize = 16;
 /// The identity of the model at `path` (a GGUF file or a Hugging Face directory), or of
 /// SmolLM2-135M without a path (fetched into the cache first if needed):
 /// `NAME sha256:PREFIX`, where NAME is the file or directory name and PREFIX the first
-/// [`DIGITS`] hex digits of the SHA-256 of the bytes the model is read from. For a directory
-/// those are `config.json`, `tokenizer.json`, `tokenizer_config.json`, the safetensors index
-/// and every
+/// [`DIGITS`] hex digits of the SHA-256 of the bytes the model is read from: a GGUF file's
+/// own SHA-256 (what `sha256sum` prints); for a directory, of `config.json`,
+/// `generation_config.json`, `tokenizer.json`, `tokenizer_config.json`,
+/// `special_tokens_map.json`, `added_tokens.json`, the safetensors index and every
 /// `*.safetensors` file, each preceded by its name and length, in name order: two
 /// directories with the same name but other weights get other identities. Every byte is
 /// read once more.
@@ -30,8 +31,14 @@ pub fn model_identity(path: Option<&Path>) -> Result<String> {
                 .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into()),
         ),
         None => {
+            // Named as the file it is read from, as the same file given by --model is, so
+            // both give one identity (twenty-fourth pass, B-U3).
             fetched = crate::fetch::ensure_model()?;
-            (fetched.as_path(), "SmolLM2-135M".to_string())
+            let name = fetched.file_name().map_or_else(
+                || "SmolLM2-135M".into(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            (fetched.as_path(), name)
         }
     };
     let mut hasher = Sha256::new();
@@ -47,6 +54,9 @@ pub fn model_identity(path: Option<&Path>) -> Result<String> {
                     && (n == "config.json"
                         || n == "tokenizer.json"
                         || n == "tokenizer_config.json"
+                        || n == "special_tokens_map.json"
+                        || n == "added_tokens.json"
+                        || n == "generation_config.json"
                         || n.ends_with(".safetensors")
                         || n.ends_with(".safetensors.index.json"))
             })
@@ -55,10 +65,12 @@ pub fn model_identity(path: Option<&Path>) -> Result<String> {
         for file in files {
             let n = file.file_name().map(|n| n.to_string_lossy().into_owned());
             hasher.update(n.unwrap_or_default().as_bytes());
-            hash_file(&mut hasher, &file)?;
+            hash_file(&mut hasher, &file, true)?;
         }
     } else {
-        hash_file(&mut hasher, path)?;
+        // A file's identity is the SHA-256 of its bytes alone, as `sha256sum` prints it
+        // (twenty-fourth pass, B-S7).
+        hash_file(&mut hasher, path, false)?;
     }
     let hex: String = hasher
         .finalize()
@@ -72,15 +84,17 @@ pub fn model_identity(path: Option<&Path>) -> Result<String> {
     ))
 }
 
-/// Feeds `path`'s length and bytes to `hasher`, 1 MiB at a time.
-fn hash_file(hasher: &mut Sha256, path: &Path) -> Result<()> {
+/// Feeds `path`'s bytes to `hasher` (after its length, with `with_len`), 1 MiB at a time.
+fn hash_file(hasher: &mut Sha256, path: &Path, with_len: bool) -> Result<()> {
     use std::io::Read;
     let mut file = std::fs::File::open(path).map_err(|e| PretrainedError::io(path, e))?;
     let len = file
         .metadata()
         .map_err(|e| PretrainedError::io(path, e))?
         .len();
-    hasher.update(len.to_le_bytes());
+    if with_len {
+        hasher.update(len.to_le_bytes());
+    }
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = file
@@ -106,6 +120,9 @@ mod tests {
         assert!(first.starts_with("m.gguf sha256:"), "{first}");
         assert_eq!(first.len(), "m.gguf sha256:".len() + DIGITS);
         assert_eq!(first, model_identity(Some(&a)).unwrap(), "deterministic");
+        // The digits are the file's own SHA-256, as sha256sum prints it (SHA-256 of
+        // "one model", computed independently).
+        assert!(first.ends_with("sha256:e7940ca0c091e09b"), "{first}");
         std::fs::write(&a, b"another model").unwrap();
         assert_ne!(first, model_identity(Some(&a)).unwrap());
     }

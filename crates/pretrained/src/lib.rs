@@ -111,8 +111,10 @@ pub fn load_model(
                 "tokenizer.json is missing (a ropelab checkpoint has none: score its run with `ropelab score`)",
             ));
         }
-        let tokenizer = tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?;
+        let mut tokenizer = tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?;
+        tokenizer.stops = hf::stop_tokens(path, model.config().vocab_size)?;
         tokenizer.check_config(&path.join("tokenizer_config.json"))?;
+        tokenizer.check_side_files(path)?;
         tokenizer.check_ids(model.config().vocab_size, &file)?;
         tokenizer
     } else {

@@ -1165,10 +1165,10 @@ impl Llama {
         self.finite(Tensor::cat(&logits, 0)?, "logits")
     }
 
-    /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at `stop`. The
+    /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at any id of `stop`. The
     /// prompt is run once and each new token reuses the keys and values of every earlier one
     /// ([`Llama::forward_cached`]); prompt and continuation must fit the model's context.
-    pub fn generate(&self, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Vec<u32>> {
+    pub fn generate(&self, prompt: &[u32], max_new: usize, stop: &[u32]) -> Result<Vec<u32>> {
         if prompt.is_empty() {
             return Err(crate::PretrainedError::Input(
                 "the prompt is empty: give at least one token to continue".into(),
@@ -1189,7 +1189,7 @@ impl Llama {
         let mut logits = self.prefill(prompt, &mut cache, PREFILL_CHUNK, 1)?; // [1, vocab]
         for step in 0..max_new {
             let next: u32 = logits.argmax(D::Minus1)?.to_vec1::<u32>()?[0];
-            if Some(next) == stop {
+            if stop.contains(&next) {
                 break;
             }
             out.push(next);

@@ -40,12 +40,13 @@ pub struct SizeRow {
     pub task: TaskKind,
     /// Target-window size.
     pub size: usize,
-    /// Prompt length in tokens (first prompt of run 0).
+    /// Prompt length in tokens: the longest prompt of the size, over every run (twenty-fourth
+    /// pass, B-S3: it was the first prompt's).
     pub prompt_tokens: usize,
     /// Mean over runs.
     #[serde(serialize_with = "ropelab_io::csv_rows::display")]
     pub mean: f64,
-    /// Standard deviation over runs (population); none with a single run (an empty cell),
+    /// Sample standard deviation over runs; none with a single run (an empty cell),
     /// where a spread cannot be measured.
     #[serde(serialize_with = "ropelab_io::csv_rows::display_opt")]
     pub sd: Option<f64>,
@@ -81,15 +82,23 @@ impl SizeRow {
             return Some(format!("{what}: no run's accuracy"));
         }
         match self.sd {
-            Some(sd) if !(sd.is_finite() && (0.0..=0.5).contains(&sd)) => {
-                return Some(format!(
-                    "{what}: sd {sd} is no spread of accuracies (within [0, 0.5])"
-                ))
-            }
             Some(_) if self.runs.len() < 2 => {
                 return Some(format!("{what}: one run has no sd"));
             }
-            _ => {}
+            Some(sd) => {
+                let (_, want) = mean_and_spread(&self.runs);
+                if !want.is_some_and(|w| (w - sd).abs() <= 1e-9) {
+                    return Some(format!(
+                        "{what}: sd {sd} is not the sample standard deviation of its runs \
+                         ({})",
+                        want.map_or("none".into(), |w| w.to_string())
+                    ));
+                }
+            }
+            None if self.runs.len() > 1 => {
+                return Some(format!("{what}: {} runs have an sd", self.runs.len()));
+            }
+            None => {}
         }
         if !["", "f32", "bf16"].contains(&self.precision.as_str()) {
             return Some(format!(
@@ -357,12 +366,13 @@ fn check(item: &Item, logits: &Tensor) -> Result<bool> {
     Ok((0..item.full.len() - at).all(|i| predicted[i] == item.full[at + i]))
 }
 
-/// The mean of `runs` and their population standard deviation, none for a single run (a
-/// spread one run cannot show).
+/// The mean of `runs` and their sample standard deviation (n - 1, as every other table of
+/// ropelab; twenty-fourth pass, B-S2), none for a single run (a spread one run cannot show).
 fn mean_and_spread(runs: &[f64]) -> (f64, Option<f64>) {
     let mean = runs.iter().sum::<f64>() / runs.len() as f64;
-    let sd = (runs.len() > 1)
-        .then(|| (runs.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / runs.len() as f64).sqrt());
+    let sd = (runs.len() > 1).then(|| {
+        (runs.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (runs.len() - 1) as f64).sqrt()
+    });
     (mean, sd)
 }
 
@@ -399,7 +409,7 @@ pub fn accuracy_table(
                 other => other,
             })?;
         done += items.len();
-        let prompt_tokens = answered.first().map_or(0, |a| a.1);
+        let prompt_tokens = answered.iter().map(|a| a.1).max().unwrap_or(0);
         let accs: Vec<f64> = answered
             .chunks(n.max(1))
             .map(|run| run.iter().filter(|a| a.0).count() as f64 / n as f64)
@@ -518,11 +528,14 @@ mod tests {
     use super::*;
 
     /// One run has no spread: its sd is none and its CSV cell empty, read back as none; two
-    /// runs have their population sd (issue 55: one run printed sd 0.000).
+    /// runs have their sample sd (issue 55: one run printed sd 0.000; twenty-fourth pass, B-S2:
+    /// it was the population sd).
     #[test]
     fn a_single_run_has_no_spread() {
         assert_eq!(mean_and_spread(&[0.25]), (0.25, None));
-        assert_eq!(mean_and_spread(&[0.0, 1.0]), (0.5, Some(0.5)));
+        assert_eq!(mean_and_spread(&[0.0, 1.0]), (0.5, Some(0.5f64.sqrt())));
+        let sd = mean_and_spread(&[0.0, 0.1, 0.0]).1.unwrap();
+        assert!((sd - 0.057735).abs() < 1e-6, "{sd}");
         let row = |sd| SizeRow {
             task: TaskKind::Number,
             size: 4,

@@ -200,6 +200,11 @@ pub struct GgufTokenizer {
     inner: Tokenizer,
     /// End-of-sequence id.
     pub eos: Option<u32>,
+    /// Every id that ends a generation: the end-of-sequence id and the file's other
+    /// end-of-generation ids (a GGUF's `eot_token_id` and `eom_token_id`; every
+    /// `eos_token_id` of a directory's `config.json` and `generation_config.json`), as
+    /// llama.cpp and transformers stop at each (twenty-fourth pass, B-S5).
+    pub stops: Vec<u32>,
     /// Whether a prompt is encoded with the tokens the file's post-processor puts before
     /// every text (a Hugging Face `tokenizer.json` whose template adds BOS, as Llama 3's does;
     /// `transformers` adds them by default).
@@ -418,9 +423,18 @@ impl GgufTokenizer {
             .filter(|(_, c)| !seen.contains_key(c.to_string().as_str()))
             .map(|(b, _)| b as u8)
             .collect();
+        let mut stops: Vec<u32> = ids[0].map(|e| e as u32).into_iter().collect();
+        for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+            if let Some(id) = file.optional_usize(key)? {
+                stops.push(id as u32);
+            }
+        }
+        stops.sort_unstable();
+        stops.dedup();
         Ok(Self {
             inner,
             eos: ids[0].map(|e| e as u32),
+            stops,
             special: false,
             leading: vec![],
             missing_bytes,
@@ -644,6 +658,7 @@ impl GgufTokenizer {
         Ok(Self {
             inner,
             eos,
+            stops: eos.into_iter().collect(),
             special: !leading.is_empty(),
             leading,
             missing_bytes: vec![],
@@ -788,6 +803,52 @@ impl GgufTokenizer {
     /// Refuses special tokens of a `tokenizer_config.json` (`json`) that `tokenizer.json` does
     /// not hold under the same id: transformers adds a missing one as a new token, beyond the
     /// model's embedding rows (twentieth pass, F-S3).
+    /// Checks the files transformers reads beside `tokenizer.json` in model directory `dir`:
+    /// `special_tokens_map.json`'s tokens must be tokens of tokenizer.json, and every entry of
+    /// `added_tokens.json` (token -> id) the id tokenizer.json gives it; transformers would
+    /// otherwise add a token beyond the model's embedding rows, or number one otherwise
+    /// (twenty-fourth pass, B-S6). Absent files are fine.
+    pub fn check_side_files(&self, dir: &std::path::Path) -> Result<()> {
+        let read = |name: &str| -> Result<Option<(std::path::PathBuf, serde_json::Value)>> {
+            let path = dir.join(name);
+            if !crate::hf::regular_file(&path)? {
+                return Ok(None);
+            }
+            let text = crate::json_text(&path, crate::SMALL_JSON_BYTES)?;
+            let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                PretrainedError::Tokenizer(format!("{}: {}", path.display(), crate::first_line(&e)))
+            })?;
+            if !json.is_object() {
+                return Err(PretrainedError::Tokenizer(format!(
+                    "{}: is {}, not a JSON object",
+                    path.display(),
+                    crate::hf::shown_json(&json)
+                )));
+            }
+            Ok(Some((path, json)))
+        };
+        if let Some((path, json)) = read("special_tokens_map.json")? {
+            self.config_tokens_are_tokens(&json)
+                .map_err(|m| PretrainedError::Tokenizer(format!("{}: {m}", path.display())))?;
+        }
+        if let Some((path, json)) = read("added_tokens.json")? {
+            for (token, id) in json.as_object().into_iter().flatten() {
+                let given = self.inner.token_to_id(token);
+                if id.as_u64() != given.map(u64::from) {
+                    return Err(PretrainedError::Tokenizer(format!(
+                        "{}: gives {} id {}, but tokenizer.json numbers it {}: transformers \
+                         would add or renumber it",
+                        path.display(),
+                        crate::quoted(token),
+                        crate::hf::shown_json(id),
+                        given.map_or("nothing (not a token)".to_owned(), |g| g.to_string())
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn config_tokens_are_tokens(
         &self,
         json: &serde_json::Value,
@@ -938,16 +999,31 @@ impl GgufTokenizer {
             .map_err(|e| PretrainedError::Tokenizer(e.to_string()))?
             .get_ids()
             .to_vec();
-        if !self.missing_bytes.is_empty() && self.decode(&ids)? != text {
+        // Whatever the tokenizer drops or rewrites (a byte without a token, a normalizer that
+        // deletes a sequence) the model never sees: such a text is refused, naming where it
+        // changes (twenty-third pass, S-B; twenty-fourth, a normalizer deleting " ->").
+        let body = ids.get(self.leading.len()..).unwrap_or_default();
+        let back = self.decode(body)?;
+        if back != text {
             let byte = text.bytes().find(|b| self.missing_bytes.contains(b));
             return Err(PretrainedError::Tokenizer(match byte {
                 Some(b) => format!(
                     "the text holds byte 0x{b:02x}, for which the model's byte-level \
                      vocabulary has no token: it would be dropped from the prompt"
                 ),
-                None => "the text does not survive the model's tokenizer (encoded and \
-                         decoded, it comes back changed)"
-                    .into(),
+                None => {
+                    let at = text
+                        .char_indices()
+                        .zip(back.chars())
+                        .find(|((_, a), b)| a != b)
+                        .map_or(text.len().min(back.len()), |((i, _), _)| i);
+                    let near: String = text[at..].chars().take(12).collect();
+                    format!(
+                        "the text does not survive the model's tokenizer: encoded and decoded \
+                         it changes from byte {at} ({near:?} ...), so the model would read \
+                         another prompt than the one given"
+                    )
+                }
             }));
         }
         Ok(ids)

@@ -472,7 +472,7 @@ fn activations_that_overflow_inside_a_norm_are_refused() {
                 .unwrap()
                 .with_fused(fused);
             let err = model
-                .generate(&ids, 3, None)
+                .generate(&ids, 3, &[])
                 .err()
                 .unwrap_or_else(|| panic!("fused {fused}: generated"))
                 .to_string();
@@ -1165,6 +1165,34 @@ fn tokenizers_the_crate_would_panic_on_or_that_drop_text_are_refused() {
     }
 }
 
+/// A normalizer that deletes a sequence of characters (each of which survives alone) loads, but
+/// a prompt holding the sequence is refused at encoding, naming where it changes; the text
+/// with a good tokenizer comes back whole, leading BOS aside (twenty-fourth pass, B-S20).
+#[test]
+fn a_prompt_the_tokenizer_would_change_is_refused() {
+    let dir = with_tokenizer(|j| {
+        j["normalizer"] = serde_json::json!({"type": "Replace",
+            "pattern": {"String": " ->"}, "content": ""})
+    });
+    let tokenizer = ropelab_pretrained::tokenizer::GgufTokenizer::from_file(
+        &dir.path().join("tokenizer.json"),
+        None,
+    )
+    .unwrap();
+    assert!(tokenizer.encode("w9 t7 k7").is_ok());
+    let err = tokenizer.encode("w9 t7 -> k7").unwrap_err().to_string();
+    assert!(
+        err.contains("does not survive") && err.contains("byte 6 (\"-> k7\""),
+        "{err}"
+    );
+    let good = ropelab_pretrained::tokenizer::GgufTokenizer::from_file(
+        &llama().join("tokenizer.json"),
+        None,
+    )
+    .unwrap();
+    assert!(good.encode("w9 t7 -> k7\n").is_ok());
+}
+
 /// A tokenizer_config.json special token that tokenizer.json lacks (transformers would add it
 /// beyond the embedding rows), or an id it numbers otherwise, is refused (twentieth pass,
 /// F-S3); tokens the vocabulary holds are read.
@@ -1192,6 +1220,43 @@ fn tokenizer_config_special_tokens_must_be_tokens() {
             err.contains("tokenizer_config.json") && err.contains(says),
             "{says}: {err}"
         );
+    }
+}
+
+/// special_tokens_map.json and added_tokens.json, which transformers reads beside
+/// tokenizer.json, must name its tokens with its ids (twenty-fourth pass, B-S6).
+#[test]
+fn side_files_of_the_tokenizer_must_agree_with_it() {
+    for (name, text) in [
+        (
+            "special_tokens_map.json",
+            r#"{"bos_token": "<|endoftext|>"}"#,
+        ),
+        ("added_tokens.json", r#"{"<|endoftext|>": 0}"#),
+    ] {
+        let dir = with_file(name, text.as_bytes());
+        assert!(load_model(Some(dir.path()), &Device::Cpu).is_ok(), "{name}");
+    }
+    for (name, text, says) in [
+        (
+            "special_tokens_map.json",
+            r#"{"bos_token": "<s>"}"#,
+            "bos_token \"<s>\" is not a token",
+        ),
+        (
+            "added_tokens.json",
+            r#"{"<extra>": 300}"#,
+            "numbers it nothing (not a token)",
+        ),
+        (
+            "added_tokens.json",
+            r#"{"<|endoftext|>": 5}"#,
+            "numbers it 0",
+        ),
+    ] {
+        let dir = with_file(name, text.as_bytes());
+        let err = refusal(dir.path(), says);
+        assert!(err.contains(name) && err.contains(says), "{says}: {err}");
     }
 }
 

@@ -424,7 +424,8 @@ pub fn vouch_collected(path: &Path) -> std::result::Result<(), String> {
         ));
     }
     match ropelab_io::Ledger::check(dir, name, COLLECTED_KEY) {
-        Ok(ropelab_io::Standing::Own | ropelab_io::Standing::Absent) => Ok(()),
+        Ok(ropelab_io::Standing::Own) => agrees_with_jobs(dir, name, path),
+        Ok(ropelab_io::Standing::Absent) => Ok(()),
         Ok(_) => Err(format!(
             "{} is not as `ropelab collect` wrote it ({} records another checksum, or none): \
              run `ropelab collect` again",
@@ -433,6 +434,59 @@ pub fn vouch_collected(path: &Path) -> std::result::Result<(), String> {
         )),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
+}
+
+/// The collected tables of `all` (name, text), as [`collect`] writes them.
+fn tables(all: &[JobResult]) -> Result<Vec<(&'static str, String)>> {
+    let mut lines = String::new();
+    for r in all {
+        lines += &serde_json::to_string(r)?;
+        lines.push('\n');
+    }
+    let csv_error = |e: ropelab_io::CsvError| SweepError::Job {
+        id: "collect".into(),
+        message: e.to_string(),
+    };
+    Ok(vec![
+        ("jobs.csv", jobs_csv(all)),
+        ("jobs.jsonl", lines),
+        (
+            "summary.csv",
+            ropelab_io::to_csv(&summarise(all)).map_err(csv_error)?,
+        ),
+        (
+            "lengths.csv",
+            ropelab_io::to_csv(&length_summary(all)).map_err(csv_error)?,
+        ),
+    ])
+}
+
+/// A collected table must be what the jobs of its directory give now: one edited with its
+/// ledger entry re-sealed (twenty-fourth pass, S5), or collected before more jobs finished, is
+/// refused, to be collected again.
+fn agrees_with_jobs(dir: &Path, name: &str, path: &Path) -> std::result::Result<(), String> {
+    let Some(out) = dir.parent() else {
+        return Ok(());
+    };
+    let again = format!("run `ropelab collect {}` again", out.display());
+    let all = results(out).map_err(|e| format!("{}: {e}", path.display()))?;
+    let Some((_, want)) = tables(&all)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|(n, _)| *n == name)
+    else {
+        return Ok(());
+    };
+    let got = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if got != want {
+        return Err(format!(
+            "{} is not what the finished jobs of {} give (edited, or collected before other jobs \
+             finished): {again}",
+            path.display(),
+            out.display()
+        ));
+    }
+    Ok(())
 }
 
 /// What `out`, a directory without a plan, is when it is something collect does not merge: a
@@ -516,27 +570,7 @@ pub fn collect(out: &Path) -> Result<Vec<JobResult>> {
         let text: String = pending.iter().map(|p| format!("{p}\n")).collect();
         write_atomic(&list, text.as_bytes()).map_err(io(list.clone()))?;
     }
-    let mut lines = String::new();
-    for r in &all {
-        lines += &serde_json::to_string(r)?;
-        lines.push('\n');
-    }
-    let csv_error = |e: ropelab_io::CsvError| SweepError::Job {
-        id: "collect".into(),
-        message: e.to_string(),
-    };
-    let tables = [
-        ("jobs.csv", jobs_csv(&all)),
-        ("jobs.jsonl", lines),
-        (
-            "summary.csv",
-            ropelab_io::to_csv(&summarise(&all)).map_err(csv_error)?,
-        ),
-        (
-            "lengths.csv",
-            ropelab_io::to_csv(&length_summary(&all)).map_err(csv_error)?,
-        ),
-    ];
+    let tables = tables(&all)?;
     // Each table is recorded in `collected/`'s ledger, so a report refuses one edited since
     // (sixth pass, A2).
     for (name, text) in tables {

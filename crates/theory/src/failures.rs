@@ -415,19 +415,23 @@ pub const EVENTS: [(&str, Rate); 4] = [
     ("token aliasing", |r| r.token_aliasing),
 ];
 
-fn direction(delta: f64) -> &'static str {
-    if delta > 1e-9 {
-        "up"
-    } else if delta < -1e-9 {
-        "down"
-    } else {
-        "flat"
+/// The direction of per-group changes: `"up"` or `"down"` when every group that changes moves
+/// that way, `"mixed"` when groups move both ways (twenty-fourth pass, B-S9: a sum hid it),
+/// `"flat"` when none changes.
+fn direction(deltas: &[f64]) -> &'static str {
+    let ups = deltas.iter().any(|&d| d > 1e-9);
+    let downs = deltas.iter().any(|&d| d < -1e-9);
+    match (ups, downs) {
+        (true, true) => "mixed",
+        (true, false) => "up",
+        (false, true) => "down",
+        (false, false) => "flat",
     }
 }
 
-/// Summed change of `rate` from the smallest to the largest value of `vary`, over every
-/// group of rows that share the other parameter.
-fn change(rows: &[FailureRow], rate: Rate, vary: Rate, fixed: Rate) -> f64 {
+/// Change of `rate` from the smallest to the largest value of `vary`, in every group of rows
+/// that share the other parameter.
+fn change(rows: &[FailureRow], rate: Rate, vary: Rate, fixed: Rate) -> Vec<f64> {
     let mut groups: Vec<f64> = rows.iter().map(fixed).collect();
     groups.sort_by(f64::total_cmp);
     groups.dedup();
@@ -441,11 +445,12 @@ fn change(rows: &[FailureRow], rate: Rate, vary: Rate, fixed: Rate) -> f64 {
                 _ => 0.0,
             }
         })
-        .sum()
+        .collect()
 }
 
 /// Direction of each failure rate as M grows (at each base) and as B grows (at each M):
-/// `"up"`, `"down"` or `"flat"`, comparing the smallest and largest value of the parameter;
+/// `"up"`, `"down"`, `"mixed"` (some groups up, others down) or `"flat"`, comparing the
+/// smallest and largest value of the parameter in each group of rows sharing the other one;
 /// `"n/a"` where the rows hold one value of it (nothing was compared).
 pub fn trade_off(rows: &[FailureRow]) -> Vec<(&'static str, &'static str, &'static str)> {
     let length: Rate = |r| r.length as f64;
@@ -458,7 +463,7 @@ pub fn trade_off(rows: &[FailureRow]) -> Vec<(&'static str, &'static str, &'stat
     };
     let along = |rate: Rate, vary: Rate, fixed: Rate| {
         if varies(vary) {
-            direction(change(rows, rate, vary, fixed))
+            direction(&change(rows, rate, vary, fixed))
         } else {
             "n/a"
         }
@@ -503,6 +508,14 @@ mod tests {
         assert!(one.iter().all(|t| t.1 == "n/a" && t.2 == "n/a"), "{one:?}");
         let by_m = trade_off(&[row(100.0, 16, 0.1), row(100.0, 64, 0.3)]);
         assert!(by_m.iter().all(|t| t.1 == "up" && t.2 == "n/a"), "{by_m:?}");
+        // B grows: down at M = 64, up at M = 512: mixed, not the sign of the sum.
+        let both = trade_off(&[
+            row(100.0, 64, 0.5157),
+            row(10000.0, 64, 0.4995),
+            row(100.0, 512, 0.5008),
+            row(10000.0, 512, 0.5167),
+        ]);
+        assert!(both.iter().all(|t| t.2 == "mixed"), "{both:?}");
     }
 
     /// Brute force over all pairs.

@@ -303,6 +303,7 @@ impl RunDir {
         // The setting that differs is named first; a difference only in steps (which the
         // config check leaves to extended runs) is caught by the run identity.
         self.check_checkpoint_config(step, config)?;
+        self.check_hf_config(step)?;
         self.check_same_run(step, &state)?;
         let path = self.checkpoint_dir(step).join("model.safetensors");
         Ok(load_weights(config.model.clone(), &path, device)?)
@@ -426,6 +427,77 @@ impl RunDir {
         }
     }
 
+    /// Fails when checkpoint `step`'s `config.json` (the transformers config beside the
+    /// weights) is not the one its `ropelab.json` gives: the file transformers loads would
+    /// describe another model than the one trained (twenty-fourth pass, S4).
+    fn check_hf_config(&self, step: usize) -> Result<()> {
+        let saved = self.checkpoint_config(step)?;
+        let path = self.checkpoint_dir(step).join("config.json");
+        let text = fs::read_to_string(&path).map_err(|e| TrainError::io(&path, e))?;
+        let found: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| TrainError::run_dir(&path, format!("unreadable: {e}")))?;
+        let want = hf_config(&saved.model);
+        if found != want {
+            let key = want
+                .as_object()
+                .and_then(|w| {
+                    w.iter()
+                        .find(|(k, v)| found.get(k.as_str()) != Some(*v))
+                        .map(|(k, _)| k.clone())
+                })
+                .unwrap_or_else(|| "a key ropelab does not write".into());
+            return Err(TrainError::run_dir(
+                &path,
+                format!(
+                    "is not the transformers config of the model its ropelab.json describes \
+                     ({key} differs): an edited or copied file"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Fails when checkpoint `step`'s training state contradicts its step: AdamW updates other
+    /// than the steps done, or losses pending at a step whose metrics line was just written
+    /// (none can be), or more pending than steps since the last such line (twenty-fourth pass,
+    /// S4).
+    fn check_state(&self, step: usize, state: &CheckpointState) -> Result<()> {
+        let saved = self.checkpoint_config(step)?;
+        let o = &saved.optim;
+        let logged = |s: usize| {
+            s == 0
+                || s == o.steps
+                || s.is_multiple_of(o.log_every.max(1))
+                || s.is_multiple_of(o.eval_every.max(1))
+        };
+        let since = (0..step)
+            .rev()
+            .find(|&s| logged(s))
+            .map_or(step, |s| step - s);
+        let path = self.checkpoint_dir(step).join("state.json");
+        let bad = |why: String| Err(TrainError::run_dir(&path, why));
+        if state.adam_updates != step {
+            return bad(format!(
+                "records {} AdamW updates at step {step}: a checkpoint has done one per step",
+                state.adam_updates
+            ));
+        }
+        let (count, sum) = (state.pending_loss_count, state.pending_loss_sum);
+        let possible = match logged(step) {
+            true => count == 0 && sum == 0.0,
+            false => count >= 1 && count <= since && sum.is_finite() && sum >= 0.0,
+        };
+        if !possible {
+            return bad(format!(
+                "records {count} pending losses summing to {sum} at step {step}, which no \
+                 training leaves there (a metrics line is written every {} steps and at every \
+                 evaluation)",
+                o.log_every
+            ));
+        }
+        Ok(())
+    }
+
     /// Loads model and optimizer of checkpoint `step`.
     pub fn load_training_state(
         &self,
@@ -440,6 +512,7 @@ impl RunDir {
         // TRn3): its message names the checkpoint.
         self.computes_numbers(&model, step, config, device)?;
         let state = self.checkpoint_state(step)?;
+        self.check_state(step, &state)?;
         let mut optimizer = AdamW::new(model.layout().params(), &config.optim);
         let tensors = load_tensors(&dir.join("optimizer.safetensors"), device)?;
         optimizer

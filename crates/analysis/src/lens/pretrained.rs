@@ -511,7 +511,6 @@ pub fn model_rope_failures(
     let planes: Vec<(usize, usize)> = (0..c.rope_dim / 2)
         .map(|p| model.position().plane_dims(p))
         .collect();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let hd = c.head_dim();
     let mut rows = vec![];
     for &layer in &options.layers {
@@ -527,6 +526,9 @@ pub fn model_rope_failures(
             theory_vector(&data[(head * t + pos) * hd..][..hd], &planes)
         };
         for &m in &options.lengths {
+            // Each (layer, length) row draws from its own stream, so a row does not depend on
+            // which other rows were asked, nor their order (twenty-fourth pass, B-S4).
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(((layer as u64) << 40) ^ m as u64);
             let below = m.min(t);
             let mut draws = ropelab_theory::failures::room_for_draws(options.draws)?;
             draws.extend((0..options.draws).map(|_| {

@@ -114,7 +114,12 @@ pub fn scores(effects: &[SwapEffect], tau: Tau) -> SwapScores {
         s_pos += a * cos2(e.after, e.before);
         s_sym += a * cos2(e.after, (e.before.1, e.before.0));
     }
-    SwapScores { s_pos, s_sym }
+    // Both are convex combinations of squared cosines, in [0, 1]; rounding can carry a sum a
+    // few ulps past 1 (twenty-fourth pass, B-S10), which no score is.
+    SwapScores {
+        s_pos: s_pos.clamp(0.0, 1.0),
+        s_sym: s_sym.clamp(0.0, 1.0),
+    }
 }
 
 /// The unpermuted attention row over keys 0..=n from cross logits and the self logit.
@@ -214,4 +219,33 @@ pub fn entropy(row: &[f64]) -> f64 {
         .filter(|&&p| p > 0.0)
         .map(|p| p * p.ln())
         .sum::<f64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Unchanged rows score 1 for s_pos however many swaps are averaged, never a few ulps
+    /// above (twenty-fourth pass, B-S10).
+    #[test]
+    fn scores_stay_within_zero_and_one() {
+        for n in [3usize, 7, 10, 33, 1000] {
+            let effects: Vec<SwapEffect> = (0..n)
+                .map(|i| {
+                    let d = (
+                        0.1 + (i as f64 * 0.37).sin().abs(),
+                        0.2 + (i as f64).cos().abs(),
+                    );
+                    SwapEffect {
+                        before: d,
+                        after: d,
+                    }
+                })
+                .collect();
+            let s = scores(&effects, Tau::DEFAULT);
+            assert!((0.0..=1.0).contains(&s.s_pos), "{n}: {}", s.s_pos);
+            assert!((0.0..=1.0).contains(&s.s_sym), "{n}: {}", s.s_sym);
+            assert!((s.s_pos - 1.0).abs() < 1e-12, "{n}: {}", s.s_pos);
+        }
+    }
 }

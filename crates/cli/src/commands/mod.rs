@@ -322,6 +322,25 @@ pub fn check_out_dir(out: &std::path::Path, grid: bool) -> Result<()> {
             out.display()
         );
     }
+    // A run goes into a new or empty directory (or its own, resumed): one holding other
+    // files (a sweep's or experiment's root, an experiment's runs/ folder) would mix a run
+    // into them (twenty-fourth pass, S7).
+    if !grid && !out.join("config.toml").exists() {
+        let mut entries = std::fs::read_dir(out).into_iter().flatten().flatten();
+        if let Some(first) = entries.next() {
+            anyhow::bail!(
+                "--out {} already holds files ({}{}) and no run: train writes a run into a new \
+                 or empty directory; choose another --out",
+                out.display(),
+                first.file_name().to_string_lossy().escape_debug(),
+                if entries.next().is_some() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     if grid && out.join("config.toml").is_file() && out.join("checkpoints").is_dir() {
         anyhow::bail!(
             "--out {} is a run directory; a study, sweep or experiment needs its own",

@@ -148,6 +148,19 @@ pub struct GenerateArgs {
     pub max_new: u64,
 }
 
+/// Refuses `--precision bf16` for a command that reads the model through the hooked forward,
+/// which is f32 whatever the flag says: the flag would change nothing (twenty-fourth pass,
+/// B-S8).
+fn hooked_only(command: &str, model: &ModelArg) -> Result<()> {
+    anyhow::ensure!(
+        model.precision == Precision::F32,
+        "--precision {}: `pretrained {command}` reads attention and q/k through the hooked \
+         forward, which computes in f32 only; leave the flag out",
+        model.precision
+    );
+    Ok(())
+}
+
 /// Which pretrained model a command runs on.
 #[derive(Debug, Args)]
 pub struct ModelArg {
@@ -277,7 +290,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             );
             guard.check("pretrained generate", &need)?;
             let start = Instant::now();
-            let new = model.generate(&ids, a.max_new as usize, tokenizer.eos)?;
+            let new = model.generate(&ids, a.max_new as usize, &tokenizer.stops)?;
             let seconds = start.elapsed().as_secs_f64();
             println!("{}{}", a.prompt, tokenizer.decode(&new)?);
             eprintln!(
@@ -287,8 +300,14 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             );
             Ok(())
         }
-        PretrainedCommand::Score(a) => score(&a, guard),
-        PretrainedCommand::RopeStats(a) => rope_stats(&a, guard),
+        PretrainedCommand::Score(a) => {
+            hooked_only("score", &a.model)?;
+            score(&a, guard)
+        }
+        PretrainedCommand::RopeStats(a) => {
+            hooked_only("rope-stats", &a.model)?;
+            rope_stats(&a, guard)
+        }
         PretrainedCommand::IndexTask(a) => {
             super::table_on_stdout(&a.out);
             outside_runs(&a.out)?;
@@ -401,9 +420,9 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             let mut table = Table::new(&[
                 ("task", Left),
                 ("size", Right),
-                ("tokens", Right),
+                ("longest prompt", Right),
                 ("mean", Right),
-                ("sd", Right),
+                ("sd (sample)", Right),
             ]);
             for r in &rows {
                 table.row([

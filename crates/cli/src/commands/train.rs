@@ -79,6 +79,20 @@ pub fn run(args: TrainArgs, guard: Guard) -> Result<()> {
                 args.out.display()
             );
         }
+        // A run measured by a sweep, study or experiment has its training log in its ledger:
+        // resuming it would change a measured file (twenty-fourth pass, S8).
+        if ropelab_io::Ledger::load(&args.out)
+            .ok()
+            .flatten()
+            .is_some_and(|l| l.files.contains_key("metrics.jsonl"))
+        {
+            anyhow::bail!(
+                "{} was measured (its measured.json records its training log, metrics.jsonl): \
+                 resuming would change a measured file; to train it further, copy the run \
+                 without its measured.json and resume the copy",
+                args.out.display()
+            );
+        }
         // The estimate of the rest of the run; a directory that cannot be read is reported by
         // `Trainer::resume` itself.
         if let Ok((dir, mut config)) = RunDir::open(&args.out) {

@@ -169,7 +169,66 @@ pub fn recorded(
             run.join("lengthgen.csv").display()
         )));
     }
+    // Every file names the run it was measured on: one copied in from another job (another
+    // seed of the same sweep, say) is not this run's measurement (twenty-fourth pass, S2).
+    let identity = config.identity();
+    let foreign = [
+        (
+            "the test evaluation",
+            (test.run != identity).then(|| test.run.clone()),
+        ),
+        (
+            "scores.jsonl",
+            scores
+                .iter()
+                .find(|l| !l.run.is_empty() && l.run != identity)
+                .map(|l| l.run.clone()),
+        ),
+        (
+            "lengthgen.csv",
+            lengths
+                .iter()
+                .find(|r| !r.run.is_empty() && r.run != identity)
+                .map(|r| r.run.clone()),
+        ),
+    ];
+    if let Some((what, other)) = foreign.iter().find_map(|(w, o)| o.as_ref().map(|o| (w, o))) {
+        return Err(bad(format!(
+            "{what} of {} was measured on run {other}, this run is {identity}: a file copied \
+             in from another run",
+            run.display()
+        )));
+    }
+    // The test split and the length test's row without extension tokens measure one
+    // checkpoint on draws of the same test inputs: accuracies this far apart no sampling gives
+    // (twenty-fourth pass, S3).
+    if let Some(row) = lengths.iter().find(|r| r.extra == 0) {
+        let (a, na) = (test.accuracy.accuracy, test.accuracy.n as f64);
+        let (b, nb) = (row.accuracy, row.n as f64);
+        if let Some(z) = two_proportion_z(a, na, b, nb).filter(|z| z.abs() > AGREEMENT_Z) {
+            return Err(bad(format!(
+                "its test evaluation says accuracy {a} on {na} inputs, its lengthgen.csv says \
+                 {b} on {nb} inputs of the same checkpoint and length (z = {z:.1}, beyond \
+                 {AGREEMENT_Z}): one of them is not what was measured"
+            )));
+        }
+    }
     Ok(summary(test, &scores, &lengths, gamma))
+}
+
+/// The |z| beyond which two accuracies of one checkpoint on draws of the same test inputs
+/// contradict each other (two-sided p below 2e-9 under the pooled normal approximation).
+pub const AGREEMENT_Z: f64 = 6.0;
+
+/// The two-proportion z statistic of accuracies `a` on `na` inputs and `b` on `nb` (pooled
+/// variance); None when it is undefined (both all right or all wrong, or no inputs).
+fn two_proportion_z(a: f64, na: f64, b: f64, nb: f64) -> Option<f64> {
+    if na < 1.0 || nb < 1.0 {
+        return None;
+    }
+    let p = (a * na + b * nb) / (na + nb);
+    let var = p * (1.0 - p) * (1.0 / na + 1.0 / nb);
+    (var > 0.0).then(|| (a - b) / var.sqrt())
 }
 
 /// Measures the hop map of the number-task run in `run` at its latest checkpoint on `n` test
