@@ -100,7 +100,14 @@ fn a_study_per_head_count_runs_each_and_compares_them() {
         "is a study per head count (heads-1, heads-4)",
     );
     let model = run.join("heads-4/seed-3/letter");
-    refused(&["collect", model.to_str().unwrap()], "is a run directory");
+    refused(
+        &["collect", model.to_str().unwrap()],
+        "one job's directory of",
+    );
+    refused(
+        &["collect", run.join("heads-4/seed-3").to_str().unwrap()],
+        "a folder of the jobs of",
+    );
     ok(ropelab(&["collect", run.join("heads-4").to_str().unwrap()]));
     // A rerun reuses everything; another config in the same directory is refused.
     ok(ropelab(&args));

@@ -2414,7 +2414,7 @@ fn a_checkpoint_that_contradicts_itself_is_refused() {
             "--out",
             out.to_str().unwrap(),
         ],
-        "already holds files",
+        "holds another kind of directory's files (plan.json)",
     );
     assert_eq!(std::fs::read(out.join("plan.json")).unwrap(), before);
     assert!(!out.join("config.toml").exists());

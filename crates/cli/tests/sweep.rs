@@ -394,6 +394,6 @@ fn an_edited_collected_table_is_refused_by_the_report() {
     std::fs::remove_file(result).unwrap();
     refused(
         &["report", s, "--out", h],
-        "holds tables of other results than the jobs' now",
+        "is not what the finished jobs of",
     );
 }

@@ -416,6 +416,11 @@ impl fmt::Display for Size {
             ("MB", 1e6),
             ("kB", 1e3),
         ];
+        // A count that saturated is no size anyone can have: said as such, not as the
+        // 18.4 EB it stopped at (twenty-fourth pass, U3).
+        if self.0 == u64::MAX {
+            return write!(f, "more than 18 EB (beyond what can be counted)");
+        }
         let b = self.0 as f64;
         match UNITS.iter().find(|(_, scale)| b >= *scale) {
             Some((unit, scale)) => write!(f, "{:.1} {unit}", b / scale),
@@ -481,7 +486,11 @@ mod tests {
         assert_eq!(Size(12).to_string(), "12 B");
         assert_eq!(Size(3_100).to_string(), "3.1 kB");
         assert_eq!(Size(80_027_202_312).to_string(), "80.0 GB");
-        assert_eq!(Size(u64::MAX).to_string(), "18.4 EB");
+        assert_eq!(
+            Size(u64::MAX).to_string(),
+            "more than 18 EB (beyond what can be counted)"
+        );
+        assert_eq!(Size(u64::MAX - 1).to_string(), "18.4 EB");
     }
 
     #[test]

@@ -222,16 +222,19 @@ impl LlamaConfig {
                 crate::number(c.rope_base)
             ));
         }
-        // (In f32, where the norms add it: 1e-300 would be 0 there; seventh pass, H23.)
+        // (In f32, where the norms add it: 1e-300 would be 0 there; seventh pass, H23.) The
+        // message names the keys it is read from (twenty-fourth pass, B-U1).
+        const EPS_KEYS: &str = "rms_norm_eps, layer_norm_eps(ilon) or *.layer_norm_rms_epsilon";
         if !(c.rms_eps > 0.0 && c.rms_eps <= 1.0) {
             return bad(format!(
-                "norm epsilon {} is outside (0, 1]: no model normalises so",
+                "norm epsilon {} is outside (0, 1] ({EPS_KEYS}): no model normalises so",
                 crate::number(c.rms_eps)
             ));
         }
         if (c.rms_eps as f32) == 0.0 {
             return bad(format!(
-                "norm epsilon {} is 0 in f32, where the norms add it: no model normalises so",
+                "norm epsilon {} is 0 in f32 ({EPS_KEYS}), where the norms add it: no model \
+                 normalises so",
                 crate::number(c.rms_eps)
             ));
         }

@@ -95,9 +95,6 @@ impl SizeRow {
                     ));
                 }
             }
-            None if self.runs.len() > 1 => {
-                return Some(format!("{what}: {} runs have an sd", self.runs.len()));
-            }
             None => {}
         }
         if !["", "f32", "bf16"].contains(&self.precision.as_str()) {

@@ -85,7 +85,7 @@ fn task_accuracy_has_an_error_bar_per_window_size_and_failures_a_line_per_layer(
         prompt_tokens: 50 + size,
         mean,
         sd: Some(sd),
-        runs: vec![mean - sd, mean + sd],
+        runs: vec![mean - sd / 2f64.sqrt(), mean + sd / 2f64.sqrt()],
         n: 10,
         precision: "f32".into(),
         model: MODEL.into(),
@@ -158,7 +158,7 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
     std::fs::write(
         dir.path().join("acc.csv"),
         format!(
-            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1,0.4;0.6,{MODEL}\n"
+            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1414213562,0.4;0.6,{MODEL}\n"
         ),
     )
     .unwrap();
@@ -234,7 +234,7 @@ fn outputs_of_two_models_in_one_directory_are_refused() {
     std::fs::write(dir.path().join("a-heads.jsonl"), &lines).unwrap();
     let tasks = |model: &str| {
         format!(
-            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1,0.4;0.6,{model}\n"
+            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1414213562,0.4;0.6,{model}\n"
         )
     };
     std::fs::write(dir.path().join("b-tasks.csv"), tasks(MODEL)).unwrap();
@@ -253,7 +253,7 @@ fn outputs_of_two_models_in_one_directory_are_refused() {
     );
     let unnamed = [
         tasks(""),
-        "task,size,prompt_tokens,mean,sd,runs\nnumber,12,82,0.5,0.1,0.4;0.6\n".to_owned(),
+        "task,size,prompt_tokens,mean,sd,runs\nnumber,12,82,0.5,0.1414213562,0.4;0.6\n".to_owned(),
     ];
     for text in unnamed {
         std::fs::remove_file(dir.path().join("a-heads.jsonl")).ok();
@@ -333,7 +333,7 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     let tasks = |size: usize, precision: &str| {
         format!(
             "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
-             number,{size},82,0.5,0.1,0.4;0.6,{precision},{MODEL}\n"
+             number,{size},82,0.5,0.1414213562,0.4;0.6,{precision},{MODEL}\n"
         )
     };
     let err = report(&[("a.csv", tasks(4, "f32")), ("b.csv", tasks(6, "bf16"))]).unwrap_err();
@@ -343,7 +343,7 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     let counted = |size: usize, n: usize| {
         format!(
             "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
-             number,{size},82,0.5,0.1,0.4;0.6,{n},f32,{MODEL}\n"
+             number,{size},82,0.5,0.1414213562,0.4;0.6,{n},f32,{MODEL}\n"
         )
     };
     let err = report(&[("a.csv", counted(4, 1)), ("b.csv", counted(6, 9))]).unwrap_err();
@@ -484,7 +484,7 @@ fn a_file_the_study_measured_and_that_is_gone_is_named() {
     let tasks = |task: &str| {
         format!(
             "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
-             {task},4,82,0.5,0.1,0.4;0.6,9,f32,{MODEL}\n"
+             {task},4,82,0.5,0.1414213562,0.4;0.6,9,f32,{MODEL}\n"
         )
     };
     for task in ["letter", "number"] {
@@ -516,7 +516,7 @@ fn a_file_name_that_is_no_utf8_is_shown_escaped() {
     let table = |precision: &str| {
         format!(
             "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
-             number,4,82,0.5,0.1,0.4;0.6,{precision},{MODEL}\n"
+             number,4,82,0.5,0.1414213562,0.4;0.6,{precision},{MODEL}\n"
         )
     };
     std::fs::write(dir.path().join("a.csv"), table("f32")).unwrap();

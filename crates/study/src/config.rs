@@ -388,7 +388,9 @@ impl StudyConfig {
                 let run = sub
                     .train
                     .run_config(kind, config.seeds[0], &config.tasks)
-                    .with_context(|| format!("{origin}: [train]"))?;
+                    // The model of [train] on the tasks of [tasks]: either may be the cause
+                    // (twenty-fourth pass, U4: a [tasks] layout was blamed on [train]).
+                    .with_context(|| format!("{origin}: [train] on the [tasks] layout"))?;
                 // A threshold no model of this depth can meet would make its claim a foregone
                 // "does not hold".
                 anyhow::ensure!(

@@ -493,6 +493,40 @@ fn agrees_with_jobs(dir: &Path, name: &str, path: &Path) -> std::result::Result<
 /// run (one trained model), a study per head count (its `heads-H/` studies are collected one by
 /// one) or an experiment's directory (its tables in its ledger, merged already).
 fn not_a_job_directory(out: &Path) -> Result<Option<String>> {
+    // A level inside a sweep, study or experiment names the directory to collect
+    // (twenty-fourth pass, U2).
+    let above = |levels: usize| {
+        out.ancestors()
+            .nth(levels)
+            .filter(|d| d.join(PLAN).is_file())
+    };
+    if out.join(RESULT).is_file() || out.join("job.json").is_file() {
+        if let Some(root) = above(2).or_else(|| above(1)) {
+            return Ok(Some(format!(
+                "one job's directory of {}: collect that directory",
+                root.display()
+            )));
+        }
+    }
+    if let Some(root) = above(1) {
+        return Ok(Some(format!(
+            "a folder of the jobs of {}: collect that directory",
+            root.display()
+        )));
+    }
+    if let Some(root) = out
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join(ropelab_io::LEDGER).is_file() && !d.join("config.toml").is_file())
+    {
+        if !out.join(ropelab_io::LEDGER).is_file() || out.join("config.toml").is_file() {
+            return Ok(Some(format!(
+                "a folder inside {}, an experiment's directory whose tables are its merged \
+                 results already",
+                root.display()
+            )));
+        }
+    }
     if out.join("config.toml").is_file() && out.join("checkpoints").is_dir() {
         return Ok(Some(
             "a run directory (one trained model; its job's result, when a sweep or study ran \

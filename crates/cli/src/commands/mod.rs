@@ -326,18 +326,23 @@ pub fn check_out_dir(out: &std::path::Path, grid: bool) -> Result<()> {
     // files (a sweep's or experiment's root, an experiment's runs/ folder) would mix a run
     // into them (twenty-fourth pass, S7).
     if !grid && !out.join("config.toml").exists() {
-        let mut entries = std::fs::read_dir(out).into_iter().flatten().flatten();
-        if let Some(first) = entries.next() {
+        // What marks another kind of directory: a plan, a ledger, claims, or runs inside it
+        // (a killed start's checkpoints/ alone is this run's, trained again).
+        let foreign = std::fs::read_dir(out)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                ["plan.json", "measured.json", "claims.json"].contains(&name.as_str())
+                    || e.path().join("config.toml").is_file()
+            });
+        if let Some(first) = foreign {
             anyhow::bail!(
-                "--out {} already holds files ({}{}) and no run: train writes a run into a new \
-                 or empty directory; choose another --out",
+                "--out {} holds another kind of directory's files ({}) and no run: train writes \
+                 a run into a new or empty directory; choose another --out",
                 out.display(),
                 first.file_name().to_string_lossy().escape_debug(),
-                if entries.next().is_some() {
-                    ", ..."
-                } else {
-                    ""
-                }
             );
         }
     }

@@ -298,7 +298,29 @@ pub fn recorded(
             let plan = ambiguous::plan(items, per_length, asked.as_deref());
             ambiguous::summary(&lengths(plan)?, items, heads.as_deref())
         }
-        TaskKind::Canonical => canonical::summary(&read_run_csv(run, "per_position.csv")?),
+        TaskKind::Canonical => {
+            let rows: Vec<ropelab_train::canonical_data::PositionAccuracy> =
+                read_run_csv(run, "per_position.csv")?;
+            // One row per answer position of the task, in order, counting the samples asked
+            // for (twenty-fourth pass, S1).
+            let len = config.canonical.as_ref().map_or(0, |t| t.len);
+            let positions: Vec<usize> = rows.iter().map(|r| r.position).collect();
+            let total: usize = rows.iter().map(|r| r.n).sum();
+            if positions != (0..len).collect::<Vec<_>>()
+                || total != per_length
+                || rows.iter().any(|r| r.correct > r.n)
+            {
+                return Err(SweepError::Job {
+                    id: run.display().to_string(),
+                    message: format!(
+                        "{} holds positions {positions:?} over {total} samples, its job \
+                         measures positions 0..{len} over {per_length}",
+                        run.join("per_position.csv").display()
+                    ),
+                });
+            }
+            canonical::summary(&rows)
+        }
     })
 }
 
