@@ -26,6 +26,12 @@ pub fn lengths(l: &LengthOptions) -> String {
     )
 }
 
+/// The accuracy samples a [`scores`] key names (None for a text it never writes).
+pub fn parse_score_samples(key: &str) -> Option<usize> {
+    let rest = key.split_once(", accuracy samples ")?.1;
+    rest.split(',').next()?.trim().parse().ok()
+}
+
 /// The extension tokens, samples and step a [`lengths`] key names (None for a text it never
 /// writes).
 pub fn parse_lengths(key: &str) -> Option<(Vec<usize>, Option<usize>, Option<usize>)> {
@@ -131,5 +137,10 @@ mod parse_tests {
             assert_eq!(parse_lengths(&key), Some((extras, samples, step)));
         }
         assert_eq!(parse_lengths("length test: extras [x]"), None);
+        let key = scores(&ScoreOptions {
+            eval_samples: 512,
+            ..Default::default()
+        });
+        assert_eq!(parse_score_samples(&key), Some(512));
     }
 }

@@ -63,6 +63,20 @@ pub fn multi_hop(
         let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
         Ok(lengthgen::from_csv(&text, &path.display().to_string())?)
     };
+    // A table its ledger vouches for but whose rows contradict its settings (edited under a
+    // re-sealed ledger) is measured again, never reused (twenty-fifth pass, S1).
+    if Ledger::check(run, "lengthgen.csv", &length_key).map_err(|e| io(&run.join(LEDGER), e))?
+        == ropelab_io::Standing::Own
+    {
+        let (dir, config) = RunDir::open(run)?;
+        let step = dir.latest_checkpoint()?;
+        let path = run.join("lengthgen.csv");
+        let fits = read_lengths(&path)
+            .is_ok_and(|rows| lengths_contradict(&rows, &config, &length_key, step).is_none());
+        if !fits {
+            std::fs::remove_file(&path).map_err(|e| io(&path, e))?;
+        }
+    }
     let lengths = owned(run, "lengthgen.csv", &length_key, read_lengths, || {
         let stage = progress.stage(&format!("length {label}"), l.extras.len() as u64);
         let rows = length_generalisation(run, l, device, |done, _| stage.set(done as u64))?;
@@ -152,21 +166,23 @@ pub fn recorded(
         let text = std::fs::read_to_string(p).map_err(|e| io(p, e))?;
         Ok(lengthgen::from_csv(&text, &p.display().to_string())?)
     })?;
-    // The table holds exactly the rows its settings ask for, all of the latest checkpoint: a
-    // row added or changed under a re-sealed ledger contradicts them (twenty-fourth pass).
-    let (extras, samples, asked_step) = keys::parse_lengths(length_key).ok_or_else(|| {
-        bad(format!(
-            "the length-test setting {length_key:?} is not one ropelab writes"
-        ))
-    })?;
-    let n = samples.unwrap_or(config.data.test);
-    let got: Vec<(usize, usize, usize)> = lengths.iter().map(|r| (r.step, r.extra, r.n)).collect();
-    let at = asked_step.unwrap_or(step);
-    let want: Vec<(usize, usize, usize)> = extras.iter().map(|&e| (at, e, n)).collect();
-    if got != want {
+    if let Some(why) = lengths_contradict(&lengths, config, length_key, step) {
         return Err(bad(format!(
-            "{} holds (step, extra, samples) {got:?}, its job measures {want:?}",
+            "{}: {why}",
             run.join("lengthgen.csv").display()
+        )));
+    }
+    // The test evaluation counts whole samples of the whole test split (twenty-fifth pass,
+    // S3).
+    let a = &test.accuracy;
+    if a.n != config.data.test
+        || !whole(a.accuracy * a.n as f64)
+        || !within_hops(a.accuracy, &a.per_hop)
+    {
+        return Err(bad(format!(
+            "{eval_file} says accuracy {} of {} samples (per hop {:?}); the run's test split \
+             has {} samples, and an accuracy is a whole count of them within its per-hop range",
+            a.accuracy, a.n, a.per_hop, config.data.test
         )));
     }
     // Every file names the run it was measured on: one copied in from another job (another
@@ -199,21 +215,78 @@ pub fn recorded(
             run.display()
         )));
     }
-    // The test split and the length test's row without extension tokens measure one
-    // checkpoint on draws of the same test inputs: accuracies this far apart no sampling gives
-    // (twenty-fourth pass, S3).
-    if let Some(row) = lengths.iter().find(|r| r.extra == 0) {
-        let (a, na) = (test.accuracy.accuracy, test.accuracy.n as f64);
-        let (b, nb) = (row.accuracy, row.n as f64);
+    // The test split, the length test's row without extension tokens and the scores' own
+    // accuracy at the checkpoint measure one checkpoint on draws of the same test inputs:
+    // accuracies this far apart no sampling gives (twenty-fourth pass, S3; twenty-fifth, S2).
+    let (a, na) = (test.accuracy.accuracy, test.accuracy.n as f64);
+    let mut others: Vec<(&str, f64, f64)> = lengths
+        .iter()
+        .filter(|r| r.extra == 0)
+        .map(|r| ("its lengthgen.csv", r.accuracy, r.n as f64))
+        .collect();
+    if let Some(n) = keys::parse_score_samples(score_key) {
+        if let Some(line) = scores.iter().find(|l| l.step == step) {
+            others.push(("its scores.jsonl", line.accuracy, n as f64));
+        }
+    }
+    for (what, b, nb) in others {
         if let Some(z) = two_proportion_z(a, na, b, nb).filter(|z| z.abs() > AGREEMENT_Z) {
             return Err(bad(format!(
-                "its test evaluation says accuracy {a} on {na} inputs, its lengthgen.csv says \
-                 {b} on {nb} inputs of the same checkpoint and length (z = {z:.1}, beyond \
-                 {AGREEMENT_Z}): one of them is not what was measured"
+                "its test evaluation says accuracy {a} on {na} inputs, {what} says {b} on {nb} \
+                 inputs of the same checkpoint (z = {z:.1}, beyond {AGREEMENT_Z}): one of them \
+                 is not what was measured"
             )));
         }
     }
     Ok(summary(test, &scores, &lengths, gamma))
+}
+
+/// Why the rows of a `lengthgen.csv` contradict the length-test settings `length_key` of a run
+/// (config `config`, latest checkpoint `step`): other (step, extra, samples) than the settings
+/// ask for, or a row whose accuracy is no whole count of its samples or lies outside its
+/// per-hop range (twenty-fourth pass, S1; twenty-fifth, S3).
+pub fn lengths_contradict(
+    rows: &[LengthRow],
+    config: &ropelab_train::RunConfig,
+    length_key: &str,
+    step: usize,
+) -> Option<String> {
+    let Some((extras, samples, asked_step)) = keys::parse_lengths(length_key) else {
+        return Some(format!(
+            "the length-test setting {length_key:?} is not one ropelab writes"
+        ));
+    };
+    let n = samples.unwrap_or(config.data.test);
+    let got: Vec<(usize, usize, usize)> = rows.iter().map(|r| (r.step, r.extra, r.n)).collect();
+    let at = asked_step.unwrap_or(step);
+    let want: Vec<(usize, usize, usize)> = extras.iter().map(|&e| (at, e, n)).collect();
+    if got != want {
+        return Some(format!(
+            "it holds (step, extra, samples) {got:?}, its job measures {want:?}"
+        ));
+    }
+    rows.iter()
+        .find(|r| !whole(r.accuracy * r.n as f64) || !within_hops(r.accuracy, &r.per_hop))
+        .map(|r| {
+            format!(
+                "its row of extra {} says accuracy {} of {} samples with per-hop {:?}, which no \
+                 count gives",
+                r.extra, r.accuracy, r.n, r.per_hop
+            )
+        })
+}
+
+/// Whether `x` is a whole number (a count of samples), but for float rounding.
+fn whole(x: f64) -> bool {
+    (x - x.round()).abs() < 1e-6
+}
+
+/// Whether an accuracy lies within the range of its per-hop accuracies (a weighted mean of
+/// them; an empty table bounds nothing).
+fn within_hops(accuracy: f64, per_hop: &std::collections::BTreeMap<usize, f64>) -> bool {
+    let lo = per_hop.values().copied().fold(f64::INFINITY, f64::min);
+    let hi = per_hop.values().copied().fold(f64::NEG_INFINITY, f64::max);
+    per_hop.is_empty() || (lo - 1e-9..=hi + 1e-9).contains(&accuracy)
 }
 
 /// The |z| beyond which two accuracies of one checkpoint on draws of the same test inputs
