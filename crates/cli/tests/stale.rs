@@ -735,16 +735,22 @@ fn collect_pools_only_the_jobs_of_one_plan() {
     assert_eq!(listed.lines().count(), 1, "{listed}");
 }
 
+/// Writes `text` as `dir/sweep.toml` and runs it into `dir/out`: (the file, the output).
+fn swept(dir: &Path, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let file = dir.join("sweep.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = dir.join("out");
+    ok(sweep(&file, &out, &[]));
+    (file, out)
+}
+
 /// A result whose ledger entry was re-sealed over an edit passes every checksum; collect still
 /// refuses it when it contradicts itself, its run or the files its job measured, and a rerun
 /// measures the job again instead of reusing it (twenty-third pass, SWr1-6).
 #[test]
 fn a_resealed_result_must_say_what_its_run_says() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sweep.toml");
-    std::fs::write(&file, spec(20)).unwrap();
-    let out = dir.path().join("out");
-    ok(sweep(&file, &out, &[]));
+    let (file, out) = swept(dir.path(), &spec(20));
     ok(ropelab(&["collect", out.to_str().unwrap()]));
     let job = job_dir(&out);
     let result = job.join("result.json");
@@ -2386,10 +2392,7 @@ fn a_checkpoint_that_contradicts_itself_is_refused() {
     std::fs::write(&state, &text).unwrap();
     reseal_checkpoint(&checkpoint);
     // A run a sweep measured keeps its training log: not resumed (S8).
-    let file = dir.path().join("sweep.toml");
-    std::fs::write(&file, spec(20)).unwrap();
-    let out = dir.path().join("out");
-    ok(sweep(&file, &out, &[]));
+    let (_, out) = swept(dir.path(), &spec(20));
     let copy = dir.path().join("copy");
     copy_dir(&job_dir(&out).join("run"), &copy);
     refused(
@@ -2417,10 +2420,27 @@ fn a_checkpoint_that_contradicts_itself_is_refused() {
             "--out",
             out.to_str().unwrap(),
         ],
-        "holds another kind of directory's files (plan.json)",
+        "holds another kind of directory's files",
     );
     assert_eq!(std::fs::read(out.join("plan.json")).unwrap(), before);
     assert!(!out.join("config.toml").exists());
+    // Nor into a folder of runs nested as an experiment nests them (twenty-fifth pass, S6).
+    let runs = dir.path().join("exp/runs");
+    copy_dir(&run, &runs.join("rope-softmax/k-2/seed-0"));
+    refused(
+        &[
+            "train",
+            "--task",
+            "number",
+            "--preset",
+            "tiny",
+            "--steps",
+            "4",
+            "--out",
+            runs.to_str().unwrap(),
+        ],
+        "holds another kind of directory's files (rope-softmax)",
+    );
 }
 
 /// Measured files copied in from another job of the same sweep, or forged together with the
@@ -2429,10 +2449,10 @@ fn a_checkpoint_that_contradicts_itself_is_refused() {
 #[test]
 fn a_jobs_files_must_be_its_own_and_agree() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("sweep.toml");
-    std::fs::write(&file, spec(20).replace("values = [0]", "values = [0, 1]")).unwrap();
-    let out = dir.path().join("out");
-    ok(sweep(&file, &out, &[]));
+    let (_, out) = swept(
+        dir.path(),
+        &spec(20).replace("values = [0]", "values = [0, 1]"),
+    );
     ok(ropelab(&["collect", out.to_str().unwrap()]));
     let mut jobs: Vec<_> = std::fs::read_dir(out.join("jobs"))
         .unwrap()

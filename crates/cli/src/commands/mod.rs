@@ -335,7 +335,7 @@ pub fn check_out_dir(out: &std::path::Path, grid: bool) -> Result<()> {
             .find(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 ["plan.json", "measured.json", "claims.json"].contains(&name.as_str())
-                    || e.path().join("config.toml").is_file()
+                    || holds_runs(&e.path(), 3)
             });
         if let Some(first) = foreign {
             anyhow::bail!(
@@ -360,6 +360,20 @@ pub fn check_out_dir(out: &std::path::Path, grid: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether `dir` is a run, or holds one within `depth` levels of folders (an experiment's
+/// `runs/PE/k-K/seed-S`; twenty-fifth pass, S6).
+fn holds_runs(dir: &std::path::Path, depth: usize) -> bool {
+    if dir.join("config.toml").is_file() {
+        return true;
+    }
+    depth > 0
+        && std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_type().is_ok_and(|t| t.is_dir()) && holds_runs(&e.path(), depth - 1))
 }
 
 /// Refuses a list flag that names one value twice (`--lengths 256,256`): a repeated value

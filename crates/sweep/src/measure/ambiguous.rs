@@ -106,12 +106,33 @@ pub fn summary(rows: &[LengthAccuracy], items: usize, heads: Option<&[AmbiguousH
 pub fn read_conflict(run: &Path) -> Result<MechanismFractions> {
     let path = run.join("conflict.csv");
     let rows: Vec<MechanismFractions> = super::read_run_csv(run, "conflict.csv")?;
-    rows.into_iter()
+    let row = rows
+        .into_iter()
         .next()
         .ok_or_else(|| crate::SweepError::Job {
             id: run.display().to_string(),
             message: format!("{} has no row", path.display()),
-        })
+        })?;
+    // Every conflict answer is of one kind: the fractions are whole counts of n summing to 1
+    // (twenty-fifth pass, S7).
+    let parts = [row.positional, row.symbolic, row.neither];
+    let n = row.n as f64;
+    let counts = parts.iter().all(|f| {
+        let c = f * n;
+        (0.0..=1.0).contains(f) && (c - c.round()).abs() < 1e-6
+    });
+    if row.n == 0 || !counts || (parts.iter().sum::<f64>() - 1.0).abs() > 1e-9 {
+        return Err(crate::SweepError::Job {
+            id: run.display().to_string(),
+            message: format!(
+                "{}: fractions {parts:?} of {} answers are not whole counts summing to 1, which \
+                 every conflict answer gives: a damaged or edited file",
+                path.display(),
+                row.n
+            ),
+        });
+    }
+    Ok(row)
 }
 
 /// Every head's swap scores at the last position, averaged over [`HEAD_ROWS`] agree test
@@ -157,4 +178,29 @@ pub fn letters(heads: &[AmbiguousHead]) -> String {
         grid[h.layer].push(h.kind);
     }
     grid_letters(&grid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A conflict table vouched for by its ledger must still count every answer once: whole
+    /// counts summing to 1 (twenty-fifth pass, S7).
+    #[test]
+    fn conflict_fractions_are_whole_counts_summing_to_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = |positional, symbolic, neither| MechanismFractions {
+            n: 128,
+            positional,
+            symbolic,
+            neither,
+        };
+        write_run_csv(dir.path(), "conflict.csv", &[row(0.5, 0.25, 0.25)]).unwrap();
+        assert_eq!(read_conflict(dir.path()).unwrap(), row(0.5, 0.25, 0.25));
+        for bad in [row(0.5, 0.6, 0.8046875), row(0.5, 0.3, 0.2)] {
+            write_run_csv(dir.path(), "conflict.csv", &[bad]).unwrap();
+            let err = read_conflict(dir.path()).unwrap_err().to_string();
+            assert!(err.contains("not whole counts summing to 1"), "{err}");
+        }
+    }
 }
