@@ -2408,37 +2408,23 @@ fn a_checkpoint_that_contradicts_itself_is_refused() {
     );
     // Nor is a run trained into the sweep's own directory (S7).
     let before = std::fs::read(out.join("plan.json")).unwrap();
-    refused(
-        &[
-            "train",
-            "--task",
-            "number",
-            "--preset",
-            "tiny",
-            "--steps",
-            "4",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        "holds another kind of directory's files",
-    );
+    let train_into = |dir: &Path, says: &str| {
+        let d = dir.to_str().unwrap();
+        refused(
+            &[
+                "train", "--task", "number", "--preset", "tiny", "--steps", "4", "--out", d,
+            ],
+            says,
+        );
+    };
+    train_into(&out, "holds another kind of directory's files");
     assert_eq!(std::fs::read(out.join("plan.json")).unwrap(), before);
     assert!(!out.join("config.toml").exists());
     // Nor into a folder of runs nested as an experiment nests them (twenty-fifth pass, S6).
     let runs = dir.path().join("exp/runs");
     copy_dir(&run, &runs.join("rope-softmax/k-2/seed-0"));
-    refused(
-        &[
-            "train",
-            "--task",
-            "number",
-            "--preset",
-            "tiny",
-            "--steps",
-            "4",
-            "--out",
-            runs.to_str().unwrap(),
-        ],
+    train_into(
+        &runs,
         "holds another kind of directory's files (rope-softmax)",
     );
 }
