@@ -1593,7 +1593,36 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         err.contains("claims.json") && err.contains("replaced"),
         "{err}"
     );
+    // Nor one edited with its ledger entry re-sealed: the verdicts are computed again from
+    // the study's files (twenty-fifth pass, A-S9).
+    let key = ropelab_io::Ledger::load(&study).unwrap().unwrap().files["claims.json"]
+        .key
+        .clone();
+    let swap = [
+        ("holds", "undetermined"),
+        ("does_not_hold", "holds"),
+        ("undetermined", "holds"),
+    ]
+    .into_iter()
+    .map(|(a, b)| {
+        (
+            format!("\"verdict\": \"{a}\""),
+            format!("\"verdict\": \"{b}\""),
+        )
+    })
+    .find(|(a, _)| verdicts.contains(a.as_str()))
+    .unwrap();
+    let forged = verdicts.replacen(&swap.0, &swap.1, 1);
+    std::fs::write(&claims, &forged).unwrap();
+    ropelab_io::Ledger::finish(&study, "claims.json", &key).unwrap();
+    let got = ropelab(&["report", st]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(
+        !got.status.success() && err.contains("not what the study's config and measured files"),
+        "{err}"
+    );
     std::fs::write(&claims, &verdicts).unwrap();
+    ropelab_io::Ledger::finish(&study, "claims.json", &key).unwrap();
     ok(ropelab(&["report", st]));
     // ... nor a replaced failure table (fifth pass, recheck).
     let failures = study.join("theory/rope-failures.csv");
@@ -2391,6 +2420,52 @@ fn a_checkpoint_that_contradicts_itself_is_refused() {
     }
     std::fs::write(&state, &text).unwrap();
     reseal_checkpoint(&checkpoint);
+    // Twenty-fifth pass, A-S4: a checkpoint between metrics lines of the log interval has its
+    // own line, so no loss is pending in it; a forged pending sum is refused.
+    let odd = dir.path().join("odd");
+    let o = odd.to_str().unwrap();
+    ok(ropelab(&[
+        "train",
+        "--task",
+        "number",
+        "--preset",
+        "tiny",
+        "--steps",
+        "13",
+        "--save-every",
+        "3",
+        "--out",
+        o,
+    ]));
+    let steps: Vec<u64> = std::fs::read_to_string(odd.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    for s in [3, 6, 9, 12, 13] {
+        assert!(
+            steps.contains(&s),
+            "no metrics line at checkpoint step {s}: {steps:?}"
+        );
+    }
+    let checkpoint = odd.join("checkpoints/step-000012");
+    let state = checkpoint.join("state.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(json["pending_loss_count"], serde_json::json!(0));
+    json["pending_loss_count"] = serde_json::json!(2);
+    json["pending_loss_sum"] = serde_json::json!(1000.0);
+    std::fs::write(&state, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    reseal_checkpoint(&checkpoint);
+    std::fs::remove_dir_all(odd.join("checkpoints/step-000013")).unwrap();
+    refused(
+        &["train", "--out", o, "--resume", "--steps", "15"],
+        "which no training leaves there",
+    );
     // A run a sweep measured keeps its training log: not resumed (S8).
     let (_, out) = swept(dir.path(), &spec(20));
     let copy = dir.path().join("copy");
@@ -2527,5 +2602,18 @@ fn a_jobs_files_must_be_its_own_and_agree() {
     refused(
         &["report", out.to_str().unwrap()],
         "is not what the finished jobs",
+    );
+    // Twenty-fifth pass, A-S10: jobs.csv, which no figure draws, is checked all the same.
+    std::fs::write(&summary, &text).unwrap();
+    ropelab_io::Ledger::finish(&collected, "summary.csv", &key).unwrap();
+    ok(ropelab(&["report", out.to_str().unwrap()]));
+    let jobs_csv = collected.join("jobs.csv");
+    let table = std::fs::read_to_string(&jobs_csv).unwrap();
+    std::fs::write(&jobs_csv, table.replacen(",0.", ",1.", 1)).unwrap();
+    assert_ne!(std::fs::read_to_string(&jobs_csv).unwrap(), table);
+    ropelab_io::Ledger::finish(&collected, "jobs.csv", &key).unwrap();
+    refused(
+        &["report", out.to_str().unwrap()],
+        "jobs.csv is not what the finished jobs",
     );
 }

@@ -673,8 +673,8 @@ fn refuse_in(run: &Path, target: &Path, contents: Option<&[u8]>) -> io::Result<(
         io::ErrorKind::AlreadyExists,
         format!(
             "{} is a result of {} ({} lists it; its results are read from it): write \
-             elsewhere (--out FILE where the command has it, or work on a copy of the run or \
-             directory)",
+             elsewhere (--out FILE where the command has it), or work on a copy of the run or \
+             directory without its {LEDGER}",
             target.display(),
             run.display(),
             run.join(LEDGER).display()

@@ -68,6 +68,9 @@ pub struct LlamaConfig {
     pub rope_base: f64,
     /// Epsilon of the RMSNorms or LayerNorms (`llama.attention.layer_norm_rms_epsilon`).
     pub rms_eps: f64,
+    /// The key `rms_eps` was read from (named by a refusal of its value).
+    #[serde(skip)]
+    pub eps_key: String,
     /// Training context (`llama.context_length`).
     pub context_length: usize,
     /// Dimension of one head (`llama.attention.key_length`, else d_model / heads).
@@ -224,16 +227,16 @@ impl LlamaConfig {
         }
         // (In f32, where the norms add it: 1e-300 would be 0 there; seventh pass, H23.) The
         // message names the keys it is read from (twenty-fourth pass, B-U1).
-        const EPS_KEYS: &str = "rms_norm_eps, layer_norm_eps(ilon) or *.layer_norm_rms_epsilon";
+        let eps_key = &c.eps_key;
         if !(c.rms_eps > 0.0 && c.rms_eps <= 1.0) {
             return bad(format!(
-                "norm epsilon {} is outside (0, 1] ({EPS_KEYS}): no model normalises so",
+                "norm epsilon {eps_key} = {} is outside (0, 1]: no model normalises so",
                 crate::number(c.rms_eps)
             ));
         }
         if (c.rms_eps as f32) == 0.0 {
             return bad(format!(
-                "norm epsilon {} is 0 in f32 ({EPS_KEYS}), where the norms add it: no model \
+                "norm epsilon {eps_key} = {} is 0 in f32, where the norms add it: no model \
                  normalises so",
                 crate::number(c.rms_eps)
             ));
@@ -733,6 +736,7 @@ impl GgufFile {
             rope_dim,
             rope_base,
             rms_eps: self.float(&key("attention.layer_norm_rms_epsilon"))?,
+            eps_key: key("attention.layer_norm_rms_epsilon"),
             context_length: self.positive(&key("context_length"))?,
             d_head,
             qkv_bias: arch == "qwen2",

@@ -749,6 +749,7 @@ fn llama_config(cfg: &ConfigJson, arch: &str) -> Result<LlamaConfig> {
         rms_eps: cfg
             .float_in(&cfg.json, "rms_norm_eps", "rms_norm_eps")?
             .unwrap_or(1e-6),
+        eps_key: "rms_norm_eps".to_owned(),
         context_length,
         d_head,
         qkv_bias: arch == "Qwen2ForCausalLM",
@@ -793,6 +794,7 @@ fn neox_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
         rms_eps: cfg
             .float_in(&cfg.json, "layer_norm_eps", "layer_norm_eps")?
             .unwrap_or(1e-5),
+        eps_key: "layer_norm_eps".to_owned(),
         context_length: positive(cfg, "max_position_embeddings")?,
         d_head,
         qkv_bias: bias,
@@ -893,6 +895,7 @@ fn gptj_config(cfg: &ConfigJson) -> Result<LlamaConfig> {
         rms_eps: cfg
             .float_in(&cfg.json, "layer_norm_epsilon", "layer_norm_epsilon")?
             .unwrap_or(1e-5),
+        eps_key: "layer_norm_epsilon".to_owned(),
         context_length: positive(cfg, "n_positions")?,
         d_head,
         qkv_bias: false,
@@ -1908,8 +1911,8 @@ mod tests {
             "rms_norm_eps": 1e-5}"#;
         assert_eq!(config(llama).unwrap().rms_eps, 1e-5);
         for (from, to, needle) in [
-            ("1e-5", "-1", "norm epsilon -1"),
-            ("1e-5", "0", "norm epsilon 0"),
+            ("1e-5", "-1", "norm epsilon rms_norm_eps = -1"),
+            ("1e-5", "0", "norm epsilon rms_norm_eps = 0"),
             ("10000.0", "-5", "rope_theta -5"),
             ("10000.0", "0", "rope_theta 0"),
         ] {

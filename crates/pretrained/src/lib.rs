@@ -13,6 +13,7 @@
 //!   for decoding;
 //! - [`tasks`]: the prompt tasks' and the index task's accuracy.
 
+pub mod decoding;
 pub mod fetch;
 pub mod fused;
 pub mod gguf;
@@ -112,7 +113,7 @@ pub fn load_model(
             ));
         }
         let mut tokenizer = tokenizer::GgufTokenizer::from_file(&file, hf::eos_token(path))?;
-        tokenizer.stops = hf::stop_tokens(path, model.config().vocab_size)?;
+        tokenizer.decoding = decoding::Decoding::from_hf_dir(path, model.config().vocab_size)?;
         tokenizer.check_config(&path.join("tokenizer_config.json"))?;
         tokenizer.check_side_files(path)?;
         tokenizer.check_ids(model.config().vocab_size, &file)?;

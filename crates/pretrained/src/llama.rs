@@ -1165,10 +1165,16 @@ impl Llama {
         self.finite(Tensor::cat(&logits, 0)?, "logits")
     }
 
-    /// Greedy continuation: up to `max_new` tokens after `prompt`, stopping at any id of `stop`. The
-    /// prompt is run once and each new token reuses the keys and values of every earlier one
+    /// Greedy continuation: up to `max_new` tokens after `prompt`, each the argmax of the logits
+    /// under `decoding`'s rules, stopping at any of its stop ids. The prompt is run once and
+    /// each new token reuses the keys and values of every earlier one
     /// ([`Llama::forward_cached`]); prompt and continuation must fit the model's context.
-    pub fn generate(&self, prompt: &[u32], max_new: usize, stop: &[u32]) -> Result<Vec<u32>> {
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        max_new: usize,
+        decoding: &crate::decoding::Decoding,
+    ) -> Result<Vec<u32>> {
         if prompt.is_empty() {
             return Err(crate::PretrainedError::Input(
                 "the prompt is empty: give at least one token to continue".into(),
@@ -1187,11 +1193,18 @@ impl Llama {
             return Ok(out);
         }
         let mut logits = self.prefill(prompt, &mut cache, PREFILL_CHUNK, 1)?; // [1, vocab]
+        let mut context = prompt.to_vec();
         for step in 0..max_new {
-            let next: u32 = logits.argmax(D::Minus1)?.to_vec1::<u32>()?[0];
-            if stop.contains(&next) {
+            let next: u32 = if decoding.is_plain() {
+                logits.argmax(D::Minus1)?.to_vec1::<u32>()?[0]
+            } else {
+                let mut row = logits.flatten_all()?.to_vec1::<f32>()?;
+                decoding.choose(&mut row, &context, step)
+            };
+            if decoding.stops.contains(&next) {
                 break;
             }
+            context.push(next);
             out.push(next);
             if step + 1 < max_new {
                 let input = Tensor::from_vec(vec![next], (1, 1), &self.device)?;

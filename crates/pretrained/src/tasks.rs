@@ -106,6 +106,21 @@ impl SizeRow {
         if let Some(x) = self.runs.iter().chain([&self.mean]).find(|x| !unit(**x)) {
             return Some(format!("{what}: accuracy {x} must lie in [0, 1]"));
         }
+        // A run's accuracy counts whole prompts of its n (twenty-fifth pass, B-S4; n is 0 only
+        // in files written before it was recorded).
+        if self.n > 0 {
+            let n = self.n as f64;
+            if let Some(x) = self
+                .runs
+                .iter()
+                .find(|x| ((**x * n) - (**x * n).round()).abs() > 1e-6)
+            {
+                return Some(format!(
+                    "{what}: a run's accuracy {x} is no whole count of {} prompts",
+                    self.n
+                ));
+            }
+        }
         let mean = self.runs.iter().sum::<f64>() / self.runs.len() as f64;
         if (mean - self.mean).abs() > 1e-9 {
             return Some(format!(

@@ -203,8 +203,9 @@ pub struct GgufTokenizer {
     /// Every id that ends a generation: the end-of-sequence id and the file's other
     /// end-of-generation ids (a GGUF's `eot_token_id` and `eom_token_id`; every
     /// `eos_token_id` of a directory's `config.json` and `generation_config.json`), as
-    /// llama.cpp and transformers stop at each (twenty-fourth pass, B-S5).
-    pub stops: Vec<u32>,
+    /// llama.cpp and transformers stop at each (twenty-fourth pass, B-S5); with a directory's
+    /// `generation_config.json` rules (twenty-fifth pass, B-S2).
+    pub decoding: crate::decoding::Decoding,
     /// Whether a prompt is encoded with the tokens the file's post-processor puts before
     /// every text (a Hugging Face `tokenizer.json` whose template adds BOS, as Llama 3's does;
     /// `transformers` adds them by default).
@@ -434,7 +435,7 @@ impl GgufTokenizer {
         Ok(Self {
             inner,
             eos: ids[0].map(|e| e as u32),
-            stops,
+            decoding: crate::decoding::Decoding::greedy(stops),
             special: false,
             leading: vec![],
             missing_bytes,
@@ -658,7 +659,7 @@ impl GgufTokenizer {
         Ok(Self {
             inner,
             eos,
-            stops: eos.into_iter().collect(),
+            decoding: crate::decoding::Decoding::greedy(eos.into_iter().collect()),
             special: !leading.is_empty(),
             leading,
             missing_bytes: vec![],
@@ -849,6 +850,28 @@ impl GgufTokenizer {
         Ok(())
     }
 
+    /// Refuses a token a side file declares special (or added) that `tokenizer.json` holds as
+    /// an ordinary vocabulary token: transformers registers it as an added token and splits
+    /// every text around it, so it would read prompts otherwise than ropelab does (twenty-fifth
+    /// pass, B-S3).
+    fn is_added(&self, key: &str, token: &str) -> std::result::Result<(), String> {
+        let added = self
+            .inner
+            .get_added_tokens_decoder()
+            .values()
+            .any(|t| t.content == token);
+        if added {
+            return Ok(());
+        }
+        Err(format!(
+            "{key} {} is an ordinary token of tokenizer.json, not one of its added_tokens: \
+             transformers would register it as an added token and split every text around it, \
+             which tokenizer.json does not (add it to tokenizer.json's added_tokens, or remove \
+             it here)",
+            crate::quoted(token)
+        ))
+    }
+
     fn config_tokens_are_tokens(
         &self,
         json: &serde_json::Value,
@@ -901,6 +924,7 @@ impl GgufTokenizer {
                     crate::quoted(&token)
                 ));
             }
+            self.is_added(&key, &token)?;
         }
         if let Some(decoder) = json.get("added_tokens_decoder") {
             let map = decoder.as_object().ok_or_else(|| {
@@ -926,6 +950,7 @@ impl GgufTokenizer {
                         given.map_or("nothing".to_owned(), |g| g.to_string())
                     ));
                 }
+                self.is_added(&format!("added_tokens_decoder[{id}]"), &token)?;
             }
         }
         Ok(())
@@ -993,6 +1018,31 @@ impl GgufTokenizer {
     /// A text holding a byte the vocabulary has no token for (a GGUF's byte-level vocabulary
     /// with a byte left out) is refused naming it, not encoded without it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        // A normalizer that rewrites the text may be undone by a decoder that rewrites it
+        // back, so the round trip below cannot see it: the normalized text itself must be the
+        // text, but for sentencepiece's spaces as "▁" and one space put before it
+        // (twenty-fifth pass, B-S1).
+        if let Some(normalizer) = self.inner.get_normalizer() {
+            use tokenizers::Normalizer;
+            let mut normalized = tokenizers::NormalizedString::from(text);
+            normalizer
+                .normalize(&mut normalized)
+                .map_err(|e| PretrainedError::Tokenizer(e.to_string()))?;
+            let got = normalized.get().replace('\u{2581}', " ");
+            let want = text.replace('\u{2581}', " ");
+            if got != want && got.strip_prefix(' ') != Some(want.as_str()) {
+                let at = want
+                    .chars()
+                    .zip(got.trim_start_matches(' ').chars())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or_else(|| want.chars().count().min(got.chars().count()));
+                let near: String = text.chars().skip(at).take(12).collect();
+                return Err(PretrainedError::Tokenizer(format!(
+                    "the model's normalizer (tokenizer.json) rewrites the text from character \
+                     {at} ({near:?} ...): the model would read another prompt than the one given"
+                )));
+            }
+        }
         let ids = self
             .inner
             .encode(text, self.special)

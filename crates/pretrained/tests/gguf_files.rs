@@ -337,7 +337,7 @@ fn every_end_of_generation_id_of_a_gguf_stops() {
     let dir = tempfile::tempdir().unwrap();
     let path = with_key(dir.path(), "tokenizer.ggml.eot_token_id", Value::U32(7));
     let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
-    assert_eq!(tokenizer.stops, vec![0, 7]);
+    assert_eq!(tokenizer.decoding.stops, vec![0, 7]);
 }
 
 /// A GGUF byte-level vocabulary without a token for some byte would drop that byte from every
@@ -505,7 +505,7 @@ fn teacher_forced_answers_equal_greedy_decoding() {
         // space-prefixed token: that answer must count as correct.
         let ids = tokenizer.encode(prompt).unwrap();
         let own = tokenizer
-            .decode(&model.generate(&ids, 1, &[]).unwrap())
+            .decode(&model.generate(&ids, 1, &Default::default()).unwrap())
             .unwrap();
         let own = own
             .strip_prefix(' ')
@@ -522,7 +522,9 @@ fn teacher_forced_answers_equal_greedy_decoding() {
             assert_eq!(len, ids.len());
             let full = tokenizer.encode(&format!("{prompt} {answer}")).unwrap();
             let want = &full[ids.len()..];
-            let greedy = model.generate(&ids, want.len(), &[]).unwrap();
+            let greedy = model
+                .generate(&ids, want.len(), &Default::default())
+                .unwrap();
             assert_eq!(ok, greedy == want, "{prompt:?} -> {answer:?}");
             agreed += 1;
             correct += usize::from(ok);
@@ -585,11 +587,16 @@ fn quantized_decoding_equals_the_f32_model() {
     for prompt in [vec![2u32], vec![2, 5, 7], vec![1, 9, 10, 11, 3, 4, 8]] {
         let want = generate_uncached(&f32_model, &prompt, 12);
         assert_eq!(
-            model.generate(&prompt, 12, &[]).unwrap(),
+            model.generate(&prompt, 12, &Default::default()).unwrap(),
             want,
             "{prompt:?}"
         );
-        assert_eq!(f32_model.generate(&prompt, 12, &[]).unwrap(), want);
+        assert_eq!(
+            f32_model
+                .generate(&prompt, 12, &Default::default())
+                .unwrap(),
+            want
+        );
     }
     let n = WORDS.len() as u32;
     let ids: Vec<u32> = (0..12).map(|i| (i * 5 + 2) % n).collect();
@@ -629,7 +636,7 @@ fn cached_decoding_equals_recomputing_the_whole_sequence() {
     for prompt in [vec![2u32], vec![2, 5, 7], vec![1, 9, 10, 11, 3, 4, 8]] {
         // Tokens: the same continuation (grouped-query attention: 2 query heads, 1 kv head).
         assert_eq!(
-            model.generate(&prompt, 12, &[]).unwrap(),
+            model.generate(&prompt, 12, &Default::default()).unwrap(),
             generate_uncached(&model, &prompt, 12),
             "{prompt:?}"
         );
@@ -691,9 +698,15 @@ fn cached_decoding_equals_recomputing_the_whole_sequence() {
     assert_eq!(cache.len(), 20);
     assert!(model.prefill(&ids, &mut cache, 3, 0).is_err());
     // Bad requests are one-line errors.
-    let err = model.generate(&[], 3, &[]).unwrap_err().to_string();
+    let err = model
+        .generate(&[], 3, &Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("prompt is empty"), "{err}");
-    let err = model.generate(&[2, 5], 255, &[]).unwrap_err().to_string();
+    let err = model
+        .generate(&[2, 5], 255, &Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("exceed the model's context of 256"), "{err}");
 }
 
@@ -1521,7 +1534,7 @@ fn activations_that_overflow_f32_are_refused_at_every_entry_point() {
             model
                 .forward_suffixes(&KvCache::new(2), &[&ids[..2], &ids[1..]], &[1, 2])
                 .err(),
-            model.generate(&ids, 2, &[]).err(),
+            model.generate(&ids, 2, &Default::default()).err(),
         ];
         for (i, err) in results.into_iter().enumerate() {
             let err = err
@@ -1661,7 +1674,10 @@ fn a_norm_whose_mean_of_squares_overflows_is_refused() {
     let input = Tensor::new(&[ids], &Device::Cpu).unwrap();
     // The edit reaches the model: scaled by 1 it runs.
     let fine = Llama::load(&with_scaled_embedding(dir.path(), 1.0), &Device::Cpu).unwrap();
-    assert_eq!(fine.generate(&ids, 2, &[]).unwrap().len(), 2);
+    assert_eq!(
+        fine.generate(&ids, 2, &Default::default()).unwrap().len(),
+        2
+    );
     let path = with_scaled_embedding(dir.path(), 1e20);
     for fused in [true, false] {
         let model = Llama::load(&path, &Device::Cpu).unwrap().with_fused(fused);
@@ -1675,7 +1691,7 @@ fn a_norm_whose_mean_of_squares_overflows_is_refused() {
             model
                 .forward_suffixes(&KvCache::new(2), &[&ids[..2], &ids[1..]], &[1, 2])
                 .err(),
-            model.generate(&ids, 2, &[]).err(),
+            model.generate(&ids, 2, &Default::default()).err(),
         ];
         for (i, err) in results.into_iter().enumerate() {
             let err = err

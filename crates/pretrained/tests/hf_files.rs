@@ -472,7 +472,7 @@ fn activations_that_overflow_inside_a_norm_are_refused() {
                 .unwrap()
                 .with_fused(fused);
             let err = model
-                .generate(&ids, 3, &[])
+                .generate(&ids, 3, &Default::default())
                 .err()
                 .unwrap_or_else(|| panic!("fused {fused}: generated"))
                 .to_string();
@@ -883,12 +883,12 @@ fn long_values_are_quoted_short_and_an_underflowing_epsilon_is_named() {
         (
             "rms_norm_eps",
             serde_json::json!(1e-300),
-            "norm epsilon 1e-300 is 0 in f32",
+            "norm epsilon rms_norm_eps = 1e-300 is 0 in f32",
         ),
         (
             "rms_norm_eps",
             serde_json::json!(1e-46),
-            "norm epsilon 1e-46 is 0 in f32",
+            "norm epsilon rms_norm_eps = 1e-46 is 0 in f32",
         ),
         // The rotated fraction named as what is wrong (tenth pass, U3, U4).
         (
@@ -1182,9 +1182,26 @@ fn a_prompt_the_tokenizer_would_change_is_refused() {
     assert!(tokenizer.encode("w9 t7 k7").is_ok());
     let err = tokenizer.encode("w9 t7 -> k7").unwrap_err().to_string();
     assert!(
-        err.contains("does not survive") && err.contains("byte 6 (\"-> k7\""),
+        err.contains("normalizer") && err.contains("character 6 (\"-> k7\""),
         "{err}"
     );
+    // A rewrite the decoder undoes passes the round trip, not the normalizer's own check
+    // (twenty-fifth pass, B-S1).
+    let dir = with_tokenizer(|j| {
+        j["normalizer"] = serde_json::json!({"type": "Replace",
+            "pattern": {"String": "cat"}, "content": "dog"});
+        j["decoder"] = serde_json::json!({"type": "Sequence", "decoders": [
+            j["decoder"].clone(),
+            {"type": "Replace", "pattern": {"String": "dog"}, "content": "cat"}]});
+    });
+    let hidden = ropelab_pretrained::tokenizer::GgufTokenizer::from_file(
+        &dir.path().join("tokenizer.json"),
+        None,
+    )
+    .unwrap();
+    assert!(hidden.encode("my bird sat").is_ok());
+    let err = hidden.encode("my cat sat").unwrap_err().to_string();
+    assert!(err.contains("rewrites the text from character 3"), "{err}");
     let good = ropelab_pretrained::tokenizer::GgufTokenizer::from_file(
         &llama().join("tokenizer.json"),
         None,
@@ -1253,6 +1270,18 @@ fn side_files_of_the_tokenizer_must_agree_with_it() {
             r#"{"<|endoftext|>": 5}"#,
             "numbers it 0",
         ),
+        // An ordinary vocabulary token made special: transformers would split texts around
+        // it (twenty-fifth pass, B-S3).
+        (
+            "special_tokens_map.json",
+            r#"{"eos_token": "he"}"#,
+            "eos_token \"he\" is an ordinary token",
+        ),
+        (
+            "tokenizer_config.json",
+            r#"{"added_tokens_decoder": {"259": {"content": "he", "special": true}}}"#,
+            "added_tokens_decoder[259] \"he\" is an ordinary token",
+        ),
     ] {
         let dir = with_file(name, text.as_bytes());
         let err = refusal(dir.path(), says);
@@ -1298,4 +1327,31 @@ fn safetensors_metadata_must_say_pytorch() {
             ),
         }
     }
+}
+
+/// A generation_config.json's rules reach greedy generation: a suppressed token is never the
+/// first new one, a key that changes greedy decoding and is not applied is refused, and
+/// sampling settings are named as not applied (twenty-fifth pass, B-S2).
+#[test]
+fn generation_config_rules_reach_generation() {
+    let ids = [5u32, 17, 42, 99];
+    let (model, tokenizer) = load_model(Some(&llama()), &Device::Cpu).unwrap();
+    let free = model.generate(&ids, 3, &tokenizer.decoding).unwrap();
+    assert!(!free.is_empty());
+    for key in ["suppress_tokens", "begin_suppress_tokens"] {
+        let dir = with_file(
+            "generation_config.json",
+            format!(r#"{{"{key}": [{}], "temperature": 0.7}}"#, free[0]).as_bytes(),
+        );
+        let (model, tokenizer) = load_model(Some(dir.path()), &Device::Cpu).unwrap();
+        assert_eq!(tokenizer.decoding.not_applied, vec!["temperature = 0.7"]);
+        let got = model.generate(&ids, 3, &tokenizer.decoding).unwrap();
+        assert_ne!(got.first(), free.first(), "{key}");
+    }
+    let dir = with_file("generation_config.json", br#"{"forced_bos_token_id": 1}"#);
+    let err = refusal(dir.path(), "forced_bos_token_id");
+    assert!(
+        err.contains("generation_config.json") && err.contains("not apply"),
+        "{err}"
+    );
 }

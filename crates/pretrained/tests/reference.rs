@@ -62,7 +62,9 @@ fn logits_tokens_and_greedy_text_match_transformers() {
             .map(|v| v.as_u64().unwrap() as u32)
             .collect();
         assert_eq!(
-            model.generate(&ids, greedy.len(), &[]).unwrap(),
+            model
+                .generate(&ids, greedy.len(), &Default::default())
+                .unwrap(),
             greedy,
             "{prompt:?}: greedy"
         );
@@ -76,7 +78,7 @@ fn the_capital_of_france_is_paris() {
     let model = Llama::load(&path, &Device::Cpu).unwrap();
     let tokenizer = GgufTokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
     let ids = tokenizer.encode("The capital of France is").unwrap();
-    let next = model.generate(&ids, 1, &[]).unwrap();
+    let next = model.generate(&ids, 1, &Default::default()).unwrap();
     assert_eq!(tokenizer.decode(&next).unwrap(), " Paris");
 }
 

@@ -125,7 +125,9 @@ fn check(model_path: &Path, reference: &str) {
         .map(|v| v.as_u64().unwrap() as u32)
         .collect();
     assert_eq!(
-        model.generate(&ids, greedy.len(), &[]).unwrap(),
+        model
+            .generate(&ids, greedy.len(), &Default::default())
+            .unwrap(),
         greedy,
         "{reference}: greedy"
     );

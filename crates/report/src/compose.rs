@@ -1460,9 +1460,22 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                     ropelab_io::read_csv(&text, &origin).map_err(ReportError::from_display)?;
                 // Rows no `pretrained tasks` writes, or a second table of the same windows
                 // (another model's, or another run's), are not drawn as one chart.
-                for row in &rows {
+                for (i, row) in rows.iter().enumerate() {
                     if let Some(why) = row.defect() {
                         return Err(ReportError::Input(format!("{origin}: {why}")));
+                    }
+                    // A window given twice in one table is that table's defect (twenty-fifth
+                    // pass, B-U3), not a second output's.
+                    if rows[..i]
+                        .iter()
+                        .any(|r| (r.task, r.size) == (row.task, row.size))
+                    {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: {} at size {} has two rows in this table (a table of \
+                             `pretrained tasks` has one per window size): a damaged or edited \
+                             file",
+                            row.task, row.size
+                        )));
                     }
                     if out
                         .tasks

@@ -33,6 +33,8 @@ fn head(layer: usize, head: usize, kind: HeadKind) -> PromptHead {
         prompts: Some(10),
         tau: Some(0.1),
         shape: None,
+        planes: None,
+        longest_prompt: None,
     }
 }
 
@@ -346,9 +348,19 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
              number,{size},82,0.5,0.1414213562,0.4;0.6,{n},f32,{MODEL}\n"
         )
     };
-    let err = report(&[("a.csv", counted(4, 1)), ("b.csv", counted(6, 9))]).unwrap_err();
+    let err = report(&[("a.csv", counted(4, 5)), ("b.csv", counted(6, 10))]).unwrap_err();
     assert!(err.contains("prompts per run"), "{err}");
-    report(&[("a.csv", counted(4, 9)), ("b.csv", counted(6, 9))]).expect("one count");
+    report(&[("a.csv", counted(4, 10)), ("b.csv", counted(6, 10))]).expect("one count");
+    // A run's accuracy is a whole count over its prompts (twenty-fifth pass, B-S4).
+    let err = report(&[("a.csv", counted(4, 9))]).unwrap_err();
+    assert!(err.contains("0.4") && err.contains("of 9 prompts"), "{err}");
+    // One window twice in one table is named as that table's (twenty-fifth pass, B-U3).
+    let twice = counted(4, 10) + counted(4, 10).lines().nth(1).unwrap() + "\n";
+    let err = report(&[("a.csv", twice)]).unwrap_err();
+    assert!(
+        err.contains("a.csv") && err.contains("two rows in this table"),
+        "{err}"
+    );
     // Nor are means over other numbers of runs, in two files or in one.
     let ran = |size: usize, runs: &str| {
         format!(
@@ -421,6 +433,35 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     past = past.replacen("\"layer\":0,", "\"layer\":40,", 1);
     let err = report(&[("s.jsonl", past)]).unwrap_err();
     assert!(err.contains("past the model's"), "{err}");
+    // A mean plane index and an entropy no measurement gives (twenty-fifth pass, B-S5).
+    let bounded = |edit: &dyn Fn(&mut PromptHead)| -> String {
+        heads()
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut h)| {
+                (h.planes, h.longest_prompt) = (Some(32), Some(83));
+                if i == 1 {
+                    edit(&mut h);
+                }
+                serde_json::to_string(&h).unwrap() + "\n"
+            })
+            .collect()
+    };
+    report(&[("s.jsonl", bounded(&|_| {}))]).expect("bounded rows");
+    for (edit, says) in [
+        (
+            &(|h: &mut PromptHead| h.freq_mean_plane = -5.0) as &dyn Fn(&mut PromptHead),
+            "is no mean of plane indices",
+        ),
+        (
+            &|h: &mut PromptHead| h.freq_mean_plane = 40.0,
+            "beyond the 32 rotary planes",
+        ),
+        (&|h: &mut PromptHead| h.entropy = 50.0, "exceeds ln(83)"),
+    ] {
+        let err = report(&[("s.jsonl", bounded(edit))]).unwrap_err();
+        assert!(err.contains(says), "{says}: {err}");
+    }
 }
 
 /// A table the report does not recognise (a `pretrained rope-stats` CSV whose header was
@@ -484,7 +525,7 @@ fn a_file_the_study_measured_and_that_is_gone_is_named() {
     let tasks = |task: &str| {
         format!(
             "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
-             {task},4,82,0.5,0.1414213562,0.4;0.6,9,f32,{MODEL}\n"
+             {task},4,82,0.5,0.1414213562,0.4;0.6,10,f32,{MODEL}\n"
         )
     };
     for task in ["letter", "number"] {

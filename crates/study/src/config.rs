@@ -576,7 +576,34 @@ impl StudyConfig {
         if !path.exists() {
             return Ok(());
         }
+        // The config the study ran is vouched for by its ledger: one edited since (say, its
+        // seeds cut down) is not the study's config, and a rerun would drop its models
+        // unannounced (twenty-fifth pass, A-S5).
+        // A config being rewritten when a rerun was killed is pending: its rerun goes on.
+        let key = ropelab_analysis::measure::keys::study_table("config");
+        let listed = ropelab_io::Ledger::load(out)?.is_some();
+        if let (true, ropelab_io::Standing::Foreign(why)) =
+            (listed, ropelab_io::Ledger::check(out, "config.toml", &key)?)
+        {
+            anyhow::bail!(
+                "{why}: it is no longer the config the study ran; restore it (a study of \
+                 another config is reproduced into a new --out)"
+            );
+        }
         let mut existing = Self::load(&path)?;
+        // Every seed the study planned and trained a model for is one of its seeds, whatever
+        // config.toml says.
+        if let Some(plan) = ropelab_sweep::plan::Plan::load(out)? {
+            for (dir, job) in &plan.jobs {
+                let seed = job.params.get("seed").and_then(|s| s.parse::<u64>().ok());
+                if let Some(seed) = seed {
+                    if out.join(dir).exists() && !existing.seeds.contains(&seed) {
+                        existing.seeds.push(seed);
+                    }
+                }
+            }
+            existing.seeds.sort_unstable();
+        }
         // Seeds may be added, never dropped: the study's claims and its collected tables would
         // then cover other seeds than the models it holds (twenty-fourth pass).
         let dropped: Vec<u64> = existing
@@ -679,6 +706,38 @@ mod tests {
         let err = with(&[1]).unwrap_err().to_string();
         assert!(err.contains("would leave out [0]"), "{err}");
         assert!(with(&[1, 2]).is_err());
+        // Twenty-fifth pass, A-S5: a config.toml cut down to seed 0 by hand, its ledger not
+        // re-sealed, is refused; so is dropping a seed whose planned model is on disk.
+        let key = ropelab_analysis::measure::keys::study_table("config");
+        ropelab_io::Ledger::finish(dir.path(), "config.toml", &key).unwrap();
+        assert!(with(&[0, 1]).is_ok());
+        let mut cut = study.clone();
+        cut.seeds = vec![0];
+        std::fs::write(dir.path().join("config.toml"), cut.to_toml()).unwrap();
+        let err = with(&[0]).unwrap_err().to_string();
+        assert!(err.contains("no longer the config the study ran"), "{err}");
+        ropelab_io::Ledger::finish(dir.path(), "config.toml", &key).unwrap();
+        assert!(with(&[0]).is_ok());
+        let planned = |seed: &str| ropelab_sweep::plan::Planned {
+            id: format!("j{seed}"),
+            params: [("seed".to_owned(), seed.to_owned())].into(),
+            config_sha256: String::new(),
+            measure: Default::default(),
+            run: None,
+        };
+        ropelab_sweep::plan::Plan {
+            origin: "reproduce".into(),
+            jobs: [
+                ("seed-0/number".to_owned(), planned("0")),
+                ("seed-1/number".to_owned(), planned("1")),
+            ]
+            .into(),
+        }
+        .write(dir.path())
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("seed-1/number")).unwrap();
+        let err = with(&[0]).unwrap_err().to_string();
+        assert!(err.contains("would leave out [1]"), "{err}");
     }
 
     #[test]

@@ -197,3 +197,43 @@ pub(crate) fn config_vouched(out: &Path, key: &str) -> Result<()> {
     ropelab_io::Ledger::finish(out, "config.toml", key)
         .with_context(|| format!("cannot record {}", StudyDir::new(out).config().display()))
 }
+
+/// Checks that a finished study's `claims.json` (in `out`) is what its config and measured
+/// files give now: the verdicts are computed again from them and must match it byte for byte.
+/// A verdict edited together with its ledger entry passes every checksum but not this
+/// (twenty-fifth pass, A-S9). Nothing to check (Ok) where `out` holds no `claims.json` or no
+/// `config.toml` (a run, sweep or unfinished study), or lacks a listed seed's folder (the
+/// report says what is missing).
+pub fn claims_current(out: &Path) -> Result<()> {
+    let study = StudyDir::new(out);
+    let (claims, config) = (study.claims(), study.config());
+    if !claims.is_file() || !config.is_file() {
+        return Ok(());
+    }
+    let config = StudyConfig::load(&config)?;
+    // A study of several head counts has its verdicts in each heads-H/ study; one whose
+    // listed seed has lost its folder is reported as lacking it.
+    let present = study.seeds().unwrap_or_default();
+    if config.head_counts().is_some() || config.seeds.iter().any(|s| !present.contains(s)) {
+        return Ok(());
+    }
+    let files = StudyFiles::load_expecting(out, &config.seeds, &job::expected_files(&config))
+        .with_context(|| {
+            format!(
+                "{} cannot be checked against the files it was computed from",
+                claims.display()
+            )
+        })?;
+    let verdicts = claims::verdicts(&files, &config.claims);
+    let now = serde_json::to_string_pretty(&verdicts)?;
+    let written = std::fs::read_to_string(&claims)
+        .with_context(|| format!("cannot read {}", claims.display()))?;
+    anyhow::ensure!(
+        written == now,
+        "{} is not what the study's config and measured files give now (a verdict edited, or \
+         files measured again since): run `ropelab reproduce` on the study again, which computes \
+         its verdicts anew",
+        claims.display()
+    );
+    Ok(())
+}

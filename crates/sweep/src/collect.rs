@@ -104,6 +104,19 @@ pub fn results(out: &Path) -> Result<Vec<JobResult>> {
             out.display()
         )));
     };
+    // A study's jobs are those of the config it ran: one edited since (its ledger no longer
+    // vouching for it) may list other seeds than the models pooled (twenty-fifth pass, A-S5).
+    if plan.origin.starts_with("reproduce") && out.join(LEDGER).is_file() {
+        let key = ropelab_analysis::measure::keys::study_table("config");
+        let standing = ropelab_io::Ledger::check(out, "config.toml", &key)
+            .map_err(|e| refused(format!("{}: {e}", out.join("config.toml").display())))?;
+        if let ropelab_io::Standing::Foreign(why) = standing {
+            return Err(refused(format!(
+                "{why}: the study's config is not the one its jobs ran (restore it, or reproduce \
+                 the study again); nothing written"
+            )));
+        }
+    }
     let mut why = vec![];
     for (dir, r) in &all {
         let twice = all.iter().filter(|(_, o)| o.id == r.id).count() > 1;
@@ -370,8 +383,12 @@ pub const COLLECTED_KEY: &str = "tables written by ropelab collect";
 /// added or replaced since `collect` would leave them stale; seventh pass, h4): an error saying
 /// so, or the error [`results`] gives for a job it refuses.
 pub fn current(out: &Path) -> std::result::Result<(), String> {
+    // Every collected table, read by a report or not, is what the jobs give (twenty-fifth
+    // pass, A-S10: an edited jobs.csv was left unchecked).
+    for name in COLLECTED_TABLES {
+        vouch_collected(&out.join("collected").join(name))?;
+    }
     let path = out.join("collected").join("jobs.jsonl");
-    vouch_collected(&path)?;
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(());
     };
@@ -436,6 +453,9 @@ pub fn vouch_collected(path: &Path) -> std::result::Result<(), String> {
     }
 }
 
+/// The names of the tables [`collect`] writes into `collected/`.
+pub const COLLECTED_TABLES: [&str; 4] = ["jobs.csv", "jobs.jsonl", "summary.csv", "lengths.csv"];
+
 /// The collected tables of `all` (name, text), as [`collect`] writes them.
 fn tables(all: &[JobResult]) -> Result<Vec<(&'static str, String)>> {
     let mut lines = String::new();
@@ -447,15 +467,16 @@ fn tables(all: &[JobResult]) -> Result<Vec<(&'static str, String)>> {
         id: "collect".into(),
         message: e.to_string(),
     };
+    let [jobs, jsonl, summary, lengths] = COLLECTED_TABLES;
     Ok(vec![
-        ("jobs.csv", jobs_csv(all)),
-        ("jobs.jsonl", lines),
+        (jobs, jobs_csv(all)),
+        (jsonl, lines),
         (
-            "summary.csv",
+            summary,
             ropelab_io::to_csv(&summarise(all)).map_err(csv_error)?,
         ),
         (
-            "lengths.csv",
+            lengths,
             ropelab_io::to_csv(&length_summary(all)).map_err(csv_error)?,
         ),
     ])

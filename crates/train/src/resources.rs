@@ -113,7 +113,8 @@ pub fn training_need(config: &RunConfig, root: &Path, from: usize, engine: Engin
     let checkpoint = bytes(&[CHECKPOINT_BYTES_PER_PARAM, config.model.n_params()])
         .saturating_add(CHECKPOINT_OVERHEAD as u64);
     let kept = new_checkpoints(config, from);
-    let lines = steps / o.log_every.max(1) + steps / o.eval_every.max(1) + 2;
+    let lines =
+        steps / o.log_every.max(1) + steps / o.eval_every.max(1) + steps / o.save_every.max(1) + 2;
     let longest = seqs.iter().copied().max().unwrap_or(1);
     // A step is a forward and a backward pass (about twice the forward's arithmetic).
     let step_flops = forward_flops(&config.model, o.batch_size, longest).saturating_mul(3);
@@ -254,6 +255,10 @@ mod tests {
             last: Some(3),
             every: None,
         };
+        // Three checkpoints kept; every checkpoint step still leaves its metrics line.
+        let kept = training_need(&long, root, 0, Engine::Fused).disk_bytes();
+        assert!(kept < all / 10, "{kept} of {all}");
+        long.optim.save_every = 10_000_000;
         let kept = training_need(&long, root, 0, Engine::Fused).disk_bytes();
         assert!(kept < 4 << 20, "{kept}");
     }

@@ -122,6 +122,15 @@ impl RunDir {
         let checkpoints = fs::read_dir(dir.checkpoints_dir())
             .map(|mut entries| entries.next().is_some())
             .unwrap_or(dir.checkpoints_dir().exists());
+        // A study's or sweep's directory holds a config.toml of its own: named for what it is,
+        // not offered a resume (twenty-fifth pass, A-U).
+        if !checkpoints && dir.root.join("plan.json").is_file() {
+            return Err(TrainError::run_dir(
+                &dir.root,
+                "is a study's or sweep's directory (it holds plan.json, the list of its jobs), \
+                 not a run: choose another --out",
+            ));
+        }
         if dir.config_path().exists() || checkpoints {
             return Err(TrainError::run_dir(
                 &dir.root,
@@ -459,8 +468,8 @@ impl RunDir {
 
     /// Fails when checkpoint `step`'s training state contradicts its step: AdamW updates other
     /// than the steps done, or losses pending at a step whose metrics line was just written
-    /// (none can be), or more pending than steps since the last such line (twenty-fourth pass,
-    /// S4).
+    /// (every checkpoint's is: none can be), or other than one per step since the last such
+    /// line (twenty-fourth pass, S4; twenty-fifth pass, A-S4).
     fn check_state(&self, step: usize, state: &CheckpointState) -> Result<()> {
         let saved = self.checkpoint_config(step)?;
         let o = &saved.optim;
@@ -469,6 +478,7 @@ impl RunDir {
                 || s == o.steps
                 || s.is_multiple_of(o.log_every.max(1))
                 || s.is_multiple_of(o.eval_every.max(1))
+                || s.is_multiple_of(o.save_every.max(1))
         };
         let since = (0..step)
             .rev()
@@ -485,13 +495,13 @@ impl RunDir {
         let (count, sum) = (state.pending_loss_count, state.pending_loss_sum);
         let possible = match logged(step) {
             true => count == 0 && sum == 0.0,
-            false => count >= 1 && count <= since && sum.is_finite() && sum >= 0.0,
+            false => count == since && sum.is_finite() && sum >= 0.0,
         };
         if !possible {
             return bad(format!(
                 "records {count} pending losses summing to {sum} at step {step}, which no \
-                 training leaves there (a metrics line is written every {} steps and at every \
-                 evaluation)",
+                 training leaves there (a metrics line is written every {} steps, at every \
+                 evaluation and at every checkpoint)",
                 o.log_every
             ));
         }

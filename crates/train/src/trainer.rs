@@ -455,7 +455,10 @@ impl Trainer {
             if eval_now || save_now {
                 stepper.sync(&self.model)?;
             }
-            if eval_now || step.is_multiple_of(o.log_every) {
+            // Every checkpoint's step has its metrics line, so no loss is pending in a saved
+            // state: a pending sum, which nothing else records, could not be checked on resume
+            // (twenty-fifth pass, A-S4).
+            if eval_now || save_now || step.is_multiple_of(o.log_every) {
                 let val = if eval_now {
                     let acc = self.data.validate(&self.model, objective)?;
                     // A validation loss that is no number is a divergence too: stopped before

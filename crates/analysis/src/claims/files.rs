@@ -905,6 +905,9 @@ impl RunFiles {
                     return Err(invalid(&path, format!("line {}: {why}", i + 2)));
                 }
             }
+            if let Some(why) = ablation_contradiction(&rows) {
+                return Err(invalid(&path, why));
+            }
             out.ablation = rows;
             step.map(|s| out.measured_at.insert(ABLATION_FILE, s));
         }
@@ -1189,5 +1192,81 @@ pub fn refuse_other_tables(dir: &Path, stage: &str) -> Result<()> {
             ),
         )),
         None => Ok(()),
+    }
+}
+
+/// Why the rows of an `ablation.csv` contradict each other, if they do: each (group,
+/// knockout)'s `all` row counts the samples of its per-hop rows together, and a group names
+/// the same heads on every row (twenty-fifth pass, A-S8: an `all` row left as it was under an
+/// edited per-hop row).
+pub fn ablation_contradiction(rows: &[AblationRow]) -> Option<String> {
+    for all in rows.iter().filter(|r| r.hop == "all") {
+        let parts: Vec<&AblationRow> = rows
+            .iter()
+            .filter(|r| r.group == all.group && r.ablation == all.ablation && r.hop != "all")
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        let (correct, n) = parts.iter().fold((0usize, 0usize), |(c, n), r| {
+            (c.saturating_add(r.correct), n.saturating_add(r.n))
+        });
+        if (correct, n) != (all.correct, all.n) {
+            return Some(format!(
+                "group {} ({:?}): its all row counts {} of {} correct, its per-hop rows {} of \
+                 {}: a damaged or edited file",
+                all.group, all.ablation, all.correct, all.n, correct, n
+            ));
+        }
+    }
+    for r in rows {
+        if let Some(other) = rows
+            .iter()
+            .find(|o| o.group == r.group && o.heads != r.heads)
+        {
+            return Some(format!(
+                "group {} names heads {:?} on one row and {:?} on another: a damaged or edited \
+                 file",
+                r.group, r.heads, other.heads
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::ablation::Knockout;
+
+    fn row(group: &str, heads: &str, hop: &str, correct: usize, n: usize) -> AblationRow {
+        AblationRow {
+            group: group.into(),
+            heads: heads.into(),
+            ablation: Knockout::Mean,
+            hop: hop.into(),
+            n,
+            correct,
+            accuracy: correct as f64 / n as f64,
+        }
+    }
+
+    #[test]
+    fn an_ablation_all_row_counts_its_per_hop_rows() {
+        let mut rows = vec![
+            row("layer 0", "0.0", "all", 9, 1024),
+            row("layer 0", "0.0", "1", 2, 512),
+            row("layer 0", "0.0", "2", 7, 512),
+        ];
+        assert_eq!(ablation_contradiction(&rows), None);
+        rows[1] = row("layer 0", "0.0", "1", 30, 512);
+        let why = ablation_contradiction(&rows).unwrap();
+        assert!(
+            why.contains("9 of 1024") && why.contains("37 of 1024"),
+            "{why}"
+        );
+        rows[1] = row("layer 0", "0.1", "1", 2, 512);
+        let why = ablation_contradiction(&rows).unwrap();
+        assert!(why.contains("names heads"), "{why}");
     }
 }

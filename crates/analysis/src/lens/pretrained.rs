@@ -79,6 +79,14 @@ pub struct PromptHead {
     /// the grid a file of these rows holds whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape: Option<(usize, usize)>,
+    /// The rotary planes of a head (None in files written before it was recorded): the plane
+    /// index `freq_mean_plane` weighs lies in [0, planes - 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planes: Option<usize>,
+    /// Tokens of the longest prompt scored (None in files written before it was recorded): a
+    /// last token attends over at most that many keys, so its entropy is at most their log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_prompt: Option<usize>,
 }
 
 impl PromptHead {
@@ -113,6 +121,37 @@ impl PromptHead {
                 self.layer, self.head, self.entropy
             ));
         }
+        // Bounds a measured row keeps (twenty-fifth pass, B-S5): a mean plane index among the
+        // head's planes, an entropy at most the log of the keys attended.
+        if !(self.freq_mean_plane.is_finite() && self.freq_mean_plane >= 0.0) {
+            return Some(format!(
+                "layer {} head {}: freq_mean_plane {} is no mean of plane indices (0 or more)",
+                self.layer, self.head, self.freq_mean_plane
+            ));
+        }
+        if let Some(planes) = self.planes {
+            if planes == 0 || self.freq_mean_plane > (planes - 1) as f64 + 1e-9 {
+                return Some(format!(
+                    "layer {} head {}: freq_mean_plane {} lies beyond the {planes} rotary planes \
+                     (indices 0 to {})",
+                    self.layer,
+                    self.head,
+                    self.freq_mean_plane,
+                    planes.saturating_sub(1)
+                ));
+            }
+        }
+        if let Some(keys) = self.longest_prompt {
+            let most = (keys.max(1) as f64).ln();
+            if self.entropy > most + 1e-6 {
+                return Some(format!(
+                    "layer {} head {}: entropy {} exceeds ln({keys}) = {most:.4}, the most a \
+                     last token attending over at most {keys} keys can have",
+                    self.layer, self.head, self.entropy
+                ));
+            }
+        }
+
         let scores = SwapScores {
             s_pos: self.s_pos,
             s_sym: self.s_sym,
@@ -183,6 +222,7 @@ pub fn score_prompts_in_batches(
         })
         .collect::<Result<Vec<_>>>()?;
     let mut sums = vec![[0.0f64; 4]; n_layers * n_heads];
+    let mut planes = None;
     let mut done = 0;
     while done < prompts.len() {
         // As many prompts as the budget allows (patterns grow with the longest squared).
@@ -211,6 +251,7 @@ pub fn score_prompts_in_batches(
             queries[r] = vec![p.len() - 1];
             let heads = score_captured(&cap, &queries, options.tau, None, false)?;
             for (slot, h) in sums.iter_mut().zip(&heads) {
+                planes = Some(h.freq_use.len());
                 let values = [
                     h.scores.s_pos,
                     h.scores.s_sym,
@@ -249,6 +290,8 @@ pub fn score_prompts_in_batches(
                 prompts: Some(options.prompts),
                 tau: Some(options.tau.get()),
                 shape: Some((sums.len() / n_heads, n_heads)),
+                planes,
+                longest_prompt: prompts.iter().map(Vec::len).max(),
             }
         })
         .collect())

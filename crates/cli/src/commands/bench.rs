@@ -367,7 +367,7 @@ fn bench_decode(args: BenchDecodeArgs) -> Result<()> {
     // file's quantized blocks (the default) and from the f32 weights.
     let quantized = model.decodes_quantized();
     let start = Instant::now();
-    let out = black_box(model.generate(&prompt, new, &[])?);
+    let out = black_box(model.generate(&prompt, new, &Default::default())?);
     let cached = start.elapsed().as_secs_f64();
     println!(
         "ropelab bench decode: SmolLM2-135M ({}), {} prompt + {} new tokens, {} threads: \
@@ -386,7 +386,7 @@ fn bench_decode(args: BenchDecodeArgs) -> Result<()> {
     let model = model.with_quantized_decode(false);
     if quantized {
         let start = Instant::now();
-        let f32_out = black_box(model.generate(&prompt, new, &[])?);
+        let f32_out = black_box(model.generate(&prompt, new, &Default::default())?);
         let seconds = start.elapsed().as_secs_f64();
         println!(
             "  steps from the f32 weights: {:.1} tokens/s ({seconds:.2} s); the blocks are \

@@ -290,7 +290,15 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
             );
             guard.check("pretrained generate", &need)?;
             let start = Instant::now();
-            let new = model.generate(&ids, a.max_new as usize, &tokenizer.stops)?;
+            // Sampling and beam settings of the model's generation_config.json are named,
+            // never dropped in silence: generation here is greedy.
+            if !tokenizer.decoding.not_applied.is_empty() {
+                eprintln!(
+                    "note: generation is greedy; generation_config.json's {} not applied",
+                    tokenizer.decoding.not_applied.join(", ")
+                );
+            }
+            let new = model.generate(&ids, a.max_new as usize, &tokenizer.decoding)?;
             let seconds = start.elapsed().as_secs_f64();
             println!("{}{}", a.prompt, tokenizer.decode(&new)?);
             eprintln!(

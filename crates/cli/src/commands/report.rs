@@ -75,6 +75,8 @@ fn own_directory_or_none(dir: &Path, out: &Path, what: &str) -> Result<()> {
 /// Writes the report of `dir` to `out` (atomically); `command` is shown in it.
 pub fn write_report(dir: &Path, out: &Path, command: &str) -> Result<PathBuf> {
     let html = ropelab_report::report(dir, command)?;
+    // A study's verdicts are drawn only while its files still give them.
+    ropelab_study::run::claims_current(dir)?;
     write_atomic(out, html.as_bytes())?;
     Ok(out.to_owned())
 }
