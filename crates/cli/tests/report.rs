@@ -249,8 +249,8 @@ fn a_report_into_another_runs_directory_is_refused() {
     std::fs::create_dir_all(&model).unwrap();
     std::fs::write(
         model.join("tasks.csv"),
-        "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
-         number,12,82,0.5,0.1414213562,0.4;0.6,f32,m.gguf sha256:0123456789abcdef\n",
+        "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
+         number,12,82,0.5,0.1414213562,0.4;0.6,10,f32,m.gguf sha256:0123456789abcdef\n",
     )
     .unwrap();
     ok(ropelab(&["report", model.to_str().unwrap()]));

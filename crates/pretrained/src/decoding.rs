@@ -36,6 +36,11 @@ pub struct Decoding {
     /// Settings of `generation_config.json` greedy decoding has no use for (sampling, beams),
     /// for the command to name as not applied.
     pub not_applied: Vec<String>,
+    /// `max_new_tokens`: new tokens when the command gives no count.
+    pub max_new_tokens: Option<usize>,
+    /// `max_length`: prompt and new tokens together when the command gives no count (and
+    /// `max_new_tokens` is absent).
+    pub max_length: Option<usize>,
 }
 
 impl Default for Decoding {
@@ -88,6 +93,19 @@ impl Decoding {
             min_new: 0,
             min_length: 0,
             not_applied: vec![],
+            max_new_tokens: None,
+            max_length: None,
+        }
+    }
+
+    /// New tokens to generate after a prompt of `prompt` tokens when the command gives no
+    /// count: `max_new_tokens`, else what `max_length` leaves (at least 1), else `fallback`
+    /// (transformers' order).
+    pub fn default_max_new(&self, prompt: usize, fallback: usize) -> usize {
+        match (self.max_new_tokens, self.max_length) {
+            (Some(n), _) => n,
+            (None, Some(total)) => total.saturating_sub(prompt).max(1),
+            (None, None) => fallback,
         }
     }
 
@@ -192,6 +210,21 @@ impl Decoding {
                 "no_repeat_ngram_size" => d.no_repeat_ngram = count(key, v)?,
                 "min_new_tokens" => d.min_new = count(key, v)?,
                 "min_length" => d.min_length = count(key, v)?,
+                "max_new_tokens" | "max_length" => {
+                    let n = match v {
+                        Value::Null => None,
+                        _ => Some(count(key, v)?)
+                            .filter(|&n| n > 0)
+                            .map(Some)
+                            .ok_or_else(|| {
+                                bad(format!("{key} is 0: generate at least one token"))
+                            })?,
+                    };
+                    match key.as_str() {
+                        "max_new_tokens" => d.max_new_tokens = n,
+                        _ => d.max_length = n,
+                    }
+                }
                 k if REFUSED.contains(&k) => {
                     let inert = match v {
                         Value::Null => true,
@@ -353,6 +386,18 @@ mod tests {
             assert!(err.contains(says), "{json}: {err}");
         }
         assert!(decoding(r#"{"forced_bos_token_id": null}"#, 10).is_ok());
+        // The count of new tokens when the command gives none, in transformers' order.
+        let d = decoding(r#"{"max_new_tokens": 3, "max_length": 20}"#, 10).unwrap();
+        assert_eq!(d.default_max_new(8, 16), 3);
+        let d = decoding(r#"{"max_length": 20}"#, 10).unwrap();
+        assert_eq!(
+            (d.default_max_new(8, 16), d.default_max_new(30, 16)),
+            (12, 1)
+        );
+        assert_eq!(Decoding::default().default_max_new(8, 16), 16);
+        assert!(decoding(r#"{"max_new_tokens": 0}"#, 10)
+            .unwrap_err()
+            .contains("is 0"));
     }
 
     /// Each rule worked by hand on a five-token vocabulary.

@@ -649,6 +649,21 @@ impl GgufTokenizer {
                 .decode(ids.get_ids(), false)
                 .map_err(|e| failed(crate::first_line(&e)))?;
             if !back.contains(&format!("{c}{c}")) {
+                // A normalizer that rewrites the character is named as the cause, not a
+                // missing token (twenty-sixth pass, B-U1, B-U2).
+                if let Some(normalizer) = inner.get_normalizer() {
+                    use tokenizers::Normalizer;
+                    let mut n = tokenizers::NormalizedString::from(probe.as_str());
+                    if normalizer.normalize(&mut n).is_ok()
+                        && n.get().replace('\u{2581}', " ").trim_start() != probe
+                    {
+                        return Err(failed(format!(
+                            "its normalizer rewrites the character {c:?}: {probe:?} becomes \
+                             {:?}, so the model would read another prompt than the one given",
+                            n.get()
+                        )));
+                    }
+                }
                 return Err(failed(format!(
                     "the character {c:?} has no token (no byte-level pre-tokenizer, byte \
                      fallback or unknown token covers it): {probe:?} tokenizes back to \
@@ -845,6 +860,10 @@ impl GgufTokenizer {
                         given.map_or("nothing (not a token)".to_owned(), |g| g.to_string())
                     )));
                 }
+                // transformers registers each entry as an added token (twenty-sixth pass,
+                // B-S-A): an ordinary vocabulary token here would split texts around it.
+                self.is_added("the entry", token)
+                    .map_err(|m| PretrainedError::Tokenizer(format!("{}: {m}", path.display())))?;
             }
         }
         Ok(())

@@ -1282,6 +1282,11 @@ fn side_files_of_the_tokenizer_must_agree_with_it() {
             r#"{"added_tokens_decoder": {"259": {"content": "he", "special": true}}}"#,
             "added_tokens_decoder[259] \"he\" is an ordinary token",
         ),
+        (
+            "added_tokens.json",
+            r#"{"he": 259}"#,
+            "the entry \"he\" is an ordinary token",
+        ),
     ] {
         let dir = with_file(name, text.as_bytes());
         let err = refusal(dir.path(), says);

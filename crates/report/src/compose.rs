@@ -1491,6 +1491,16 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                         )));
                     }
                     out.same_model(&row.model, &origin)?;
+                    // A table of accuracies over no prompts was never measured (twenty-sixth
+                    // pass, B-S-C: `pretrained tasks --n 0` is refused).
+                    if row.n == 0 {
+                        return Err(ReportError::Input(format!(
+                            "{origin}: {} at size {} records 0 prompts per run (no `n`: written \
+                             by an older ropelab, or edited): measure again with `ropelab \
+                             pretrained tasks`",
+                            row.task, row.size
+                        )));
+                    }
                     out.same_settings("precision", row.precision.clone(), &origin)?;
                     // Points of 1 and of 9 prompts per run are not one curve (fourteenth
                     // pass, S-C).
@@ -1543,6 +1553,31 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                     }
                     out.failures.push(row.clone());
                 }
+                // `rope-stats` measures every layer it is given at every length: a table whose
+                // (layer, length) pairs are not that whole grid was edited (twenty-sixth pass,
+                // B-S-E).
+                let layers: std::collections::BTreeSet<usize> =
+                    rows.iter().map(|r| r.layer).collect();
+                let lengths: std::collections::BTreeSet<usize> =
+                    rows.iter().map(|r| r.length).collect();
+                let pairs: std::collections::BTreeSet<(usize, usize)> =
+                    rows.iter().map(|r| (r.layer, r.length)).collect();
+                if let Some((l, m)) = layers
+                    .iter()
+                    .flat_map(|&l| lengths.iter().map(move |&m| (l, m)))
+                    .find(|p| !pairs.contains(p))
+                {
+                    return Err(ReportError::Input(format!(
+                        "{origin}: layer {l} has no row at M = {m}, which the table measures for \
+                         other layers (`pretrained rope-stats` measures every layer at every \
+                         length): a damaged or edited file"
+                    )));
+                }
+                if pairs.len() != rows.len() {
+                    return Err(ReportError::Input(format!(
+                        "{origin}: a (layer, M) row is given twice: a damaged or edited file"
+                    )));
+                }
             } else if ext == "jsonl" {
                 let Ok(v) = serde_json::from_str::<serde_json::Value>(first) else {
                     // A damaged first line of a `score` output is no "not run" (P013).
@@ -1589,6 +1624,26 @@ fn pretrained_files(dir: &Path) -> Result<PretrainedFiles> {
                         return Err(ReportError::Input(format!(
                             "{origin}: layer {} head {} is listed twice",
                             h.layer, h.head
+                        )));
+                    }
+                    // One model's planes, one set of prompts' longest: the bounds each row is
+                    // checked against are the file's, not the row's own (twenty-sixth pass,
+                    // B-S-D).
+                    if (h.planes, h.longest_prompt) != (heads[0].planes, heads[0].longest_prompt) {
+                        let show =
+                            |v: Option<usize>| v.map_or("none".to_owned(), |v| v.to_string());
+                        return Err(ReportError::Input(format!(
+                            "{origin}: layer {} head {} records {} rotary planes and a longest \
+                             prompt of {} tokens, layer {} head {} {} and {}: one model and one \
+                             set of prompts have one of each (a damaged or edited file)",
+                            h.layer,
+                            h.head,
+                            show(h.planes),
+                            show(h.longest_prompt),
+                            heads[0].layer,
+                            heads[0].head,
+                            show(heads[0].planes),
+                            show(heads[0].longest_prompt)
                         )));
                     }
                 }

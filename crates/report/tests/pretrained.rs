@@ -160,7 +160,7 @@ fn a_directory_of_pretrained_output_is_reported_by_content() {
     std::fs::write(
         dir.path().join("acc.csv"),
         format!(
-            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1414213562,0.4;0.6,{MODEL}\n"
+            "task,size,prompt_tokens,mean,sd,runs,n,model\nnumber,12,82,0.5,0.1414213562,0.4;0.6,10,{MODEL}\n"
         ),
     )
     .unwrap();
@@ -236,7 +236,7 @@ fn outputs_of_two_models_in_one_directory_are_refused() {
     std::fs::write(dir.path().join("a-heads.jsonl"), &lines).unwrap();
     let tasks = |model: &str| {
         format!(
-            "task,size,prompt_tokens,mean,sd,runs,model\nnumber,12,82,0.5,0.1414213562,0.4;0.6,{model}\n"
+            "task,size,prompt_tokens,mean,sd,runs,n,model\nnumber,12,82,0.5,0.1414213562,0.4;0.6,10,{model}\n"
         )
     };
     std::fs::write(dir.path().join("b-tasks.csv"), tasks(MODEL)).unwrap();
@@ -334,8 +334,8 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     // Accuracy tables of one model in two precisions are not one curve.
     let tasks = |size: usize, precision: &str| {
         format!(
-            "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
-             number,{size},82,0.5,0.1414213562,0.4;0.6,{precision},{MODEL}\n"
+            "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
+             number,{size},82,0.5,0.1414213562,0.4;0.6,10,{precision},{MODEL}\n"
         )
     };
     let err = report(&[("a.csv", tasks(4, "f32")), ("b.csv", tasks(6, "bf16"))]).unwrap_err();
@@ -354,6 +354,9 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
     // A run's accuracy is a whole count over its prompts (twenty-fifth pass, B-S4).
     let err = report(&[("a.csv", counted(4, 9))]).unwrap_err();
     assert!(err.contains("0.4") && err.contains("of 9 prompts"), "{err}");
+    // Accuracies over no prompts (twenty-sixth pass, B-S-C).
+    let err = report(&[("a.csv", counted(4, 0))]).unwrap_err();
+    assert!(err.contains("records 0 prompts per run"), "{err}");
     // One window twice in one table is named as that table's (twenty-fifth pass, B-U3).
     let twice = counted(4, 10) + counted(4, 10).lines().nth(1).unwrap() + "\n";
     let err = report(&[("a.csv", twice)]).unwrap_err();
@@ -458,6 +461,16 @@ fn damaged_or_mixed_pretrained_outputs_are_refused() {
             "beyond the 32 rotary planes",
         ),
         (&|h: &mut PromptHead| h.entropy = 50.0, "exceeds ln(83)"),
+        // The bounds are the file's: one row's own planes or longest prompt is refused
+        // (twenty-sixth pass, B-S-D).
+        (
+            &|h: &mut PromptHead| (h.planes, h.freq_mean_plane) = (Some(100), 50.0),
+            "records 100 rotary planes",
+        ),
+        (
+            &|h: &mut PromptHead| (h.longest_prompt, h.entropy) = (Some(100_000), 11.0),
+            "a longest prompt of 100000 tokens",
+        ),
     ] {
         let err = report(&[("s.jsonl", bounded(edit))]).unwrap_err();
         assert!(err.contains(says), "{says}: {err}");
@@ -511,6 +524,23 @@ fn rope_statistics_beyond_the_context_are_called_an_extrapolation() {
         page.contains("M = 512 lie beyond the model") && page.contains("context of 128 tokens"),
         "no extrapolation note"
     );
+    // Every layer at every length: a row moved to another layer breaks the grid (twenty-sixth
+    // pass, B-S-E).
+    std::fs::write(
+        dir.path().join("rs.csv"),
+        format!(
+            "layer,length,position_inversion,position_aliasing,token_inversion,token_aliasing,\
+             mu_empirical,sigma_empirical,context,format,draws,model\n\
+             0,64,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n\
+             1,64,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n\
+             7,512,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n"
+        ),
+    )
+    .unwrap();
+    let err = ropelab_report::report(dir.path(), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("layer 0 has no row at M = 512"), "{err}");
 }
 
 /// A file a study's pretrained stage measured (listed in `pretrained/measured.json`) and then
@@ -556,8 +586,8 @@ fn a_file_name_that_is_no_utf8_is_shown_escaped() {
     let dir = tempfile::tempdir().unwrap();
     let table = |precision: &str| {
         format!(
-            "task,size,prompt_tokens,mean,sd,runs,precision,model\n\
-             number,4,82,0.5,0.1414213562,0.4;0.6,{precision},{MODEL}\n"
+            "task,size,prompt_tokens,mean,sd,runs,n,precision,model\n\
+             number,4,82,0.5,0.1414213562,0.4;0.6,10,{precision},{MODEL}\n"
         )
     };
     std::fs::write(dir.path().join("a.csv"), table("f32")).unwrap();

@@ -143,9 +143,10 @@ pub struct GenerateArgs {
     pub model: ModelArg,
     /// The prompt.
     pub prompt: String,
-    /// Tokens to generate.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_new: u64,
+    /// Tokens to generate (default: the model's generation_config.json `max_new_tokens`, else
+    /// what its `max_length` leaves after the prompt, else 16).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_new: Option<u64>,
 }
 
 /// Refuses `--precision bf16` for a command that reads the model through the hooked forward,
@@ -283,7 +284,11 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                 a.prompt.chars().take(40).collect::<String>(),
                 a.model.tokenizer_file()
             );
-            let tokens = ids.len().saturating_add(a.max_new as usize);
+            let max_new = match a.max_new {
+                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+                None => tokenizer.decoding.default_max_new(ids.len(), 16),
+            };
+            let tokens = ids.len().saturating_add(max_new);
             let need = Need::new().memory(
                 model.config().cached_bytes(tokens, PREFILL_CHUNK, 1),
                 format!("a cached forward over {tokens} tokens"),
@@ -298,7 +303,7 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                     tokenizer.decoding.not_applied.join(", ")
                 );
             }
-            let new = model.generate(&ids, a.max_new as usize, &tokenizer.decoding)?;
+            let new = model.generate(&ids, max_new, &tokenizer.decoding)?;
             let seconds = start.elapsed().as_secs_f64();
             println!("{}{}", a.prompt, tokenizer.decode(&new)?);
             eprintln!(
