@@ -312,12 +312,12 @@ fn force_skips_the_estimate_but_not_memory_the_process_cannot_have() {
             "--run",
             &run,
         ])
-        .args(["--n", "100000000000"])
+        .args(["--n", "4000000", "--extra", "6500"])
         .output()
         .expect("timeout runs");
     let err = String::from_utf8_lossy(&got.stderr);
     assert_eq!(got.status.code(), Some(124), "{err}");
-    let unforced = limited(&["eval", "--run", &run, "--n", "100000000000"]);
+    let unforced = limited(&["eval", "--run", &run, "--n", "4000000", "--extra", "6500"]);
     assert!(String::from_utf8_lossy(&unforced.stderr).contains("would take at least"));
 }
 

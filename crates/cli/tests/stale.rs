@@ -2617,3 +2617,25 @@ fn a_jobs_files_must_be_its_own_and_agree() {
         "jobs.csv is not what the finished jobs",
     );
 }
+
+/// A measurement may draw more samples than the run's test split holds, as the split is drawn,
+/// written and read back alike; a file so measured leaves the run readable (twenty-sixth
+/// pass, A-S1: it was written and then called damaged). Beyond ropelab's bound it is refused.
+#[test]
+fn a_measurement_beyond_the_test_split_continues_its_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tiny_run(dir.path());
+    let r = run.to_str().unwrap();
+    let config = ropelab_train::RunConfig::load(&run.join("config.toml")).unwrap();
+    let n = config.data.test + 8;
+    ok(ropelab(&["eval", "--run", r, "--n", &n.to_string()]));
+    let file = run.join(format!("eval/step-000030-extra-0-n{n}.json"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(json["n"], serde_json::json!(n));
+    ok(ropelab(&["report", r]));
+    refused(
+        &["eval", "--run", r, "--n", "5000000"],
+        "more than ropelab measures",
+    );
+}

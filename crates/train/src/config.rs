@@ -499,7 +499,25 @@ impl Preset {
     }
 }
 
+/// The most test samples one measurement takes ([`RunConfig::test_samples`]).
+pub const MAX_TEST_SAMPLES: usize = 1 << 22;
+
 impl RunConfig {
+    /// `n` when ropelab measures that many test samples: `n` drawn as the run's test split is
+    /// drawn (the split itself when `n` is `data.test`; another `n`, larger included, another
+    /// draw of the same test distribution), at most [`MAX_TEST_SAMPLES`]. Writers and readers of measured files share the
+    /// bound, so a file one writes another reads (twenty-sixth pass, A-S1). The refusal names
+    /// `what` asked for them.
+    pub fn test_samples(&self, n: usize, what: &str) -> std::result::Result<usize, String> {
+        if n > MAX_TEST_SAMPLES {
+            return Err(format!(
+                "{what} asks for {n} test samples, more than ropelab measures \
+                 ({MAX_TEST_SAMPLES} at most)"
+            ));
+        }
+        Ok(n)
+    }
+
     /// This config with another seed, layout and data sizes (the vocabulary follows the layout).
     pub fn with_data(mut self, seed: u64, layout: Layout, data: DataConfig) -> Result<Self> {
         let layout = layout.for_task(self.task);

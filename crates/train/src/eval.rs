@@ -55,7 +55,9 @@ pub fn eval_checkpoint(
     let step = dir.checkpoint_or_latest(step)?;
     let model = dir.load_model(step, &config, device)?;
     let task = Task::new(config.task, config.layout.clone())?;
-    let n = n.unwrap_or(config.data.test);
+    let n = config
+        .test_samples(n.unwrap_or(config.data.test), "the evaluation")
+        .map_err(|m| crate::TrainError::run_dir(root, m))?;
     let data = Dataset::new(task, config.seed, Split::Test, n, extra)?;
     let accuracy = evaluate(&model, &data, memory)?;
     Ok(EvalReport {

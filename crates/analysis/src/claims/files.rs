@@ -137,7 +137,7 @@ struct EvalFile {
 /// Why test evaluation `f`, read from `name`, is not what `eval` writes for the run with
 /// `config` (None when it is): its name is its step, extra and sample count; its length the
 /// run's input length plus extra; its loss no negative number; and its accuracies are counts
-/// of the very samples it names, the first `n` of the test split (each hop's a share of that
+/// of the very samples it names, the `n` test samples drawn as the split is (each hop's a share of that
 /// hop's samples, the overall one their sum over `n`; seventeenth pass, SILENT-1).
 fn eval_mismatch(name: &str, f: &EvalFile, config: &ropelab_train::RunConfig) -> Option<String> {
     let base = format!("step-{:06}-extra-{}", f.step, f.extra);
@@ -164,16 +164,13 @@ fn eval_mismatch(name: &str, f: &EvalFile, config: &ropelab_train::RunConfig) ->
     if !(f.loss.is_finite() && f.loss >= 0.0) {
         return Some(format!("loss {} is no loss", f.loss));
     }
-    if f.n > config.data.test {
-        return Some(format!(
-            "{} samples, more than the run's test split of {}",
-            f.n, config.data.test
-        ));
+    if let Err(why) = config.test_samples(f.n, "it") {
+        return Some(why);
     }
     counts_mismatch(config, f.n, f.extra, f.accuracy, &f.per_hop)
 }
 
-/// Why `accuracy` and `per_hop` over the first `n` test samples of the run with `config`
+/// Why `accuracy` and `per_hop` over the `n` test samples (drawn as the split is) of the run with `config`
 /// (lengthened by `extra`) are no counts of those samples (None when they are): each hop's
 /// accuracy a whole share of that hop's samples, the overall one their sum over `n`.
 fn counts_mismatch(

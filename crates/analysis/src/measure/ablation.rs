@@ -293,7 +293,10 @@ pub fn ablate_run(
     }
     let model = dir.load_model(step, &config, device)?.frozen();
     let task = Task::new(config.task, config.layout.clone())?;
-    let data = Dataset::new(task, config.seed, Split::Test, options.samples, 0)?;
+    let samples = config
+        .test_samples(options.samples, "the ablation")
+        .map_err(AnalysisError::Invalid)?;
+    let data = Dataset::new(task, config.seed, Split::Test, samples, 0)?;
     let groups = groups(grid);
     let total = 2 + 2 * groups.len();
     let means = split_means(&model, &data, options.memory)?;

@@ -208,14 +208,14 @@ pub fn score_run(
         return Err(ropelab_train::TrainError::run_dir(root, "has no checkpoints to score").into());
     }
     let task = Task::new(config.task, config.layout.clone())?;
-    let data = Dataset::new(task.clone(), config.seed, Split::Test, options.samples, 0)?;
-    let eval = Dataset::new(
-        task.clone(),
-        config.seed,
-        Split::Test,
-        options.eval_samples,
-        0,
-    )?;
+    let samples = config
+        .test_samples(options.samples, "scoring")
+        .map_err(AnalysisError::Invalid)?;
+    let eval_samples = config
+        .test_samples(options.eval_samples, "scoring's evaluation")
+        .map_err(AnalysisError::Invalid)?;
+    let data = Dataset::new(task.clone(), config.seed, Split::Test, samples, 0)?;
+    let eval = Dataset::new(task.clone(), config.seed, Split::Test, eval_samples, 0)?;
     let len = config.layout.core_len();
     let mut ids = Vec::with_capacity(options.samples * len);
     let mut queries = Vec::with_capacity(options.samples);

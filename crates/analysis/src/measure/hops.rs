@@ -405,6 +405,9 @@ pub fn number_run(
     }
     let step = dir.checkpoint_or_latest(step)?;
     let task = Task::new(config.task, config.layout.clone())?;
+    let n = config
+        .test_samples(n, "the measurement")
+        .map_err(AnalysisError::Invalid)?;
     let data = Dataset::new(task, config.seed, Split::Test, n, 0)?;
     let model = dir.load_model(step, &config, device)?.frozen();
     Ok((step, config, data, model))

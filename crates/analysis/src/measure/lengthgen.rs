@@ -126,7 +126,12 @@ pub fn length_generalisation(
     let step = dir.checkpoint_or_latest(options.step)?;
     let model = dir.load_model(step, &config, device)?;
     let task = Task::new(config.task, config.layout.clone())?;
-    let n = options.samples.unwrap_or(config.data.test);
+    let n = config
+        .test_samples(
+            options.samples.unwrap_or(config.data.test),
+            "the length test",
+        )
+        .map_err(AnalysisError::Invalid)?;
     let mut rows = vec![];
     for (k, &extra) in options.extras.iter().enumerate() {
         progress(k, options.extras.len());

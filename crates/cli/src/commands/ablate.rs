@@ -30,7 +30,7 @@ pub struct AblateArgs {
     /// train` then `ropelab score`, or `seed-S/<task>` of a study).
     #[arg(long)]
     pub run: PathBuf,
-    /// Test samples (the first of the run's test split).
+    /// Test samples, drawn as the run's test split is drawn (the split itself at its size).
     #[arg(long, default_value_t = DEFAULT_SAMPLES as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub n: u64,
     /// Purity tolerance the heads are typed at, in (0, 0.5) (default: the study's `[claims]
