@@ -2424,19 +2424,12 @@ fn a_checkpoint_that_contradicts_itself_is_refused() {
     // own line, so no loss is pending in it; a forged pending sum is refused.
     let odd = dir.path().join("odd");
     let o = odd.to_str().unwrap();
-    ok(ropelab(&[
-        "train",
-        "--task",
+    ok(common::train_tiny(
         "number",
-        "--preset",
-        "tiny",
-        "--steps",
         "13",
-        "--save-every",
-        "3",
-        "--out",
-        o,
-    ]));
+        &odd,
+        &["--save-every", "3"],
+    ));
     let steps: Vec<u64> = std::fs::read_to_string(odd.join("metrics.jsonl"))
         .unwrap()
         .lines()
