@@ -1318,3 +1318,38 @@ fn report_and_plot_to_standard_output_are_documents_alone() {
     assert!(figure.status.success(), "{}", stderr(&figure));
     roxmltree::Document::parse(&String::from_utf8_lossy(&figure.stdout)).expect("an SVG alone");
 }
+
+/// Without `--max-new`, `pretrained generate` takes its count from the model's
+/// generation_config.json (`max_new_tokens`, else what `max_length` leaves), and says so when
+/// `max_length` leaves nothing after the prompt (twenty-sixth and twenty-seventh passes).
+#[test]
+fn generation_config_sets_the_count_of_new_tokens() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/rope_models/llama");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture.join(name), dir.path().join(name)).unwrap();
+    }
+    let generate = |config: &str| {
+        std::fs::write(dir.path().join("generation_config.json"), config).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ropelab"))
+            .args(["pretrained", "generate", "--model"])
+            .arg(dir.path())
+            .arg("w9 t7")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Suppressing every end-of-generation id keeps the count exact.
+    let err = generate(r#"{"max_new_tokens": 2, "eos_token_id": null}"#);
+    assert!(
+        err.contains(", 2 new tokens") || err.contains(" 2 new tokens"),
+        "{err}"
+    );
+    let err = generate(r#"{"max_length": 1}"#);
+    assert!(err.contains("max_length 1 leaves no token"), "{err}");
+}

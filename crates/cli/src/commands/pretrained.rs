@@ -288,6 +288,18 @@ pub fn run(cmd: PretrainedCommand, guard: Guard) -> Result<()> {
                 Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
                 None => tokenizer.decoding.default_max_new(ids.len(), 16),
             };
+            // A max_length the prompt already fills leaves one token, as in transformers (which
+            // warns): said, not done in silence (twenty-seventh pass).
+            let d = &tokenizer.decoding;
+            if let (None, None, Some(total)) = (a.max_new, d.max_new_tokens, d.max_length) {
+                if total <= ids.len() {
+                    eprintln!(
+                        "note: generation_config.json's max_length {total} leaves no token after \
+                         the prompt's {}; generating 1, as transformers does (give --max-new)",
+                        ids.len()
+                    );
+                }
+            }
             let tokens = ids.len().saturating_add(max_new);
             let need = Need::new().memory(
                 model.config().cached_bytes(tokens, PREFILL_CHUNK, 1),
