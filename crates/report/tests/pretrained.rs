@@ -510,14 +510,14 @@ fn rope_statistics_beyond_the_context_are_called_an_extrapolation() {
         format!(
             "layer,length,position_inversion,position_aliasing,token_inversion,token_aliasing,\
              mu_empirical,sigma_empirical,context,format,draws,model\n\
-             0,64,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n\
-             0,512,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n"
+             0,64,0.125,0.25,0.5,0.125,0,1,128,bf16,8,{MODEL}\n\
+             0,512,0.125,0.25,0.5,0.125,0,1,128,bf16,8,{MODEL}\n"
         ),
     )
     .unwrap();
     let page = ropelab_report::report(dir.path(), "test").unwrap();
     assert!(
-        page.contains("measured in bf16 with 7 draws"),
+        page.contains("measured in bf16 with 8 draws"),
         "no settings"
     );
     assert!(
@@ -531,9 +531,9 @@ fn rope_statistics_beyond_the_context_are_called_an_extrapolation() {
         format!(
             "layer,length,position_inversion,position_aliasing,token_inversion,token_aliasing,\
              mu_empirical,sigma_empirical,context,format,draws,model\n\
-             0,64,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n\
-             1,64,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n\
-             7,512,0.1,0.2,0.3,0.01,0,1,128,bf16,7,{MODEL}\n"
+             0,64,0.125,0.25,0.5,0.125,0,1,128,bf16,8,{MODEL}\n\
+             1,64,0.125,0.25,0.5,0.125,0,1,128,bf16,8,{MODEL}\n\
+             7,512,0.125,0.25,0.5,0.125,0,1,128,bf16,8,{MODEL}\n"
         ),
     )
     .unwrap();
@@ -541,6 +541,24 @@ fn rope_statistics_beyond_the_context_are_called_an_extrapolation() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("layer 0 has no row at M = 512"), "{err}");
+    // A rate is a mean of whole counts over its draws (twenty-seventh pass): 0.0251 of 64
+    // distances over 8 draws is none.
+    std::fs::write(
+        dir.path().join("rs.csv"),
+        format!(
+            "layer,length,position_inversion,position_aliasing,token_inversion,token_aliasing,\
+             mu_empirical,sigma_empirical,context,format,draws,model\n\
+             0,64,0.125,0.0251,0.5,0.125,0,1,128,bf16,8,{MODEL}\n"
+        ),
+    )
+    .unwrap();
+    let err = ropelab_report::report(dir.path(), "test")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("position_aliasing 0.0251 is no mean over 8 draws"),
+        "{err}"
+    );
 }
 
 /// A file a study's pretrained stage measured (listed in `pretrained/measured.json`) and then

@@ -448,6 +448,31 @@ impl LayerFailureRow {
         if self.draws == 0 {
             return Some(format!("{at}: draws must be at least 1"));
         }
+        // Each rate is a mean over the draws of a count over the row's length: over the
+        // near x far distance pairs in halves (ties count half), the M distances, or the M - 1
+        // steps between neighbours (twenty-seventh pass). The f64 sum over draws keeps it
+        // whole to a part in 1e12.
+        let (m, draws) = (self.length as f64, self.draws as f64);
+        let near = (self.length / 2) as f64;
+        for (name, rate, out_of) in [
+            (
+                "position_inversion",
+                self.position_inversion,
+                2.0 * near * (m - near),
+            ),
+            ("position_aliasing", self.position_aliasing, m),
+            ("token_inversion", self.token_inversion, m - 1.0),
+            ("token_aliasing", self.token_aliasing, m),
+        ] {
+            let count = rate * out_of * draws;
+            if (count - count.round()).abs() > 1e-6 + count * 1e-12 {
+                return Some(format!(
+                    "{at}: {name} {rate} is no mean over {} draws of whole counts out of {}: a \
+                     damaged or edited file",
+                    self.draws, out_of
+                ));
+            }
+        }
         if !(self.mu_empirical.is_finite()
             && self.sigma_empirical.is_finite()
             && self.sigma_empirical >= 0.0)
