@@ -1353,3 +1353,55 @@ fn generation_config_sets_the_count_of_new_tokens() {
     let err = generate(r#"{"max_length": 1}"#);
     assert!(err.contains("max_length 1 leaves no token"), "{err}");
 }
+
+/// A discrepancy curve whose worst input's margin exceeds its best input's is no curve the
+/// theory writes: `plot` refuses it, naming the row (twenty-seventh pass).
+#[test]
+fn a_discrepancy_curve_must_keep_its_worst_margin_below_its_best() {
+    let dir = tempfile::tempdir().unwrap();
+    let theory = dir.path().join("theory");
+    std::fs::create_dir_all(&theory).unwrap();
+    let csv = theory.join("discrepancy-index.csv");
+    let c = csv.to_str().unwrap();
+    let made = ropelab(&[
+        "theory",
+        "discrepancy",
+        "--mechanism",
+        "index",
+        "--theta",
+        "0.866",
+        "--max-n",
+        "20",
+        "--out",
+        c,
+    ]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let svg = dir.path().join("f.svg");
+    let plot = || {
+        ropelab(&[
+            "plot",
+            "discrepancy-index",
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--out",
+            svg.to_str().unwrap(),
+        ])
+    };
+    assert!(plot().status.success());
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let mut cells: Vec<String> = lines[5].split(',').map(str::to_owned).collect();
+    cells[1] = "0.5".into();
+    lines[5] = cells.join(",");
+    std::fs::write(&csv, lines.join("\n") + "\n").unwrap();
+    let got = plot();
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(
+        !got.status.success() && err.contains("at n = 5 the worst input's margin"),
+        "{err}"
+    );
+}

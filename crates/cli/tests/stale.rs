@@ -1621,6 +1621,13 @@ fn another_kind_of_file_never_replaces_a_ropelab_file() {
         !got.status.success() && err.contains("not what the study's config and measured files"),
         "{err}"
     );
+    // ... nor by collect, whose report draws the verdicts too (twenty-seventh pass).
+    let got = ropelab(&["collect", st]);
+    let err = String::from_utf8_lossy(&got.stderr);
+    assert!(
+        !got.status.success() && err.contains("not what the study's config and measured files"),
+        "{err}"
+    );
     std::fs::write(&claims, &verdicts).unwrap();
     ropelab_io::Ledger::finish(&study, "claims.json", &key).unwrap();
     ok(ropelab(&["report", st]));

@@ -1170,6 +1170,18 @@ pub(crate) fn unchanged_since_recorded(folder: &Path, file: &str) -> Result<()> 
 /// head's name would be drawn with its title; eighth pass, PL01). Rows from before the
 /// mechanism was recorded are read as the file's name says.
 fn one_mechanism(rows: &[DiscrepancyRow], mechanism: Mechanism, origin: &str) -> Result<()> {
+    // The worst input's margin is at most the best input's, by definition (twenty-seventh
+    // pass); a margin above the theorem's bound is left to the claim, which reports it.
+    if let Some(r) = rows
+        .iter()
+        .find(|r| !(r.delta <= r.delta_max + 1e-12 * r.delta_max.abs().max(1.0)))
+    {
+        return Err(ReportError::Input(format!(
+            "{origin}: at n = {} the worst input's margin delta {} is above the best input's \
+             delta_max {}: a damaged or edited file",
+            r.n, r.delta, r.delta_max
+        )));
+    }
     match rows
         .iter()
         .find_map(|r| r.mechanism.filter(|m| *m != mechanism))

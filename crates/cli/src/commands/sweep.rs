@@ -334,6 +334,9 @@ pub fn collect_command(args: CollectArgs) -> Result<()> {
     if !args.dir.is_dir() {
         bail!("{} is not a directory", args.dir.display());
     }
+    // A study's verdicts are redrawn in the report collect writes: checked first, before any
+    // table is written (twenty-seventh pass).
+    ropelab_study::run::claims_current(&args.dir)?;
     let results = collect(&args.dir)?;
     let started = unfinished(&args.dir)?;
     let never: Vec<String> = not_finished(&args.dir)?
