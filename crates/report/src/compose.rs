@@ -1174,7 +1174,10 @@ fn one_mechanism(rows: &[DiscrepancyRow], mechanism: Mechanism, origin: &str) ->
     // pass); a margin above the theorem's bound is left to the claim, which reports it.
     if let Some(r) = rows
         .iter()
-        .find(|r| !(r.delta <= r.delta_max + 1e-12 * r.delta_max.abs().max(1.0)))
+        .find(|r| {
+            let slack = 1e-12 * r.delta_max.abs().max(1.0);
+            r.delta.is_nan() || r.delta_max.is_nan() || r.delta > r.delta_max + slack
+        })
     {
         return Err(ReportError::Input(format!(
             "{origin}: at n = {} the worst input's margin delta {} is above the best input's \
