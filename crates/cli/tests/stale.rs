@@ -2634,8 +2634,10 @@ fn a_measurement_beyond_the_test_split_continues_its_stream() {
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(json["n"], serde_json::json!(n));
     ok(ropelab(&["report", r]));
-    refused(
-        &["eval", "--run", r, "--n", "5000000"],
-        "more than ropelab measures",
-    );
+    for command in ["eval", "mask", "lengthgen"] {
+        refused(
+            &[command, "--run", r, "--n", "5000000"],
+            "more than ropelab measures",
+        );
+    }
 }

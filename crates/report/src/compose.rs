@@ -1172,13 +1172,10 @@ pub(crate) fn unchanged_since_recorded(folder: &Path, file: &str) -> Result<()> 
 fn one_mechanism(rows: &[DiscrepancyRow], mechanism: Mechanism, origin: &str) -> Result<()> {
     // The worst input's margin is at most the best input's, by definition (twenty-seventh
     // pass); a margin above the theorem's bound is left to the claim, which reports it.
-    if let Some(r) = rows
-        .iter()
-        .find(|r| {
-            let slack = 1e-12 * r.delta_max.abs().max(1.0);
-            r.delta.is_nan() || r.delta_max.is_nan() || r.delta > r.delta_max + slack
-        })
-    {
+    if let Some(r) = rows.iter().find(|r| {
+        let slack = 1e-12 * r.delta_max.abs().max(1.0);
+        r.delta.is_nan() || r.delta_max.is_nan() || r.delta > r.delta_max + slack
+    }) {
         return Err(ReportError::Input(format!(
             "{origin}: at n = {} the worst input's margin delta {} is above the best input's \
              delta_max {}: a damaged or edited file",

@@ -122,10 +122,26 @@ impl Experiment {
             self.steps >= 1 && self.batch >= 1 && self.test >= 1 && self.score_samples >= 1,
             "steps, batch, test and scored samples must be at least 1"
         );
-        for b in &self.bands {
-            b.planes(&self.rates(), self.task.len)?;
-        }
+        let rates = self.rates();
+        let kept = self
+            .bands
+            .iter()
+            .map(|b| b.planes(&rates, self.task.len))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         grid::each_once("the bands", self.bands.iter().map(|b| b.to_string()))?;
+        // Two bands keeping the same planes (`all` and `planes=0-31`, or a sweep window that is
+        // the whole head) would train one model twice under two names (twenty-third pass,
+        // CB13; a study's `[canonical]` table too, twenty-seventh pass).
+        for (i, planes) in kept.iter().enumerate() {
+            if let Some(j) = kept[..i].iter().position(|p| p == planes) {
+                anyhow::bail!(
+                    "bands {} and {} keep the same planes: one model would be trained twice \
+                     under two names (give one)",
+                    self.bands[j],
+                    self.bands[i]
+                );
+            }
+        }
         grid::each_once("the seeds", self.seeds.iter().map(|s| s.to_string()))?;
         Ok(())
     }

@@ -740,6 +740,26 @@ mod tests {
         assert!(err.contains("would leave out [1]"), "{err}");
     }
 
+    /// A study's `[canonical]` bands keeping the same planes are refused at parse, as the
+    /// `canonical` command refuses them (twenty-seventh pass).
+    #[test]
+    fn canonical_bands_keeping_the_same_planes_are_refused() {
+        let mut c = StudyConfig::embedded(false);
+        let table = |bands: &[&str]| crate::canonical::StudyCanonical {
+            tasks: vec!["partial".into()],
+            bands: bands.iter().map(|b| b.to_string()).collect(),
+            seeds: vec![0],
+            steps: 5,
+        };
+        c.canonical = Some(table(&["all", "high"]));
+        assert!(StudyConfig::parse(&c.to_toml(), "t").is_ok());
+        let planes = table(&["all"]).experiments().unwrap()[0].rates().len();
+        let every = format!("planes=0-{}", planes - 1);
+        c.canonical = Some(table(&["all", &every]));
+        let err = format!("{:#}", StudyConfig::parse(&c.to_toml(), "t").unwrap_err());
+        assert!(err.contains("keep the same planes"), "{err}");
+    }
+
     #[test]
     fn the_first_changed_setting_is_named() {
         let v = |t: &str| t.parse::<toml::Table>().map(toml::Value::Table).unwrap();

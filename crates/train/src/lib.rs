@@ -23,6 +23,7 @@ mod trainer;
 pub use config::{
     check_lr, AmbiguousData, DataConfig, LanguageData, OffsetData, OptimConfig, Preset, Retention,
     RunConfig, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, CONFIG_ORIGINS, MAX_POSITION_SHIFT,
+    MAX_TEST_SAMPLES,
 };
 pub use data::{
     batch, batch_for_budget, evaluate, evaluate_intervened, evaluate_objective, forward_bytes,

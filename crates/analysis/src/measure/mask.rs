@@ -182,7 +182,9 @@ pub fn mask_run(
     let (dir, config) = RunDir::open(root)?;
     let step = dir.checkpoint_or_latest(options.step)?;
     let task = Task::new(config.task, config.layout.clone())?;
-    let n = options.n.unwrap_or(config.data.test);
+    let n = config
+        .test_samples(options.n.unwrap_or(config.data.test), "the band mask")
+        .map_err(AnalysisError::Invalid)?;
     let data = Dataset::new(task, config.seed, Split::Test, n, 0)?;
     let len = data.seq_len();
     let model_config = &config.model;

@@ -102,24 +102,6 @@ pub fn run_command(args: CanonicalArgs, guard: Guard) -> Result<()> {
     )?;
     e.bands = bands;
     e.check()?;
-    // Two bands keeping the same planes (`all` and `planes=0-31`, or a sweep window that is
-    // the whole head) would train one model twice under two names (twenty-third pass, CB13).
-    let rates = e.rates();
-    let kept = e
-        .bands
-        .iter()
-        .map(|b| b.planes(&rates, task.len))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    for (i, planes) in kept.iter().enumerate() {
-        if let Some(j) = kept[..i].iter().position(|p| p == planes) {
-            anyhow::bail!(
-                "--band {} and {} keep the same planes: one model would be trained twice under \
-                 two names (give one)",
-                e.bands[j],
-                e.bands[i]
-            );
-        }
-    }
     guard.check(
         "canonical",
         &e.need(&args.out, args.jobs.map(|j| j as usize))?,

@@ -38,7 +38,9 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs, guard: Guard) -> Result<()> {
     if let Ok((_, config)) = RunDir::open(&args.run) {
         let len = config.layout.core_len().saturating_add(args.extra);
-        let n = args.n.map_or(config.data.test, |n| n as usize);
+        let n = config
+            .test_samples(args.n.map_or(config.data.test, |n| n as usize), "--n")
+            .map_err(anyhow::Error::msg)?;
         let need = inference_need(&config.model, len, args.memory).compute(
             forward_flops(&config.model, n, len),
             format!("{n} test samples of {len} tokens"),

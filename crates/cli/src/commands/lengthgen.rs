@@ -78,6 +78,15 @@ pub fn parse_extras(s: &str) -> Result<Extras, String> {
 
 /// Runs `ropelab lengthgen`.
 pub fn run(args: LengthgenArgs, guard: Guard) -> Result<()> {
+    // The bound every measurement shares, before the estimate speaks of the work.
+    if let Some(n) = args.n {
+        let most = ropelab_train::MAX_TEST_SAMPLES;
+        anyhow::ensure!(
+            n <= most as u64,
+            "the length test asks for {n} test samples, more than ropelab measures ({most} at \
+             most)"
+        );
+    }
     let options = LengthOptions {
         extras: args.extras.0.clone(),
         samples: args.n.map(|n| n as usize),

@@ -82,7 +82,9 @@ pub fn run(args: MaskArgs, guard: Guard) -> Result<()> {
         .clone()
         .unwrap_or_else(|| args.run.join("mask.csv"));
     ropelab_io::refuse_owned(&args.run, &out, None)?;
-    let n = args.n.map_or(config.data.test, |n| n as usize);
+    let n = config
+        .test_samples(args.n.map_or(config.data.test, |n| n as usize), "--n")
+        .map_err(anyhow::Error::msg)?;
     let passes = bytes(&[groups.len(), bands.len()]).saturating_add(1);
     let need = inference_need(&config.model, config.layout.core_len(), args.memory).compute(
         forward_flops(&config.model, n, config.layout.core_len()).saturating_mul(passes),
